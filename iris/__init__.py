@@ -1,0 +1,41 @@
+"""Iris: multi-GPU programming in Triton over a symmetric heap.
+
+Host side: ``ctx = iris.iris(heap_size)`` gives the rank, the heap and torch-like
+tensor factories. Device side: ``iris.load``, ``iris.store``, ``iris.get``,
+``iris.put``, ``iris.copy`` and ``iris.atomic_*`` inside ``@triton.jit`` kernels,
+or the same through :class:`iris.DeviceContext`.
+
+Importing iris picks the backend (IRIS_BACKEND=cuda|hip|cpu, else what torch
+sees) and, on the CPU backend, turns on Triton's interpreter: import iris
+before defining kernels.
+"""
+
+from iris import runtime as _runtime  # noqa: F401  (must come first: may enable the interpreter)
+from iris.context import Iris, iris
+from iris.device import (
+    DeviceContext,
+    atomic_add,
+    atomic_and,
+    atomic_cas,
+    atomic_max,
+    atomic_min,
+    atomic_or,
+    atomic_sub,
+    atomic_xchg,
+    atomic_xor,
+    copy,
+    get,
+    load,
+    put,
+    store,
+    translate,
+)
+from iris.logging import DEBUG, ERROR, INFO, WARNING, set_logger_level
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEBUG", "ERROR", "INFO", "WARNING", "DeviceContext", "Iris", "atomic_add", "atomic_and", "atomic_cas",
+    "atomic_max", "atomic_min", "atomic_or", "atomic_sub", "atomic_xchg", "atomic_xor", "copy", "get", "iris",
+    "load", "put", "set_logger_level", "store", "translate",
+]

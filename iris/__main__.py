@@ -1,0 +1,5 @@
+import sys
+
+from iris.launch import main
+
+sys.exit(main())

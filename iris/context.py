@@ -1,0 +1,193 @@
+"""The host facade: ``iris.iris()`` returns an :class:`Iris` context."""
+
+from __future__ import annotations
+
+import logging as _logging
+import numbers
+
+import torch
+
+from iris import runtime, sim
+from iris.device.context import build_context_tensor
+from iris.distributed import init_distributed
+from iris.logging import log
+from iris.memory.heap import SymmetricHeap
+from iris.memory.tensors import TensorFactories
+
+ALLOCATORS = ("torch",)
+
+
+def _validate(heap_size, allocator_type) -> None:
+    if isinstance(heap_size, bool) or not isinstance(heap_size, numbers.Integral):
+        raise TypeError(f"heap_size={heap_size!r} must be an integer number of bytes")
+    if heap_size <= 0:
+        raise ValueError(f"heap_size={heap_size} must be positive (bytes of symmetric heap per rank)")
+    if allocator_type not in ALLOCATORS:
+        raise ValueError(f"allocator_type={allocator_type!r} is not an allocator; use one of {', '.join(ALLOCATORS)}")
+
+
+class Iris(TensorFactories):
+    """One rank's view of a job: its rank, its symmetric heap and the tensor factories.
+
+    Creating a context is collective: every rank creates one, with the same
+    ``heap_size``. ``close()`` (also collective) releases the heap; contexts can
+    be created and closed any number of times in one process.
+
+    Args:
+        heap_size: bytes of symmetric heap per rank (default 1 GiB).
+        allocator_type: ``"torch"``: the heap is one device allocation exposed
+            as a torch tensor (the only allocator of this port).
+
+    Example:
+        >>> import iris, torch
+        >>> ctx = iris.iris(heap_size=1 << 24)
+        >>> buf = ctx.zeros(4096, device="cuda", dtype=torch.float32)
+        >>> ctx.barrier()
+        >>> ctx.close()
+    """
+
+    def __init__(self, heap_size: int = 1 << 30, allocator_type: str = "torch"):
+        _validate(heap_size, allocator_type)
+        backend = runtime.get_backend()
+        comm = init_distributed(backend.name, backend.device_for)
+        sizes = comm.all_gather_object(int(heap_size))
+        if len(set(sizes)) != 1:
+            raise ValueError(f"every rank must pass the same heap_size; got {sizes} (by rank)")
+        self.backend = backend
+        self.comm = comm
+        self.cur_rank = comm.rank
+        self.num_ranks = comm.world_size
+        device = backend.device_for(self.cur_rank)
+        backend.activate(device)
+        self.device = device
+        self.gpu_id = device.index or 0
+        self.heap_size = int(heap_size)
+        self.heap = SymmetricHeap(backend, self.heap_size, device, comm)
+        self.heap_bases = torch.tensor(self.heap.bases, dtype=torch.int64, device=device)
+        self._device_context = build_context_tensor(self.cur_rank, self.num_ranks, self.heap.bases, device)
+        if sim.simulation_enabled():
+            sim.write_heap_bases(self.cur_rank, self.num_ranks, self.heap.bases)
+        self.debug(f"{backend.name} heap of {self.heap_size} bytes at {hex(self.heap.base)} on {device}")
+        comm.barrier()
+
+    # -- lifetime ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Collective: wait for every rank, unmap the peers' heaps, wait again.
+
+        The heap's memory itself is released once no tensor views it any more.
+        """
+        heap = getattr(self, "heap", None)
+        if heap is not None:
+            self.backend.synchronize(self.device)
+            heap.close(collective=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        heap = getattr(self, "heap", None)
+        if heap is not None:
+            try:
+                heap.close(collective=False)
+            except Exception:  # interpreter shutdown
+                pass
+
+    # -- identity ----------------------------------------------------------------------------
+
+    def get_rank(self) -> int:
+        """This process's rank. Example: ``ctx.get_rank()  # 0``"""
+        return self.cur_rank
+
+    def get_num_ranks(self) -> int:
+        """Number of ranks in the job. Example: ``ctx.get_num_ranks()  # 2``"""
+        return self.num_ranks
+
+    def get_device(self) -> torch.device:
+        """The heap's device (``cuda:N``, or ``cpu`` on the CPU backend). Example: ``ctx.get_device()``"""
+        return self.device
+
+    def get_device_id(self) -> int:
+        """Index of this rank's device (ranks share devices in simulation). Example: ``ctx.get_device_id()``"""
+        return self.gpu_id
+
+    def get_cu_count(self) -> int:
+        """Streaming multiprocessors (NVIDIA), compute units (AMD) or cores (CPU). Example: ``ctx.get_cu_count()``"""
+        return self.backend.compute_unit_count(self.device)
+
+    def get_heap_bases(self) -> torch.Tensor:
+        """int64 tensor of every rank's heap base, on the heap's device; pass it to kernels.
+
+        Example:
+            >>> kernel[grid](buf, n, BLOCK, ctx.get_heap_bases())
+        """
+        return self.heap_bases
+
+    def get_device_context(self) -> torch.Tensor:
+        """The context tensor for :class:`iris.DeviceContext` (layout in iris/device/context.py).
+
+        Example:
+            >>> kernel[grid](ctx.get_device_context(), buf, rank=ctx.get_rank(), world_size=ctx.get_num_ranks())
+        """
+        return self._device_context
+
+    # -- host synchronization ----------------------------------------------------------------
+
+    def barrier(self, stream=None, group=None) -> None:
+        """Wait for this device (or only ``stream``), then for every rank of ``group`` (default: all).
+
+        Example:
+            >>> ctx.barrier()
+        """
+        self.backend.synchronize(self.device, stream)
+        self.comm.barrier(group)
+
+    def broadcast(self, value, src: int = 0):
+        """Send ``value`` from rank ``src`` to every rank and return it.
+
+        Tensors and numpy arrays come back as numpy arrays (as in the original
+        Iris; a tensor of a dtype numpy lacks, such as bfloat16, comes back as a
+        CPU tensor); scalars and other picklable objects keep their type.
+
+        Example:
+            >>> seed = ctx.broadcast(1234 if ctx.get_rank() == 0 else None)
+        """
+        if self.cur_rank == src and isinstance(value, torch.Tensor):
+            cpu = value.detach().cpu()
+            try:
+                value = cpu.numpy()
+            except TypeError:
+                value = cpu
+        return self.comm.broadcast_object(value, src)
+
+    # -- logging -----------------------------------------------------------------------------
+
+    def debug(self, message: str) -> None:
+        """Log at debug level as ``[Iris] [rank/world] message``."""
+        log(_logging.DEBUG, message, self.cur_rank, self.num_ranks)
+
+    def info(self, message: str) -> None:
+        """Log at info level as ``[Iris] [rank/world] message``."""
+        log(_logging.INFO, message, self.cur_rank, self.num_ranks)
+
+    def warning(self, message: str) -> None:
+        """Log at warning level as ``[Iris] [rank/world] message``."""
+        log(_logging.WARNING, message, self.cur_rank, self.num_ranks)
+
+    def error(self, message: str) -> None:
+        """Log at error level as ``[Iris] [rank/world] message``."""
+        log(_logging.ERROR, message, self.cur_rank, self.num_ranks)
+
+
+def iris(heap_size: int = 1 << 30, allocator_type: str = "torch") -> Iris:
+    """Create this rank's Iris context (collective; see :class:`Iris`).
+
+    Example:
+        >>> ctx = iris.iris(1 << 30)
+    """
+    return Iris(heap_size, allocator_type)
+
+

@@ -1,0 +1,20 @@
+"""The Triton device API: call these from ``@triton.jit`` kernels."""
+
+from iris.device.atomics import (
+    atomic_add,
+    atomic_and,
+    atomic_cas,
+    atomic_max,
+    atomic_min,
+    atomic_or,
+    atomic_sub,
+    atomic_xchg,
+    atomic_xor,
+)
+from iris.device.context import DeviceContext
+from iris.device.rma import copy, get, load, put, store, translate
+
+__all__ = [
+    "DeviceContext", "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or",
+    "atomic_sub", "atomic_xchg", "atomic_xor", "copy", "get", "load", "put", "store", "translate",
+]

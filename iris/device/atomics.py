@@ -1,0 +1,76 @@
+"""Atomic read-modify-write on any rank's heap, from a Triton kernel.
+
+Every function acts from the current rank (``from_rank``, where ``pointer`` is
+local) on ``to_rank``'s memory and returns the old values, like ``tl.atomic_*``.
+``sem`` (relaxed, acquire, release, acq_rel) and ``scope`` (cta, gpu, sys) are
+passed to Triton unchanged; None means Triton's defaults (acq_rel, gpu).
+
+A flag or counter that another GPU observes needs ``scope="sys"`` and
+release/acquire ordering: ``scope="gpu"`` only orders accesses within one GPU.
+
+Example:
+    >>> old = iris.atomic_add(counter, 1, cur_rank, peer, heap_bases, sem="release", scope="sys")
+"""
+
+import triton
+import triton.language as tl
+
+from iris.device.rma import translate
+
+
+@triton.jit
+def atomic_add(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
+    """Atomically add ``val`` to ``to_rank``'s ``pointer``; returns the old values."""
+    return tl.atomic_add(translate(pointer, from_rank, to_rank, heap_bases), val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_sub(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
+    """Atomically subtract ``val`` from ``to_rank``'s ``pointer``; returns the old values."""
+    return tl.atomic_add(translate(pointer, from_rank, to_rank, heap_bases), -val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_cas(pointer, cmp, val, from_rank, to_rank, heap_bases, sem=None, scope=None):
+    """Where ``to_rank``'s ``pointer`` equals ``cmp``, store ``val``; returns the old values.
+
+    Pass ``cmp`` and ``val`` in the pointer's element dtype (a Python int on an
+    int64 word compares only 4 bytes under Triton's interpreter).
+    """
+    return tl.atomic_cas(translate(pointer, from_rank, to_rank, heap_bases), cmp, val, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_xchg(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
+    """Atomically replace ``to_rank``'s ``pointer`` with ``val``; returns the old values."""
+    return tl.atomic_xchg(translate(pointer, from_rank, to_rank, heap_bases), val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_xor(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
+    """Atomic bitwise xor on ``to_rank``'s ``pointer``; returns the old values."""
+    return tl.atomic_xor(translate(pointer, from_rank, to_rank, heap_bases), val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_and(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
+    """Atomic bitwise and on ``to_rank``'s ``pointer``; returns the old values."""
+    return tl.atomic_and(translate(pointer, from_rank, to_rank, heap_bases), val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_or(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
+    """Atomic bitwise or on ``to_rank``'s ``pointer``; returns the old values."""
+    return tl.atomic_or(translate(pointer, from_rank, to_rank, heap_bases), val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_min(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
+    """Atomic minimum on ``to_rank``'s ``pointer``; returns the old values."""
+    return tl.atomic_min(translate(pointer, from_rank, to_rank, heap_bases), val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_max(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
+    """Atomic maximum on ``to_rank``'s ``pointer``; returns the old values."""
+    return tl.atomic_max(translate(pointer, from_rank, to_rank, heap_bases), val, mask=mask, sem=sem, scope=scope)

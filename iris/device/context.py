@@ -1,0 +1,118 @@
+"""DeviceContext: the device API with the current rank implicit.
+
+The context tensor (``ctx.get_device_context()``) is an int64 tensor whose
+layout is defined here and only here::
+
+    [RANK_SLOT] current rank
+    [WORLD_SLOT] world size
+    [HEAP_BASES_SLOT + r] heap base of rank r, for r in 0 .. world_size - 1
+
+Example:
+    >>> @triton.jit
+    ... def kernel(context, buf, rank: tl.constexpr, world_size: tl.constexpr):
+    ...     ctx = iris.DeviceContext.initialize(context, rank, world_size)
+    ...     offs = tl.arange(0, 64)
+    ...     ctx.store(buf + offs, offs, to_rank=(rank + 1) % world_size)
+"""
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.core import _aggregate as aggregate
+
+from iris.device import atomics, rma
+
+RANK_SLOT: tl.constexpr = 0
+WORLD_SLOT: tl.constexpr = 1
+HEAP_BASES_SLOT: tl.constexpr = 2
+
+
+def build_context_tensor(rank: int, world_size: int, heap_bases: list[int], device) -> torch.Tensor:
+    """The host side of the layout above."""
+    values = [0] * (HEAP_BASES_SLOT + world_size)
+    values[RANK_SLOT] = rank
+    values[WORLD_SLOT] = world_size
+    values[HEAP_BASES_SLOT : HEAP_BASES_SLOT + world_size] = heap_bases
+    return torch.tensor(values, dtype=torch.int64, device=device)
+
+
+@aggregate
+class DeviceContext:
+    """The device API bound to the current rank. Each method is the functional
+    function of the same name in :mod:`iris.device.rma` / :mod:`iris.device.atomics`
+    with the current rank filled in; see those for the arguments.
+    """
+
+    rank: tl.constexpr
+    world_size: tl.constexpr
+    heap_bases: tl.tensor
+
+    def __init__(self, rank, world_size, heap_bases):
+        self.rank = tl.constexpr(rank)
+        self.world_size = tl.constexpr(world_size)
+        self.heap_bases = heap_bases
+
+    @triton.jit
+    def initialize(context_tensor, rank: tl.constexpr, world_size: tl.constexpr):
+        """Build the context from ``ctx.get_device_context()`` inside a kernel."""
+        return DeviceContext(rank, world_size, context_tensor + HEAP_BASES_SLOT)
+
+    @triton.jit
+    def translate(self, ptr, to_rank):
+        return rma.translate(ptr, self.rank, to_rank, self.heap_bases)
+
+    @triton.jit
+    def load(self, pointer, from_rank, mask=None, other=None, cache_modifier=None, volatile=False):
+        return rma.load(pointer, self.rank, from_rank, self.heap_bases, mask, other, cache_modifier, volatile)
+
+    @triton.jit
+    def store(self, pointer, value, to_rank, mask=None, cache_modifier=None):
+        rma.store(pointer, value, self.rank, to_rank, self.heap_bases, mask, cache_modifier)
+
+    @triton.jit
+    def get(self, from_ptr, to_ptr, from_rank, mask=None):
+        rma.get(from_ptr, to_ptr, from_rank, self.rank, self.heap_bases, mask)
+
+    @triton.jit
+    def put(self, from_ptr, to_ptr, to_rank, mask=None):
+        rma.put(from_ptr, to_ptr, self.rank, to_rank, self.heap_bases, mask)
+
+    @triton.jit
+    def copy(self, src_ptr, dst_ptr, from_rank, to_rank, mask=None):
+        rma.copy(src_ptr, dst_ptr, from_rank, to_rank, self.rank, self.heap_bases, mask)
+
+    @triton.jit
+    def atomic_add(self, pointer, val, to_rank, mask=None, sem=None, scope=None):
+        return atomics.atomic_add(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def atomic_sub(self, pointer, val, to_rank, mask=None, sem=None, scope=None):
+        return atomics.atomic_sub(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def atomic_cas(self, pointer, cmp, val, to_rank, sem=None, scope=None):
+        return atomics.atomic_cas(pointer, cmp, val, self.rank, to_rank, self.heap_bases, sem, scope)
+
+    @triton.jit
+    def atomic_xchg(self, pointer, val, to_rank, mask=None, sem=None, scope=None):
+        return atomics.atomic_xchg(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def atomic_xor(self, pointer, val, to_rank, mask=None, sem=None, scope=None):
+        return atomics.atomic_xor(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def atomic_and(self, pointer, val, to_rank, mask=None, sem=None, scope=None):
+        return atomics.atomic_and(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def atomic_or(self, pointer, val, to_rank, mask=None, sem=None, scope=None):
+        return atomics.atomic_or(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def atomic_min(self, pointer, val, to_rank, mask=None, sem=None, scope=None):
+        return atomics.atomic_min(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def atomic_max(self, pointer, val, to_rank, mask=None, sem=None, scope=None):
+        return atomics.atomic_max(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)

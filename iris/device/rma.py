@@ -1,0 +1,144 @@
+"""Remote memory access from Triton kernels: translate, load, store, get, put, copy.
+
+Rank arguments name the direction the data flows, from ``from_rank`` to
+``to_rank``; the *current* rank is the one where the pointer is local:
+
+========  ===============  ==================================================
+function  current rank     what moves
+========  ===============  ==================================================
+load      ``to_rank``      ``from_rank``'s memory -> the returned block
+store     ``from_rank``    ``value`` -> ``to_rank``'s memory
+get       ``to_rank``      ``from_rank``'s ``from_ptr`` -> local ``to_ptr``
+put       ``from_rank``    local ``from_ptr`` -> ``to_rank``'s ``to_ptr``
+copy      ``cur_rank``     ``from_rank``'s ``src_ptr`` -> ``to_rank``'s ``dst_ptr``
+========  ===============  ==================================================
+
+``heap_bases`` is ``ctx.get_heap_bases()``. When both ranks are the same the
+access is an ordinary local one.
+
+Compatibility note: an early form of the original API (seed 002) spelled
+``store`` as ``put(pointer, value, from_rank, to_rank, heap_bases, mask)``.
+Here ``put`` is the pointer-to-pointer form above; call ``store`` for the
+value form.
+"""
+
+import triton
+import triton.language as tl
+
+# The host checks that every heap base is a multiple of this many bytes.
+_CHUNK_BYTES: tl.constexpr = 16
+
+
+@triton.jit
+def translate(ptr, from_rank, to_rank, heap_bases):
+    """Translate ``ptr`` from ``from_rank``'s address space into ``to_rank``'s.
+
+    Args:
+        ptr: pointer or block of pointers into the symmetric heap, valid on ``from_rank``.
+        from_rank: rank whose address space ``ptr`` is in.
+        to_rank: rank whose address space the result is in.
+        heap_bases: pointer to the int64 heap bases of all ranks.
+
+    Returns:
+        The same object's address on ``to_rank``, with ``ptr``'s type.
+
+    Example:
+        >>> remote = iris.translate(buf + offs, rank, peer, heap_bases)
+    """
+    from_base = tl.load(heap_bases + from_rank)
+    to_base = tl.load(heap_bases + to_rank)
+    # Moving the typed pointer by a whole number of 16-byte chunks (instead of
+    # casting through integers) keeps the compiler's knowledge of contiguity and
+    # alignment, so remote accesses stay vectorized.
+    elem_bytes: tl.constexpr = (ptr.dtype.element_ty.primitive_bitwidth + 7) // 8
+    chunks = (to_base - from_base) // _CHUNK_BYTES
+    return ptr + chunks * (_CHUNK_BYTES // elem_bytes)
+
+
+@triton.jit
+def _load(ptr, mask, other, cache_modifier, volatile):
+    if cache_modifier is None:
+        result = tl.load(ptr, mask=mask, other=other, volatile=volatile)
+    else:
+        result = tl.load(ptr, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
+    return result
+
+
+@triton.jit
+def _store(ptr, value, mask, cache_modifier):
+    if cache_modifier is None:
+        tl.store(ptr, value, mask=mask)
+    else:
+        tl.store(ptr, value, mask=mask, cache_modifier=cache_modifier)
+
+
+@triton.jit
+def load(pointer, to_rank, from_rank, heap_bases, mask=None, other=None, cache_modifier=None, volatile=False):
+    """Read ``from_rank``'s memory at ``pointer`` into the current rank (``to_rank``).
+
+    Args:
+        pointer: block of pointers, local to the current rank ``to_rank``.
+        to_rank: the current rank.
+        from_rank: the rank whose memory is read.
+        heap_bases: ``ctx.get_heap_bases()``.
+        mask: lanes where ``mask`` is false are not read.
+        other: value of masked-out lanes.
+        cache_modifier: passed to ``tl.load``.
+        volatile: passed to ``tl.load``.
+
+    Returns:
+        The loaded block.
+
+    Example:
+        >>> data = iris.load(buf + offs, cur_rank, peer, heap_bases, mask=offs < n)
+    """
+    return _load(translate(pointer, to_rank, from_rank, heap_bases), mask, other, cache_modifier, volatile)
+
+
+@triton.jit
+def store(pointer, value, from_rank, to_rank, heap_bases, mask=None, cache_modifier=None):
+    """Write ``value`` into ``to_rank``'s memory at ``pointer`` (local to ``from_rank``, the current rank).
+
+    Example:
+        >>> iris.store(buf + offs, 1, cur_rank, peer, heap_bases, mask=offs < n)
+    """
+    _store(translate(pointer, from_rank, to_rank, heap_bases), value, mask, cache_modifier)
+
+
+@triton.jit
+def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
+    """Copy ``from_rank``'s ``from_ptr`` into the current rank's (``to_rank``) ``to_ptr``.
+
+    Both pointers are in the current rank's address space.
+
+    Example:
+        >>> iris.get(src + offs, dst + offs, peer, cur_rank, heap_bases, mask=offs < n)
+    """
+    data = tl.load(translate(from_ptr, to_rank, from_rank, heap_bases), mask=mask)
+    tl.store(to_ptr, data, mask=mask)
+
+
+@triton.jit
+def put(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
+    """Copy the current rank's (``from_rank``) ``from_ptr`` into ``to_rank``'s ``to_ptr``.
+
+    Both pointers are in the current rank's address space.
+
+    Example:
+        >>> iris.put(src + offs, dst + offs, cur_rank, peer, heap_bases, mask=offs < n)
+    """
+    data = tl.load(from_ptr, mask=mask)
+    tl.store(translate(to_ptr, from_rank, to_rank, heap_bases), data, mask=mask)
+
+
+@triton.jit
+def copy(src_ptr, dst_ptr, from_rank, to_rank, cur_rank, heap_bases, mask=None):
+    """Copy ``from_rank``'s ``src_ptr`` to ``to_rank``'s ``dst_ptr``; both pointers local to ``cur_rank``.
+
+    Any of the three ranks may be equal; a rank may move data between two peers.
+
+    Example:
+        >>> iris.copy(src + offs, dst + offs, peer_a, peer_b, cur_rank, heap_bases, mask=offs < n)
+    """
+    data = tl.load(translate(src_ptr, cur_rank, from_rank, heap_bases), mask=mask)
+    tl.store(translate(dst_ptr, cur_rank, to_rank, heap_bases), data, mask=mask)

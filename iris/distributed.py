@@ -1,0 +1,136 @@
+"""Bootstrap: who am I, how many are we, and how do we exchange small objects.
+
+Iris needs very little from the host side of distribution: an all-gather of
+small picklable objects (heap addresses, IPC handles), a broadcast, and a
+barrier. ``init_distributed`` finds the right source, in this order:
+
+1. a torch.distributed default group the user already initialized
+   (torchrun, ``mp.spawn`` + ``init_process_group``);
+2. torchrun-style environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT),
+   also what ``iris run`` sets: Iris initializes torch.distributed itself;
+3. an MPI launch (mpirun / srun with PMI), through mpi4py;
+4. otherwise a world of one.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch.distributed as dist
+
+_TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+_MPI_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE")
+
+
+class Communicator:
+    """Host-side exchange between ranks (small objects only)."""
+
+    rank: int = 0
+    world_size: int = 1
+
+    def all_gather_object(self, obj: Any) -> list:
+        raise NotImplementedError
+
+    def broadcast_object(self, obj: Any, src: int = 0) -> Any:
+        raise NotImplementedError
+
+    def barrier(self, group=None) -> None:
+        raise NotImplementedError
+
+
+class SoloCommunicator(Communicator):
+    """A world of one: every collective is the identity."""
+
+    def all_gather_object(self, obj):
+        return [obj]
+
+    def broadcast_object(self, obj, src=0):
+        _check_src(src, 1)
+        return obj
+
+    def barrier(self, group=None):
+        return None
+
+
+class TorchCommunicator(Communicator):
+    """Exchange through the torch.distributed default group."""
+
+    def __init__(self):
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+
+    def all_gather_object(self, obj):
+        out = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def broadcast_object(self, obj, src=0):
+        _check_src(src, self.world_size)
+        box = [obj]
+        dist.broadcast_object_list(box, src=src)
+        return box[0]
+
+    def barrier(self, group=None):
+        dist.barrier(group=group)
+
+
+class MpiCommunicator(Communicator):
+    """Exchange through MPI_COMM_WORLD (mpi4py)."""
+
+    def __init__(self):
+        try:
+            from mpi4py import MPI
+        except ImportError as exc:  # pragma: no cover - depends on the machine
+            raise RuntimeError(
+                "this process was started by an MPI launcher but mpi4py is not installed; "
+                "run `pip install iris[mpi]` (it needs an MPI library such as Open MPI or MPICH)"
+            ) from exc
+        self._comm = MPI.COMM_WORLD
+        self.rank = self._comm.Get_rank()
+        self.world_size = self._comm.Get_size()
+
+    def all_gather_object(self, obj):
+        return self._comm.allgather(obj)
+
+    def broadcast_object(self, obj, src=0):
+        _check_src(src, self.world_size)
+        return self._comm.bcast(obj, root=src)
+
+    def barrier(self, group=None):
+        if group is not None:
+            raise ValueError("barrier(group=...) needs torch.distributed; this job was bootstrapped through MPI")
+        self._comm.Barrier()
+
+
+def _check_src(src, world_size):
+    if not isinstance(src, int) or not 0 <= src < world_size:
+        raise ValueError(f"src={src!r} is not a rank of this world of {world_size}")
+
+
+def launched_by_mpi() -> bool:
+    return any(v in os.environ for v in _MPI_SIZE_VARS)
+
+
+def init_distributed(backend_name: str, device_for_rank) -> Communicator:
+    """Find or create the job's communicator (see the module docstring).
+
+    Args:
+        backend_name: the Iris backend ("cuda", "hip" or "cpu"); decides the
+            torch.distributed backend when Iris initializes it itself.
+        device_for_rank: callable(rank) -> torch.device, used so that NCCL binds
+            each rank to its own GPU.
+    """
+    if dist.is_available() and dist.is_initialized():
+        return TorchCommunicator()
+    if all(v in os.environ for v in _TORCHRUN_VARS):
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        if backend_name == "cpu":
+            dist.init_process_group(backend="gloo", rank=rank, world_size=world)
+        else:
+            device = device_for_rank(rank)
+            dist.init_process_group(backend="cpu:gloo,cuda:nccl", rank=rank, world_size=world, device_id=device)
+        return TorchCommunicator()
+    if launched_by_mpi():
+        return MpiCommunicator()
+    return SoloCommunicator()

@@ -1,0 +1,61 @@
+"""Rank-aware logging: every line reads ``[Iris] [rank/world] message``.
+
+The level comes from IRIS_LOG_LEVEL (DEBUG, INFO, WARNING, ERROR; default
+WARNING) and can be changed with :func:`set_logger_level`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+DEBUG, INFO, WARNING, ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
+
+logger = logging.getLogger("iris")
+
+
+class _RankFormatter(logging.Formatter):
+    def format(self, record):
+        rank = getattr(record, "iris_rank", "?")
+        world = getattr(record, "iris_num_ranks", "?")
+        return f"[Iris] [{rank}/{world}] {record.getMessage()}"
+
+
+def _level_from_env() -> int:
+    name = os.environ.get("IRIS_LOG_LEVEL", "WARNING").strip().upper()
+    level = logging.getLevelName(name)
+    if not isinstance(level, int):
+        raise ValueError(f"IRIS_LOG_LEVEL={name!r} is not a level; use DEBUG, INFO, WARNING or ERROR")
+    return level
+
+
+if not logger.handlers:
+    _handler = logging.StreamHandler()
+    _handler.setFormatter(_RankFormatter())
+    logger.addHandler(_handler)
+    logger.propagate = False
+logger.setLevel(_level_from_env())
+
+
+def set_logger_level(level) -> None:
+    """Set the level of Iris's logger.
+
+    Args:
+        level: ``iris.DEBUG``, ``iris.INFO``, ``iris.WARNING``, ``iris.ERROR`` or a level name.
+
+    Example:
+        >>> import iris
+        >>> iris.set_logger_level(iris.DEBUG)
+    """
+    if isinstance(level, str):
+        resolved = logging.getLevelName(level.upper())
+        if not isinstance(resolved, int):
+            raise ValueError(f"unknown log level {level!r}; use DEBUG, INFO, WARNING or ERROR")
+        level = resolved
+    logger.setLevel(level)
+
+
+def log(level: int, message: str, rank, num_ranks) -> None:
+    """Emit ``message`` at ``level`` tagged with the rank and world size."""
+    if logger.isEnabledFor(level):
+        logger.log(level, message, extra={"iris_rank": rank, "iris_num_ranks": num_ranks})

@@ -1,0 +1,93 @@
+"""The symmetric heap: one region per rank, carved by a bump allocator.
+
+Every rank performs the same allocations in the same order, so an object's
+offset from its heap base is the same on every rank: that is what makes
+``remote = heap_bases[to] + (ptr - heap_bases[from])`` correct.
+"""
+
+from __future__ import annotations
+
+import torch
+
+MIN_ALIGNMENT = 256
+
+
+def _element_count(shape) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+class SymmetricHeap:
+    """This rank's share of the symmetric heap.
+
+    Args:
+        backend: the Backend that provides the memory.
+        nbytes: bytes of heap per rank.
+        device: the heap's device.
+        comm: the job's Communicator (creation is collective).
+    """
+
+    def __init__(self, backend, nbytes: int, device: torch.device, comm):
+        self.size = nbytes
+        self.device = device
+        self._comm = comm
+        self._memory = backend.create_heap(nbytes, device, comm)
+        self._offset = 0
+        misaligned = [hex(b) for b in self._memory.bases if b % MIN_ALIGNMENT]
+        if misaligned:
+            raise RuntimeError(f"heap bases {misaligned} are not {MIN_ALIGNMENT}-byte aligned")
+
+    @property
+    def bases(self) -> list[int]:
+        return self._memory.bases
+
+    @property
+    def base(self) -> int:
+        return self._memory.bases[self._comm.rank]
+
+    @property
+    def free_bytes(self) -> int:
+        return self.size - self._offset
+
+    def allocate(self, shape: tuple[int, ...], dtype: torch.dtype, alignment: int = MIN_ALIGNMENT) -> torch.Tensor:
+        """A new uninitialized tensor of ``shape`` and ``dtype`` on the heap.
+
+        Raises:
+            MemoryError: the heap has not enough free bytes left.
+        """
+        if self._memory is None:
+            raise RuntimeError("this Iris context is closed; create a new one with iris.iris()")
+        element_size = torch.empty((), dtype=dtype).element_size()
+        nbytes = _element_count(shape) * element_size
+        start = -(-self._offset // alignment) * alignment
+        if start + nbytes > self.size:
+            raise MemoryError(
+                f"symmetric heap exhausted: requested {nbytes} bytes (shape {tuple(shape)}, {dtype}), "
+                f"{max(self.size - start, 0)} bytes free of {self.size}; pass a larger heap_size to iris.iris()"
+            )
+        self._offset = start + max(nbytes, 1)
+        region = self._memory.local[start : start + nbytes]
+        return region.view(dtype).view(shape)
+
+    def contains(self, tensor: torch.Tensor) -> bool:
+        """True when every byte ``tensor`` can address lies inside this rank's heap."""
+        if self._memory is None or tensor.device != self._memory.local.device:
+            return False
+        start = tensor.data_ptr()
+        if tensor.numel() == 0:
+            return self.base <= start <= self.base + self.size
+        extent = sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride())) + 1
+        return self.base <= start and start + extent * tensor.element_size() <= self.base + self.size
+
+    def close(self, collective: bool) -> None:
+        """Unmap the peers' heaps; with ``collective``, first wait for every rank (and again after)."""
+        if self._memory is None:
+            return
+        if collective:
+            self._comm.barrier()
+        self._memory.release_peers()
+        if collective:
+            self._comm.barrier()
+        self._memory = None

@@ -1,0 +1,36 @@
+"""Backends (one module each) and the choice between them.
+
+The choice is made once, when ``iris`` is imported, because the CPU backend
+must switch Triton to its interpreter before any kernel is defined.
+"""
+
+from iris.runtime.base import Backend, HeapMemory
+from iris.runtime.select import BACKENDS, BackendError, backend_name, create_backend, prepare_interpreter
+
+try:
+    SELECTED = backend_name()
+    _SELECTION_ERROR = None
+except (ValueError, BackendError) as exc:  # reported when a context is created, not at import
+    SELECTED, _SELECTION_ERROR = None, exc
+if SELECTED:
+    prepare_interpreter(SELECTED)
+
+_instance = None
+
+
+def get_backend() -> Backend:
+    """The process's backend, created on first use.
+
+    Raises:
+        ValueError: IRIS_BACKEND names no known backend.
+        BackendError: the requested backend cannot run here.
+    """
+    global _instance
+    if _SELECTION_ERROR is not None:
+        raise _SELECTION_ERROR
+    if _instance is None:
+        _instance = create_backend(SELECTED)
+    return _instance
+
+
+__all__ = ["BACKENDS", "Backend", "BackendError", "HeapMemory", "SELECTED", "get_backend"]

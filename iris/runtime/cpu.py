@@ -1,0 +1,96 @@
+"""CPU backend: each rank's heap is a POSIX shared-memory segment.
+
+Every rank maps every peer's segment into its own address space, so the heap
+bases are plain addresses in this process and Triton's interpreter (which
+dereferences raw addresses) reads and writes other ranks' heaps directly. The
+interpreter's atomics are CPU atomic instructions on that shared memory, so
+32- and 64-bit atomics are atomic across processes (see iris.capabilities for
+what is not).
+
+Segments are named ``/iris_<job>_<context>_<rank>``, created with mode 0600
+and unlinked as soon as every rank has mapped them, so a crash afterwards
+leaks nothing; ``iris run`` removes the ones a crash left before that point.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import uuid
+
+import _posixshmem
+import torch
+
+from iris.runtime.base import Backend, HeapMemory
+
+SEGMENT_PREFIX = "iris_"
+
+
+def job_id() -> str:
+    """Identifier shared by all ranks of one launch (``iris run`` sets IRIS_JOB_ID)."""
+    return os.environ.get("IRIS_JOB_ID", "")
+
+
+def segment_name(job: str, context: str, rank: int) -> str:
+    return f"/{SEGMENT_PREFIX}{job}_{context}_{rank}"
+
+
+def _map_segment(name: str, nbytes: int, create: bool) -> mmap.mmap:
+    flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+    fd = _posixshmem.shm_open(name, flags, mode=0o600)
+    try:
+        if create:
+            os.ftruncate(fd, nbytes)
+        return mmap.mmap(fd, nbytes)
+    finally:
+        os.close(fd)
+
+
+def _address(mapping: mmap.mmap) -> int:
+    # A ctypes view pins the mapping only while the view lives; take the address and drop it.
+    view = ctypes.c_char.from_buffer(mapping)
+    address = ctypes.addressof(view)
+    del view
+    return address
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+    interpreted = True
+
+    def device_count(self) -> int:
+        return 1
+
+    def device_for(self, rank: int) -> torch.device:
+        return torch.device("cpu")
+
+    def compute_unit_count(self, device) -> int:
+        return os.cpu_count() or 1
+
+    def create_heap(self, nbytes: int, device, comm) -> HeapMemory:
+        # Rank 0 names the context so that all ranks agree without a shared counter.
+        context = comm.broadcast_object(uuid.uuid4().hex[:8] if comm.rank == 0 else None, src=0)
+        job = comm.broadcast_object(job_id() or uuid.uuid4().hex[:8], src=0)
+        own_name = segment_name(job, context, comm.rank)
+        own = _map_segment(own_name, nbytes, create=True)
+        try:
+            comm.barrier()
+            peers = {
+                r: _map_segment(segment_name(job, context, r), nbytes, create=False)
+                for r in range(comm.world_size)
+                if r != comm.rank
+            }
+            comm.barrier()
+        finally:
+            # Every rank has mapped every segment (or failed): the names are no longer needed.
+            _posixshmem.shm_unlink(own_name)
+        bases = [_address(own) if r == comm.rank else _address(peers[r]) for r in range(comm.world_size)]
+        local = torch.frombuffer(own, dtype=torch.uint8)
+
+        def release_peers():
+            for mapping in peers.values():
+                mapping.close()
+            peers.clear()
+
+        return HeapMemory(local=local, bases=bases, release_peers=release_peers)

@@ -1,0 +1,204 @@
+"""Symmetric heaps on GPUs through the vendor runtime's IPC calls (ctypes).
+
+CUDA and HIP expose the same five calls under different prefixes
+(``cudaMalloc`` / ``hipMalloc``, ``cudaIpcGetMemHandle`` / ``hipIpcGetMemHandle``,
+...), so one implementation serves both; cuda.py and hip.py only say where the
+library is and what the symbols are called. No new dependency: the runtime is
+the one torch has already loaded.
+
+Rules this module keeps (learned the hard way):
+- a process cannot open its own IPC handle: its own base is its own pointer;
+- importers close their handles before the exporter frees: ``Iris.close()``
+  runs barrier -> release_peers -> barrier, and the allocation itself is
+  freed only when the last tensor viewing it is gone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+
+import torch
+
+from iris.runtime.base import Backend, HeapMemory
+
+IPC_HANDLE_BYTES = 64  # CUDA_IPC_HANDLE_SIZE; hipIpcMemHandle_t has the same 64 reserved bytes
+IPC_LAZY_ENABLE_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess == hipIpcMemLazyEnablePeerAccess
+
+
+class IpcMemHandle(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_char * IPC_HANDLE_BYTES)]
+
+
+class RuntimeApiError(RuntimeError):
+    """A call into the CUDA/HIP runtime failed."""
+
+
+def find_loaded_library(fragment: str) -> str | None:
+    """Path of a shared library already mapped into this process whose name contains ``fragment``."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.rsplit(" ", 1)[-1].strip()
+                if fragment in os.path.basename(path):
+                    return path
+    except OSError:
+        return None
+    return None
+
+
+class GpuRuntime:
+    """ctypes binding of the runtime calls Iris needs, for one vendor."""
+
+    def __init__(self, prefix: str, library_fragment: str, fallback_names: tuple[str, ...]):
+        self.prefix = prefix
+        path = find_loaded_library(library_fragment)
+        candidates = ([path] if path else []) + list(fallback_names)
+        found = ctypes.util.find_library(library_fragment.replace("lib", "", 1).split(".")[0])
+        if found:
+            candidates.append(found)
+        errors = []
+        for name in candidates:
+            try:
+                self.lib = ctypes.CDLL(name)
+                break
+            except OSError as exc:
+                errors.append(f"{name}: {exc}")
+        else:
+            raise RuntimeApiError(f"cannot load the {prefix} runtime library; tried: {'; '.join(errors)}")
+        self.library_path = candidates[len(errors)]
+        self._bind()
+
+    def _fn(self, name, argtypes):
+        fn = getattr(self.lib, self.prefix + name)
+        fn.argtypes = argtypes
+        fn.restype = ctypes.c_int
+        return fn
+
+    def _bind(self):
+        vp = ctypes.c_void_p
+        self._malloc = self._fn("Malloc", [ctypes.POINTER(vp), ctypes.c_size_t])
+        self._free = self._fn("Free", [vp])
+        self._get_handle = self._fn("IpcGetMemHandle", [ctypes.POINTER(IpcMemHandle), vp])
+        self._open_handle = self._fn("IpcOpenMemHandle", [ctypes.POINTER(vp), IpcMemHandle, ctypes.c_uint])
+        self._close_handle = self._fn("IpcCloseMemHandle", [vp])
+        self._error_string = getattr(self.lib, self.prefix + "GetErrorString")
+        self._error_string.argtypes = [ctypes.c_int]
+        self._error_string.restype = ctypes.c_char_p
+
+    def check(self, status: int, call: str) -> None:
+        if status != 0:
+            message = self._error_string(status).decode(errors="replace")
+            raise RuntimeApiError(f"{self.prefix}{call} failed with error {status}: {message}")
+
+    def malloc(self, nbytes: int) -> int:
+        ptr = ctypes.c_void_p()
+        self.check(self._malloc(ctypes.byref(ptr), nbytes), "Malloc")
+        return ptr.value
+
+    def free(self, ptr: int) -> None:
+        self.check(self._free(ctypes.c_void_p(ptr)), "Free")
+
+    def ipc_handle(self, ptr: int) -> bytes:
+        handle = IpcMemHandle()
+        self.check(self._get_handle(ctypes.byref(handle), ctypes.c_void_p(ptr)), "IpcGetMemHandle")
+        return bytes(handle.reserved)
+
+    def open_ipc_handle(self, handle: bytes) -> int:
+        if len(handle) != IPC_HANDLE_BYTES:
+            raise ValueError(f"an IPC handle has {IPC_HANDLE_BYTES} bytes, got {len(handle)}")
+        ptr = ctypes.c_void_p()
+        status = self._open_handle(ctypes.byref(ptr), IpcMemHandle(handle), IPC_LAZY_ENABLE_PEER_ACCESS)
+        self.check(status, "IpcOpenMemHandle")
+        return ptr.value
+
+    def close_ipc_handle(self, ptr: int) -> None:
+        self.check(self._close_handle(ctypes.c_void_p(ptr)), "IpcCloseMemHandle")
+
+
+class _DeviceAllocation:
+    """Owns one runtime allocation; exposes it to torch through __cuda_array_interface__.
+
+    torch keeps this object alive for as long as any tensor views the memory,
+    so the memory is freed exactly when the last view is gone.
+    """
+
+    def __init__(self, runtime: GpuRuntime, nbytes: int):
+        self.runtime = runtime
+        self.ptr = runtime.malloc(nbytes)
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (self.ptr, False),
+            "version": 3,
+            "strides": None,
+            "stream": None,
+        }
+
+    def __del__(self):
+        try:
+            self.runtime.free(self.ptr)
+        except Exception:  # interpreter shutdown: the driver reclaims the memory
+            pass
+
+
+class IpcBackend(Backend):
+    """A GPU backend whose heaps are shared through runtime IPC handles."""
+
+    runtime_prefix = ""
+    library_fragment = ""
+    fallback_libraries: tuple[str, ...] = ()
+
+    def __init__(self):
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"the {self.name} backend needs a GPU, and torch sees none; use IRIS_BACKEND=cpu")
+        torch.cuda.init()  # loads the runtime library so that we bind the very same one
+        self._runtime = None
+
+    @property
+    def runtime(self) -> GpuRuntime:
+        if self._runtime is None:
+            self._runtime = GpuRuntime(self.runtime_prefix, self.library_fragment, self.fallback_libraries)
+        return self._runtime
+
+    def device_count(self) -> int:
+        return torch.cuda.device_count()
+
+    def device_for(self, rank: int) -> torch.device:
+        return torch.device("cuda", rank % self.device_count())
+
+    def activate(self, device) -> None:
+        torch.cuda.set_device(device)
+
+    def synchronize(self, device, stream=None) -> None:
+        if stream is None:
+            torch.cuda.synchronize(device)
+        else:
+            stream.synchronize()
+
+    def compute_unit_count(self, device) -> int:
+        return torch.cuda.get_device_properties(device).multi_processor_count
+
+    def create_heap(self, nbytes: int, device, comm) -> HeapMemory:
+        self.activate(device)
+        allocation = _DeviceAllocation(self.runtime, nbytes)
+        local = torch.as_tensor(allocation, device=device)
+        handles = comm.all_gather_object(self.runtime.ipc_handle(allocation.ptr))
+        opened: dict[int, int] = {}
+        try:
+            for rank, handle in enumerate(handles):
+                if rank != comm.rank:
+                    opened[rank] = self.runtime.open_ipc_handle(handle)
+        except Exception:
+            for ptr in opened.values():
+                self.runtime.close_ipc_handle(ptr)
+            raise
+        bases = [allocation.ptr if r == comm.rank else opened[r] for r in range(comm.world_size)]
+
+        def release_peers():
+            for ptr in opened.values():
+                self.runtime.close_ipc_handle(ptr)
+            opened.clear()
+
+        return HeapMemory(local=local, bases=bases, release_peers=release_peers)

@@ -1,0 +1,64 @@
+"""Choose the backend once, at import, before any Triton kernel is defined."""
+
+from __future__ import annotations
+
+import os
+
+BACKENDS = ("cuda", "hip", "cpu")
+
+
+class BackendError(RuntimeError):
+    """The requested backend cannot run on this machine."""
+
+
+def _torch_gpu_kind() -> str | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return "hip" if getattr(torch.version, "hip", None) else "cuda"
+
+
+def backend_name() -> str:
+    """The backend this process uses: IRIS_BACKEND if set, else what torch sees.
+
+    Raises:
+        ValueError: IRIS_BACKEND names no known backend.
+        BackendError: IRIS_BACKEND asks for a GPU backend this machine cannot run.
+    """
+    requested = os.environ.get("IRIS_BACKEND", "").strip().lower()
+    if requested and requested not in BACKENDS:
+        raise ValueError(f"IRIS_BACKEND={requested!r} is not a backend; use one of {', '.join(BACKENDS)}")
+    gpu = _torch_gpu_kind()
+    if not requested:
+        return gpu or "cpu"
+    if requested != "cpu" and requested != gpu:
+        found = f"torch sees a {gpu} GPU" if gpu else "torch sees no GPU"
+        raise BackendError(
+            f"IRIS_BACKEND={requested} but {found}; unset IRIS_BACKEND or set IRIS_BACKEND=cpu to run on the CPU"
+        )
+    return requested
+
+
+def prepare_interpreter(name: str) -> None:
+    """Kernels on the CPU backend run under Triton's interpreter, which must be on
+    before any ``@triton.jit`` function is defined."""
+    if name == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+def create_backend(name: str):
+    """Instantiate the backend called ``name`` (imports only that backend's module)."""
+    if name == "cuda":
+        from iris.runtime.cuda import CudaBackend
+
+        return CudaBackend()
+    if name == "hip":
+        from iris.runtime.hip import HipBackend
+
+        return HipBackend()
+    if name == "cpu":
+        from iris.runtime.cpu import CpuBackend
+
+        return CpuBackend()
+    raise ValueError(f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}")
