@@ -15,6 +15,9 @@ Example:
     ...     ctx.store(buf + offs, offs, to_rank=(rank + 1) % world_size)
 """
 
+import functools
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -22,22 +25,22 @@ from triton.language.core import _aggregate as aggregate
 
 from iris.device import atomics, rma
 
-RANK_SLOT: tl.constexpr = 0
-WORLD_SLOT: tl.constexpr = 1
-HEAP_BASES_SLOT: tl.constexpr = 2
+RANK_SLOT = tl.constexpr(0)
+WORLD_SLOT = tl.constexpr(1)
+HEAP_BASES_SLOT = tl.constexpr(2)
 
 
 def build_context_tensor(rank: int, world_size: int, heap_bases: list[int], device) -> torch.Tensor:
     """The host side of the layout above."""
-    values = [0] * (HEAP_BASES_SLOT + world_size)
-    values[RANK_SLOT] = rank
-    values[WORLD_SLOT] = world_size
-    values[HEAP_BASES_SLOT : HEAP_BASES_SLOT + world_size] = heap_bases
+    bases_at = HEAP_BASES_SLOT.value
+    values = [0] * (bases_at + world_size)
+    values[RANK_SLOT.value] = rank
+    values[WORLD_SLOT.value] = world_size
+    values[bases_at : bases_at + world_size] = heap_bases
     return torch.tensor(values, dtype=torch.int64, device=device)
 
 
-@aggregate
-class DeviceContext:
+class _DeviceContext:
     """The device API bound to the current rank. Each method is the functional
     function of the same name in :mod:`iris.device.rma` / :mod:`iris.device.atomics`
     with the current rank filled in; see those for the arguments.
@@ -51,6 +54,9 @@ class DeviceContext:
         self.rank = tl.constexpr(rank)
         self.world_size = tl.constexpr(world_size)
         self.heap_bases = heap_bases
+
+    # Runs at compile time (like Triton's own aggregate constructors), not as device code.
+    __init__.__triton_builtin__ = True
 
     @triton.jit
     def initialize(context_tensor, rank: tl.constexpr, world_size: tl.constexpr):
@@ -116,3 +122,25 @@ class DeviceContext:
     @triton.jit
     def atomic_max(self, pointer, val, to_rank, mask=None, sem=None, scope=None):
         return atomics.atomic_max(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+
+DeviceContext = aggregate(_DeviceContext)
+
+
+class _InterpretedMethod:
+    """Triton's interpreter runs jit functions as plain callables that do not bind
+    ``self``; this descriptor binds it, so ``ctx.load(...)`` works there too."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __get__(self, instance, owner=None):
+        return self.fn if instance is None else functools.partial(self.fn, instance)
+
+
+for _name, _member in vars(_DeviceContext).items():
+    if not _name.startswith("__") and callable(_member):
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            setattr(DeviceContext, _name, _InterpretedMethod(_member))
+        elif not hasattr(DeviceContext, _name):
+            setattr(DeviceContext, _name, _member)

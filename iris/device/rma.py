@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 # The host checks that every heap base is a multiple of this many bytes.
-_CHUNK_BYTES: tl.constexpr = 16
+_CHUNK_BYTES = tl.constexpr(16)
 
 
 @triton.jit

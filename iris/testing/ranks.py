@@ -1,0 +1,159 @@
+"""A persistent group of N rank processes that run the same function on request.
+
+Starting ranks (a Python process each, importing torch) costs seconds, so a
+test session starts one pool per world size and sends it work many times:
+
+    >>> pool = RankPool(2)
+    >>> pool.run(my_check, 42)        # my_check(42) runs on every rank
+    [result_of_rank_0, result_of_rank_1]
+
+The function is sent by reference (module and name), so it must be a
+module-level function of an importable module; arguments and results are
+pickled. A rank that raises, crashes or hangs past the timeout makes ``run``
+raise :class:`RankFailure` naming the rank with its traceback or exit code;
+the pool is then restarted on the next call, so one bad test does not take
+down the session.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+import traceback
+import uuid
+from multiprocessing.connection import wait
+
+DEFAULT_TIMEOUT = float(os.environ.get("IRIS_TEST_TIMEOUT", "300"))
+
+
+class RankFailure(AssertionError):
+    """One or more ranks failed; ``failures`` maps rank -> description."""
+
+    def __init__(self, failures: dict[int, str], what: str):
+        self.failures = failures
+        body = "\n".join(f"--- rank {r} ---\n{text}" for r, text in sorted(failures.items()))
+        super().__init__(f"{what} failed on rank(s) {sorted(failures)}:\n{body}")
+
+
+def _worker(rank: int, world: int, port: int, job: str, conn) -> None:
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), IRIS_JOB_ID=job)
+    import iris  # noqa: F401  (backend choice and interpreter switch before any test kernel is imported)
+
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        fn, args, kwargs = message
+        try:
+            conn.send(("ok", fn(*args, **kwargs)))
+        except BaseException:  # report everything, including assertion errors and SystemExit
+            conn.send(("error", traceback.format_exc()))
+
+
+class RankPool:
+    """``world_size`` rank processes, started on first use and kept for reuse.
+
+    Args:
+        world_size: number of ranks.
+        timeout: seconds a call may take before the ranks still running are
+            declared hung (default IRIS_TEST_TIMEOUT or 300).
+    """
+
+    def __init__(self, world_size: int, timeout: float = DEFAULT_TIMEOUT):
+        if world_size < 1:
+            raise ValueError(f"world_size={world_size}: need at least one rank")
+        self.world_size = world_size
+        self.timeout = timeout
+        self._procs: list = []
+        self._conns: list = []
+        self.job = ""
+
+    def _start(self) -> None:
+        from iris.launch import free_port
+
+        ctx = mp.get_context("spawn")
+        port, self.job = free_port(), uuid.uuid4().hex[:8]
+        for rank in range(self.world_size):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_worker, args=(rank, self.world_size, port, self.job, child), daemon=True,
+                               name=f"iris-rank-{rank}")
+            proc.start()
+            child.close()
+            self._procs.append(proc)
+            self._conns.append(parent)
+
+    def close(self) -> None:
+        """Stop every rank (politely, then by force) and remove the job's shared memory."""
+        from iris.launch import remove_job_segments
+
+        for conn in self._conns:
+            try:
+                conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+        deadline = time.monotonic() + 5
+        for proc in self._procs:
+            proc.join(timeout=max(deadline - time.monotonic(), 0.01))
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        for conn in self._conns:
+            conn.close()
+        if self.job:
+            remove_job_segments(self.job)
+        self._procs, self._conns = [], []
+
+    def run(self, fn, *args, timeout: float | None = None, **kwargs) -> list:
+        """Run ``fn(*args, **kwargs)`` on every rank; return the results by rank.
+
+        Raises:
+            RankFailure: a rank raised, died, or did not answer within the timeout.
+        """
+        if not self._procs:
+            self._start()
+        what = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
+        for conn in self._conns:
+            conn.send((fn, args, kwargs))
+        limit = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        results: dict[int, object] = {}
+        failures: dict[int, str] = {}
+        pending = dict(enumerate(self._conns))
+        while pending:
+            ready = wait(list(pending.values()), timeout=max(deadline - time.monotonic(), 0))
+            if not ready:
+                for rank in pending:
+                    failures[rank] = f"no answer after {limit:g} s (hung, or waiting on a failed rank)"
+                break
+            for rank, conn in list(pending.items()):
+                if conn not in ready:
+                    continue
+                del pending[rank]
+                try:
+                    status, payload = conn.recv()
+                except (EOFError, OSError):
+                    self._procs[rank].join(timeout=5)
+                    failures[rank] = f"rank process died (exit code {self._procs[rank].exitcode})"
+                    continue
+                if status == "ok":
+                    results[rank] = payload
+                else:
+                    failures[rank] = payload
+            if failures and pending:
+                # A failed rank usually leaves its peers waiting forever: give them a moment, then stop.
+                deadline = min(deadline, time.monotonic() + 10)
+        if failures:
+            self.close()
+            raise RankFailure(failures, what)
+        return [results[r] for r in range(self.world_size)]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
