@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 DEBUG, INFO, WARNING, ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
 
@@ -29,8 +30,20 @@ def _level_from_env() -> int:
     return level
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is at the time of the call (so redirection works)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):
+        pass
+
+
 if not logger.handlers:
-    _handler = logging.StreamHandler()
+    _handler = _StderrHandler()
     _handler.setFormatter(_RankFormatter())
     logger.addHandler(_handler)
     logger.propagate = False

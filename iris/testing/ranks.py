@@ -120,7 +120,8 @@ class RankPool:
         for conn in self._conns:
             conn.send((fn, args, kwargs))
         limit = self.timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit
+        started = time.monotonic()
+        deadline = started + limit
         results: dict[int, object] = {}
         failures: dict[int, str] = {}
         pending = dict(enumerate(self._conns))
@@ -128,7 +129,8 @@ class RankPool:
             ready = wait(list(pending.values()), timeout=max(deadline - time.monotonic(), 0))
             if not ready:
                 for rank in pending:
-                    failures[rank] = f"no answer after {limit:g} s (hung, or waiting on a failed rank)"
+                    waited = time.monotonic() - started
+                    failures[rank] = f"no answer after {waited:.0f} s (hung, or waiting on a failed rank)"
                 break
             for rank, conn in list(pending.items()):
                 if conn not in ready:

@@ -1,0 +1,77 @@
+"""`iris run`: rank environment, prefixed output, failure and timeout handling, shared-memory cleanup."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+
+def _launch(tmp_path, script, n=2, extra=()):
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(script))
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "iris", "run", "-n", str(n), *extra, str(path)],
+                          capture_output=True, text=True, timeout=180)
+    return proc, time.monotonic() - start
+
+
+def test_ranks_get_environment_and_prefixed_output(tmp_path):
+    proc, _ = _launch(tmp_path, """
+        import os
+        print("world", os.environ["WORLD_SIZE"], "rank", os.environ["RANK"], "job", os.environ["IRIS_JOB_ID"])
+    """, n=3)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for r in range(3):
+        assert f"[rank {r}] world 3 rank {r} job" in proc.stdout
+
+
+def test_first_failure_code_is_returned_and_others_stopped(tmp_path):
+    proc, elapsed = _launch(tmp_path, """
+        import os, sys, time
+        if os.environ["RANK"] == "1":
+            sys.exit(3)
+        time.sleep(600)
+    """)
+    assert proc.returncode == 3
+    assert "rank 1 exited with code 3" in proc.stdout
+    assert elapsed < 60
+
+
+def test_timeout_stops_every_rank(tmp_path):
+    proc, elapsed = _launch(tmp_path, "import time\ntime.sleep(600)\n", extra=("--timeout", "2"))
+    assert proc.returncode == 124 and "timeout after 2 s" in proc.stdout
+    assert elapsed < 60
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm to look for leftover segments")
+def test_segments_of_a_crashed_rank_are_removed(tmp_path):
+    proc, _ = _launch(tmp_path, """
+        import os
+        path = "/dev/shm/iris_" + os.environ["IRIS_JOB_ID"] + "_crash_" + os.environ["RANK"]
+        open(path, "w").write("x")
+        print("made", path)
+        os._exit(9)
+    """)
+    assert proc.returncode == 9
+    made = [line.split("made ")[1] for line in proc.stdout.splitlines() if "made " in line]
+    assert made and not any(os.path.exists(p) for p in made)
+
+
+def test_crash_inside_iris_leaves_no_segments(tmp_path):
+    proc, _ = _launch(tmp_path, """
+        import os, iris
+        ctx = iris.iris(1 << 16)
+        print("job", os.environ["IRIS_JOB_ID"])
+        os._exit(7)
+    """)
+    assert proc.returncode == 7
+    job = proc.stdout.split("job ")[1].split()[0]
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"iris_{job}")]
+
+
+def test_needs_at_least_one_rank():
+    proc = subprocess.run([sys.executable, "-m", "iris", "run", "-n", "0", "x.py"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "need at least one rank" in proc.stderr
