@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# GPU verification (not run by CI, which has no GPU): tests, examples and the rma benchmark.
+#   two GPUs:  bash .ci/gpu.sh
+#   one GPU, simulation at 4 ranks:  IRIS_SIMULATION=1 bash .ci/gpu.sh
+# Logs go to $OUT (the device tool's output folder) or ./gpu-logs.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+logs="${OUT:-gpu-logs}"
+mkdir -p "$logs"
+tag=$([ "${IRIS_SIMULATION:-0}" = 1 ] && echo sim || echo gpu)
+ranks=$([ "$tag" = sim ] && echo 4 || echo 2)
+status=0
+step() {  # step NAME COMMAND...: run, log, remember failure, print one summary line
+  local name=$1; shift
+  "$@" >"$logs/$tag-$name.log" 2>&1
+  local rc=$?
+  [ $rc -ne 0 ] && status=1
+  echo "[$tag] $name: exit $rc; $(grep -E 'passed|failed|error|received|consumed' "$logs/$tag-$name.log" | tail -1)"
+}
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | sed "s/^/[$tag] gpu: /"
+python -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
+step tests python -m pytest tests -q -p no:cacheprovider
+step hello python -m iris run -n "$ranks" --timeout 300 examples/00_hello/example.py --validate
+step message_passing python -m iris run -n "$ranks" --timeout 300 examples/01_message_passing/example.py --validate
+if [ "$tag" = gpu ]; then
+  step rma python -m iris run -n 2 --timeout 500 benchmarks/rma.py --validate --csv "$logs/rma.csv"
+  grep -E "^\[rank 0\] +[0-9]" "$logs/gpu-rma.log" | tail -40
+fi
+exit $status
