@@ -53,26 +53,40 @@ class SoloCommunicator(Communicator):
         return None
 
 
+_host_group = None
+
+
+def _gloo_group():
+    """Iris's own host traffic goes through a gloo group over all ranks, whatever the
+    default group's backend: NCCL refuses several ranks on one GPU (simulation) and
+    would put small host exchanges on the GPU's stream."""
+    global _host_group
+    if _host_group is None:
+        _host_group = dist.new_group(backend="gloo")
+    return _host_group
+
+
 class TorchCommunicator(Communicator):
-    """Exchange through the torch.distributed default group."""
+    """Exchange through torch.distributed (all ranks of the default group, over gloo)."""
 
     def __init__(self):
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
+        self._group = _gloo_group()
 
     def all_gather_object(self, obj):
         out = [None] * self.world_size
-        dist.all_gather_object(out, obj)
+        dist.all_gather_object(out, obj, group=self._group)
         return out
 
     def broadcast_object(self, obj, src=0):
         _check_src(src, self.world_size)
         box = [obj]
-        dist.broadcast_object_list(box, src=src)
+        dist.broadcast_object_list(box, src=src, group=self._group)
         return box[0]
 
     def barrier(self, group=None):
-        dist.barrier(group=group)
+        dist.barrier(group=self._group if group is None else group)
 
 
 class MpiCommunicator(Communicator):
@@ -125,10 +139,12 @@ def init_distributed(backend_name: str, device_for_rank) -> Communicator:
         return TorchCommunicator()
     if all(v in os.environ for v in _TORCHRUN_VARS):
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        if backend_name == "cpu":
+        device = device_for_rank(rank)
+        shares_devices = len({device_for_rank(r) for r in range(world)}) < world
+        if device.type == "cpu" or shares_devices:
+            # CPU, or several ranks per GPU (NCCL refuses that): gloo only.
             dist.init_process_group(backend="gloo", rank=rank, world_size=world)
         else:
-            device = device_for_rank(rank)
             dist.init_process_group(backend="cpu:gloo,cuda:nccl", rank=rank, world_size=world, device_id=device)
         return TorchCommunicator()
     if launched_by_mpi():

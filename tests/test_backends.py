@@ -54,3 +54,12 @@ def test_ipc_symbols_and_handle_size():
     import ctypes
 
     assert ctypes.sizeof(IpcMemHandle) == 64
+
+
+def test_ipc_handle_bytes_survive_zero_bytes():
+    """A handle full of zero bytes must travel whole (a c_char array would stop at the first zero)."""
+    import ctypes
+
+    raw = bytes([7, 0, 0, 3] + [0] * 59 + [5])
+    handle = IpcMemHandle.from_buffer_copy(raw)
+    assert bytes(handle) == raw and ctypes.sizeof(handle) == 64

@@ -103,13 +103,14 @@ class GpuRuntime:
     def ipc_handle(self, ptr: int) -> bytes:
         handle = IpcMemHandle()
         self.check(self._get_handle(ctypes.byref(handle), ctypes.c_void_p(ptr)), "IpcGetMemHandle")
-        return bytes(handle.reserved)
+        return bytes(handle)  # not handle.reserved: a c_char array stops at the first zero byte
 
     def open_ipc_handle(self, handle: bytes) -> int:
         if len(handle) != IPC_HANDLE_BYTES:
             raise ValueError(f"an IPC handle has {IPC_HANDLE_BYTES} bytes, got {len(handle)}")
         ptr = ctypes.c_void_p()
-        status = self._open_handle(ctypes.byref(ptr), IpcMemHandle(handle), IPC_LAZY_ENABLE_PEER_ACCESS)
+        status = self._open_handle(ctypes.byref(ptr), IpcMemHandle.from_buffer_copy(handle),
+                                   IPC_LAZY_ENABLE_PEER_ACCESS)
         self.check(status, "IpcOpenMemHandle")
         return ptr.value
 
