@@ -73,7 +73,8 @@ def rma_kernel(src, dst, n, cur_rank, peer, heap_bases, OP: tl.constexpr, BLOCK:
 def parse_size(text: str) -> int:
     match = re.fullmatch(r"(\d+)\s*([KMG]?)(?:i?B)?", text.strip(), re.IGNORECASE)
     if not match:
-        raise argparse.ArgumentTypeError(f"size {text!r}: use a number with K, M or G (KiB, MiB, GiB), e.g. 64K or 256M")
+        raise argparse.ArgumentTypeError(
+            f"size {text!r}: use a number with K, M or G (KiB, MiB, GiB), e.g. 64K or 256M")
     return int(match[1]) << {"K": 10, "M": 20, "G": 30, "": 20}[match[2].upper()]
 
 

@@ -37,11 +37,13 @@ def test_unknown_backend_name(monkeypatch):
 
 
 def test_interpreter_is_enabled_only_for_cpu(monkeypatch):
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    # setenv (not delenv) so that monkeypatch restores the variable afterwards: a TRITON_INTERPRET=1
+    # leaking from here would put every later rank process on a GPU machine under the interpreter.
+    monkeypatch.setenv("TRITON_INTERPRET", "")
     select.prepare_interpreter("cuda")
     import os
 
-    assert "TRITON_INTERPRET" not in os.environ
+    assert os.environ["TRITON_INTERPRET"] == ""
     select.prepare_interpreter("cpu")
     assert os.environ["TRITON_INTERPRET"] == "1"
 

@@ -62,7 +62,8 @@ def _rma_on_rank(op: str, seed: int, n_valid: int):
             expected[:n_valid] = _data(seed, nxt)[:n_valid]
     got = dst.cpu()
     ctx.close()
-    assert torch.equal(got, expected), f"{op}: {(got != expected).sum()} wrong elements; first {got[:8]} vs {expected[:8]}"
+    wrong = int((got != expected).sum())
+    assert torch.equal(got, expected), f"{op}: {wrong} wrong elements; first {got[:8]} vs {expected[:8]}"
     return prev2
 
 
@@ -155,7 +156,8 @@ def _atomic_on_rank(op: str, seed: int, n_valid: int):
         expected_target[:n_valid] = _MODEL[op](initial(rank), vals(prev))[:n_valid]
         expected_olds = torch.full((N,), POISON, dtype=torch.int32)
         expected_olds[:n_valid] = initial(nxt)[:n_valid]
-    assert torch.equal(got_target, expected_target), f"atomic_{op}: memory differs at {(got_target != expected_target).nonzero()[:5].flatten().tolist()}"
+    differs = (got_target != expected_target).nonzero()[:5].flatten().tolist()
+    assert torch.equal(got_target, expected_target), f"atomic_{op}: memory differs at {differs}"
     assert torch.equal(got_olds, expected_olds), f"atomic_{op}: returned old values differ"
 
 

@@ -61,7 +61,8 @@ class TensorFactories:
         if out.dtype != dtype:
             raise ValueError(f"out= has dtype {out.dtype}, the result needs {dtype}")
         if out.numel() != torch.Size(shape).numel() or not out.is_contiguous():
-            raise ValueError(f"out= has shape {tuple(out.shape)}; it must be contiguous with {torch.Size(shape).numel()} elements")
+            raise ValueError(f"out= has shape {tuple(out.shape)}; it must be contiguous with "
+                             f"{torch.Size(shape).numel()} elements")
         return out.view(shape)
 
     @staticmethod
