@@ -42,7 +42,7 @@ def _rma_on_rank(op: str, seed: int, n_valid: int):
     ctx = iris.iris(1 << 20)
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     nxt, nxt2 = (rank + 1) % world, (rank + 2) % world
-    prev, prev2 = (rank - 1) % world, (rank - 2) % world
+    prev = (rank - 1) % world
     src = ctx.as_symmetric(_data(seed, rank))
     dst = ctx.full((N,), POISON, dtype=torch.int32)
     ctx.barrier()
@@ -56,15 +56,12 @@ def _rma_on_rank(op: str, seed: int, n_valid: int):
         expected[:n_valid] = _data(seed, nxt)[:n_valid]
         if op == "load":
             expected[n_valid : n_valid + 8] = POISON  # `other` is POISON too: loaded masked lanes
-    elif op == "copy":  # rank prev2 moved rank prev's source into my dst
-        expected[:n_valid] = _data(seed, prev)[:n_valid] if world > 2 else _data(seed, rank)[:n_valid]
-        if world == 2:  # prev2 == me: I copied from nxt (== prev) into myself
-            expected[:n_valid] = _data(seed, nxt)[:n_valid]
+    elif op == "copy":  # rank prev2 moved rank prev's source into my dst (with 2 ranks prev2 is me)
+        expected[:n_valid] = _data(seed, prev)[:n_valid]
     got = dst.cpu()
     ctx.close()
     wrong = int((got != expected).sum())
     assert torch.equal(got, expected), f"{op}: {wrong} wrong elements; first {got[:8]} vs {expected[:8]}"
-    return prev2
 
 
 def test_store(ranks):
