@@ -97,8 +97,8 @@ class MpiCommunicator(Communicator):
             from mpi4py import MPI
         except ImportError as exc:  # pragma: no cover - depends on the machine
             raise RuntimeError(
-                "this process was started by an MPI launcher but mpi4py is not installed; "
-                "run `pip install iris[mpi]` (it needs an MPI library such as Open MPI or MPICH)"
+                f"this process was started by an MPI launcher but mpi4py cannot be loaded ({exc}); "
+                "run `pip install iris[mpi]` against an MPI library such as Open MPI or MPICH"
             ) from exc
         self._comm = MPI.COMM_WORLD
         self.rank = self._comm.Get_rank()
