@@ -7,16 +7,11 @@ offset from its heap base is the same on every rank: that is what makes
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 MIN_ALIGNMENT = 256
-
-
-def _element_count(shape) -> int:
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count
 
 
 class SymmetricHeap:
@@ -60,7 +55,7 @@ class SymmetricHeap:
         if self._memory is None:
             raise RuntimeError("this Iris context is closed; create a new one with iris.iris()")
         element_size = torch.empty((), dtype=dtype).element_size()
-        nbytes = _element_count(shape) * element_size
+        nbytes = math.prod(shape) * element_size
         start = -(-self._offset // alignment) * alignment
         if start + nbytes > self.size:
             raise MemoryError(

@@ -67,7 +67,6 @@ class GpuRuntime:
                 errors.append(f"{name}: {exc}")
         else:
             raise RuntimeApiError(f"cannot load the {prefix} runtime library; tried: {'; '.join(errors)}")
-        self.library_path = candidates[len(errors)]
         self._bind()
 
     def _fn(self, name, argtypes):
