@@ -42,8 +42,23 @@ def atomic_cas(pointer, cmp, val, from_rank, to_rank, heap_bases, sem=None, scop
 
 @triton.jit
 def atomic_xchg(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
-    """Atomically replace ``to_rank``'s ``pointer`` with ``val``; returns the old values."""
-    return tl.atomic_xchg(translate(pointer, from_rank, to_rank, heap_bases), val, mask=mask, sem=sem, scope=scope)
+    """Atomically replace ``to_rank``'s ``pointer`` with ``val``; returns the old values.
+
+    Float words are exchanged as integers of the same width: an exchange moves bits, and
+    Triton's interpreter has no float exchange.
+    """
+    target = translate(pointer, from_rank, to_rank, heap_bases)
+    if pointer.dtype.element_ty == tl.float32:
+        bits = tl.atomic_xchg(target.to(tl.pointer_type(tl.int32)), tl.cast(val, tl.float32).to(tl.int32, bitcast=True),
+                              mask=mask, sem=sem, scope=scope)
+        old = bits.to(tl.float32, bitcast=True)
+    elif pointer.dtype.element_ty == tl.float64:
+        bits = tl.atomic_xchg(target.to(tl.pointer_type(tl.int64)), tl.cast(val, tl.float64).to(tl.int64, bitcast=True),
+                              mask=mask, sem=sem, scope=scope)
+        old = bits.to(tl.float64, bitcast=True)
+    else:
+        old = tl.atomic_xchg(target, val, mask=mask, sem=sem, scope=scope)
+    return old
 
 
 @triton.jit

@@ -10,9 +10,10 @@ test session starts one pool per world size and sends it work many times:
 The function is sent by reference (module and name), so it must be a
 module-level function of an importable module; arguments and results are
 pickled. A rank that raises, crashes or hangs past the timeout makes ``run``
-raise :class:`RankFailure` naming the rank with its traceback or exit code;
-the pool is then restarted on the next call, so one bad test does not take
-down the session.
+raise :class:`RankFailure` naming the rank with its traceback or exit code.
+Where a rank died or hung the pool is stopped and started afresh on the next
+call, so one bad test does not take down the session; where every rank
+answered (some with an exception) the ranks are kept.
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ class RankPool:
         deadline = started + limit
         results: dict[int, object] = {}
         failures: dict[int, str] = {}
+        lost = False  # a rank died or hung: the pool must be restarted
         pending = dict(enumerate(self._conns))
         while pending:
             ready = wait(list(pending.values()), timeout=max(deadline - time.monotonic(), 0))
@@ -131,6 +133,7 @@ class RankPool:
                 for rank in pending:
                     waited = time.monotonic() - started
                     failures[rank] = f"no answer after {waited:.0f} s (hung, or waiting on a failed rank)"
+                lost = True
                 break
             for rank, conn in list(pending.items()):
                 if conn not in ready:
@@ -141,6 +144,7 @@ class RankPool:
                 except (EOFError, OSError):
                     self._procs[rank].join(timeout=5)
                     failures[rank] = f"rank process died (exit code {self._procs[rank].exitcode})"
+                    lost = True
                     continue
                 if status == "ok":
                     results[rank] = payload
@@ -150,7 +154,8 @@ class RankPool:
                 # A failed rank usually leaves its peers waiting forever: give them a moment, then stop.
                 deadline = min(deadline, time.monotonic() + 10)
         if failures:
-            self.close()
+            if lost:
+                self.close()
             raise RankFailure(failures, what)
         return [results[r] for r in range(self.world_size)]
 

@@ -1,0 +1,1 @@
+"""The conformance suite: properties every backend must honour (see conformance/README.md)."""

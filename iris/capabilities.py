@@ -1,0 +1,72 @@
+"""What a backend cannot honour, in one table, each gap with its reason.
+
+Tests and library code ask :func:`limitation` instead of special-casing a
+backend: a case the table names is marked with the table's reason, never
+skipped silently, and a gap that disappears (a newer Triton) is one row to delete.
+
+Example:
+    >>> from iris.capabilities import limitation
+    >>> limitation("cpu", "atomic", "bfloat16")
+    "Triton's interpreter has no bfloat16 atomics (numpy has no bfloat16 type)"
+    >>> limitation("cuda", "atomic", "bfloat16") is None
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Limitation:
+    """One gap: ``backend`` cannot honour ``feature`` for ``dtype`` (None: any dtype), because ``reason``.
+
+    ``concurrent_only`` marks a gap that shows only when several ranks or programs
+    update the same word at once; a single writer still gets exact results.
+    """
+
+    backend: str
+    feature: str
+    dtype: str | None
+    reason: str
+    concurrent_only: bool = False
+
+
+LIMITATIONS: tuple[Limitation, ...] = (
+    Limitation("cpu", "atomic", "bfloat16",
+               "Triton's interpreter has no bfloat16 atomics (numpy has no bfloat16 type)"),
+    Limitation("cpu", "atomic", "float16",
+               "Triton's interpreter emulates float16 atomics with a read-modify-write that is not atomic "
+               "across processes; a single writer is exact, concurrent writers can lose updates",
+               concurrent_only=True),
+)
+
+
+def _dtype_name(dtype) -> str | None:
+    if dtype is None:
+        return None
+    return str(dtype).removeprefix("torch.")
+
+
+def limitation(backend: str, feature: str, dtype=None, concurrent: bool = False) -> str | None:
+    """The reason ``backend`` cannot honour ``feature`` (for ``dtype``), or None when it can.
+
+    Args:
+        backend: "cpu", "cuda" or "hip".
+        feature: what is asked for, e.g. "atomic".
+        dtype: a torch dtype or its name ("float16"), or None.
+        concurrent: the case has several writers on one word at once.
+
+    Returns:
+        The reason as a sentence, or None.
+    """
+    name = _dtype_name(dtype)
+    for row in LIMITATIONS:
+        if row.backend != backend or row.feature != feature:
+            continue
+        if row.dtype is not None and row.dtype != name:
+            continue
+        if row.concurrent_only and not concurrent:
+            continue
+        return row.reason
+    return None

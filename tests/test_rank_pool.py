@@ -1,0 +1,81 @@
+"""The rank harness: failures name the rank, exit codes and hangs are reported, the session goes on."""
+
+import os
+import time
+
+import pytest
+
+from conformance.harness import Verdict, World
+from iris.testing import RankFailure, RankPool
+
+
+def _pid():
+    return os.getpid()
+
+
+def _fail_on_rank_1():
+    if int(os.environ["RANK"]) == 1:
+        raise ValueError("planted failure on rank 1")
+    return "fine"
+
+
+def _exit_on_rank_0():
+    if int(os.environ["RANK"]) == 0:
+        os._exit(7)
+    return "fine"
+
+
+def _hang_on_rank_1():
+    if int(os.environ["RANK"]) == 1:
+        time.sleep(60)
+    return "fine"
+
+
+def _violation_on_rank_0(case):
+    return Verdict([f"saw {case['x']}"] if int(os.environ["RANK"]) == 0 else [], value=case["x"])
+
+
+def _rank_value(case):
+    return Verdict([], value=int(os.environ["RANK"]))
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with RankPool(2, timeout=30) as p:
+        yield p
+
+
+def test_exception_names_rank_and_traceback_and_keeps_the_ranks(pool):
+    before = pool.run(_pid)
+    with pytest.raises(RankFailure) as info:
+        pool.run(_fail_on_rank_1)
+    assert info.value.failures.keys() == {1}
+    assert "planted failure on rank 1" in str(info.value) and "Traceback" in str(info.value)
+    assert pool.run(_pid) == before  # every rank answered: no restart
+
+
+def test_exit_code_reaches_the_runner_and_the_pool_restarts(pool):
+    with pytest.raises(RankFailure) as info:
+        pool.run(_exit_on_rank_0)
+    assert "exit code 7" in info.value.failures[0]
+    assert len(pool.run(_pid)) == 2
+
+
+def test_hang_fails_after_the_timeout_and_the_pool_restarts(pool):
+    started = time.monotonic()
+    with pytest.raises(RankFailure) as info:
+        pool.run(_hang_on_rank_1, timeout=3)
+    assert time.monotonic() - started < 30
+    assert "no answer" in info.value.failures[1]
+    assert len(pool.run(_pid)) == 2
+
+
+def test_world_check_reports_rank_case_and_reproduce_line(pool):
+    world = World(pool, "ci")
+    world.nodeid = "conformance/test_x.py::test_y"
+    assert world.check(_rank_value, {}) == [0, 1]
+    with pytest.raises(AssertionError) as info:
+        world.check(_violation_on_rank_0, {"x": 5})
+    text = str(info.value)
+    assert "rank 0: saw 5" in text and "case: {'x': 5}" in text
+    assert "pytest conformance/test_x.py::test_y --ranks 2 --hypothesis-profile ci" in text
