@@ -157,5 +157,16 @@ def attempt(launch, *args, **kwargs) -> list[str]:
     return []
 
 
+def to_device(tensor: torch.Tensor, device) -> torch.Tensor:
+    """``tensor`` on ``device``, moved as bytes (torch's CUDA kernels lack some dtypes, uint32 among them)."""
+    return byte_view(tensor).to(device).view(tensor.dtype).view(tensor.shape)
+
+
+def device_poison(count: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """``count`` elements of ``dtype`` on ``device`` whose bytes are all 0xA5 (made without dtype kernels)."""
+    size = torch.empty((), dtype=dtype).element_size()
+    return torch.full((count * size,), 0xA5, dtype=torch.uint8, device=device).view(dtype)
+
+
 def byte_view(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.contiguous().view(torch.uint8)

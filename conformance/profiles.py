@@ -35,7 +35,7 @@ class Profile:
 PROFILES = {
     "ci": Profile(max_examples=10, derandomize=True, litmus_iterations=16, barrier_rounds=4),
     "dev": Profile(max_examples=40, derandomize=False, litmus_iterations=64, barrier_rounds=8),
-    "thorough": Profile(max_examples=150, derandomize=False, litmus_iterations=4000, barrier_rounds=32),
+    "thorough": Profile(max_examples=60, derandomize=False, litmus_iterations=4000, barrier_rounds=32),
 }
 
 

@@ -71,13 +71,7 @@ def _operands(dtype: torch.dtype, count: int, generator: torch.Generator) -> tor
 
 
 @triton.jit
-def _atomic_kernel(target, vals, cmps, olds, lane_mask, n, cur, peer, heap_bases, OP: tl.constexpr,
-                   SEM: tl.constexpr, SCOPE: tl.constexpr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    inside = offs < n
-    mask = inside & (tl.load(lane_mask + offs, mask=inside, other=0) != 0)
-    val = tl.load(vals + offs, mask=inside)
-    ptr = target + offs
+def _apply(ptr, val, cmp, mask, cur, peer, heap_bases, OP: tl.constexpr, SEM: tl.constexpr, SCOPE: tl.constexpr):
     if OP == "add":
         old = iris.atomic_add(ptr, val, cur, peer, heap_bases, mask=mask, sem=SEM, scope=SCOPE)
     elif OP == "sub":
@@ -94,9 +88,55 @@ def _atomic_kernel(target, vals, cmps, olds, lane_mask, n, cur, peer, heap_bases
         old = iris.atomic_min(ptr, val, cur, peer, heap_bases, mask=mask, sem=SEM, scope=SCOPE)
     elif OP == "max":
         old = iris.atomic_max(ptr, val, cur, peer, heap_bases, mask=mask, sem=SEM, scope=SCOPE)
-    else:  # cas has no mask: the case pads n to whole blocks
-        old = iris.atomic_cas(ptr, tl.load(cmps + offs), val, cur, peer, heap_bases, sem=SEM, scope=SCOPE)
+    else:  # cas has no mask: callers pad to whole blocks
+        old = iris.atomic_cas(ptr, cmp, val, cur, peer, heap_bases, sem=SEM, scope=SCOPE)
+    return old
+
+
+@triton.jit
+def _apply_at_scope(ptr, val, cmp, mask, cur, peer, heap_bases, scope_id, OP: tl.constexpr, SEM: tl.constexpr):
+    if scope_id == 0:
+        old = _apply(ptr, val, cmp, mask, cur, peer, heap_bases, OP, SEM, "cta")
+    elif scope_id == 1:
+        old = _apply(ptr, val, cmp, mask, cur, peer, heap_bases, OP, SEM, "gpu")
+    else:
+        old = _apply(ptr, val, cmp, mask, cur, peer, heap_bases, OP, SEM, "sys")
+    return old
+
+
+@triton.jit
+def _atomic(ptr, val, cmp, mask, cur, peer, heap_bases, sem_id, scope_id, OP: tl.constexpr):
+    """``OP`` with the sem and scope picked at run time (indexes into SEMS and SCOPES).
+
+    One compiled kernel then covers all twelve combinations instead of twelve kernels.
+    """
+    if sem_id == 0:
+        old = _apply_at_scope(ptr, val, cmp, mask, cur, peer, heap_bases, scope_id, OP, "relaxed")
+    elif sem_id == 1:
+        old = _apply_at_scope(ptr, val, cmp, mask, cur, peer, heap_bases, scope_id, OP, "acquire")
+    elif sem_id == 2:
+        old = _apply_at_scope(ptr, val, cmp, mask, cur, peer, heap_bases, scope_id, OP, "release")
+    else:
+        old = _apply_at_scope(ptr, val, cmp, mask, cur, peer, heap_bases, scope_id, OP, "acq_rel")
+    return old
+
+
+@triton.jit
+def _atomic_kernel(target, vals, cmps, olds, lane_mask, n, cur, peer, heap_bases, sem_id, scope_id,
+                   OP: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = offs < n
+    mask = inside & (tl.load(lane_mask + offs, mask=inside, other=0) != 0)
+    val = tl.load(vals + offs, mask=inside)
+    cmp = tl.load(cmps + offs, mask=inside)
+    old = _atomic(target + offs, val, cmp, mask, cur, peer, heap_bases, sem_id, scope_id, OP)
     tl.store(olds + offs, old, mask=mask)
+
+
+def _where(cond: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """torch.where on the bits (torch before 2.13 has no CPU where for uint32/uint64)."""
+    bits = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    return torch.where(cond, a.view(bits), b.view(bits)).view(a.dtype)
 
 
 def _step(op: str, old: torch.Tensor, val: torch.Tensor, cmp: torch.Tensor) -> torch.Tensor:
@@ -109,7 +149,7 @@ def _step(op: str, old: torch.Tensor, val: torch.Tensor, cmp: torch.Tensor) -> t
     if op in ("xchg",):
         return val.clone()
     if op == "cas":
-        return torch.where(harness.byte_view(old).view(old.numel(), -1).eq(
+        return _where(harness.byte_view(old).view(old.numel(), -1).eq(
             harness.byte_view(cmp).view(cmp.numel(), -1)).all(1), val, old)
     a, b = old.numpy(), val.numpy()
     out = {"add": lambda: a + b, "sub": lambda: a - b, "and": lambda: a & b, "or": lambda: a | b,
@@ -139,15 +179,16 @@ def _single_writer_on_rank(case):
     for sem, scope, r in _launches(case):
         vals = _operands(dtype, n, g)
         coin = torch.randint(0, 2, (n,), generator=g).bool()
-        cmps = torch.where(coin, model, _operands(dtype, n, g))
-        after = torch.where(lane_mask.bool(), _step(op, model, vals, cmps), model)
+        cmps = _where(coin, model, _operands(dtype, n, g))
+        after = _where(lane_mask.bool(), _step(op, model, vals, cmps), model)
         if rank == case["actor"] and not violations:
-            olds = torch.zeros(n, dtype=dtype, device=device)
+            olds = harness.device_poison(n, dtype, device)
             violations += harness.attempt(
                 _atomic_kernel[(triton.cdiv(n, case["block"]),)], harness.region(start, n, dtype),
-                vals.to(device), cmps.to(device), olds, lane_mask.to(device), n, rank, case["peer"],
-                ctx.get_heap_bases(), OP=op, SEM=sem, SCOPE=scope, BLOCK=case["block"])
-            got, selected = olds.cpu(), lane_mask.bool()
+                harness.to_device(vals, device), harness.to_device(cmps, device), olds, lane_mask.to(device), n,
+                rank, case["peer"],
+                ctx.get_heap_bases(), SEMS.index(sem), SCOPES.index(scope), OP=op, BLOCK=case["block"])
+            got, selected = harness.to_device(olds, "cpu"), lane_mask.bool()
             wrong = (harness.byte_view(got).view(n, -1) != harness.byte_view(model).view(n, -1)).any(1) & selected
             if wrong.any() and not violations:
                 lane = int(wrong.nonzero()[0])
@@ -163,7 +204,7 @@ def _single_writer_on_rank(case):
 def single_writer_cases(draw, op, dtype, world_size):
     size = element_size(dtype)
     n = draw(st.integers(1, 130))
-    block = draw(st.sampled_from((16, 64)))
+    block = 64  # one block size: ragged tails come from n, and every size is one more compilation on GPUs
     padded = -(-n // block) * block * size
     ranks = st.integers(0, world_size - 1)
     return dict(op=op, dtype=dtype, n=n, block=block, rounds=draw(st.integers(1, 2)), actor=draw(ranks),
@@ -172,7 +213,7 @@ def single_writer_cases(draw, op, dtype, world_size):
 
 
 @pytest.mark.parametrize("op,dtype", [_marked(op, dt) for op, dts in OP_DTYPES.items() for dt in dts])
-@settings(max_examples=current().examples(0.3))
+@settings(max_examples=current().examples(0.2))
 @given(data=st.data())
 def test_single_writer_matches_sequential_model(world, op, dtype, data):
     """Old values and final memory of every sem x scope, in order, equal the sequential model."""
@@ -183,14 +224,13 @@ def test_single_writer_matches_sequential_model(world, op, dtype, data):
 
 
 @triton.jit
-def _contended_add_kernel(counters, vals, n, cur, world, heap_bases, SEM: tl.constexpr, SCOPE: tl.constexpr,
-                          BLOCK: tl.constexpr):
+def _contended_add_kernel(counters, vals, n, cur, world, heap_bases, sem_id, scope_id, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     mask = offs < n
     val = tl.load(vals + pid * BLOCK + offs, mask=mask)
     for to_rank in range(0, world):
-        iris.atomic_add(counters + offs, val, cur, to_rank, heap_bases, mask=mask, sem=SEM, scope=SCOPE)
+        _atomic(counters + offs, val, val, mask, cur, to_rank, heap_bases, sem_id, scope_id, "add")
 
 
 def _contended_values(case, rank: int) -> torch.Tensor:
@@ -208,8 +248,8 @@ def _contended_add_on_rank(case):
     ctx.barrier()
     violations = harness.attempt(
         _contended_add_kernel[(case["programs"],)], harness.region(start, n, dtype),
-        _contended_values(case, rank).to(ctx.get_device()), n, rank, world, ctx.get_heap_bases(), SEM=case["sem"],
-        SCOPE=case["scope"], BLOCK=case["block"])
+        harness.to_device(_contended_values(case, rank), ctx.get_device()), n, rank, world, ctx.get_heap_bases(),
+        SEMS.index(case["sem"]), SCOPES.index(case["scope"]), BLOCK=case["block"])
     ctx.barrier()
     if dtype.is_floating_point:  # small integers: every order of the adds gives this exact sum
         total = (initial.double() + sum(_contended_values(case, r).double().sum(0)[:n] for r in range(world)))
@@ -238,11 +278,11 @@ def test_concurrent_atomic_add_totals_exactly(world, op, dtype, data):
 
 
 @triton.jit
-def _xchg_chain_kernel(slot, olds, cur, owner, per_program, heap_bases, SEM: tl.constexpr, SCOPE: tl.constexpr):
+def _xchg_chain_kernel(slot, olds, cur, owner, per_program, heap_bases, sem_id, scope_id):
     pid = tl.program_id(0)
     for k in range(0, per_program):
         token = ((cur * tl.num_programs(0) + pid) * per_program + k + 1).to(tl.int64)
-        old = iris.atomic_xchg(slot, token, cur, owner, heap_bases, sem=SEM, scope=SCOPE)
+        old = _atomic(slot, token, token, None, cur, owner, heap_bases, sem_id, scope_id, "xchg")
         tl.store(olds + pid * per_program + k, old)
 
 
@@ -255,7 +295,8 @@ def _xchg_chain_on_rank(case):
     olds = torch.full((case["programs"] * case["per_program"],), -1, dtype=torch.int64, device=ctx.get_device())
     ctx.barrier()
     violations = harness.attempt(_xchg_chain_kernel[(case["programs"],)], slot, olds, rank, case["owner"],
-                                 case["per_program"], ctx.get_heap_bases(), SEM=case["sem"], SCOPE=case["scope"])
+                                 case["per_program"], ctx.get_heap_bases(), SEMS.index(case["sem"]),
+                                 SCOPES.index(case["scope"]))
     ctx.barrier()
     final = int(slot.item()) if rank == case["owner"] else None
     return harness.Verdict(violations, value=(olds.cpu().tolist(), final))

@@ -66,7 +66,7 @@ def move_cases(draw, world_size: int):
     src_offset, dst_offset = (first, first + nbytes + gap) if dst_last else (first + nbytes + gap, first)
     ranks = st.integers(0, world_size - 1)
     return dict(
-        op=op, dtype=dtype, n=n, block=draw(st.sampled_from((16, 64, 256))), src_offset=src_offset,
+        op=op, dtype=dtype, n=n, block=64, src_offset=src_offset,
         dst_offset=dst_offset, actor=draw(ranks), peer_a=draw(ranks), peer_b=draw(ranks),
         mask=draw(st.sampled_from(("all", "none", "random", "prefix"))),
         use_other=op == "load" and draw(st.booleans()), seed=draw(st.integers(0, 2**31 - 1)),
