@@ -94,42 +94,14 @@ def _apply(ptr, val, cmp, mask, cur, peer, heap_bases, OP: tl.constexpr, SEM: tl
 
 
 @triton.jit
-def _apply_at_scope(ptr, val, cmp, mask, cur, peer, heap_bases, scope_id, OP: tl.constexpr, SEM: tl.constexpr):
-    if scope_id == 0:
-        old = _apply(ptr, val, cmp, mask, cur, peer, heap_bases, OP, SEM, "cta")
-    elif scope_id == 1:
-        old = _apply(ptr, val, cmp, mask, cur, peer, heap_bases, OP, SEM, "gpu")
-    else:
-        old = _apply(ptr, val, cmp, mask, cur, peer, heap_bases, OP, SEM, "sys")
-    return old
-
-
-@triton.jit
-def _atomic(ptr, val, cmp, mask, cur, peer, heap_bases, sem_id, scope_id, OP: tl.constexpr):
-    """``OP`` with the sem and scope picked at run time (indexes into SEMS and SCOPES).
-
-    One compiled kernel then covers all twelve combinations instead of twelve kernels.
-    """
-    if sem_id == 0:
-        old = _apply_at_scope(ptr, val, cmp, mask, cur, peer, heap_bases, scope_id, OP, "relaxed")
-    elif sem_id == 1:
-        old = _apply_at_scope(ptr, val, cmp, mask, cur, peer, heap_bases, scope_id, OP, "acquire")
-    elif sem_id == 2:
-        old = _apply_at_scope(ptr, val, cmp, mask, cur, peer, heap_bases, scope_id, OP, "release")
-    else:
-        old = _apply_at_scope(ptr, val, cmp, mask, cur, peer, heap_bases, scope_id, OP, "acq_rel")
-    return old
-
-
-@triton.jit
-def _atomic_kernel(target, vals, cmps, olds, lane_mask, n, cur, peer, heap_bases, sem_id, scope_id,
-                   OP: tl.constexpr, BLOCK: tl.constexpr):
+def _atomic_kernel(target, vals, cmps, olds, lane_mask, n, cur, peer, heap_bases, OP: tl.constexpr,
+                   SEM: tl.constexpr, SCOPE: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     inside = offs < n
     mask = inside & (tl.load(lane_mask + offs, mask=inside, other=0) != 0)
     val = tl.load(vals + offs, mask=inside)
     cmp = tl.load(cmps + offs, mask=inside)
-    old = _atomic(target + offs, val, cmp, mask, cur, peer, heap_bases, sem_id, scope_id, OP)
+    old = _apply(target + offs, val, cmp, mask, cur, peer, heap_bases, OP, SEM, SCOPE)
     tl.store(olds + offs, old, mask=mask)
 
 
@@ -186,8 +158,7 @@ def _single_writer_on_rank(case):
             violations += harness.attempt(
                 _atomic_kernel[(triton.cdiv(n, case["block"]),)], harness.region(start, n, dtype),
                 harness.to_device(vals, device), harness.to_device(cmps, device), olds, lane_mask.to(device), n,
-                rank, case["peer"],
-                ctx.get_heap_bases(), SEMS.index(sem), SCOPES.index(scope), OP=op, BLOCK=case["block"])
+                rank, case["peer"], ctx.get_heap_bases(), OP=op, SEM=sem, SCOPE=scope, BLOCK=case["block"])
             got, selected = harness.to_device(olds, "cpu"), lane_mask.bool()
             wrong = (harness.byte_view(got).view(n, -1) != harness.byte_view(model).view(n, -1)).any(1) & selected
             if wrong.any() and not violations:
@@ -224,13 +195,14 @@ def test_single_writer_matches_sequential_model(world, op, dtype, data):
 
 
 @triton.jit
-def _contended_add_kernel(counters, vals, n, cur, world, heap_bases, sem_id, scope_id, BLOCK: tl.constexpr):
+def _contended_add_kernel(counters, vals, n, cur, world, heap_bases, SEM: tl.constexpr, SCOPE: tl.constexpr,
+                          BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     mask = offs < n
     val = tl.load(vals + pid * BLOCK + offs, mask=mask)
     for to_rank in range(0, world):
-        _atomic(counters + offs, val, val, mask, cur, to_rank, heap_bases, sem_id, scope_id, "add")
+        iris.atomic_add(counters + offs, val, cur, to_rank, heap_bases, mask=mask, sem=SEM, scope=SCOPE)
 
 
 def _contended_values(case, rank: int) -> torch.Tensor:
@@ -249,7 +221,7 @@ def _contended_add_on_rank(case):
     violations = harness.attempt(
         _contended_add_kernel[(case["programs"],)], harness.region(start, n, dtype),
         harness.to_device(_contended_values(case, rank), ctx.get_device()), n, rank, world, ctx.get_heap_bases(),
-        SEMS.index(case["sem"]), SCOPES.index(case["scope"]), BLOCK=case["block"])
+        SEM=case["sem"], SCOPE=case["scope"], BLOCK=case["block"])
     ctx.barrier()
     if dtype.is_floating_point:  # small integers: every order of the adds gives this exact sum
         total = (initial.double() + sum(_contended_values(case, r).double().sum(0)[:n] for r in range(world)))
@@ -278,11 +250,11 @@ def test_concurrent_atomic_add_totals_exactly(world, op, dtype, data):
 
 
 @triton.jit
-def _xchg_chain_kernel(slot, olds, cur, owner, per_program, heap_bases, sem_id, scope_id):
+def _xchg_chain_kernel(slot, olds, cur, owner, per_program, heap_bases, SEM: tl.constexpr, SCOPE: tl.constexpr):
     pid = tl.program_id(0)
     for k in range(0, per_program):
         token = ((cur * tl.num_programs(0) + pid) * per_program + k + 1).to(tl.int64)
-        old = _atomic(slot, token, token, None, cur, owner, heap_bases, sem_id, scope_id, "xchg")
+        old = iris.atomic_xchg(slot, token, cur, owner, heap_bases, sem=SEM, scope=SCOPE)
         tl.store(olds + pid * per_program + k, old)
 
 
@@ -295,8 +267,7 @@ def _xchg_chain_on_rank(case):
     olds = torch.full((case["programs"] * case["per_program"],), -1, dtype=torch.int64, device=ctx.get_device())
     ctx.barrier()
     violations = harness.attempt(_xchg_chain_kernel[(case["programs"],)], slot, olds, rank, case["owner"],
-                                 case["per_program"], ctx.get_heap_bases(), SEMS.index(case["sem"]),
-                                 SCOPES.index(case["scope"]))
+                                 case["per_program"], ctx.get_heap_bases(), SEM=case["sem"], SCOPE=case["scope"])
     ctx.barrier()
     final = int(slot.item()) if rank == case["owner"] else None
     return harness.Verdict(violations, value=(olds.cpu().tolist(), final))
