@@ -157,6 +157,27 @@ def attempt(launch, *args, **kwargs) -> list[str]:
     return []
 
 
+def precompile(kernel, variants: list[dict], *args) -> None:
+    """Compile ``kernel`` for each constexpr set in ``variants``, shared out across the ranks (collective).
+
+    On GPUs every rank would otherwise compile every variant at the same time; here rank r
+    compiles variants r, r + world, ... into Triton's on-disk cache, and after the barrier the
+    others load them from it. ``args`` must specialize like the real launch (same tensors,
+    alignments and integers). Nothing to do under the CPU backend's interpreter.
+    """
+    ctx = context()
+    if ctx.backend.name == "cpu":
+        return
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    for index, constants in enumerate(variants):
+        if index % world == rank:
+            try:
+                kernel.warmup(*args, grid=(1,), **constants)
+            except Exception as exc:  # the real launch reports the error with the case
+                ctx.warning(f"precompiling {constants} failed ({type(exc).__name__}: {exc}); compiling at launch")
+    ctx.barrier()
+
+
 def to_device(tensor: torch.Tensor, device) -> torch.Tensor:
     """``tensor`` on ``device``, moved as bytes (torch's CUDA kernels lack some dtypes, uint32 among them)."""
     return byte_view(tensor).to(device).view(tensor.dtype).view(tensor.shape)

@@ -147,6 +147,11 @@ def _single_writer_on_rank(case):
                                                                                      dtype=torch.int8)
     model = _operands(dtype, n, harness.generator(case["seed"], case["peer"], 6))
     device, violations = ctx.get_device(), []
+    stand_in = harness.device_poison(n, dtype, device)  # olds, vals and cmps are fresh, aligned allocations too
+    harness.precompile(_atomic_kernel, [dict(OP=op, SEM=sem, SCOPE=scope, BLOCK=case["block"])
+                                        for sem, scope in itertools.product(SEMS, SCOPES)],
+                       harness.region(start, n, dtype), stand_in, stand_in, stand_in, lane_mask.to(device), n,
+                       case["actor"], case["peer"], ctx.get_heap_bases())
     ctx.barrier()
     for sem, scope, r in _launches(case):
         vals = _operands(dtype, n, g)
