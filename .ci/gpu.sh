@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU verification (not run by CI, which has no GPU): tests, examples and the rma benchmark.
+# GPU verification (not run by CI, which has no GPU): tests, conformance (thorough), examples and the rma benchmark.
 #   two GPUs:  bash .ci/gpu.sh
 #   one GPU, simulation at 4 ranks:  IRIS_SIMULATION=1 bash .ci/gpu.sh
 # Logs go to $OUT (the device tool's output folder) or ./gpu-logs.
@@ -23,6 +23,12 @@ step() {  # step NAME COMMAND...: run, log, remember failure, print one summary 
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | sed "s/^/[$tag] gpu: /"
 python -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
 step tests python -m pytest tests -q -p no:cacheprovider
+if [ "$tag" = sim ]; then
+  step conformance4 python -m pytest conformance -q -p no:cacheprovider --ranks 4 --hypothesis-profile thorough
+  step conformance8 python -m pytest conformance -q -p no:cacheprovider --ranks 8 --hypothesis-profile thorough
+else
+  step conformance python -m pytest conformance -q -p no:cacheprovider --ranks 2 --hypothesis-profile thorough
+fi
 step hello python -m iris run -n "$ranks" --timeout 300 examples/00_hello/example.py --validate
 step message_passing python -m iris run -n "$ranks" --timeout 300 examples/01_message_passing/example.py --validate
 if [ "$tag" = gpu ]; then
