@@ -27,8 +27,10 @@ from iris.device import (
     get,
     load,
     put,
+    signal,
     store,
     translate,
+    wait_until,
 )
 from iris.logging import DEBUG, ERROR, INFO, WARNING, set_logger_level
 
@@ -37,5 +39,5 @@ __version__ = "0.1.0"
 __all__ = [
     "DEBUG", "ERROR", "INFO", "WARNING", "DeviceContext", "Iris", "atomic_add", "atomic_and", "atomic_cas",
     "atomic_max", "atomic_min", "atomic_or", "atomic_sub", "atomic_xchg", "atomic_xor", "copy", "get", "iris",
-    "load", "put", "set_logger_level", "store", "translate",
+    "load", "put", "set_logger_level", "signal", "store", "translate", "wait_until",
 ]

@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 from triton.language.core import _aggregate as aggregate
 
-from iris.device import atomics, rma
+from iris.device import atomics, rma, sync
 
 RANK_SLOT = tl.constexpr(0)
 WORLD_SLOT = tl.constexpr(1)
@@ -42,8 +42,8 @@ def build_context_tensor(rank: int, world_size: int, heap_bases: list[int], devi
 
 class _DeviceContext:
     """The device API bound to the current rank. Each method is the functional
-    function of the same name in :mod:`iris.device.rma` / :mod:`iris.device.atomics`
-    with the current rank filled in; see those for the arguments.
+    function of the same name in :mod:`iris.device.rma`, :mod:`iris.device.atomics`
+    or :mod:`iris.device.sync` with the current rank filled in; see those for the arguments.
     """
 
     rank: tl.constexpr
@@ -122,6 +122,15 @@ class _DeviceContext:
     @triton.jit
     def atomic_max(self, pointer, val, to_rank, mask=None, sem=None, scope=None):
         return atomics.atomic_max(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
+
+    @triton.jit
+    def signal(self, ptr, value, to_rank, op: tl.constexpr = "set", sem: tl.constexpr = "release",
+               scope: tl.constexpr = "sys"):
+        return sync.signal(ptr, value, self.rank, to_rank, self.heap_bases, op, sem, scope)
+
+    @triton.jit
+    def wait_until(self, ptr, cmp: tl.constexpr, value, sem: tl.constexpr = "acquire", scope: tl.constexpr = "sys"):
+        return sync.wait_until(ptr, cmp, value, sem, scope)
 
 
 DeviceContext = aggregate(_DeviceContext)

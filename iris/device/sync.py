@@ -1,0 +1,100 @@
+"""Flags between ranks: ``signal`` another rank's word, ``wait_until`` one's own word satisfies a comparison.
+
+The defaults are the safe ones: a signal is a release at system scope, so every
+write the program made before it (by any of its threads) is visible to a rank
+that observes the signal with an acquire; a wait is an acquire at system scope.
+A flag written at ``scope="gpu"`` is not ordered for another GPU: do not lower
+the scope of a flag another rank reads.
+
+A program may wait only on other ranks or on programs of its own launch with a
+lower program id: a GPU does not promise that all programs of a launch run at
+once, and the CPU backend runs them one after another.
+
+Example (producer on rank 0, consumer on rank 1)::
+
+    @triton.jit
+    def handoff(data, flag, rank, heap_bases, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        if rank == 0:
+            iris.store(data + offs, offs, 0, 1, heap_bases)
+            iris.signal(flag, 1, 0, 1, heap_bases)          # release, sys
+        else:
+            iris.wait_until(flag, "==", 1)                   # acquire, sys
+            tl.store(data + offs, tl.load(data + offs) + 1)
+"""
+
+import triton
+import triton.language as tl
+
+from iris.device.rma import translate
+
+COMPARISONS = ("==", "!=", ">=", ">", "<=", "<")
+
+
+@triton.jit
+def _satisfied(seen, cmp: tl.constexpr, value):
+    if cmp == "==":
+        ok = seen == value
+    elif cmp == "!=":
+        ok = seen != value
+    elif cmp == ">=":
+        ok = seen >= value
+    elif cmp == ">":
+        ok = seen > value
+    elif cmp == "<=":
+        ok = seen <= value
+    else:
+        ok = seen < value
+    return ok
+
+
+@triton.jit
+def signal(ptr, value, from_rank, to_rank, heap_bases, op: tl.constexpr = "set", sem: tl.constexpr = "release",
+           scope: tl.constexpr = "sys"):
+    """Set (``op="set"``) or add to (``op="add"``) ``to_rank``'s word at ``ptr``; returns the old value.
+
+    Args:
+        ptr: a scalar pointer into the symmetric heap, in the current rank's (``from_rank``) space.
+        value: the value to store or add, converted to the word's dtype.
+        from_rank, to_rank, heap_bases: as for ``iris.store``.
+        op: "set" (atomic exchange) or "add" (atomic add: counting signals from many senders).
+        sem, scope: the atomic's ordering; the defaults (release, sys) publish everything the
+            program wrote before the signal to whoever acquires the word.
+
+    Example:
+        >>> iris.signal(flags + pid, step, rank, peer, heap_bases)            # set
+        >>> iris.signal(counter, 1, rank, owner, heap_bases, op="add")         # count
+    """
+    tl.static_assert(op == "set" or op == "add", "signal: op must be \"set\" or \"add\"")
+    tl.debug_barrier()  # the release covers every thread's earlier writes, not only the issuing thread's
+    target = translate(ptr, from_rank, to_rank, heap_bases)
+    if op == "set":
+        old = tl.atomic_xchg(target, value, sem=sem, scope=scope)
+    else:
+        old = tl.atomic_add(target, value, sem=sem, scope=scope)
+    return old
+
+
+@triton.jit
+def wait_until(ptr, cmp: tl.constexpr, value, sem: tl.constexpr = "acquire", scope: tl.constexpr = "sys"):
+    """Spin until the current rank's word at ``ptr`` compares ``cmp`` to ``value``; returns the value seen.
+
+    Args:
+        ptr: a scalar pointer to an integer word on the current rank's heap (or any memory it can read).
+        cmp: one of "==", "!=", ">=", ">", "<=", "<" (compile-time).
+        value: what the word is compared with.
+        sem, scope: the ordering of each read; the defaults (acquire, sys) make everything written
+            before the matching signal visible after the wait.
+
+    Returns:
+        The first value read that satisfied the comparison.
+
+    Example:
+        >>> seen = iris.wait_until(flag, ">=", step)
+    """
+    tl.static_assert(cmp == "==" or cmp == "!=" or cmp == ">=" or cmp == ">" or cmp == "<=" or cmp == "<",
+                     "wait_until: cmp must be one of ==, !=, >=, >, <=, <")
+    seen = tl.atomic_add(ptr, 0, sem=sem, scope=scope)
+    while not _satisfied(seen, cmp, value):
+        seen = tl.atomic_add(ptr, 0, sem=sem, scope=scope)
+    return seen
