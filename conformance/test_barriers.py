@@ -3,12 +3,17 @@
 Each round every rank stores a value that is new in this round into its slot
 on every rank; after ``ctx.barrier()`` each rank reads all the slots in its own
 heap and must see this round's value from every rank. A second barrier keeps
-the next round's writes after everyone's reads. (``device_barrier()`` joins
-this file when it lands.)
+the next round's writes after everyone's reads. The same with ``device_barrier()``
+(one kernel on the stream, no host round trip) for all ranks, and for each half of
+the ranks as a torch.distributed group, both halves at once.
 """
 
+import time
+
+import pytest
 import torch
 import triton
+import triton.language as tl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,32 +32,63 @@ def _round_value(seed: int, round_: int, rank: int) -> int:
     return (seed * 31 + round_ * 1009 + rank * 7 + 1) % (2**31 - 1)
 
 
-def _host_barrier_on_rank(case):
+@triton.jit
+def _announce_to_kernel(slots, value, cur, members, count, heap_bases):
+    for i in range(0, count):
+        iris.store(slots + cur, value, cur, tl.load(members + i), heap_bases)
+
+
+_groups = {}
+
+
+def _half_group(rank: int, world: int):
+    """(members, torch.distributed group) of this rank's half: evens or odds (created once, by every rank)."""
+    import torch.distributed as dist
+
+    if not _groups:
+        for parity in (0, 1):
+            members = list(range(parity, world, 2))
+            _groups[parity] = (members, dist.new_group(members, backend="gloo"))
+    return _groups[rank % 2]
+
+
+def _barrier_on_rank(case):
     ctx = harness.context()
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     harness.fill_arena(case["seed"])
     slots = harness.region(case["offset"], world, torch.int32)
+    members, group = list(range(world)), None
+    if case["kind"] == "device_halves":
+        members, group = _half_group(rank, world)
     ctx.barrier()  # nobody writes into a heap that its owner is still filling
+    wait = ctx.barrier if case["kind"] == "host" else lambda: ctx.device_barrier(group)
+    member_tensor = torch.tensor(members, dtype=torch.int32, device=ctx.get_device())
     violations = []
+    jitter = harness.generator(case["seed"], rank, 9)
     for round_ in range(case["rounds"]):
-        violations += harness.attempt(_announce_kernel[(1,)], slots, _round_value(case["seed"], round_, rank), rank,
-                                      world, ctx.get_heap_bases())
-        ctx.barrier()
+        # A rank that arrives late must still be waited for: stagger the writers.
+        time.sleep(float(torch.rand((), generator=jitter)) * case["jitter_ms"] / 1000)
+        violations += harness.attempt(_announce_to_kernel[(1,)], slots, _round_value(case["seed"], round_, rank), rank,
+                                      member_tensor, len(members), ctx.get_heap_bases())
+        violations += harness.attempt(wait)
         seen = slots.cpu().tolist()
-        want = [_round_value(case["seed"], round_, r) for r in range(world)]
-        stale = [r for r in range(world) if seen[r] != want[r]]
+        stale = [r for r in members if seen[r] != _round_value(case["seed"], round_, r)]
         if stale and len(violations) < 4:
-            violations.append(f"round {round_}: after barrier() the slots of rank(s) {stale} hold "
-                              f"{[seen[r] for r in stale]}, expected {[want[r] for r in stale]}")
-        ctx.barrier()
+            violations.append(f"round {round_}: after the {case['kind']} barrier the slots of rank(s) {stale} hold "
+                              f"{[seen[r] for r in stale]}, expected "
+                              f"{[_round_value(case['seed'], round_, r) for r in stale]}")
+        violations += harness.attempt(wait)
+    ctx.barrier()
     return harness.Verdict(violations)
 
 
-@settings(max_examples=current().examples(0.5))
+@pytest.mark.parametrize("kind", ["host", "device", "device_halves"])
+@settings(max_examples=current().examples(1))
 @given(data=st.data())
-def test_host_barrier_makes_every_write_visible(world, data):
+def test_barrier_makes_every_write_visible(world, kind, data):
+    """write -> barrier -> read never stale: host barrier(), device_barrier(), device_barrier(group)."""
     case = data.draw(st.fixed_dictionaries(dict(
-        rounds=st.integers(1, current().barrier_rounds),
+        kind=st.just(kind), rounds=st.integers(1, current().barrier_rounds), jitter_ms=st.sampled_from((2, 10)),
         offset=st.integers(0, (harness.HEAP_BYTES - 4 * world.size) // 4).map(lambda i: i * 4),
         seed=st.integers(0, 2**31 - 1))), label="case")
-    world.check(_host_barrier_on_rank, case)
+    world.check(_barrier_on_rank, case)

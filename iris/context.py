@@ -9,6 +9,7 @@ import torch
 
 from iris import runtime, sim
 from iris.device.context import build_context_tensor
+from iris.device_barrier import DeviceBarrier, reserved_bytes
 from iris.distributed import init_distributed
 from iris.logging import log
 from iris.memory.heap import SymmetricHeap
@@ -62,8 +63,9 @@ class Iris(TensorFactories):
         self.device = device
         self.gpu_id = device.index or 0
         self.heap_size = int(heap_size)
-        self.heap = SymmetricHeap(backend, self.heap_size, device, comm)
+        self.heap = SymmetricHeap(backend, self.heap_size, device, comm, reserved=reserved_bytes(self.num_ranks))
         self.heap_bases = torch.tensor(self.heap.bases, dtype=torch.int64, device=device)
+        self._device_barrier = DeviceBarrier(self.heap, comm, self.cur_rank, self.num_ranks, self.heap_bases)
         self._device_context = build_context_tensor(self.cur_rank, self.num_ranks, self.heap.bases, device)
         if sim.simulation_enabled():
             sim.write_heap_bases(self.cur_rank, self.num_ranks, self.heap.bases)
@@ -144,6 +146,24 @@ class Iris(TensorFactories):
         """
         self.backend.synchronize(self.device, stream)
         self.comm.barrier(group)
+
+    def device_barrier(self, group=None) -> None:
+        """Every rank of ``group`` (default: all) waits here, on the device, in stream order.
+
+        One small kernel on the current stream: each member announces its arrival to the
+        others with a release and waits for theirs with an acquire, so writes made before
+        the barrier (by earlier kernels on the stream) are visible to every member after it.
+        The host does not wait, and the call can be captured in a CUDA graph.
+
+        Args:
+            group: a torch.distributed process group whose members all call this, or None.
+
+        Example:
+            >>> kernel_that_puts[grid](...)
+            >>> ctx.device_barrier()
+            >>> kernel_that_reads[grid](...)
+        """
+        self._device_barrier(group)
 
     def broadcast(self, value, src: int = 0):
         """Send ``value`` from rank ``src`` to every rank and return it.

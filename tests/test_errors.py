@@ -85,3 +85,32 @@ def test_unknown_backend_is_reported_at_context_creation():
 def test_cuda_backend_without_gpu():
     out = _iris_in_subprocess({"IRIS_BACKEND": "cuda"})
     assert out.startswith("BackendError") and "torch sees no GPU" in out and "IRIS_BACKEND=cpu" in out
+
+
+def test_device_barrier_group_needs_torch_distributed(ctx):
+    ctx.device_barrier()  # a world of one: returns at once
+    with pytest.raises(ValueError, match="needs torch.distributed"):
+        ctx.device_barrier(group=object())
+
+
+def _non_member_device_barrier():
+    import torch.distributed as dist
+
+    ctx = iris.iris(1 << 16)
+    only_zero = dist.new_group([0], backend="gloo")
+    outcome = "ok"
+    if ctx.get_rank() == 0:
+        ctx.device_barrier(only_zero)
+    else:
+        try:
+            ctx.device_barrier(only_zero)
+        except ValueError as exc:
+            outcome = str(exc)
+    ctx.close()
+    return outcome
+
+
+def test_device_barrier_refuses_a_rank_outside_the_group(ranks):
+    outcomes = ranks.run(_non_member_device_barrier)
+    assert outcomes[0] == "ok"
+    assert all("is not in the group [0]" in text for text in outcomes[1:]), outcomes

@@ -98,3 +98,24 @@ def wait_until(ptr, cmp: tl.constexpr, value, sem: tl.constexpr = "acquire", sco
     while not _satisfied(seen, cmp, value):
         seen = tl.atomic_add(ptr, 0, sem=sem, scope=scope)
     return seen
+
+
+@triton.jit
+def barrier_kernel(arrivals, expected, members, count, cur, heap_bases, BLOCK: tl.constexpr):
+    """One round of :meth:`iris.Iris.device_barrier` among ``members[:count]`` (one program).
+
+    ``arrivals[s]`` on rank r counts the barrier rounds rank s has entered with r (a symmetric
+    int64 array); ``expected[s]`` (local) counts those r has entered with s. Both sides of a pair
+    count the same rounds in the same order, so one pair of arrays serves every group.
+    """
+    offs = tl.arange(0, BLOCK)
+    peers = tl.load(members + offs, mask=offs < count, other=0)
+    others = (offs < count) & (peers != cur)
+    tl.debug_barrier()  # every write this launch's stream made before precedes the arrival
+    mine = arrivals + cur + offs * 0
+    tl.atomic_add(translate(mine, cur, peers, heap_bases), 1, mask=others, sem="release", scope="sys")
+    want = tl.load(expected + peers, mask=others, other=0) + 1
+    tl.store(expected + peers, want, mask=others)
+    seen = tl.atomic_add(arrivals + peers, 0, mask=others, sem="acquire", scope="sys")
+    while tl.sum((others & (seen < want)).to(tl.int32)) > 0:
+        seen = tl.atomic_add(arrivals + peers, 0, mask=others, sem="acquire", scope="sys")

@@ -19,16 +19,18 @@ class SymmetricHeap:
 
     Args:
         backend: the Backend that provides the memory.
-        nbytes: bytes of heap per rank.
+        nbytes: bytes of heap per rank that allocations may use.
         device: the heap's device.
         comm: the job's Communicator (creation is collective).
+        reserved: bytes past ``nbytes`` that Iris itself uses (barrier counters); see :meth:`internal`.
     """
 
-    def __init__(self, backend, nbytes: int, device: torch.device, comm):
+    def __init__(self, backend, nbytes: int, device: torch.device, comm, reserved: int = 0):
         self.size = nbytes
+        self.reserved = -(-reserved // MIN_ALIGNMENT) * MIN_ALIGNMENT
         self.device = device
         self._comm = comm
-        self._memory = backend.create_heap(nbytes, device, comm)
+        self._memory = backend.create_heap(nbytes + self.reserved, device, comm)
         self._offset = 0
         misaligned = [hex(b) for b in self._memory.bases if b % MIN_ALIGNMENT]
         if misaligned:
@@ -66,15 +68,24 @@ class SymmetricHeap:
         region = self._memory.local[start : start + nbytes]
         return region.view(dtype).view(shape)
 
+    def internal(self, offset: int, count: int, dtype: torch.dtype) -> torch.Tensor:
+        """``count`` elements at ``offset`` of the reserved tail (the same place on every rank)."""
+        element_size = torch.empty((), dtype=dtype).element_size()
+        if offset < 0 or offset + count * element_size > self.reserved:
+            raise ValueError(f"internal region [{offset}, +{count * element_size}) is outside the "
+                             f"{self.reserved} reserved bytes")
+        start = self.size + offset
+        return self._memory.local[start : start + count * element_size].view(dtype)
+
     def contains(self, tensor: torch.Tensor) -> bool:
         """True when every byte ``tensor`` can address lies inside this rank's heap."""
         if self._memory is None or tensor.device != self._memory.local.device:
             return False
         start = tensor.data_ptr()
         if tensor.numel() == 0:
-            return self.base <= start <= self.base + self.size
+            return self.base <= start <= self.base + self.size + self.reserved
         extent = sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride())) + 1
-        return self.base <= start and start + extent * tensor.element_size() <= self.base + self.size
+        return self.base <= start and start + extent * tensor.element_size() <= self.base + self.size + self.reserved
 
     def close(self, collective: bool) -> None:
         """Unmap the peers' heaps; with ``collective``, first wait for every rank (and again after)."""

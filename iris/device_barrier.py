@@ -1,0 +1,61 @@
+"""``Iris.device_barrier``: a barrier that is one small kernel on the current stream.
+
+Nothing waits on the host, so it overlaps with queued work and can be captured in a CUDA
+graph and replayed (its counters live in device memory, so every replay is a new round).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from iris.device.sync import barrier_kernel
+
+
+def reserved_bytes(world_size: int) -> int:
+    """Heap bytes the barrier needs past the user's heap: one int64 arrival counter per rank."""
+    return 8 * world_size
+
+
+class DeviceBarrier:
+    """Per-context state of the device barrier.
+
+    Args:
+        heap: the context's SymmetricHeap, with :func:`reserved_bytes` reserved.
+        comm: the context's Communicator (to resolve groups).
+        rank, world_size: this rank and the job's size.
+        heap_bases: the int64 heap-bases tensor on the device.
+    """
+
+    def __init__(self, heap, comm, rank: int, world_size: int, heap_bases: torch.Tensor):
+        self._rank, self._world = rank, world_size
+        self._comm = comm
+        self._heap_bases = heap_bases
+        self._arrivals = heap.internal(0, world_size, torch.int64)
+        self._arrivals.zero_()
+        self._expected = torch.zeros(world_size, dtype=torch.int64, device=heap.device)
+        self._members: dict[tuple[int, ...], torch.Tensor] = {}
+        self._block = max(16, 1 << (world_size - 1).bit_length())
+
+    def members_of(self, group) -> tuple[int, ...]:
+        """The global ranks of ``group`` (None: all ranks), checked before any launch."""
+        if group is None:
+            return tuple(range(self._world))
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_initialized():
+            raise ValueError("device_barrier(group=...) needs torch.distributed; this job has no process group "
+                             "(pass group=None for all ranks)")
+        ranks = tuple(dist.get_process_group_ranks(group))
+        if self._rank not in ranks:
+            raise ValueError(f"device_barrier: rank {self._rank} is not in the group {list(ranks)}; "
+                             "only its members may call it")
+        return ranks
+
+    def __call__(self, group=None) -> None:
+        members = self.members_of(group)
+        tensor = self._members.get(members)
+        if tensor is None:
+            tensor = torch.tensor(members, dtype=torch.int32, device=self._expected.device)
+            self._members[members] = tensor
+        barrier_kernel[(1,)](self._arrivals, self._expected, tensor, len(members), self._rank, self._heap_bases,
+                             BLOCK=self._block)
