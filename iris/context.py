@@ -9,6 +9,7 @@ import torch
 
 from iris import runtime, sim
 from iris.device.context import build_context_tensor
+from iris import debug as debug_mode
 from iris.device_barrier import DeviceBarrier, reserved_bytes
 from iris.distributed import init_distributed
 from iris.logging import log
@@ -18,7 +19,9 @@ from iris.memory.tensors import TensorFactories
 ALLOCATORS = ("torch",)
 
 
-def _validate(heap_size, allocator_type) -> None:
+def _validate(heap_size, allocator_type, debug) -> None:
+    if not isinstance(debug, bool):
+        raise TypeError(f"debug={debug!r} must be True or False")
     if isinstance(heap_size, bool) or not isinstance(heap_size, numbers.Integral):
         raise TypeError(f"heap_size={heap_size!r} must be an integer number of bytes")
     if heap_size <= 0:
@@ -38,6 +41,9 @@ class Iris(TensorFactories):
         heap_size: bytes of symmetric heap per rank (default 1 GiB).
         allocator_type: ``"torch"``: the heap is one device allocation exposed
             as a torch tensor (the only allocator of this port).
+        debug: bound every device wait by IRIS_WAIT_TIMEOUT seconds and raise
+            :class:`iris.WaitTimeoutError` naming what was awaited (also IRIS_DEBUG=1;
+            see :mod:`iris.debug`). Turn it on before the first waiting kernel compiles.
 
     Example:
         >>> import iris, torch
@@ -47,8 +53,8 @@ class Iris(TensorFactories):
         >>> ctx.close()
     """
 
-    def __init__(self, heap_size: int = 1 << 30, allocator_type: str = "torch"):
-        _validate(heap_size, allocator_type)
+    def __init__(self, heap_size: int = 1 << 30, allocator_type: str = "torch", debug: bool = False):
+        _validate(heap_size, allocator_type, debug)
         backend = runtime.get_backend()
         comm = init_distributed(backend.name, backend.device_for)
         sizes = comm.all_gather_object(int(heap_size))
@@ -66,6 +72,8 @@ class Iris(TensorFactories):
         self.heap = SymmetricHeap(backend, self.heap_size, device, comm, reserved=reserved_bytes(self.num_ranks))
         self.heap_bases = torch.tensor(self.heap.bases, dtype=torch.int64, device=device)
         self._device_barrier = DeviceBarrier(self.heap, comm, self.cur_rank, self.num_ranks, self.heap_bases)
+        if debug or debug_mode.requested_by_environment():
+            debug_mode.enable(device)
         self._device_context = build_context_tensor(self.cur_rank, self.num_ranks, self.heap.bases, device)
         if sim.simulation_enabled():
             sim.write_heap_bases(self.cur_rank, self.num_ranks, self.heap.bases)
@@ -146,6 +154,11 @@ class Iris(TensorFactories):
         """
         self.backend.synchronize(self.device, stream)
         self.comm.barrier(group)
+        self._raise_if_a_wait_timed_out()
+
+    def _raise_if_a_wait_timed_out(self) -> None:
+        if debug_mode.enabled():
+            debug_mode.raise_if_timed_out(self.cur_rank, self.heap.bases, self.heap.size + self.heap.reserved)
 
     def device_barrier(self, group=None) -> None:
         """Every rank of ``group`` (default: all) waits here, on the device, in stream order.
@@ -164,6 +177,9 @@ class Iris(TensorFactories):
             >>> kernel_that_reads[grid](...)
         """
         self._device_barrier(group)
+        if debug_mode.enabled():  # debug mode trades the host's freedom for an immediate diagnosis
+            self.backend.synchronize(self.device)
+            self._raise_if_a_wait_timed_out()
 
     def broadcast(self, value, src: int = 0):
         """Send ``value`` from rank ``src`` to every rank and return it.
@@ -202,12 +218,12 @@ class Iris(TensorFactories):
         log(_logging.ERROR, message, self.cur_rank, self.num_ranks)
 
 
-def iris(heap_size: int = 1 << 30, allocator_type: str = "torch") -> Iris:
+def iris(heap_size: int = 1 << 30, allocator_type: str = "torch", debug: bool = False) -> Iris:
     """Create this rank's Iris context (collective; see :class:`Iris`).
 
     Example:
         >>> ctx = iris.iris(1 << 30)
     """
-    return Iris(heap_size, allocator_type)
+    return Iris(heap_size, allocator_type, debug)
 
 

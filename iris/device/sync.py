@@ -23,12 +23,55 @@ Example (producer on rank 0, consumer on rank 1)::
             tl.store(data + offs, tl.load(data + offs) + 1)
 """
 
+import os
+import time
+
 import triton
 import triton.language as tl
 
 from iris.device.rma import translate
 
 COMPARISONS = ("==", "!=", ">=", ">", "<=", "<")
+
+# Debug mode (iris.debug.enable, from IRIS_DEBUG=1 or iris.iris(debug=True)) bounds every wait. These are
+# compile-time constants: without debug the spin loops carry no extra instruction.
+DEBUG = tl.constexpr(False)
+WAIT_TIMEOUT_NS = tl.constexpr(10_000_000_000)
+RECORD_ADDRESS = tl.constexpr(0)  # int64[8] that a timed-out wait fills in; see iris/debug.py for its layout
+_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")
+WAIT_UNTIL_RECORD = tl.constexpr(1)
+DEVICE_BARRIER_RECORD = tl.constexpr(2)
+
+
+def _host_clock_ns():
+    return time.monotonic_ns()
+
+
+# Lets Triton's dependency scan accept the name; compiled kernels never reach it (see _clock_ns).
+_host_clock_ns.__triton_builtin__ = True
+
+
+@triton.jit
+def _clock_ns():
+    if _INTERPRETED:
+        now = _host_clock_ns()  # only ever run by Triton's interpreter, which runs this body as Python
+    else:
+        now = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False,
+                                        pack=1)
+    return now
+
+
+@triton.jit
+def _report_timeout(kind, address, expected, seen, detail, waited_ns):
+    """Fill the debug record (the first timed-out wait of a launch wins) for the host to raise from."""
+    record = tl.full([], RECORD_ADDRESS, tl.int64).to(tl.pointer_type(tl.int64))
+    if tl.atomic_cas(record, tl.full([], 0, tl.int64), tl.full([], kind, tl.int64)) == 0:
+        tl.store(record + 1, tl.cast(tl.program_id(0), tl.int64))
+        tl.store(record + 2, tl.cast(address, tl.int64))
+        tl.store(record + 3, tl.cast(expected, tl.int64))
+        tl.store(record + 4, tl.cast(seen, tl.int64))
+        tl.store(record + 5, tl.cast(detail, tl.int64))
+        tl.store(record + 6, tl.cast(waited_ns, tl.int64))
 
 
 @triton.jit
@@ -46,6 +89,24 @@ def _satisfied(seen, cmp: tl.constexpr, value):
     else:
         ok = seen < value
     return ok
+
+
+@triton.jit
+def _comparison_code(cmp: tl.constexpr):
+    """The index of ``cmp`` in COMPARISONS (for the debug record)."""
+    if cmp == "==":
+        code = 0
+    elif cmp == "!=":
+        code = 1
+    elif cmp == ">=":
+        code = 2
+    elif cmp == ">":
+        code = 3
+    elif cmp == "<=":
+        code = 4
+    else:
+        code = 5
+    return tl.full([], code, tl.int64)
 
 
 @triton.jit
@@ -95,8 +156,17 @@ def wait_until(ptr, cmp: tl.constexpr, value, sem: tl.constexpr = "acquire", sco
     tl.static_assert(cmp == "==" or cmp == "!=" or cmp == ">=" or cmp == ">" or cmp == "<=" or cmp == "<",
                      "wait_until: cmp must be one of ==, !=, >=, >, <=, <")
     seen = tl.atomic_add(ptr, 0, sem=sem, scope=scope)
-    while not _satisfied(seen, cmp, value):
-        seen = tl.atomic_add(ptr, 0, sem=sem, scope=scope)
+    if DEBUG:
+        start = _clock_ns()
+        waited = start - start
+        while (_satisfied(seen, cmp, value) == 0) & (waited < WAIT_TIMEOUT_NS):
+            seen = tl.atomic_add(ptr, 0, sem=sem, scope=scope)
+            waited = _clock_ns() - start
+        if _satisfied(seen, cmp, value) == 0:
+            _report_timeout(WAIT_UNTIL_RECORD, ptr.to(tl.int64), value, seen, _comparison_code(cmp), waited)
+    else:
+        while not _satisfied(seen, cmp, value):
+            seen = tl.atomic_add(ptr, 0, sem=sem, scope=scope)
     return seen
 
 
@@ -117,5 +187,19 @@ def barrier_kernel(arrivals, expected, members, count, cur, heap_bases, BLOCK: t
     want = tl.load(expected + peers, mask=others, other=0) + 1
     tl.store(expected + peers, want, mask=others)
     seen = tl.atomic_add(arrivals + peers, 0, mask=others, sem="acquire", scope="sys")
-    while tl.sum((others & (seen < want)).to(tl.int32)) > 0:
-        seen = tl.atomic_add(arrivals + peers, 0, mask=others, sem="acquire", scope="sys")
+    if DEBUG:
+        start = _clock_ns()
+        waited = start - start
+        while (tl.sum((others & (seen < want)).to(tl.int32)) > 0) & (waited < WAIT_TIMEOUT_NS):
+            seen = tl.atomic_add(arrivals + peers, 0, mask=others, sem="acquire", scope="sys")
+            waited = _clock_ns() - start
+        late = others & (seen < want)
+        if tl.sum(late.to(tl.int32)) > 0:
+            first = tl.min(tl.where(late, offs, BLOCK))  # the lowest late lane
+            lane = offs == first
+            peer = tl.sum(tl.where(lane, peers, 0))
+            _report_timeout(DEVICE_BARRIER_RECORD, (arrivals + peer).to(tl.int64), tl.sum(tl.where(lane, want, 0)),
+                            tl.sum(tl.where(lane, seen, 0)), peer, waited)
+    else:
+        while tl.sum((others & (seen < want)).to(tl.int32)) > 0:
+            seen = tl.atomic_add(arrivals + peers, 0, mask=others, sem="acquire", scope="sys")

@@ -1,0 +1,73 @@
+"""IRIS_DEBUG: a wait that is never signalled gives up and says who waited on what."""
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+NEVER_SIGNALLED = """
+import torch, triton, triton.language as tl
+import iris
+
+@triton.jit
+def wait_for_flag(flag, rank):
+    if rank == 0:
+        iris.wait_until(flag + 3, "==", 1)   # nobody ever signals it
+
+ctx = iris.iris(1 << 16, debug={debug})
+flags = ctx.zeros(8, dtype=torch.int32)
+ctx.barrier()
+wait_for_flag[(1,)](flags, ctx.get_rank())
+try:
+    ctx.barrier()
+except iris.WaitTimeoutError as exc:
+    print("CAUGHT", exc, flush=True)
+    raise SystemExit(7)
+print("no timeout", flush=True)
+"""
+
+ABSENT_PEER = """
+import iris
+ctx = iris.iris(1 << 16)
+if ctx.get_rank() == 0:
+    try:
+        ctx.device_barrier()          # rank 1 never comes
+    except iris.WaitTimeoutError as exc:
+        print("CAUGHT", exc, flush=True)
+        raise SystemExit(7)
+"""
+
+
+def _launch(tmp_path, script, env_extra):
+    path = tmp_path / "hang.py"
+    path.write_text(textwrap.dedent(script))
+    env = {**os.environ, "IRIS_WAIT_TIMEOUT": "1", **env_extra}
+    env.pop("TRITON_INTERPRET", None)
+    return subprocess.run([sys.executable, "-m", "iris", "run", "-n", "2", "--timeout", "120", str(path)],
+                          capture_output=True, text=True, timeout=180, env=env)
+
+
+@pytest.mark.parametrize("how", ["env", "argument"])
+def test_unsignalled_wait_names_rank_program_address_and_values(tmp_path, how):
+    script = NEVER_SIGNALLED.format(debug="True" if how == "argument" else "False")
+    proc = _launch(tmp_path, script, {"IRIS_DEBUG": "1"} if how == "env" else {})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 7, out
+    line = next(text for text in out.splitlines() if "CAUGHT" in text)
+    assert line.startswith("[rank 0]")
+    assert "rank 0 program 0" in line
+    assert re.search(r"heap offset 0x[0-9a-f]+ of rank 0", line), line
+    offset = int(re.search(r"heap offset (0x[0-9a-f]+)", line)[1], 16)
+    assert offset % 256 == 12  # flags + 3 in int32, flags itself 256-byte aligned
+    assert "== 1" in line and "last saw 0" in line and "gave up after" in line
+
+
+def test_absent_peer_in_device_barrier_is_named(tmp_path):
+    proc = _launch(tmp_path, ABSENT_PEER, {"IRIS_DEBUG": "1"})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 7, out
+    line = next(text for text in out.splitlines() if "CAUGHT" in text)
+    assert "device_barrier" in line and "rank 1" in line and "rank 0 program 0" in line, line
