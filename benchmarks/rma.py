@@ -33,15 +33,15 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
     os.environ.setdefault(_name, _value)
 
 import argparse
-import csv
 import re
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import torch
+
+from _results import RESULTS, git_commit, write_csv
 
 import iris  # before any kernel: on the CPU backend it turns on Triton's interpreter
 import triton
@@ -53,7 +53,6 @@ OPS = ("put", "get", "load", "store")
 WRITES_TO_PEER = ("put", "store")  # the others write rank 0's buffer
 GPU_CONFIGS = ((4096, 8), (8192, 16))  # (BLOCK elements, num_warps), tried once per size and op
 CPU_CONFIGS = ((4096, 1),)  # the interpreter ignores num_warps; nothing to tune
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 @triton.jit(do_not_specialize=["cur_rank", "peer"])  # one compilation serves every peer
@@ -160,22 +159,8 @@ def check(ctx, what: str, launch, owner: int, dst, expected) -> bool:
     return ctx.broadcast(ok, src=owner)
 
 
-def git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent,
-                             capture_output=True, text=True, timeout=10, check=False)
-        return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def write_outputs(rows, path: Path, world: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"CSV: {path}")
+    write_csv(rows, path)
     try:
         import matplotlib
 
