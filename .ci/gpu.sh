@@ -33,6 +33,8 @@ step hello python -m iris run -n "$ranks" --timeout 300 examples/00_hello/exampl
 step message_passing python -m iris run -n "$ranks" --timeout 300 examples/01_message_passing/example.py --validate
 if [ "$tag" = gpu ]; then
   step rma python -m iris run -n 2 --timeout 500 benchmarks/rma.py --validate --csv "$logs/rma.csv"
+  step latency python -m iris run -n 2 --timeout 300 benchmarks/latency.py --csv "$logs/latency.csv"
+  grep -E "^\[rank 0\] (one_way_flag|barrier)" "$logs/gpu-latency.log"
   grep -E "^\[rank 0\] +[0-9]" "$logs/gpu-rma.log" | tail -40
 fi
 exit $status
