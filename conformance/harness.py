@@ -26,7 +26,9 @@ import os
 import shlex
 
 import torch
+from hypothesis import strategies as st
 
+from conformance.dtypes import element_size
 from iris.testing import RankFailure, RankPool
 
 HEAP_BYTES = 1 << 20  # per rank: big enough for every case, small enough to compare whole on every case
@@ -87,6 +89,16 @@ class Verdict:
         self.value = value
 
 
+def offsets(span: int, align: int):
+    """Byte offsets, multiples of ``align``, where ``span`` bytes fit in the arena (anywhere, up to its end)."""
+    return st.integers(0, (HEAP_BYTES - span) // align).map(lambda i: i * align)
+
+
+def seeds():
+    """Seeds for :func:`generator`: each case's data."""
+    return st.integers(0, 2**31 - 1)
+
+
 # ------------------------------------------------------------------------------------------- rank side
 
 _context = None
@@ -112,8 +124,7 @@ def arena() -> torch.Tensor:
 
 def region(offset: int, count: int, dtype: torch.dtype) -> torch.Tensor:
     """``count`` elements of ``dtype`` at byte ``offset`` of the arena (offset a multiple of the element size)."""
-    size = torch.empty((), dtype=dtype).element_size()
-    return arena()[offset : offset + count * size].view(dtype)
+    return arena()[offset : offset + count * element_size(dtype)].view(dtype)
 
 
 def generator(seed: int, rank: int, stream: int = 0) -> torch.Generator:
@@ -185,8 +196,7 @@ def to_device(tensor: torch.Tensor, device) -> torch.Tensor:
 
 def device_poison(count: int, dtype: torch.dtype, device) -> torch.Tensor:
     """``count`` elements of ``dtype`` on ``device`` whose bytes are all 0xA5 (made without dtype kernels)."""
-    size = torch.empty((), dtype=dtype).element_size()
-    return torch.full((count * size,), 0xA5, dtype=torch.uint8, device=device).view(dtype)
+    return torch.full((count * element_size(dtype),), 0xA5, dtype=torch.uint8, device=device).view(dtype)
 
 
 def byte_view(tensor: torch.Tensor) -> torch.Tensor:

@@ -22,12 +22,6 @@ from conformance import harness
 from conformance.profiles import current
 
 
-@triton.jit
-def _announce_kernel(slots, value, cur, world, heap_bases):
-    for to_rank in range(0, world):
-        iris.store(slots + cur, value, cur, to_rank, heap_bases)
-
-
 def _round_value(seed: int, round_: int, rank: int) -> int:
     return (seed * 31 + round_ * 1009 + rank * 7 + 1) % (2**31 - 1)
 
@@ -89,6 +83,5 @@ def test_barrier_makes_every_write_visible(world, kind, data):
     """write -> barrier -> read never stale: host barrier(), device_barrier(), device_barrier(group)."""
     case = data.draw(st.fixed_dictionaries(dict(
         kind=st.just(kind), rounds=st.integers(1, current().barrier_rounds), jitter_ms=st.sampled_from((2, 10)),
-        offset=st.integers(0, (harness.HEAP_BYTES - 4 * world.size) // 4).map(lambda i: i * 4),
-        seed=st.integers(0, 2**31 - 1))), label="case")
+        offset=harness.offsets(4 * world.size, 4), seed=harness.seeds())), label="case")
     world.check(_barrier_on_rank, case)

@@ -102,6 +102,6 @@ def test_message_passing_never_sees_stale_data(world, via_put, data):
     span = 8 * programs * block + 8 * programs
     case = dict(producer=producer, consumer=consumer, programs=programs, block=block, via_put=via_put,
                 messages=current().litmus_iterations,
-                offset=data.draw(st.integers(0, (harness.HEAP_BYTES - span) // 256), label="offset") * 256,
-                seed=data.draw(st.integers(0, 2**31 - 1), label="seed"))
+                offset=data.draw(harness.offsets(span, 256), label="offset"),
+                seed=data.draw(harness.seeds(), label="seed"))
     world.check(_message_passing_on_rank, case)

@@ -69,7 +69,7 @@ def test_token_ring_hands_off_every_round(world, data):
     """signal(set) + wait_until(==) pass a token round the ring, round after round, in order."""
     case = data.draw(st.fixed_dictionaries(dict(
         rounds=st.integers(1, current().barrier_rounds), via_context=st.booleans(),
-        offset=st.integers(0, harness.HEAP_BYTES // 4 - 1).map(lambda i: i * 4), seed=st.integers(0, 2**31 - 1))),
+        offset=harness.offsets(4, 4), seed=harness.seeds())),
         label="case")
     world.check(_ring_on_rank, case)
 
@@ -111,7 +111,7 @@ def test_add_signals_are_all_counted(world, data):
     case = data.draw(st.fixed_dictionaries(dict(
         owner=st.integers(0, world.size - 1), programs=st.integers(1, 4), per_program=st.integers(1, 8),
         width=st.sampled_from((32, 64)),
-        offset=st.integers(0, harness.HEAP_BYTES // 8 - 1).map(lambda i: i * 8), seed=st.integers(0, 2**31 - 1))),
+        offset=harness.offsets(8, 8), seed=harness.seeds())),
         label="case")
     world.check(_count_on_rank, case)
 
@@ -179,7 +179,7 @@ def comparison_cases(draw, world_size):
     waiter = draw(st.integers(0, world_size - 1))
     signaller = draw(st.integers(0, world_size - 1).filter(lambda r: r != waiter))
     return dict(cmp=cmp, start=start, target=target, steps=steps, waiter=waiter, signaller=signaller,
-                offset=draw(st.integers(0, harness.HEAP_BYTES // 8 - 1)) * 8, seed=draw(st.integers(0, 2**31 - 1)))
+                offset=draw(harness.offsets(8, 8)), seed=draw(harness.seeds()))
 
 
 @settings(max_examples=current().examples(1))

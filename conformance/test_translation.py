@@ -69,7 +69,7 @@ def move_cases(draw, world_size: int):
         op=op, dtype=dtype, n=n, block=64, src_offset=src_offset,
         dst_offset=dst_offset, actor=draw(ranks), peer_a=draw(ranks), peer_b=draw(ranks),
         mask=draw(st.sampled_from(("all", "none", "random", "prefix"))),
-        use_other=op == "load" and draw(st.booleans()), seed=draw(st.integers(0, 2**31 - 1)),
+        use_other=op == "load" and draw(st.booleans()), seed=draw(harness.seeds()),
     )
 
 
@@ -171,5 +171,5 @@ def test_translating_there_and_back_is_the_identity(world, data):
     ranks = st.integers(0, world.size - 1)
     case = data.draw(st.fixed_dictionaries(dict(
         dtype=st.sampled_from(LOAD_STORE_DTYPES), rank_a=ranks, rank_b=ranks, count=st.integers(1, 200),
-        seed=st.integers(0, 2**31 - 1))), label="case")
+        seed=harness.seeds())), label="case")
     world.check(_round_trip_on_rank, case)

@@ -48,8 +48,8 @@ def _dtype_name(dtype) -> str | None:
     return str(dtype).removeprefix("torch.")
 
 
-def limitation(backend: str, feature: str, dtype=None, concurrent: bool = False) -> str | None:
-    """The reason ``backend`` cannot honour ``feature`` (for ``dtype``), or None when it can.
+def find_limitation(backend: str, feature: str, dtype=None, concurrent: bool = False) -> Limitation | None:
+    """The table's row saying ``backend`` cannot honour ``feature`` (for ``dtype``), or None when it can.
 
     Args:
         backend: "cpu", "cuda" or "hip".
@@ -58,7 +58,7 @@ def limitation(backend: str, feature: str, dtype=None, concurrent: bool = False)
         concurrent: the case has several writers on one word at once.
 
     Returns:
-        The reason as a sentence, or None.
+        The matching :class:`Limitation`, or None.
     """
     name = _dtype_name(dtype)
     for row in LIMITATIONS:
@@ -68,5 +68,11 @@ def limitation(backend: str, feature: str, dtype=None, concurrent: bool = False)
             continue
         if row.concurrent_only and not concurrent:
             continue
-        return row.reason
+        return row
     return None
+
+
+def limitation(backend: str, feature: str, dtype=None, concurrent: bool = False) -> str | None:
+    """The reason ``backend`` cannot honour ``feature`` (for ``dtype``) as a sentence, or None when it can."""
+    row = find_limitation(backend, feature, dtype, concurrent)
+    return row.reason if row else None

@@ -71,7 +71,7 @@ class Iris(TensorFactories):
         self.heap_size = int(heap_size)
         self.heap = SymmetricHeap(backend, self.heap_size, device, comm, reserved=reserved_bytes(self.num_ranks))
         self.heap_bases = torch.tensor(self.heap.bases, dtype=torch.int64, device=device)
-        self._device_barrier = DeviceBarrier(self.heap, comm, self.cur_rank, self.num_ranks, self.heap_bases)
+        self._device_barrier = DeviceBarrier(self.heap, self.cur_rank, self.num_ranks, self.heap_bases)
         if debug or debug_mode.requested_by_environment():
             debug_mode.enable(device)
         self._device_context = build_context_tensor(self.cur_rank, self.num_ranks, self.heap.bases, device)
@@ -158,7 +158,7 @@ class Iris(TensorFactories):
 
     def _raise_if_a_wait_timed_out(self) -> None:
         if debug_mode.enabled():
-            debug_mode.raise_if_timed_out(self.cur_rank, self.heap.bases, self.heap.size + self.heap.reserved)
+            debug_mode.raise_if_timed_out(self.cur_rank, self.heap)
 
     def device_barrier(self, group=None) -> None:
         """Every rank of ``group`` (default: all) waits here, on the device, in stream order.

@@ -59,7 +59,7 @@ def enable(device: torch.device) -> None:
     sync.DEBUG = tl.constexpr(True)
 
 
-def raise_if_timed_out(rank: int, heap_bases: list[int], heap_span: int) -> None:
+def raise_if_timed_out(rank: int, heap) -> None:
     """Raise :class:`WaitTimeoutError` if a wait of this process timed out since the last check.
 
     Call after the device work is complete (the record is read from the host).
@@ -70,7 +70,8 @@ def raise_if_timed_out(rank: int, heap_bases: list[int], heap_span: int) -> None
     if kind == 0:
         return
     _record.zero_()
-    where = _locate(address, heap_bases, heap_span)
+    found = heap.locate(address)
+    where = f"heap offset {found[1]:#x} of rank {found[0]}" if found else f"address {address:#x} (not on the heap)"
     if kind == sync.WAIT_UNTIL_RECORD.value:
         cmp = sync.COMPARISONS[detail]
         message = (f"rank {rank} program {pid} gave up after {waited_ns / 1e9:.1f} s in wait_until: "
@@ -81,9 +82,3 @@ def raise_if_timed_out(rank: int, heap_bases: list[int], heap_span: int) -> None
                    f"last saw {seen})")
     raise WaitTimeoutError(message + "; a signal that never came, or a rank that never reached this point")
 
-
-def _locate(address: int, heap_bases: list[int], heap_span: int) -> str:
-    for owner, base in enumerate(heap_bases):
-        if base <= address < base + heap_span:
-            return f"heap offset {address - base:#x} of rank {owner}"
-    return f"address {address:#x} (not on the symmetric heap)"

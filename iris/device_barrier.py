@@ -21,14 +21,12 @@ class DeviceBarrier:
 
     Args:
         heap: the context's SymmetricHeap, with :func:`reserved_bytes` reserved.
-        comm: the context's Communicator (to resolve groups).
         rank, world_size: this rank and the job's size.
         heap_bases: the int64 heap-bases tensor on the device.
     """
 
-    def __init__(self, heap, comm, rank: int, world_size: int, heap_bases: torch.Tensor):
+    def __init__(self, heap, rank: int, world_size: int, heap_bases: torch.Tensor):
         self._rank, self._world = rank, world_size
-        self._comm = comm
         self._heap_bases = heap_bases
         self._arrivals = heap.internal(0, world_size, torch.int64)
         self._arrivals.zero_()

@@ -5,6 +5,7 @@ each rank builds a context, runs a kernel and checks every element: moved data
 must equal the source, and masked-out lanes must keep their poison value.
 """
 
+import pytest
 import torch
 import triton
 import triton.language as tl
@@ -64,24 +65,11 @@ def _rma_on_rank(op: str, seed: int, n_valid: int):
     assert torch.equal(got, expected), f"{op}: {wrong} wrong elements; first {got[:8]} vs {expected[:8]}"
 
 
-def test_store(ranks):
-    ranks.run(_rma_on_rank, "store", seed=1, n_valid=N - 13)
-
-
-def test_load(ranks):
-    ranks.run(_rma_on_rank, "load", seed=2, n_valid=N - 29)
-
-
-def test_get(ranks):
-    ranks.run(_rma_on_rank, "get", seed=3, n_valid=N - 5)
-
-
-def test_put(ranks):
-    ranks.run(_rma_on_rank, "put", seed=4, n_valid=N - 64)
-
-
-def test_copy(ranks):
-    ranks.run(_rma_on_rank, "copy", seed=5, n_valid=N - 1)
+@pytest.mark.parametrize("op,seed,n_valid", [
+    ("store", 1, N - 13), ("load", 2, N - 29), ("get", 3, N - 5), ("put", 4, N - 64), ("copy", 5, N - 1),
+])
+def test_rma(ranks, op, seed, n_valid):
+    ranks.run(_rma_on_rank, op, seed=seed, n_valid=n_valid)
 
 
 @triton.jit
@@ -158,40 +146,12 @@ def _atomic_on_rank(op: str, seed: int, n_valid: int):
     assert torch.equal(got_olds, expected_olds), f"atomic_{op}: returned old values differ"
 
 
-def test_atomic_add(ranks):
-    ranks.run(_atomic_on_rank, "add", seed=10, n_valid=N - 7)
-
-
-def test_atomic_sub(ranks):
-    ranks.run(_atomic_on_rank, "sub", seed=11, n_valid=N - 70)
-
-
-def test_atomic_cas(ranks):
-    ranks.run(_atomic_on_rank, "cas", seed=12, n_valid=N)
-
-
-def test_atomic_xchg(ranks):
-    ranks.run(_atomic_on_rank, "xchg", seed=13, n_valid=N - 3)
-
-
-def test_atomic_xor(ranks):
-    ranks.run(_atomic_on_rank, "xor", seed=14, n_valid=N - 100)
-
-
-def test_atomic_and(ranks):
-    ranks.run(_atomic_on_rank, "and", seed=15, n_valid=N - 11)
-
-
-def test_atomic_or(ranks):
-    ranks.run(_atomic_on_rank, "or", seed=16, n_valid=N - 2)
-
-
-def test_atomic_min(ranks):
-    ranks.run(_atomic_on_rank, "min", seed=17, n_valid=N - 33)
-
-
-def test_atomic_max(ranks):
-    ranks.run(_atomic_on_rank, "max", seed=18, n_valid=N - 64)
+@pytest.mark.parametrize("op,seed,n_valid", [
+    ("add", 10, N - 7), ("sub", 11, N - 70), ("cas", 12, N), ("xchg", 13, N - 3), ("xor", 14, N - 100),
+    ("and", 15, N - 11), ("or", 16, N - 2), ("min", 17, N - 33), ("max", 18, N - 64),
+])
+def test_atomic(ranks, op, seed, n_valid):
+    ranks.run(_atomic_on_rank, op, seed=seed, n_valid=n_valid)
 
 
 @triton.jit

@@ -14,6 +14,10 @@ import torch
 MIN_ALIGNMENT = 256
 
 
+def _element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
 class SymmetricHeap:
     """This rank's share of the symmetric heap.
 
@@ -56,8 +60,7 @@ class SymmetricHeap:
         """
         if self._memory is None:
             raise RuntimeError("this Iris context is closed; create a new one with iris.iris()")
-        element_size = torch.empty((), dtype=dtype).element_size()
-        nbytes = math.prod(shape) * element_size
+        nbytes = math.prod(shape) * _element_size(dtype)
         start = -(-self._offset // alignment) * alignment
         if start + nbytes > self.size:
             raise MemoryError(
@@ -70,12 +73,18 @@ class SymmetricHeap:
 
     def internal(self, offset: int, count: int, dtype: torch.dtype) -> torch.Tensor:
         """``count`` elements at ``offset`` of the reserved tail (the same place on every rank)."""
-        element_size = torch.empty((), dtype=dtype).element_size()
-        if offset < 0 or offset + count * element_size > self.reserved:
-            raise ValueError(f"internal region [{offset}, +{count * element_size}) is outside the "
-                             f"{self.reserved} reserved bytes")
+        nbytes = count * _element_size(dtype)
+        if offset < 0 or offset + nbytes > self.reserved:
+            raise ValueError(f"internal region [{offset}, +{nbytes}) is outside the {self.reserved} reserved bytes")
         start = self.size + offset
-        return self._memory.local[start : start + count * element_size].view(dtype)
+        return self._memory.local[start : start + nbytes].view(dtype)
+
+    def locate(self, address: int) -> tuple[int, int] | None:
+        """(owning rank, heap offset) of an address in this process's view of any rank's heap, or None."""
+        for owner, base in enumerate(self.bases):
+            if base <= address < base + self.size + self.reserved:
+                return owner, address - base
+        return None
 
     def contains(self, tensor: torch.Tensor) -> bool:
         """True when every byte ``tensor`` can address lies inside this rank's heap."""
