@@ -22,10 +22,12 @@ Example (a property file):
 
 from __future__ import annotations
 
+import inspect
 import os
 import shlex
 
 import torch
+import triton
 from hypothesis import strategies as st
 
 from conformance.dtypes import element_size
@@ -168,25 +170,24 @@ def attempt(launch, *args, **kwargs) -> list[str]:
     return []
 
 
-def precompile(kernel, variants: list[dict], *args) -> None:
-    """Compile ``kernel`` for each constexpr set in ``variants``, shared out across the ranks (collective).
+def jit(fn=None, *, aligned: tuple[str, ...] = ()):
+    """``triton.jit`` that compiles a kernel once per set of constexprs and dtypes, not once per case.
 
-    On GPUs every rank would otherwise compile every variant at the same time; here rank r
-    compiles variants r, r + world, ... into Triton's on-disk cache, and after the barrier the
-    others load them from it. ``args`` must specialize like the real launch (same tensors,
-    alignments and integers). Nothing to do under the CPU backend's interpreter.
+    Triton specializes every integer argument on being 1 or a multiple of 16, and every pointer
+    on 16-byte alignment, so random ranks, sizes and offsets would each compile a new variant
+    (seconds each on a GPU). Every argument that is not a constexpr is kept generic, except
+    the pointers named in ``aligned``, whose alignment the property means to vary.
+
+    Example:
+        >>> @harness.jit(aligned=("src",))
+        ... def _kernel(src, n, BLOCK: tl.constexpr): ...
     """
-    ctx = context()
-    if ctx.backend.name == "cpu":
-        return
-    rank, world = ctx.get_rank(), ctx.get_num_ranks()
-    for index, constants in enumerate(variants):
-        if index % world == rank:
-            try:
-                kernel.warmup(*args, grid=(1,), **constants)
-            except Exception as exc:  # the real launch reports the error with the case
-                ctx.warning(f"precompiling {constants} failed ({type(exc).__name__}: {exc}); compiling at launch")
-    ctx.barrier()
+    def wrap(kernel):
+        runtime = [name for name, param in inspect.signature(kernel).parameters.items()
+                   if "constexpr" not in str(param.annotation) and name not in aligned]
+        return triton.jit(kernel, do_not_specialize=runtime, do_not_specialize_on_alignment=runtime)
+
+    return wrap(fn) if fn is not None else wrap
 
 
 def to_device(tensor: torch.Tensor, device) -> torch.Tensor:

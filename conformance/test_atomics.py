@@ -96,14 +96,44 @@ def _apply(ptr, val, cmp, mask, cur, peer, heap_bases, OP: tl.constexpr, SEM: tl
 
 
 @triton.jit
-def _atomic_kernel(target, vals, cmps, olds, lane_mask, n, cur, peer, heap_bases, OP: tl.constexpr,
-                   SEM: tl.constexpr, SCOPE: tl.constexpr, BLOCK: tl.constexpr):
+def _apply_scoped(ptr, val, cmp, mask, cur, peer, heap_bases, scope_id, OP: tl.constexpr, SEM: tl.constexpr):
+    if scope_id == 0:
+        old = _apply(ptr, val, cmp, mask, cur, peer, heap_bases, OP, SEM, "cta")
+    elif scope_id == 1:
+        old = _apply(ptr, val, cmp, mask, cur, peer, heap_bases, OP, SEM, "gpu")
+    else:
+        old = _apply(ptr, val, cmp, mask, cur, peer, heap_bases, OP, SEM, "sys")
+    return old
+
+
+@triton.jit
+def _apply_any(ptr, val, cmp, mask, cur, peer, heap_bases, sem_id, scope_id, OP: tl.constexpr):
+    """``_apply`` with SEMS[sem_id] and SCOPES[scope_id] picked at run time: one compilation holds all twelve."""
+    if sem_id == 0:
+        old = _apply_scoped(ptr, val, cmp, mask, cur, peer, heap_bases, scope_id, OP, "relaxed")
+    elif sem_id == 1:
+        old = _apply_scoped(ptr, val, cmp, mask, cur, peer, heap_bases, scope_id, OP, "acquire")
+    elif sem_id == 2:
+        old = _apply_scoped(ptr, val, cmp, mask, cur, peer, heap_bases, scope_id, OP, "release")
+    else:
+        old = _apply_scoped(ptr, val, cmp, mask, cur, peer, heap_bases, scope_id, OP, "acq_rel")
+    return old
+
+
+def _ids(sem: str, scope: str) -> tuple[int, int]:
+    """(sem_id, scope_id) for :func:`_apply_any`."""
+    return SEMS.index(sem), SCOPES.index(scope)
+
+
+@harness.jit
+def _atomic_kernel(target, vals, cmps, olds, lane_mask, n, cur, peer, heap_bases, sem_id, scope_id,
+                   OP: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     inside = offs < n
     mask = inside & (tl.load(lane_mask + offs, mask=inside, other=0) != 0)
     val = tl.load(vals + offs, mask=inside)
     cmp = tl.load(cmps + offs, mask=inside)
-    old = _apply(target + offs, val, cmp, mask, cur, peer, heap_bases, OP, SEM, SCOPE)
+    old = _apply_any(target + offs, val, cmp, mask, cur, peer, heap_bases, sem_id, scope_id, OP)
     tl.store(olds + offs, old, mask=mask)
 
 
@@ -148,12 +178,7 @@ def _single_writer_on_rank(case):
     lane_mask = torch.ones(n, dtype=torch.int8) if op == "cas" else torch.randint(0, 2, (n,), generator=g,
                                                                                      dtype=torch.int8)
     model = _operands(dtype, n, harness.generator(case["seed"], case["peer"], 6))
-    device, violations = ctx.get_device(), []
-    stand_in = harness.device_poison(n, dtype, device)  # olds, vals and cmps are fresh, aligned allocations too
-    harness.precompile(_atomic_kernel, [dict(OP=op, SEM=sem, SCOPE=scope, BLOCK=case["block"])
-                                        for sem, scope in itertools.product(SEMS, SCOPES)],
-                       harness.region(start, n, dtype), stand_in, stand_in, stand_in, lane_mask.to(device), n,
-                       case["actor"], case["peer"], ctx.get_heap_bases())
+    device, violations = ctx.get_device(), []  # olds, vals and cmps: fresh, aligned allocations
     ctx.barrier()
     for sem, scope, r in _launches(case):
         vals = _operands(dtype, n, g)
@@ -165,7 +190,7 @@ def _single_writer_on_rank(case):
             violations += harness.attempt(
                 _atomic_kernel[(triton.cdiv(n, case["block"]),)], harness.region(start, n, dtype),
                 harness.to_device(vals, device), harness.to_device(cmps, device), olds, lane_mask.to(device), n,
-                rank, case["peer"], ctx.get_heap_bases(), OP=op, SEM=sem, SCOPE=scope, BLOCK=case["block"])
+                rank, case["peer"], ctx.get_heap_bases(), *_ids(sem, scope), OP=op, BLOCK=case["block"])
             got, selected = harness.to_device(olds, "cpu"), lane_mask.bool()
             wrong = (harness.byte_view(got).view(n, -1) != harness.byte_view(model).view(n, -1)).any(1) & selected
             if wrong.any() and not violations:
@@ -200,15 +225,14 @@ def test_single_writer_matches_sequential_model(world, op, dtype, data):
 # ----------------------------------------------------------------------------- many writers
 
 
-@triton.jit
-def _contended_add_kernel(counters, vals, n, cur, world, heap_bases, SEM: tl.constexpr, SCOPE: tl.constexpr,
-                          BLOCK: tl.constexpr):
+@harness.jit
+def _contended_add_kernel(counters, vals, n, cur, world, heap_bases, sem_id, scope_id, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     mask = offs < n
     val = tl.load(vals + pid * BLOCK + offs, mask=mask)
     for to_rank in range(0, world):
-        iris.atomic_add(counters + offs, val, cur, to_rank, heap_bases, mask=mask, sem=SEM, scope=SCOPE)
+        _apply_any(counters + offs, val, val, mask, cur, to_rank, heap_bases, sem_id, scope_id, "add")
 
 
 def _contended_values(case, rank: int) -> torch.Tensor:
@@ -227,7 +251,7 @@ def _contended_add_on_rank(case):
     violations = harness.attempt(
         _contended_add_kernel[(case["programs"],)], harness.region(start, n, dtype),
         harness.to_device(_contended_values(case, rank), ctx.get_device()), n, rank, world, ctx.get_heap_bases(),
-        SEM=case["sem"], SCOPE=case["scope"], BLOCK=case["block"])
+        *_ids(case["sem"], case["scope"]), BLOCK=case["block"])
     ctx.barrier()
     if dtype.is_floating_point:  # small integers: every order of the adds gives this exact sum
         total = (initial.double() + sum(_contended_values(case, r).double().sum(0)[:n] for r in range(world)))
@@ -254,12 +278,12 @@ def test_concurrent_atomic_add_totals_exactly(world, op, dtype, data):
     world.check(_contended_add_on_rank, case)
 
 
-@triton.jit
-def _xchg_chain_kernel(slot, olds, cur, owner, per_program, heap_bases, SEM: tl.constexpr, SCOPE: tl.constexpr):
+@harness.jit
+def _xchg_chain_kernel(slot, olds, cur, owner, per_program, heap_bases, sem_id, scope_id):
     pid = tl.program_id(0)
     for k in range(0, per_program):
         token = ((cur * tl.num_programs(0) + pid) * per_program + k + 1).to(tl.int64)
-        old = iris.atomic_xchg(slot, token, cur, owner, heap_bases, sem=SEM, scope=SCOPE)
+        old = _apply_any(slot, token, token, None, cur, owner, heap_bases, sem_id, scope_id, "xchg")
         tl.store(olds + pid * per_program + k, old)
 
 
@@ -272,7 +296,7 @@ def _xchg_chain_on_rank(case):
     olds = torch.full((case["programs"] * case["per_program"],), -1, dtype=torch.int64, device=ctx.get_device())
     ctx.barrier()
     violations = harness.attempt(_xchg_chain_kernel[(case["programs"],)], slot, olds, rank, case["owner"],
-                                 case["per_program"], ctx.get_heap_bases(), SEM=case["sem"], SCOPE=case["scope"])
+                                 case["per_program"], ctx.get_heap_bases(), *_ids(case["sem"], case["scope"]))
     ctx.barrier()
     final = int(slot.item()) if rank == case["owner"] else None
     return harness.Verdict(violations, value=(olds.cpu().tolist(), final))
@@ -294,7 +318,7 @@ def test_xchg_chain_hands_out_each_value_exactly_once(world, data):
         f"repeated {sorted({t for t in seen if seen.count(t) > 1})[:10]}")
 
 
-@triton.jit
+@harness.jit
 def _spin_lock_kernel(lock, counter, cur, owner, sections, heap_bases):
     for _ in range(0, sections):
         while iris.atomic_cas(lock, 0, 1, cur, owner, heap_bases, sem="acquire", scope="sys") != 0:

@@ -12,7 +12,6 @@ import time
 
 import pytest
 import torch
-import triton
 import triton.language as tl
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,7 +25,7 @@ def _round_value(seed: int, round_: int, rank: int) -> int:
     return (seed * 31 + round_ * 1009 + rank * 7 + 1) % (2**31 - 1)
 
 
-@triton.jit
+@harness.jit
 def _announce_to_kernel(slots, value, cur, members, count, heap_bases):
     for i in range(0, count):
         iris.store(slots + cur, value, cur, tl.load(members + i), heap_bases)

@@ -18,7 +18,6 @@ showing up on GPUs.
 
 import pytest
 import torch
-import triton
 import triton.language as tl
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -30,7 +29,7 @@ from conformance.profiles import current
 FLAG_SEM = tl.constexpr("release")
 
 
-@triton.jit
+@harness.jit
 def _message_passing_kernel(data, staging, flags, acks, stale, cur, producer, consumer, messages, heap_bases,
                             VIA_PUT: tl.constexpr, BLOCK: tl.constexpr):
     pid = tl.program_id(0)

@@ -11,7 +11,6 @@
 
 import pytest
 import torch
-import triton
 import triton.language as tl
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,7 +22,7 @@ from conformance.profiles import current
 COMPARISONS = ("==", "!=", ">=", ">", "<=", "<")
 
 
-@triton.jit
+@harness.jit
 def _ring_kernel(words, seen, cur, world, rounds, heap_bases, context, VIA_CONTEXT: tl.constexpr,
                  RANK: tl.constexpr, WORLD: tl.constexpr):
     nxt = (cur + 1) % world
@@ -74,7 +73,7 @@ def test_token_ring_hands_off_every_round(world, data):
     world.check(_ring_on_rank, case)
 
 
-@triton.jit
+@harness.jit
 def _count_kernel(counter, result, cur, owner, per_program, total, heap_bases):
     for _ in range(0, per_program):
         iris.signal(counter, 1, cur, owner, heap_bases, op="add")
@@ -116,7 +115,7 @@ def test_add_signals_are_all_counted(world, data):
     world.check(_count_on_rank, case)
 
 
-@triton.jit
+@harness.jit
 def _comparison_kernel(word, result, cur, waiter, signaller, start, steps, target, heap_bases,
                        CMP: tl.constexpr):
     if cur == waiter:

@@ -29,23 +29,24 @@ def _other(dtype: torch.dtype):
     return 3.0 if dtype.is_floating_point else 3
 
 
-@triton.jit
-def _move_kernel(src, dst, lane_mask, n, cur, peer_a, peer_b, heap_bases, OP: tl.constexpr,
-                 USE_OTHER: tl.constexpr, OTHER: tl.constexpr, BLOCK: tl.constexpr):
+@harness.jit(aligned=("src", "dst"))  # the alignments the offsets give: vectorized and scalar code both run
+def _move_kernel(src, dst, lane_mask, n, cur, peer_a, peer_b, heap_bases, op_id, use_other,
+                 OTHER: tl.constexpr, BLOCK: tl.constexpr):
+    """OPS[op_id] on one block; ``use_other``: a masked load fills unselected lanes with OTHER."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     inside = offs < n
     mask = inside & (tl.load(lane_mask + offs, mask=inside, other=0) != 0)
-    if OP == "load":
-        if USE_OTHER:
+    if op_id == 0:  # load
+        if use_other:
             data = iris.load(src + offs, cur, peer_a, heap_bases, mask=mask, other=OTHER)
             tl.store(dst + offs, data, mask=inside)
         else:
             tl.store(dst + offs, iris.load(src + offs, cur, peer_a, heap_bases, mask=mask), mask=mask)
-    elif OP == "store":
+    elif op_id == 1:
         iris.store(dst + offs, tl.load(src + offs, mask=mask), cur, peer_a, heap_bases, mask=mask)
-    elif OP == "get":
+    elif op_id == 2:
         iris.get(src + offs, dst + offs, peer_a, cur, heap_bases, mask=mask)
-    elif OP == "put":
+    elif op_id == 3:
         iris.put(src + offs, dst + offs, cur, peer_a, heap_bases, mask=mask)
     else:
         iris.copy(src + offs, dst + offs, peer_a, peer_b, cur, heap_bases, mask=mask)
@@ -111,7 +112,7 @@ def _move_on_rank(case):
             _move_kernel[(triton.cdiv(n, case["block"]),)],
             harness.region(case["src_offset"], n, dtype), harness.region(case["dst_offset"], n, dtype),
             lane_mask.to(ctx.get_device()), n, rank, case["peer_a"], case["peer_b"], ctx.get_heap_bases(),
-            OP=case["op"], USE_OTHER=case["use_other"], OTHER=_other(dtype), BLOCK=case["block"])
+            OPS.index(case["op"]), int(case["use_other"]), OTHER=_other(dtype), BLOCK=case["block"])
     ctx.barrier()
     source, destination = _roles(case)
     if rank == destination:  # lane by lane, in bytes (a bool view would turn poison bytes into 0/1)
@@ -130,7 +131,7 @@ def test_moves_exact_bytes_anywhere_in_the_heap(world, data):
     world.check(_move_on_rank, data.draw(move_cases(world.size), label="case"))
 
 
-@triton.jit
+@harness.jit
 def _round_trip_kernel(base, index, out, count, cur, rank_a, rank_b, heap_bases, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     inside = offs < count
