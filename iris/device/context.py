@@ -124,12 +124,13 @@ class _DeviceContext:
         return atomics.atomic_max(pointer, val, self.rank, to_rank, self.heap_bases, mask, sem, scope)
 
     @triton.jit
-    def signal(self, ptr, value, to_rank, op: tl.constexpr = "set", sem: tl.constexpr = "release",
-               scope: tl.constexpr = "sys"):
+    def signal(self, ptr, value, to_rank, op: tl.constexpr = tl.constexpr("set"),
+               sem: tl.constexpr = tl.constexpr("release"), scope: tl.constexpr = tl.constexpr("sys")):
         return sync.signal(ptr, value, self.rank, to_rank, self.heap_bases, op, sem, scope)
 
     @triton.jit
-    def wait_until(self, ptr, cmp: tl.constexpr, value, sem: tl.constexpr = "acquire", scope: tl.constexpr = "sys"):
+    def wait_until(self, ptr, cmp: tl.constexpr, value, sem: tl.constexpr = tl.constexpr("acquire"),
+                   scope: tl.constexpr = tl.constexpr("sys")):
         return sync.wait_until(ptr, cmp, value, sem, scope)
 
 

@@ -110,8 +110,8 @@ def _comparison_code(cmp: tl.constexpr):
 
 
 @triton.jit
-def signal(ptr, value, from_rank, to_rank, heap_bases, op: tl.constexpr = "set", sem: tl.constexpr = "release",
-           scope: tl.constexpr = "sys"):
+def signal(ptr, value, from_rank, to_rank, heap_bases, op: tl.constexpr = tl.constexpr("set"),
+           sem: tl.constexpr = tl.constexpr("release"), scope: tl.constexpr = tl.constexpr("sys")):
     """Set (``op="set"``) or add to (``op="add"``) ``to_rank``'s word at ``ptr``; returns the old value.
 
     Args:
@@ -126,6 +126,7 @@ def signal(ptr, value, from_rank, to_rank, heap_bases, op: tl.constexpr = "set",
         >>> iris.signal(flags + pid, step, rank, peer, heap_bases)            # set
         >>> iris.signal(counter, 1, rank, owner, heap_bases, op="add")         # count
     """
+    # String defaults are wrapped in tl.constexpr: Triton 3.6 fails on a bare str default left unpassed.
     tl.static_assert(op == "set" or op == "add", "signal: op must be \"set\" or \"add\"")
     tl.debug_barrier()  # the release covers every thread's earlier writes, not only the issuing thread's
     target = translate(ptr, from_rank, to_rank, heap_bases)
@@ -137,7 +138,8 @@ def signal(ptr, value, from_rank, to_rank, heap_bases, op: tl.constexpr = "set",
 
 
 @triton.jit
-def wait_until(ptr, cmp: tl.constexpr, value, sem: tl.constexpr = "acquire", scope: tl.constexpr = "sys"):
+def wait_until(ptr, cmp: tl.constexpr, value, sem: tl.constexpr = tl.constexpr("acquire"),
+               scope: tl.constexpr = tl.constexpr("sys")):
     """Spin until the current rank's word at ``ptr`` compares ``cmp`` to ``value``; returns the value seen.
 
     Args:
@@ -201,5 +203,9 @@ def barrier_kernel(arrivals, expected, members, count, cur, heap_bases, BLOCK: t
             _report_timeout(DEVICE_BARRIER_RECORD, (arrivals + peer).to(tl.int64), tl.sum(tl.where(lane, want, 0)),
                             tl.sum(tl.where(lane, seen, 0)), peer, waited)
     else:
-        while tl.sum((others & (seen < want)).to(tl.int32)) > 0:
+        # The count is carried as a scalar: a loop condition computed from the carried tensor alone
+        # crashes Triton 3.6's layout pass (TritonGPURemoveLayoutConversions).
+        late = tl.sum((others & (seen < want)).to(tl.int32))
+        while late > 0:
             seen = tl.atomic_add(arrivals + peers, 0, mask=others, sem="acquire", scope="sys")
+            late = tl.sum((others & (seen < want)).to(tl.int32))
