@@ -67,6 +67,8 @@ def test_hang_fails_after_the_timeout_and_the_pool_restarts(pool):
         pool.run(_hang_on_rank_1, timeout=3)
     assert time.monotonic() - started < 30
     assert "no answer" in info.value.failures[1]
+    # where it hung: the rank's Python stack (most recent call first)
+    assert "_hang_on_rank_1" in info.value.failures[1] and info.value.failures.keys() == {1}
     assert len(pool.run(_pid)) == 2
 
 

@@ -18,8 +18,11 @@ answered (some with an exception) the ranks are kept.
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing as mp
 import os
+import signal
+import tempfile
 import time
 import traceback
 import uuid
@@ -37,9 +40,17 @@ class RankFailure(AssertionError):
         super().__init__(f"{what} failed on rank(s) {sorted(failures)}:\n{body}")
 
 
+def _stack_file(job: str, rank: int) -> str:
+    return os.path.join(tempfile.gettempdir(), f"iris-{job}-rank{rank}.stack")
+
+
 def _worker(rank: int, world: int, port: int, job: str, conn) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), IRIS_JOB_ID=job)
+    # SIGUSR1 writes every thread's Python stack here: how the driver shows where a hung rank is stuck
+    # (this works while the rank blocks in C, e.g. in a CUDA synchronize).
+    stacks = open(_stack_file(job, rank), "a")  # noqa: SIM115  (open for the life of the process)
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     import iris  # noqa: F401  (backend choice and interpreter switch before any test kernel is imported)
 
     while True:
@@ -107,6 +118,11 @@ class RankPool:
             conn.close()
         if self.job:
             remove_job_segments(self.job)
+            for rank in range(self.world_size):
+                try:
+                    os.remove(_stack_file(self.job, rank))
+                except OSError:
+                    pass
         self._procs, self._conns = [], []
 
     def run(self, fn, *args, timeout: float | None = None, **kwargs) -> list:
@@ -130,9 +146,11 @@ class RankPool:
         while pending:
             ready = wait(list(pending.values()), timeout=max(deadline - time.monotonic(), 0))
             if not ready:
+                waited = time.monotonic() - started
+                stacks = self._stacks(list(pending))
                 for rank in pending:
-                    waited = time.monotonic() - started
-                    failures[rank] = f"no answer after {waited:.0f} s (hung, or waiting on a failed rank)"
+                    failures[rank] = (f"no answer after {waited:.0f} s (hung, or waiting on a failed rank); "
+                                      f"its stack:\n{stacks[rank]}")
                 lost = True
                 break
             for rank, conn in list(pending.items()):
@@ -158,6 +176,26 @@ class RankPool:
                 self.close()
             raise RankFailure(failures, what)
         return [results[r] for r in range(self.world_size)]
+
+    def _stacks(self, ranks: list[int]) -> dict[int, str]:
+        """The Python stacks of ``ranks`` (still running), by SIGUSR1 and faulthandler."""
+        for rank in ranks:
+            path = _stack_file(self.job, rank)
+            open(path, "w").close()
+            try:
+                os.kill(self._procs[rank].pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+        time.sleep(1)
+        stacks = {}
+        for rank in ranks:
+            try:
+                with open(_stack_file(self.job, rank)) as file:
+                    text = file.read().strip()
+            except OSError:
+                text = ""
+            stacks[rank] = text[:4000] or "(no stack: the rank did not answer SIGUSR1)"
+        return stacks
 
     def __enter__(self):
         return self
