@@ -41,7 +41,7 @@ def _half_group(rank: int, world: int):
     if not _groups:
         for parity in (0, 1):
             members = list(range(parity, world, 2))
-            _groups[parity] = (members, dist.new_group(members, backend="gloo"))
+            _groups[parity] = (members, dist.new_group(members)  # default backends: see Iris.device_barrier)
     return _groups[rank % 2]
 
 

@@ -170,6 +170,10 @@ class Iris(TensorFactories):
 
         Args:
             group: a torch.distributed process group whose members all call this, or None.
+                Make it with ``dist.new_group(ranks)`` and its default backends. On GPUs Iris binds
+                the default group to the device, and there torch (2.11) makes every rank outside
+                a ``backend="gloo"`` group wait in ``new_group`` for an NCCL split that the members
+                never join: a hang before this call is reached.
 
         Example:
             >>> kernel_that_puts[grid](...)
