@@ -190,6 +190,17 @@ def jit(fn=None, *, aligned: tuple[str, ...] = ()):
     return wrap(fn) if fn is not None else wrap
 
 
+def marks_for(feature: str, dtype=None, concurrent: bool = False) -> list:
+    """pytest marks for a case the backend cannot run at all: a skip with the capability table's reason."""
+    import pytest
+
+    from iris.capabilities import find_limitation
+    from iris.runtime import SELECTED
+
+    row = find_limitation(SELECTED or "", feature, dtype, concurrent=concurrent)
+    return [pytest.mark.skip(reason=f"{SELECTED} backend: {row.reason}")] if row else []
+
+
 def to_device(tensor: torch.Tensor, device) -> torch.Tensor:
     """``tensor`` on ``device``, moved as bytes (torch's CUDA kernels lack some dtypes, uint32 among them)."""
     return byte_view(tensor).to(device).view(tensor.dtype).view(tensor.shape)

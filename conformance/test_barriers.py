@@ -4,10 +4,12 @@ Each round every rank stores a value that is new in this round into its slot
 on every rank; after ``ctx.barrier()`` each rank reads all the slots in its own
 heap and must see this round's value from every rank. A second barrier keeps
 the next round's writes after everyone's reads. The same with ``device_barrier()``
-(one kernel on the stream, no host round trip) for all ranks, and for each half of
-the ranks as a torch.distributed group, both halves at once.
+(one kernel on the stream, no host round trip) for all ranks, for each half of
+the ranks as a torch.distributed group, both halves at once, and captured once in
+a CUDA graph that every later round replays (the round's value lives in memory).
 """
 
+import contextlib
 import time
 
 import pytest
@@ -28,7 +30,7 @@ def _round_value(seed: int, round_: int, rank: int) -> int:
 @harness.jit
 def _announce_to_kernel(slots, value, cur, members, count, heap_bases):
     for i in range(0, count):
-        iris.store(slots + cur, value, cur, tl.load(members + i), heap_bases)
+        iris.store(slots + cur, tl.load(value), cur, tl.load(members + i), heap_bases)
 
 
 _groups = {}
@@ -39,15 +41,15 @@ def _half_group(rank: int, world: int):
     import torch.distributed as dist
 
     if not _groups:
-        for parity in (0, 1):
+        for parity in (0, 1):  # default backends: see Iris.device_barrier
             members = list(range(parity, world, 2))
-            _groups[parity] = (members, dist.new_group(members)  # default backends: see Iris.device_barrier)
+            _groups[parity] = (members, dist.new_group(members))
     return _groups[rank % 2]
 
 
 def _barrier_on_rank(case):
     ctx = harness.context()
-    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     harness.fill_arena(case["seed"])
     slots = harness.region(case["offset"], world, torch.int32)
     members, group = list(range(world)), None
@@ -55,31 +57,52 @@ def _barrier_on_rank(case):
         members, group = _half_group(rank, world)
     ctx.barrier()  # nobody writes into a heap that its owner is still filling
     wait = ctx.barrier if case["kind"] == "host" else lambda: ctx.device_barrier(group)
-    member_tensor = torch.tensor(members, dtype=torch.int32, device=ctx.get_device())
+    member_tensor = torch.tensor(members, dtype=torch.int32, device=device)
+    value = torch.zeros(1, dtype=torch.int32, device=device)
+    snapshot = torch.zeros(world, dtype=torch.int32, device=device)
+
+    def one_round():  # in stream order: announce, barrier, read every slot, barrier
+        _announce_to_kernel[(1,)](slots, value, rank, member_tensor, len(members), ctx.get_heap_bases())
+        wait()
+        snapshot.copy_(slots)
+        wait()
+
+    graphed = case["kind"] == "device_graph"
+    stream = torch.cuda.Stream() if graphed else None
+    graph = None
     violations = []
     jitter = harness.generator(case["seed"], rank, 9)
     for round_ in range(case["rounds"]):
         # A rank that arrives late must still be waited for: stagger the writers.
         time.sleep(float(torch.rand((), generator=jitter)) * case["jitter_ms"] / 1000)
-        violations += harness.attempt(_announce_to_kernel[(1,)], slots, _round_value(case["seed"], round_, rank), rank,
-                                      member_tensor, len(members), ctx.get_heap_bases())
-        violations += harness.attempt(wait)
-        seen = slots.cpu().tolist()
+        with torch.cuda.stream(stream) if graphed else contextlib.nullcontext():
+            value.fill_(_round_value(case["seed"], round_, rank))
+            if graph is None:
+                violations += harness.attempt(one_round)  # graphed: the first round also compiles, uncaptured
+            else:
+                graph.replay()
+            if graphed:
+                stream.synchronize()
+                if graph is None and not violations:
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph, stream=stream):
+                        one_round()  # captured, not run
+        seen = snapshot.cpu().tolist()
         stale = [r for r in members if seen[r] != _round_value(case["seed"], round_, r)]
         if stale and len(violations) < 4:
             violations.append(f"round {round_}: after the {case['kind']} barrier the slots of rank(s) {stale} hold "
                               f"{[seen[r] for r in stale]}, expected "
                               f"{[_round_value(case['seed'], round_, r) for r in stale]}")
-        violations += harness.attempt(wait)
     ctx.barrier()
     return harness.Verdict(violations)
 
 
-@pytest.mark.parametrize("kind", ["host", "device", "device_halves"])
+@pytest.mark.parametrize("kind", ["host", "device", "device_halves",
+                                  pytest.param("device_graph", marks=harness.marks_for("cuda_graph"))])
 @settings(max_examples=current().examples(1))
 @given(data=st.data())
 def test_barrier_makes_every_write_visible(world, kind, data):
-    """write -> barrier -> read never stale: host barrier(), device_barrier(), device_barrier(group)."""
+    """write -> barrier -> read never stale: barrier(), device_barrier(), (group), and replayed in a CUDA graph."""
     case = data.draw(st.fixed_dictionaries(dict(
         kind=st.just(kind), rounds=st.integers(1, current().barrier_rounds), jitter_ms=st.sampled_from((2, 10)),
         offset=harness.offsets(4 * world.size, 4), seed=harness.seeds())), label="case")

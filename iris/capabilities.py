@@ -39,6 +39,9 @@ LIMITATIONS: tuple[Limitation, ...] = (
                "Triton's interpreter emulates float16 atomics with a read-modify-write that is not atomic "
                "across processes; a single writer is exact, concurrent writers can lose updates",
                concurrent_only=True),
+    Limitation("cpu", "cuda_graph", None,
+               "CUDA graphs record work queued on a GPU; the CPU backend runs each kernel on the host at once, "
+               "so there is nothing to capture or replay"),
 )
 
 

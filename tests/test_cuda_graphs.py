@@ -20,12 +20,13 @@ def _bump(src, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _exchange(src, dst, flags, rounds, cur, peer, n, heap_bases, BLOCK: tl.constexpr):
+def _exchange(src, dst, flags, rounds, cur, peer, prev, n, heap_bases, BLOCK: tl.constexpr):
+    """Put to the next rank and signal it; wait for the previous rank's signal (a ring)."""
     offs = tl.arange(0, BLOCK)
     r = tl.load(rounds) + 1  # the round lives in memory, so each replay is a new one
     iris.put(src + offs, dst + offs, cur, peer, heap_bases, mask=offs < n)
     iris.signal(flags + cur, r, cur, peer, heap_bases)
-    iris.wait_until(flags + peer, ">=", r)
+    iris.wait_until(flags + prev, ">=", r)
     tl.store(rounds, r)
 
 
@@ -41,7 +42,7 @@ def _replay_on_rank():
 
     def step():
         _bump[(1,)](src, N, BLOCK=BLOCK)
-        _exchange[(1,)](src, dst, flags, rounds, rank, peer, N, ctx.get_heap_bases(), BLOCK=BLOCK)
+        _exchange[(1,)](src, dst, flags, rounds, rank, peer, prev, N, ctx.get_heap_bases(), BLOCK=BLOCK)
         ctx.device_barrier()
 
     ctx.barrier()
