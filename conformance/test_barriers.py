@@ -55,11 +55,11 @@ def _barrier_on_rank(case):
     members, group = list(range(world)), None
     if case["kind"] == "device_halves":
         members, group = _half_group(rank, world)
-    ctx.barrier()  # nobody writes into a heap that its owner is still filling
     wait = ctx.barrier if case["kind"] == "host" else lambda: ctx.device_barrier(group)
     member_tensor = torch.tensor(members, dtype=torch.int32, device=device)
     value = torch.zeros(1, dtype=torch.int32, device=device)
     snapshot = torch.zeros(world, dtype=torch.int32, device=device)
+    ctx.barrier()  # the buffers above are ready, and nobody writes into a heap its owner is still filling
 
     def one_round():  # in stream order: announce, barrier, read every slot, barrier
         _announce_to_kernel[(1,)](slots, value, rank, member_tensor, len(members), ctx.get_heap_bases())
@@ -69,6 +69,8 @@ def _barrier_on_rank(case):
 
     graphed = case["kind"] == "device_graph"
     stream = torch.cuda.Stream() if graphed else None
+    if graphed:
+        stream.wait_stream(torch.cuda.current_stream())  # a side stream does not follow the default one
     graph = None
     violations = []
     jitter = harness.generator(case["seed"], rank, 9)
