@@ -124,6 +124,16 @@ def arena() -> torch.Tensor:
     return _arena
 
 
+def shares_device(a: int, b: int) -> bool:
+    """Ranks ``a`` and ``b`` run on one GPU (simulation), where kernels of different ranks take turns
+    in time slices of about a millisecond instead of running side by side. False on the CPU backend."""
+    ctx = context()
+    if ctx.get_device().type == "cpu":
+        return False
+    count = torch.cuda.device_count()
+    return a % count == b % count
+
+
 def region(offset: int, count: int, dtype: torch.dtype) -> torch.Tensor:
     """``count`` elements of ``dtype`` at byte ``offset`` of the arena (offset a multiple of the element size)."""
     return arena()[offset : offset + count * element_size(dtype)].view(dtype)
