@@ -1,6 +1,7 @@
 """What every benchmark's results carry: the commit, and a tidy CSV under benchmarks/results/."""
 
 import csv
+import os
 import subprocess
 from pathlib import Path
 
@@ -8,10 +9,18 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def git_commit() -> str:
-    """The short commit of this checkout, or "unknown" (a copy without git, as on the GPU machines)."""
+    """The commit the results belong to.
+
+    IRIS_COMMIT when set (a copy of a working tree whose .git is stale or absent, as on the GPU
+    machines: ``IRIS_COMMIT=$(git rev-parse --short HEAD)`` where the tree came from); otherwise
+    the checkout's short commit, with "-dirty" when files differ from it; "unknown" without git.
+    """
+    if os.environ.get("IRIS_COMMIT"):
+        return os.environ["IRIS_COMMIT"]
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent,
-                             capture_output=True, text=True, timeout=10, check=False)
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"],
+                             cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=10,
+                             check=False)
         return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
