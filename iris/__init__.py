@@ -32,13 +32,14 @@ from iris.device import (
     translate,
     wait_until,
 )
-from iris.debug import WaitTimeoutError
+from iris.debug import DeviceAccessError, WaitTimeoutError
 from iris.logging import DEBUG, ERROR, INFO, WARNING, set_logger_level
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DEBUG", "ERROR", "INFO", "WARNING", "DeviceContext", "Iris", "WaitTimeoutError", "atomic_add", "atomic_and",
-    "atomic_cas", "atomic_max", "atomic_min", "atomic_or", "atomic_sub", "atomic_xchg", "atomic_xor", "copy", "get",
+    "DEBUG", "ERROR", "INFO", "WARNING", "DeviceAccessError", "DeviceContext", "Iris", "WaitTimeoutError",
+    "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or", "atomic_sub", "atomic_xchg",
+    "atomic_xor", "copy", "get",
     "iris", "load", "put", "set_logger_level", "signal", "store", "translate", "wait_until",
 ]

@@ -42,8 +42,9 @@ class Iris(TensorFactories):
         allocator_type: ``"torch"``: the heap is one device allocation exposed
             as a torch tensor (the only allocator of this port).
         debug: bound every device wait by IRIS_WAIT_TIMEOUT seconds and raise
-            :class:`iris.WaitTimeoutError` naming what was awaited (also IRIS_DEBUG=1;
-            see :mod:`iris.debug`). Turn it on before the first waiting kernel compiles.
+            :class:`iris.WaitTimeoutError` naming what was awaited, and check every remote
+            access's ranks and pointers (:class:`iris.DeviceAccessError`); also IRIS_DEBUG=1,
+            see :mod:`iris.debug`. Turn it on before the first iris kernel compiles.
 
     Example:
         >>> import iris, torch
@@ -73,7 +74,7 @@ class Iris(TensorFactories):
         self.heap_bases = torch.tensor(self.heap.bases, dtype=torch.int64, device=device)
         self._device_barrier = DeviceBarrier(self.heap, self.cur_rank, self.num_ranks, self.heap_bases)
         if debug or debug_mode.requested_by_environment():
-            debug_mode.enable(device)
+            debug_mode.enable(device, self.num_ranks, self.heap.size + self.heap.reserved)
         self._device_context = build_context_tensor(self.cur_rank, self.num_ranks, self.heap.bases, device)
         if sim.simulation_enabled():
             sim.write_heap_bases(self.cur_rank, self.num_ranks, self.heap.bases)
@@ -158,7 +159,7 @@ class Iris(TensorFactories):
 
     def _raise_if_a_wait_timed_out(self) -> None:
         if debug_mode.enabled():
-            debug_mode.raise_if_timed_out(self.cur_rank, self.heap)
+            debug_mode.raise_if_reported(self.cur_rank, self.heap)
 
     def device_barrier(self, group=None) -> None:
         """Every rank of ``group`` (default: all) waits here, on the device, in stream order.

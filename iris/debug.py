@@ -1,4 +1,4 @@
-"""Debug mode: every device wait gives up after IRIS_WAIT_TIMEOUT seconds and the host says why.
+"""Debug mode: waits give up after IRIS_WAIT_TIMEOUT seconds, bad accesses are caught, and the host says why.
 
 Turn it on with IRIS_DEBUG=1 or ``iris.iris(..., debug=True)``, before the first kernel that
 waits is compiled: the switch is a compile-time constant of the device code, so kernels built
@@ -8,10 +8,18 @@ switch changed). A wait that times out fills in one record and returns; the next
 raises :class:`WaitTimeoutError` naming the rank, the program, the awaited word (heap offset and
 owning rank), the expected value and the last one seen.
 
-Record layout (int64[8], one per process, never freed so its address stays constant):
-    [0] kind (0 none, 1 wait_until, 2 device_barrier)   [1] program id   [2] awaited address
-    [3] expected   [4] last seen   [5] comparison index (wait_until) or late rank (device_barrier)
-    [6] nanoseconds waited
+Every ``translate`` (so every load, store, get, put, copy, atomic and signal) also checks the
+lanes it will access: a rank outside the world or a pointer outside the heap is recorded, the
+lane is pointed at a scratch word instead of faulting, and the host raises
+:class:`DeviceAccessError` with the rank, the program, the ranks asked for and the address.
+
+Record layout (int64[16], one per process, never freed so its address stays constant):
+    [0] kind (0 none, 1 wait_until, 2 device_barrier, 3 rank out of range, 4 outside the heap)
+    [1] program id   [2] address (awaited word, or the lowest bad pointer)
+    [3] expected (waits) or from_rank   [4] last seen (waits) or to_rank
+    [5] comparison index (wait_until), late rank (device_barrier) or world size
+    [6] nanoseconds waited   [7] scratch word for redirected lanes
+    [8] world size   [9] heap bytes per rank (the largest of this process's contexts)
 """
 
 from __future__ import annotations
@@ -21,13 +29,17 @@ import os
 import torch
 import triton.language as tl
 
-from iris.device import sync
+from iris.device import rma, sync
 
 _record: torch.Tensor | None = None
 
 
 class WaitTimeoutError(RuntimeError):
     """A device wait or barrier gave up in debug mode (see :mod:`iris.debug`)."""
+
+
+class DeviceAccessError(RuntimeError):
+    """Debug mode caught a device access to a rank outside the world or outside the heap."""
 
 
 def requested_by_environment() -> bool:
@@ -49,29 +61,46 @@ def enabled() -> bool:
     return bool(sync.DEBUG.value)
 
 
-def enable(device: torch.device) -> None:
-    """Turn debug mode on for this process (idempotent); the record lives on ``device``."""
+def enable(device: torch.device, world_size: int, heap_bytes: int) -> None:
+    """Turn debug mode on for this process (idempotent); the record lives on ``device``.
+
+    ``world_size`` and ``heap_bytes`` (per rank, reserved tail included) bound the checked accesses.
+    """
     global _record
     if _record is None:
-        _record = torch.zeros(8, dtype=torch.int64, device=device)
+        _record = torch.zeros(16, dtype=torch.int64, device=device)
+    _record[8] = max(int(_record[8]), world_size)
+    _record[9] = max(int(_record[9]), heap_bytes)
     sync.WAIT_TIMEOUT_NS = tl.constexpr(int(wait_timeout_s() * 1e9))
-    sync.RECORD_ADDRESS = tl.constexpr(_record.data_ptr())
+    rma.RECORD_ADDRESS = tl.constexpr(_record.data_ptr())
+    rma.DEBUG = tl.constexpr(True)
     sync.DEBUG = tl.constexpr(True)
 
 
-def raise_if_timed_out(rank: int, heap) -> None:
-    """Raise :class:`WaitTimeoutError` if a wait of this process timed out since the last check.
+def raise_if_reported(rank: int, heap) -> None:
+    """Raise what a device check of this process reported since the last call, if anything.
 
     Call after the device work is complete (the record is read from the host).
+
+    Raises:
+        WaitTimeoutError: a wait_until or device_barrier gave up.
+        DeviceAccessError: an access named a rank outside the world or a pointer outside the heap.
     """
     if _record is None:
         return
-    kind, pid, address, expected, seen, detail, waited_ns, _ = _record.cpu().tolist()
+    kind, pid, address, expected, seen, detail, waited_ns = _record[:7].cpu().tolist()
     if kind == 0:
         return
-    _record.zero_()
+    _record[:8].zero_()
     found = heap.locate(address)
     where = f"heap offset {found[1]:#x} of rank {found[0]}" if found else f"address {address:#x} (not on the heap)"
+    if kind == rma.RANK_OUT_OF_RANGE_RECORD.value:
+        raise DeviceAccessError(f"rank {rank} program {pid}: an access from rank {expected} to rank {seen} in a "
+                                f"world of {detail} ranks (valid ranks are 0..{detail - 1}); pointer {where}")
+    if kind == rma.OUTSIDE_HEAP_RECORD.value:
+        raise DeviceAccessError(f"rank {rank} program {pid}: pointer {address:#x} is outside the heap of rank "
+                                f"{expected} (an access from rank {expected} to rank {seen}); pass tensors made "
+                                "by the context (ctx.zeros, ctx.empty, ...) or ctx.as_symmetric(...)")
     if kind == sync.WAIT_UNTIL_RECORD.value:
         cmp = sync.COMPARISONS[detail]
         message = (f"rank {rank} program {pid} gave up after {waited_ns / 1e9:.1f} s in wait_until: "

@@ -71,3 +71,49 @@ def test_absent_peer_in_device_barrier_is_named(tmp_path):
     assert proc.returncode == 7, out
     line = next(text for text in out.splitlines() if "CAUGHT" in text)
     assert "device_barrier" in line and "rank 1" in line and "rank 0 program 0" in line, line
+
+
+BAD_ACCESS = """
+import torch, triton, triton.language as tl
+import iris
+
+@triton.jit
+def access(buf, n, rank, peer, heap_bases, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    iris.store(buf + offs, offs, rank, peer, heap_bases, mask=offs < n)
+
+ctx = iris.iris(1 << 16, debug=True)
+rank = ctx.get_rank()
+tail = ctx.zeros(100, dtype=torch.int32)
+ctx.barrier()
+access[(1,)](tail, 100, rank, 1 - rank, ctx.get_heap_bases(), BLOCK=128)  # lanes past n are masked: fine
+ctx.barrier()
+print("MASKED OK", flush=True)
+case = "{case}"
+if rank == 0:
+    if case == "rank":
+        access[(1,)](tail, 100, rank, 2, ctx.get_heap_bases(), BLOCK=128)      # there is no rank 2
+    else:
+        off_heap = torch.zeros(128, dtype=torch.int32, device=ctx.get_device())
+        access[(1,)](off_heap, 100, rank, 1, ctx.get_heap_bases(), BLOCK=128)  # not a heap pointer
+try:
+    ctx.barrier()
+except iris.DeviceAccessError as exc:
+    print("CAUGHT", exc, flush=True)
+    raise SystemExit(7)
+print("no error", flush=True)
+"""
+
+
+@pytest.mark.parametrize("case", ["rank", "pointer"])
+def test_debug_reports_rank_out_of_range_and_pointer_outside_the_heap(tmp_path, case):
+    proc = _launch(tmp_path, BAD_ACCESS.replace("{case}", case), {})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 7, out
+    assert "MASKED OK" in out, out
+    line = next(text for text in out.splitlines() if "CAUGHT" in text)
+    assert line.startswith("[rank 0]") and "rank 0 program 0" in line, line
+    if case == "rank":
+        assert "to rank 2" in line and "world of 2 ranks" in line, line
+    else:
+        assert "outside the heap" in line and "rank 0" in line, line

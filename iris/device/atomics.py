@@ -21,13 +21,14 @@ from iris.device.rma import translate
 @triton.jit
 def atomic_add(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomically add ``val`` to ``to_rank``'s ``pointer``; returns the old values."""
-    return tl.atomic_add(translate(pointer, from_rank, to_rank, heap_bases), val, mask=mask, sem=sem, scope=scope)
+    return tl.atomic_add(translate(pointer, from_rank, to_rank, heap_bases, mask), val, mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
 def atomic_sub(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomically subtract ``val`` from ``to_rank``'s ``pointer``; returns the old values."""
-    return tl.atomic_add(translate(pointer, from_rank, to_rank, heap_bases), -val, mask=mask, sem=sem, scope=scope)
+    target = translate(pointer, from_rank, to_rank, heap_bases, mask)
+    return tl.atomic_add(target, -val, mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
@@ -47,7 +48,7 @@ def atomic_xchg(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=Non
     Float words are exchanged as integers of the same width: an exchange moves bits, and
     Triton's interpreter has no float exchange.
     """
-    target = translate(pointer, from_rank, to_rank, heap_bases)
+    target = translate(pointer, from_rank, to_rank, heap_bases, mask)
     if pointer.dtype.element_ty == tl.float32:
         bits = tl.atomic_xchg(target.to(tl.pointer_type(tl.int32)), tl.cast(val, tl.float32).to(tl.int32, bitcast=True),
                               mask=mask, sem=sem, scope=scope)
@@ -64,28 +65,28 @@ def atomic_xchg(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=Non
 @triton.jit
 def atomic_xor(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomic bitwise xor on ``to_rank``'s ``pointer``; returns the old values."""
-    return tl.atomic_xor(translate(pointer, from_rank, to_rank, heap_bases), val, mask=mask, sem=sem, scope=scope)
+    return tl.atomic_xor(translate(pointer, from_rank, to_rank, heap_bases, mask), val, mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
 def atomic_and(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomic bitwise and on ``to_rank``'s ``pointer``; returns the old values."""
-    return tl.atomic_and(translate(pointer, from_rank, to_rank, heap_bases), val, mask=mask, sem=sem, scope=scope)
+    return tl.atomic_and(translate(pointer, from_rank, to_rank, heap_bases, mask), val, mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
 def atomic_or(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomic bitwise or on ``to_rank``'s ``pointer``; returns the old values."""
-    return tl.atomic_or(translate(pointer, from_rank, to_rank, heap_bases), val, mask=mask, sem=sem, scope=scope)
+    return tl.atomic_or(translate(pointer, from_rank, to_rank, heap_bases, mask), val, mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
 def atomic_min(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomic minimum on ``to_rank``'s ``pointer``; returns the old values."""
-    return tl.atomic_min(translate(pointer, from_rank, to_rank, heap_bases), val, mask=mask, sem=sem, scope=scope)
+    return tl.atomic_min(translate(pointer, from_rank, to_rank, heap_bases, mask), val, mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
 def atomic_max(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomic maximum on ``to_rank``'s ``pointer``; returns the old values."""
-    return tl.atomic_max(translate(pointer, from_rank, to_rank, heap_bases), val, mask=mask, sem=sem, scope=scope)
+    return tl.atomic_max(translate(pointer, from_rank, to_rank, heap_bases, mask), val, mask=mask, sem=sem, scope=scope)

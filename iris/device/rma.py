@@ -28,9 +28,60 @@ import triton.language as tl
 # The host checks that every heap base is a multiple of this many bytes.
 _CHUNK_BYTES = tl.constexpr(16)
 
+# Debug mode (iris.debug.enable, from IRIS_DEBUG=1 or iris.iris(debug=True)): translate checks its
+# ranks and pointers, and waits are bounded. Compile-time constants: without debug nothing is added.
+DEBUG = tl.constexpr(False)
+RECORD_ADDRESS = tl.constexpr(0)  # the int64 debug record, layout in iris/debug.py
+RANK_OUT_OF_RANGE_RECORD = tl.constexpr(3)
+OUTSIDE_HEAP_RECORD = tl.constexpr(4)
+
 
 @triton.jit
-def translate(ptr, from_rank, to_rank, heap_bases):
+def debug_report(kind, address, expected, seen, detail, waited_ns):
+    """Fill the debug record (the first report of a launch wins) for the host to raise from."""
+    record = tl.full([], RECORD_ADDRESS, tl.int64).to(tl.pointer_type(tl.int64))
+    if tl.atomic_cas(record, tl.full([], 0, tl.int64), tl.full([], kind, tl.int64)) == 0:
+        tl.store(record + 1, tl.cast(tl.program_id(0), tl.int64))
+        tl.store(record + 2, tl.cast(address, tl.int64))
+        tl.store(record + 3, tl.cast(expected, tl.int64))
+        tl.store(record + 4, tl.cast(seen, tl.int64))
+        tl.store(record + 5, tl.cast(detail, tl.int64))
+        tl.store(record + 6, tl.cast(waited_ns, tl.int64))
+
+
+@triton.jit
+def _checked_translate(ptr, from_rank, to_rank, heap_bases, mask):
+    """Debug mode's translate: a lane with a rank outside the world or a pointer outside the heap
+    (and not masked off) is reported in the record and redirected to its scratch word, so the
+    access that follows cannot fault before the host reads the report."""
+    record = tl.full([], RECORD_ADDRESS, tl.int64).to(tl.pointer_type(tl.int64))
+    world = tl.load(record + 8)
+    heap_bytes = tl.load(record + 9)
+    rank_ok = (from_rank >= 0) & (from_rank < world) & (to_rank >= 0) & (to_rank < world)
+    from_base = tl.load(heap_bases + tl.where(rank_ok, from_rank, 0))
+    to_base = tl.load(heap_bases + tl.where(rank_ok, to_rank, 0))
+    address = ptr.to(tl.int64)
+    offset = address - from_base
+    ok = rank_ok & (offset >= 0) & (offset < heap_bytes)
+    if mask is not None:
+        ok = ok | (mask == 0)  # a masked-off lane is never accessed
+    bad = (ok == 0) | tl.zeros([1], tl.int1)  # at least one dimension, for the reductions
+    if tl.max(bad.to(tl.int32)) > 0:
+        # Report the lane with the lowest bad address; ranks may be blocks too (one per lane).
+        first = tl.min(tl.where(bad, address, 0x7FFFFFFFFFFFFFFF))
+        lane = bad & (address == first)
+        lane_from = tl.min(tl.where(lane, tl.cast(from_rank, tl.int64), 0x7FFFFFFFFFFFFFFF))
+        lane_to = tl.min(tl.where(lane, tl.cast(to_rank, tl.int64), 0x7FFFFFFFFFFFFFFF))
+        lane_rank_ok = (lane_from >= 0) & (lane_from < world) & (lane_to >= 0) & (lane_to < world)
+        kind = tl.where(lane_rank_ok, OUTSIDE_HEAP_RECORD, RANK_OUT_OF_RANGE_RECORD)
+        debug_report(kind, first, lane_from, lane_to, world, 0)
+    scratch = tl.full([], RECORD_ADDRESS + 56, tl.int64).to(tl.pointer_type(ptr.dtype.element_ty))
+    moved = address + (to_base - from_base)
+    return tl.where(ok, moved.to(tl.pointer_type(ptr.dtype.element_ty)), scratch)
+
+
+@triton.jit
+def translate(ptr, from_rank, to_rank, heap_bases, mask=None):
     """Translate ``ptr`` from ``from_rank``'s address space into ``to_rank``'s.
 
     Args:
@@ -38,6 +89,9 @@ def translate(ptr, from_rank, to_rank, heap_bases):
         from_rank: rank whose address space ``ptr`` is in.
         to_rank: rank whose address space the result is in.
         heap_bases: pointer to the int64 heap bases of all ranks.
+        mask: the lanes that will be accessed (None: all). Only debug mode looks at it: it
+            reports a rank out of range or a pointer outside the heap in a selected lane
+            (iris.DeviceAccessError on the host) instead of letting the access fault.
 
     Returns:
         The same object's address on ``to_rank``, with ``ptr``'s type.
@@ -45,14 +99,18 @@ def translate(ptr, from_rank, to_rank, heap_bases):
     Example:
         >>> remote = iris.translate(buf + offs, rank, peer, heap_bases)
     """
-    from_base = tl.load(heap_bases + from_rank)
-    to_base = tl.load(heap_bases + to_rank)
-    # Moving the typed pointer by a whole number of 16-byte chunks (instead of
-    # casting through integers) keeps the compiler's knowledge of contiguity and
-    # alignment, so remote accesses stay vectorized.
-    elem_bytes: tl.constexpr = (ptr.dtype.element_ty.primitive_bitwidth + 7) // 8
-    chunks = (to_base - from_base) // _CHUNK_BYTES
-    return ptr + chunks * (_CHUNK_BYTES // elem_bytes)
+    if DEBUG:
+        result = _checked_translate(ptr, from_rank, to_rank, heap_bases, mask)
+    else:
+        from_base = tl.load(heap_bases + from_rank)
+        to_base = tl.load(heap_bases + to_rank)
+        # Moving the typed pointer by a whole number of 16-byte chunks (instead of
+        # casting through integers) keeps the compiler's knowledge of contiguity and
+        # alignment, so remote accesses stay vectorized.
+        elem_bytes: tl.constexpr = (ptr.dtype.element_ty.primitive_bitwidth + 7) // 8
+        chunks = (to_base - from_base) // _CHUNK_BYTES
+        result = ptr + chunks * (_CHUNK_BYTES // elem_bytes)
+    return result
 
 
 @triton.jit
@@ -92,7 +150,7 @@ def load(pointer, to_rank, from_rank, heap_bases, mask=None, other=None, cache_m
     Example:
         >>> data = iris.load(buf + offs, cur_rank, peer, heap_bases, mask=offs < n)
     """
-    return _load(translate(pointer, to_rank, from_rank, heap_bases), mask, other, cache_modifier, volatile)
+    return _load(translate(pointer, to_rank, from_rank, heap_bases, mask), mask, other, cache_modifier, volatile)
 
 
 @triton.jit
@@ -102,7 +160,7 @@ def store(pointer, value, from_rank, to_rank, heap_bases, mask=None, cache_modif
     Example:
         >>> iris.store(buf + offs, 1, cur_rank, peer, heap_bases, mask=offs < n)
     """
-    _store(translate(pointer, from_rank, to_rank, heap_bases), value, mask, cache_modifier)
+    _store(translate(pointer, from_rank, to_rank, heap_bases, mask), value, mask, cache_modifier)
 
 
 @triton.jit
@@ -114,7 +172,7 @@ def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
     Example:
         >>> iris.get(src + offs, dst + offs, peer, cur_rank, heap_bases, mask=offs < n)
     """
-    data = tl.load(translate(from_ptr, to_rank, from_rank, heap_bases), mask=mask)
+    data = tl.load(translate(from_ptr, to_rank, from_rank, heap_bases, mask), mask=mask)
     tl.store(to_ptr, data, mask=mask)
 
 
@@ -128,7 +186,7 @@ def put(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
         >>> iris.put(src + offs, dst + offs, cur_rank, peer, heap_bases, mask=offs < n)
     """
     data = tl.load(from_ptr, mask=mask)
-    tl.store(translate(to_ptr, from_rank, to_rank, heap_bases), data, mask=mask)
+    tl.store(translate(to_ptr, from_rank, to_rank, heap_bases, mask), data, mask=mask)
 
 
 @triton.jit
@@ -140,5 +198,5 @@ def copy(src_ptr, dst_ptr, from_rank, to_rank, cur_rank, heap_bases, mask=None):
     Example:
         >>> iris.copy(src + offs, dst + offs, peer_a, peer_b, cur_rank, heap_bases, mask=offs < n)
     """
-    data = tl.load(translate(src_ptr, cur_rank, from_rank, heap_bases), mask=mask)
-    tl.store(translate(dst_ptr, cur_rank, to_rank, heap_bases), data, mask=mask)
+    data = tl.load(translate(src_ptr, cur_rank, from_rank, heap_bases, mask), mask=mask)
+    tl.store(translate(dst_ptr, cur_rank, to_rank, heap_bases, mask), data, mask=mask)

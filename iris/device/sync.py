@@ -29,7 +29,7 @@ import time
 import triton
 import triton.language as tl
 
-from iris.device.rma import translate
+from iris.device.rma import debug_report, translate
 
 COMPARISONS = ("==", "!=", ">=", ">", "<=", "<")
 
@@ -37,7 +37,6 @@ COMPARISONS = ("==", "!=", ">=", ">", "<=", "<")
 # compile-time constants: without debug the spin loops carry no extra instruction.
 DEBUG = tl.constexpr(False)
 WAIT_TIMEOUT_NS = tl.constexpr(10_000_000_000)
-RECORD_ADDRESS = tl.constexpr(0)  # int64[8] that a timed-out wait fills in; see iris/debug.py for its layout
 _INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")
 WAIT_UNTIL_RECORD = tl.constexpr(1)
 DEVICE_BARRIER_RECORD = tl.constexpr(2)
@@ -59,19 +58,6 @@ def _clock_ns():
         now = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False,
                                         pack=1)
     return now
-
-
-@triton.jit
-def _report_timeout(kind, address, expected, seen, detail, waited_ns):
-    """Fill the debug record (the first timed-out wait of a launch wins) for the host to raise from."""
-    record = tl.full([], RECORD_ADDRESS, tl.int64).to(tl.pointer_type(tl.int64))
-    if tl.atomic_cas(record, tl.full([], 0, tl.int64), tl.full([], kind, tl.int64)) == 0:
-        tl.store(record + 1, tl.cast(tl.program_id(0), tl.int64))
-        tl.store(record + 2, tl.cast(address, tl.int64))
-        tl.store(record + 3, tl.cast(expected, tl.int64))
-        tl.store(record + 4, tl.cast(seen, tl.int64))
-        tl.store(record + 5, tl.cast(detail, tl.int64))
-        tl.store(record + 6, tl.cast(waited_ns, tl.int64))
 
 
 @triton.jit
@@ -165,7 +151,7 @@ def wait_until(ptr, cmp: tl.constexpr, value, sem: tl.constexpr = tl.constexpr("
             seen = tl.atomic_add(ptr, 0, sem=sem, scope=scope)
             waited = _clock_ns() - start
         if _satisfied(seen, cmp, value) == 0:
-            _report_timeout(WAIT_UNTIL_RECORD, ptr.to(tl.int64), value, seen, _comparison_code(cmp), waited)
+            debug_report(WAIT_UNTIL_RECORD, ptr.to(tl.int64), value, seen, _comparison_code(cmp), waited)
     else:
         while not _satisfied(seen, cmp, value):
             seen = tl.atomic_add(ptr, 0, sem=sem, scope=scope)
@@ -185,7 +171,7 @@ def barrier_kernel(arrivals, expected, members, count, cur, heap_bases, BLOCK: t
     others = (offs < count) & (peers != cur)
     tl.debug_barrier()  # every write this launch's stream made before precedes the arrival
     mine = arrivals + cur + offs * 0
-    tl.atomic_add(translate(mine, cur, peers, heap_bases), 1, mask=others, sem="release", scope="sys")
+    tl.atomic_add(translate(mine, cur, peers, heap_bases, others), 1, mask=others, sem="release", scope="sys")
     want = tl.load(expected + peers, mask=others, other=0) + 1
     tl.store(expected + peers, want, mask=others)
     seen = tl.atomic_add(arrivals + peers, 0, mask=others, sem="acquire", scope="sys")
@@ -200,7 +186,7 @@ def barrier_kernel(arrivals, expected, members, count, cur, heap_bases, BLOCK: t
             first = tl.min(tl.where(late, offs, BLOCK))  # the lowest late lane
             lane = offs == first
             peer = tl.sum(tl.where(lane, peers, 0))
-            _report_timeout(DEVICE_BARRIER_RECORD, (arrivals + peer).to(tl.int64), tl.sum(tl.where(lane, want, 0)),
+            debug_report(DEVICE_BARRIER_RECORD, (arrivals + peer).to(tl.int64), tl.sum(tl.where(lane, want, 0)),
                             tl.sum(tl.where(lane, seen, 0)), peer, waited)
     else:
         # The count is carried as a scalar: a loop condition computed from the carried tensor alone
