@@ -8,6 +8,7 @@ import numbers
 import torch
 
 from iris import runtime, sim
+from iris.ccl import CCL
 from iris.device.context import build_context_tensor
 from iris import debug as debug_mode
 from iris.device_barrier import DeviceBarrier, reserved_bytes
@@ -73,6 +74,7 @@ class Iris(TensorFactories):
         self.heap = SymmetricHeap(backend, self.heap_size, device, comm, reserved=reserved_bytes(self.num_ranks))
         self.heap_bases = torch.tensor(self.heap.bases, dtype=torch.int64, device=device)
         self._device_barrier = DeviceBarrier(self.heap, self.cur_rank, self.num_ranks, self.heap_bases)
+        self.ccl = CCL(self)  # collectives: ctx.ccl.all_reduce(...), see iris.ccl
         if debug or debug_mode.requested_by_environment():
             debug_mode.enable(device, self.num_ranks, self.heap.size + self.heap.reserved)
         self._device_context = build_context_tensor(self.cur_rank, self.num_ranks, self.heap.bases, device)

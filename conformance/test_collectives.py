@@ -1,0 +1,130 @@
+"""Collectives (iris.ccl): every member's result equals a float64 torch reference, for any group.
+
+Each case draws a collective, a dtype, a shape that the group size and block sizes need not
+divide, and the participating ranks (all, or a torch.distributed group of some of them). Every
+rank knows every rank's input (seeded), so each member checks its own result:
+- all_gather, all_to_all, broadcast move bytes: the result is bit-exact;
+- all_reduce: inputs are small multiples of 1/4, so the float32 (int32) accumulation is exact and
+  the result must equal the float64 reference rounded once to the dtype, bit for bit, on every
+  member (so every member also holds the same bits).
+"""
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conformance import harness
+from conformance.dtypes import element_size, values
+from conformance.profiles import current
+from iris.ccl import Config, ReduceOp
+
+REDUCE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32)
+MOVE_DTYPES = REDUCE_DTYPES + (torch.float8_e4m3fn, torch.float8_e5m2)
+ALIGN = 256
+
+_groups = {}
+
+
+def _group(members: tuple[int, ...], world: int):
+    """The torch.distributed group of ``members`` (None for everyone); every rank creates each once, in order."""
+    if len(members) == world:
+        return None
+    if members not in _groups:
+        import torch.distributed as dist
+
+        _groups[members] = dist.new_group(list(members))  # default backends: see Iris.device_barrier
+    return _groups[members]
+
+
+def _input(case, rank: int) -> torch.Tensor:
+    """Rank ``rank``'s input (CPU): small multiples of 1/4 for reductions, any bit pattern for moves."""
+    shape = (case["m"], case["n"] * (len(case["members"]) if case["op"] == "all_to_all" else 1))
+    g = harness.generator(case["seed"], rank, 11)
+    count = shape[0] * shape[1]
+    if case["op"] == "all_reduce":
+        quarters = torch.randint(-64, 65, (count,), generator=g)
+        data = quarters.to(torch.int32) if case["dtype"] == torch.int32 else (quarters / 4).to(case["dtype"])
+    else:
+        data = values(case["dtype"], count, g)
+    return data.view(shape)
+
+
+def _expected(case, rank: int) -> torch.Tensor:
+    members, op = case["members"], case["op"]
+    inputs = [_input(case, r) for r in members]
+    if op == "all_gather":
+        return torch.cat(inputs)
+    if op == "broadcast":
+        return inputs[members.index(case["src"])]
+    if op == "all_to_all":
+        me, n = members.index(rank), case["n"]
+        return torch.cat([x[:, me * n:(me + 1) * n] for x in inputs], dim=1)
+    stacked = torch.stack([x.double() for x in inputs])
+    reduced = {"sum": stacked.sum(0), "max": stacked.max(0).values, "min": stacked.min(0).values}[case["reduce"]]
+    return reduced.to(case["dtype"])
+
+
+def _collective_on_rank(case):
+    ctx = harness.context()
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    members, op, dtype = case["members"], case["op"], case["dtype"]
+    harness.fill_arena(case["seed"])
+    group = _group(members, world)
+    if rank not in members:
+        return harness.Verdict([])
+    mine = _input(case, rank)
+    expected = _expected(case, rank)
+    config = Config(block_size=case["block"], block_size_m=16, block_size_n=32,
+                    all_reduce_variant=case.get("variant"))
+    out = harness.region(0, expected.numel(), dtype).view(expected.shape)
+    src_offset = (expected.numel() * element_size(dtype) // ALIGN + 1) * ALIGN
+    violations = []
+    if op == "all_reduce":
+        x = harness.region(src_offset, mine.numel(), dtype).view(mine.shape)
+        x.copy_(harness.to_device(mine, device))
+        target = x if case["in_place"] else out
+        violations += harness.attempt(ctx.ccl.all_reduce, target, x, op=ReduceOp(case["reduce"]), group=group,
+                                      config=config)
+        out = target
+    elif op == "broadcast":
+        out.copy_(harness.to_device(mine, device))
+        violations += harness.attempt(ctx.ccl.broadcast, out, src=case["src"], group=group, config=config)
+    else:
+        launch = ctx.ccl.all_gather if op == "all_gather" else ctx.ccl.all_to_all
+        violations += harness.attempt(launch, out, harness.to_device(mine, device), group=group, config=config)
+    ctx.device_barrier(group)
+    size = element_size(dtype)
+    got = harness.byte_view(harness.to_device(out, "cpu")).view(-1, size)
+    want = harness.byte_view(expected).view(-1, size)
+    wrong = (got != want).any(1).nonzero().flatten()
+    if wrong.numel() and not violations:
+        first = int(wrong[0])
+        violations.append(f"{wrong.numel()} of {expected.numel()} elements wrong; element {first} is "
+                          f"{harness.to_device(out, 'cpu').flatten()[first].item()}, expected "
+                          f"{expected.flatten()[first].item()}")
+    return harness.Verdict(violations)
+
+
+@st.composite
+def collective_cases(draw, world_size: int):
+    op = draw(st.sampled_from(("all_gather", "all_to_all", "broadcast", "all_reduce")))
+    dtype = draw(st.sampled_from(REDUCE_DTYPES if op == "all_reduce" else MOVE_DTYPES))
+    everyone = tuple(range(world_size))
+    subset = st.lists(st.sampled_from(everyone), min_size=1, unique=True).map(lambda r: tuple(sorted(r)))
+    members = draw(st.one_of(st.just(everyone), subset))
+    case = dict(op=op, dtype=dtype, members=members, m=draw(st.integers(0, 40)), n=draw(st.integers(1, 70)),
+                block=draw(st.sampled_from((64, 256))), seed=draw(harness.seeds()))
+    if op == "broadcast":
+        case["src"] = draw(st.sampled_from(members))
+    if op == "all_reduce":
+        case.update(reduce=draw(st.sampled_from(("sum", "max", "min"))), in_place=draw(st.booleans()))
+        variants = ("two_shot",) if case["in_place"] else ("one_shot", "two_shot")
+        case["variant"] = draw(st.sampled_from(variants))
+    return case
+
+
+@settings(max_examples=current().examples(2))
+@given(data=st.data())
+def test_collectives_match_the_float64_reference(world, data):
+    """all_gather, all_to_all, broadcast and all_reduce (sum, max, min) over any group, any shape."""
+    world.check(_collective_on_rank, data.draw(collective_cases(world.size), label="case"))

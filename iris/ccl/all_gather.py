@@ -1,0 +1,55 @@
+"""all_gather: every member's (M, N) input, stacked by group index into everyone's (W*M, N) output."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+import iris
+from iris.ccl import _common
+
+
+@triton.jit
+def _all_gather_kernel(src, dst, numel, members, count, index, cur, heap_bases, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    data = tl.load(src + offs, mask=mask)
+    slot = dst + tl.cast(index, tl.int64) * numel + offs
+    for i in range(0, count):
+        peer = tl.load(members + (index + i) % count)  # start at a different peer on every rank
+        iris.store(slot, data, cur, peer, heap_bases, mask=mask)
+
+
+def all_gather(output, input, ctx, group=None, async_op=False, config=None):
+    """Like ``torch.distributed.all_gather_into_tensor``: ``output[i*M:(i+1)*M] = input`` of member i.
+
+    Args:
+        output: (W*M, N) on the symmetric heap (written by every member); W = group size.
+        input: (M, N), any device tensor of this rank (read locally).
+        ctx: the Iris context.
+        group: a torch.distributed group of the participating ranks, or None for all.
+        async_op: False: returns after a device barrier, so every member's output is complete
+            in stream order; True: no barrier at the end (call ``ctx.device_barrier(group)``
+            before reading ``output`` or reusing the buffers).
+        config: an :class:`iris.ccl.Config` (``block_size``).
+
+    Example:
+        >>> out = ctx.empty(ctx.get_num_ranks() * 128, 64)
+        >>> ctx.ccl.all_gather(out, ctx.ones(128, 64))
+    """
+    config = _common.config_or_default(config)
+    what = "all_gather"
+    _common.check_tensor(ctx, what, "input", input, _common.MOVE_DTYPES, symmetric=False)
+    _common.check_tensor(ctx, what, "output", output, _common.MOVE_DTYPES, symmetric=True)
+    members = _common.Participants(ctx, group)
+    if output.dtype != input.dtype or output.numel() != members.size * input.numel():
+        raise ValueError(f"{what}: output must hold {members.size} x input ({members.size * input.numel()} "
+                         f"{input.dtype} elements, shape ({members.size}*M, N)); got {tuple(output.shape)} "
+                         f"{output.dtype} for input {tuple(input.shape)}")
+    _common.begin(ctx, group)
+    numel = input.numel()
+    if numel:
+        _all_gather_kernel[(triton.cdiv(numel, config.block_size),)](
+            input, output, numel, members.tensor, members.size, members.index, ctx.get_rank(),
+            ctx.get_heap_bases(), BLOCK=config.block_size)
+    _common.end(ctx, group, async_op)

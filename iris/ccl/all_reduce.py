@@ -1,0 +1,148 @@
+"""all_reduce: every member's output is the elementwise SUM (MAX, MIN) of all members' inputs.
+
+Variants (``Config.all_reduce_variant``):
+- one_shot: each member reads every member's whole input and reduces it; one pass, W reads of
+  everything per rank: the fastest for small messages.
+- two_shot: member i reduces slice i of the elements (reading it from every member) and writes
+  the result into every member's output: each element is read W times and written W times in
+  total, not per rank: the better choice for large messages.
+
+Both sum in a fixed member order in float32 (int32 for int32), so every member gets the same bits.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+import iris
+from iris.ccl import _common
+from iris.ccl.config import ReduceOp
+
+# Per-rank bytes from which two_shot is chosen (see choose_variant).
+TWO_SHOT_FROM_BYTES = 1 << 20
+
+
+@triton.jit
+def _combine(acc, x, OP: tl.constexpr):
+    if OP == "sum":
+        out = acc + x
+    elif OP == "max":
+        out = tl.maximum(acc, x)
+    else:
+        out = tl.minimum(acc, x)
+    return out
+
+
+@triton.jit
+def _reduce_block(src, offs, mask, members, count, cur, heap_bases, OP: tl.constexpr, ACC: tl.constexpr):
+    """The reduction of ``src + offs`` over every member, in member order (identical on every rank)."""
+    acc = iris.load(src + offs, cur, tl.load(members), heap_bases, mask=mask).to(ACC)
+    for i in range(1, count):
+        x = iris.load(src + offs, cur, tl.load(members + i), heap_bases, mask=mask).to(ACC)
+        acc = _combine(acc, x, OP)
+    return acc
+
+
+@triton.jit
+def _one_shot_kernel(src, dst, numel, members, count, cur, heap_bases, OP: tl.constexpr, ACC: tl.constexpr,
+                     BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    acc = _reduce_block(src, offs, mask, members, count, cur, heap_bases, OP, ACC)
+    tl.store(dst + offs, acc.to(dst.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _two_shot_kernel(src, dst, numel, members, count, index, cur, heap_bases, OP: tl.constexpr,
+                     ACC: tl.constexpr, BLOCK: tl.constexpr):
+    # This member's slice: blocks index, index + count, ... of the flat tensor.
+    offs = (tl.program_id(0).to(tl.int64) * count + index) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    acc = _reduce_block(src, offs, mask, members, count, cur, heap_bases, OP, ACC).to(dst.dtype.element_ty)
+    for i in range(0, count):
+        peer = tl.load(members + (index + i) % count)
+        iris.store(dst + offs, acc, cur, peer, heap_bases, mask=mask)
+
+
+def choose_variant(nbytes: int, world_size: int, in_place: bool) -> str:
+    """The default variant for ``nbytes`` per rank.
+
+    ==================  ==========
+    case                variant
+    ==================  ==========
+    in place            two_shot (one_shot would overwrite what other members still read)
+    < 1 MiB per rank    one_shot
+    >= 1 MiB per rank   two_shot
+    ==================  ==========
+
+    The 1 MiB threshold is a starting point, not yet measured: benchmarks/ccl.py will set it.
+    """
+    if in_place:
+        return "two_shot"
+    return "one_shot" if nbytes < TWO_SHOT_FROM_BYTES else "two_shot"
+
+
+class Workspace:
+    """What all_reduce_preamble prepares: the resolved variant and the group's member tensor."""
+
+    def __init__(self, variant: str, members):
+        self.variant = variant
+        self.members = members
+
+
+def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=None):
+    """Check the tensors and resolve the variant once; pass the result as ``workspace=`` to reuse it."""
+    config = _common.config_or_default(config)
+    what = "all_reduce"
+    _common.check_tensor(ctx, what, "input", input, _common.REDUCE_DTYPES, symmetric=True)
+    if output.shape != input.shape or output.dtype != input.dtype:
+        raise ValueError(f"{what}: output must match input's shape and dtype; got output {tuple(output.shape)} "
+                         f"{output.dtype}, input {tuple(input.shape)} {input.dtype}")
+    members = workspace.members if workspace is not None else _common.Participants(ctx, group)
+    in_place = input.numel() > 0 and output.data_ptr() == input.data_ptr()
+    variant = config.all_reduce_variant or choose_variant(input.numel() * input.element_size(), members.size,
+                                                          in_place)
+    if in_place and variant == "one_shot":
+        raise ValueError("all_reduce: one_shot cannot run in place (other members still read input while it "
+                         "would be overwritten); use Config(all_reduce_variant=\"two_shot\") or a separate output")
+    _common.check_tensor(ctx, what, "output", output, _common.REDUCE_DTYPES, symmetric=variant == "two_shot")
+    return Workspace(variant, members)
+
+
+def all_reduce(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, config=None, workspace=None):
+    """``output = op(input of every member)``, elementwise, on every member.
+
+    Args:
+        output: the result, shape and dtype of ``input``; on the symmetric heap for two_shot.
+            May be ``input`` itself (in place).
+        input: on the symmetric heap (the other members read it).
+        ctx: the Iris context.
+        op: ReduceOp.SUM (default), MAX or MIN.
+        group, async_op: as for :func:`iris.ccl.all_gather.all_gather`. With async_op=True,
+            barrier before changing ``input`` again: the other members may still read it.
+        config: an :class:`iris.ccl.Config` (``all_reduce_variant``, ``block_size``).
+        workspace: from :func:`all_reduce_preamble`, to skip the checks on repeated calls.
+
+    Example:
+        >>> x = ctx.ones(1 << 20, dtype=torch.bfloat16)
+        >>> ctx.ccl.all_reduce(x, x)          # in place: x == world size everywhere
+    """
+    op = ReduceOp(op) if not isinstance(op, ReduceOp) else op
+    config = _common.config_or_default(config)
+    if workspace is None:
+        workspace = all_reduce_preamble(output, input, ctx, config, group=group)
+    members = workspace.members
+    _common.begin(ctx, group)
+    numel = input.numel()
+    acc = tl.float32 if input.dtype.is_floating_point else tl.int32
+    if numel and workspace.variant == "one_shot":
+        _one_shot_kernel[(triton.cdiv(numel, config.block_size),)](
+            input, output, numel, members.tensor, members.size, ctx.get_rank(), ctx.get_heap_bases(),
+            OP=op.value, ACC=acc, BLOCK=config.block_size)
+    elif numel:
+        blocks = triton.cdiv(numel, config.block_size)
+        _two_shot_kernel[(triton.cdiv(blocks, members.size),)](
+            input, output, numel, members.tensor, members.size, members.index, ctx.get_rank(),
+            ctx.get_heap_bases(), OP=op.value, ACC=acc, BLOCK=config.block_size)
+    _common.end(ctx, group, async_op)

@@ -1,0 +1,56 @@
+"""all_to_all in the original's layout: column chunk j of every member's (M, W*N) input goes to member j."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+import iris
+from iris.ccl import _common
+
+
+@triton.jit
+def _all_to_all_kernel(src, dst, rows, width, members, count, index, cur, heap_bases,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    r = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    c = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (r < rows)[:, None] & (c < width)[None, :]
+    stride = width * count  # both tensors are (rows, count * width), contiguous
+    for i in range(0, count):
+        j = (index + i) % count  # start at a different peer on every rank
+        peer = tl.load(members + j)
+        data = tl.load(src + r[:, None] * stride + (j * width + c)[None, :], mask=mask)
+        iris.store(dst + r[:, None] * stride + (index * width + c)[None, :], data, cur, peer, heap_bases, mask=mask)
+
+
+def all_to_all(output, input, ctx, group=None, async_op=False, config=None):
+    """Member i's columns ``[j*N, (j+1)*N)`` of ``input`` land in member j's columns ``[i*N, (i+1)*N)`` of ``output``.
+
+    Args:
+        output: (M, W*N) on the symmetric heap; W = group size.
+        input: (M, W*N), any device tensor of this rank.
+        ctx, group, async_op: as for :func:`iris.ccl.all_gather.all_gather`.
+        config: an :class:`iris.ccl.Config` (``block_size_m``, ``block_size_n``).
+
+    Example:
+        >>> world = ctx.get_num_ranks()
+        >>> out = ctx.empty(256, 64 * world)
+        >>> ctx.ccl.all_to_all(out, ctx.randn(256, 64 * world))
+    """
+    config = _common.config_or_default(config)
+    what = "all_to_all"
+    _common.check_tensor(ctx, what, "input", input, _common.MOVE_DTYPES, symmetric=False)
+    _common.check_tensor(ctx, what, "output", output, _common.MOVE_DTYPES, symmetric=True)
+    members = _common.Participants(ctx, group)
+    if (input.dim() != 2 or output.shape != input.shape or output.dtype != input.dtype
+            or input.shape[1] % members.size):
+        raise ValueError(f"{what}: input and output must both be (M, {members.size}*N) of one dtype; got input "
+                         f"{tuple(input.shape)} {input.dtype}, output {tuple(output.shape)} {output.dtype}")
+    _common.begin(ctx, group)
+    rows, width = input.shape[0], input.shape[1] // members.size
+    if rows and width:
+        grid = (triton.cdiv(rows, config.block_size_m), triton.cdiv(width, config.block_size_n))
+        _all_to_all_kernel[grid](input, output, rows, width, members.tensor, members.size, members.index,
+                                 ctx.get_rank(), ctx.get_heap_bases(), BLOCK_M=config.block_size_m,
+                                 BLOCK_N=config.block_size_n)
+    _common.end(ctx, group, async_op)

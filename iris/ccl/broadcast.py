@@ -1,0 +1,36 @@
+"""broadcast: the source member's tensor, copied into the same tensor of every member."""
+
+from __future__ import annotations
+
+import triton
+
+from iris.ccl import _common
+from iris.ccl.all_gather import _all_gather_kernel
+
+
+def broadcast(tensor, ctx, src=0, group=None, async_op=False, config=None):
+    """Overwrite ``tensor`` on every member with rank ``src``'s (like ``torch.distributed.broadcast``).
+
+    Args:
+        tensor: on the symmetric heap, the same shape and dtype on every member.
+        ctx: the Iris context.
+        src: the global rank that sends (a member of ``group``).
+        group, async_op, config: as for :func:`iris.ccl.all_gather.all_gather`.
+
+    Example:
+        >>> weights = ctx.zeros(1024)
+        >>> ctx.ccl.broadcast(weights, src=0)
+    """
+    config = _common.config_or_default(config)
+    _common.check_tensor(ctx, "broadcast", "tensor", tensor, _common.MOVE_DTYPES, symmetric=True)
+    members = _common.Participants(ctx, group)
+    if src not in members.ranks:
+        raise ValueError(f"broadcast: src={src!r} is not a member of the group {list(members.ranks)}")
+    _common.begin(ctx, group)
+    numel = tensor.numel()
+    if numel and ctx.get_rank() == src:
+        # all_gather's kernel with index 0: the same slot of every member.
+        _all_gather_kernel[(triton.cdiv(numel, config.block_size),)](
+            tensor, tensor, numel, members.tensor, members.size, 0, ctx.get_rank(), ctx.get_heap_bases(),
+            BLOCK=config.block_size)
+    _common.end(ctx, group, async_op)

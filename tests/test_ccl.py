@@ -1,0 +1,52 @@
+"""iris.ccl argument checking: errors name the bad field or tensor before any launch."""
+
+import pytest
+import torch
+
+import iris
+from iris.ccl import Config, ReduceOp
+
+
+@pytest.mark.parametrize("field,value", [("block_size", 100), ("block_size_m", 0), ("block_size_n", True),
+                                         ("all_reduce_variant", "fastest"), ("all_reduce_distribution", 2),
+                                         ("reduce_scatter_variant", "ring")])
+def test_config_names_the_bad_field_and_value(field, value):
+    with pytest.raises(ValueError) as info:
+        Config(**{field: value})
+    assert f"Config.{field}={value!r}" in str(info.value)
+
+
+def _misuse():
+    ctx = iris.iris(1 << 20)
+    world = ctx.get_num_ranks()
+    on_heap = ctx.zeros(world * 8, dtype=torch.float32)
+    errors = []
+    for call in (
+        lambda: ctx.ccl.all_gather(torch.zeros(world * 8, device=ctx.get_device()), torch.zeros(8)),  # not heap
+        lambda: ctx.ccl.all_gather(on_heap, on_heap[:7].clone()),                                     # size
+        lambda: ctx.ccl.all_reduce(on_heap, on_heap.to(torch.float64)),                                # dtype
+        lambda: ctx.ccl.all_reduce(on_heap, on_heap, config=Config(all_reduce_variant="one_shot")),   # in place
+        lambda: ctx.ccl.broadcast(on_heap, src=world),                                                 # src
+        lambda: ctx.ccl.all_to_all(on_heap.view(world, 8), on_heap.view(world, 8), config="fast"),    # config
+    ):
+        try:
+            call()
+            errors.append("no error")
+        except (TypeError, ValueError) as exc:
+            errors.append(str(exc))
+    ctx.barrier()
+    x = ctx.full((5,), float(ctx.get_rank() + 1))
+    ctx.ccl.all_reduce(x, x, op=ReduceOp.MAX)  # the pool is still usable after the refusals
+    ctx.close()
+    return errors, x.cpu().tolist()
+
+
+def test_misuse_is_refused_before_any_launch(ranks):
+    for errors, result in ranks.run(_misuse):
+        assert "output is not on the symmetric heap" in errors[0], errors
+        assert "output must hold" in errors[1], errors
+        assert "dtype float64" in errors[2], errors
+        assert "one_shot cannot run in place" in errors[3], errors
+        assert "is not a member of the group" in errors[4], errors
+        assert "config must be an iris.ccl.Config" in errors[5], errors
+        assert result == [float(ranks.world_size)] * 5
