@@ -4,7 +4,7 @@ Each case draws a collective, a dtype, a shape that the group size and block siz
 divide, and the participating ranks (all, or a torch.distributed group of some of them). Every
 rank knows every rank's input (seeded), so each member checks its own result:
 - all_gather, all_to_all, broadcast move bytes: the result is bit-exact;
-- all_reduce: inputs are small multiples of 1/4, so the float32 (int32) accumulation is exact and
+- all_reduce, reduce_scatter: inputs are small multiples of 1/4, so the float32 (int32) accumulation is exact and
   the result must equal the float64 reference rounded once to the dtype, bit for bit, on every
   member (so every member also holds the same bits).
 """
@@ -20,6 +20,8 @@ from iris.ccl import Config, ReduceOp
 
 REDUCE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32)
 MOVE_DTYPES = REDUCE_DTYPES + (torch.float8_e4m3fn, torch.float8_e5m2)
+REDUCING = ("all_reduce", "reduce_scatter")
+POISON = 0xA5  # the bytes of reduce_scatter's output that the original layout leaves alone
 ALIGN = 256
 
 _groups = {}
@@ -38,10 +40,13 @@ def _group(members: tuple[int, ...], world: int):
 
 def _input(case, rank: int) -> torch.Tensor:
     """Rank ``rank``'s input (CPU): small multiples of 1/4 for reductions, any bit pattern for moves."""
-    shape = (case["m"], case["n"] * (len(case["members"]) if case["op"] == "all_to_all" else 1))
+    width = len(case["members"])
+    shape = (case["m"], case["n"] * (width if case["op"] == "all_to_all" else 1))
+    if case["op"] == "reduce_scatter" and case["layout"] == "torch":
+        shape = (case["m"] * width, case["n"])
     g = harness.generator(case["seed"], rank, 11)
     count = shape[0] * shape[1]
-    if case["op"] == "all_reduce":
+    if case["op"] in REDUCING:
         quarters = torch.randint(-64, 65, (count,), generator=g)
         data = quarters.to(torch.int32) if case["dtype"] == torch.int32 else (quarters / 4).to(case["dtype"])
     else:
@@ -61,7 +66,18 @@ def _expected(case, rank: int) -> torch.Tensor:
         return torch.cat([x[:, me * n:(me + 1) * n] for x in inputs], dim=1)
     stacked = torch.stack([x.double() for x in inputs])
     reduced = {"sum": stacked.sum(0), "max": stacked.max(0).values, "min": stacked.min(0).values}[case["reduce"]]
-    return reduced.to(case["dtype"])
+    reduced = reduced.to(case["dtype"])
+    if op == "all_reduce":
+        return reduced
+    me, width = members.index(rank), len(members)
+    if case["layout"] == "torch":
+        return reduced[me * case["m"]:(me + 1) * case["m"]]
+    # original layout: blocks me, me + width, ... of the flat tensor; the rest keeps the poison
+    mine = (torch.arange(reduced.numel()) // case["block"]) % width == me
+    out = torch.full((reduced.numel() * element_size(case["dtype"]),), POISON, dtype=torch.uint8)
+    out = out.view(case["dtype"]).view(reduced.shape).clone()
+    out.view(-1)[mine] = reduced.view(-1)[mine]
+    return out
 
 
 def _collective_on_rank(case):
@@ -79,7 +95,13 @@ def _collective_on_rank(case):
     out = harness.region(0, expected.numel(), dtype).view(expected.shape)
     src_offset = (expected.numel() * element_size(dtype) // ALIGN + 1) * ALIGN
     violations = []
-    if op == "all_reduce":
+    if op == "reduce_scatter":
+        x = harness.region(src_offset, mine.numel(), dtype).view(mine.shape)
+        x.copy_(harness.to_device(mine, device))
+        out = harness.device_poison(expected.numel(), dtype, device).view(expected.shape)
+        violations += harness.attempt(ctx.ccl.reduce_scatter, out, x, op=ReduceOp(case["reduce"]), group=group,
+                                      config=config)
+    elif op == "all_reduce":
         x = harness.region(src_offset, mine.numel(), dtype).view(mine.shape)
         x.copy_(harness.to_device(mine, device))
         target = x if case["in_place"] else out
@@ -107,8 +129,8 @@ def _collective_on_rank(case):
 
 @st.composite
 def collective_cases(draw, world_size: int):
-    op = draw(st.sampled_from(("all_gather", "all_to_all", "broadcast", "all_reduce")))
-    dtype = draw(st.sampled_from(REDUCE_DTYPES if op == "all_reduce" else MOVE_DTYPES))
+    op = draw(st.sampled_from(("all_gather", "all_to_all", "broadcast", "all_reduce", "reduce_scatter")))
+    dtype = draw(st.sampled_from(REDUCE_DTYPES if op in REDUCING else MOVE_DTYPES))
     everyone = tuple(range(world_size))
     subset = st.lists(st.sampled_from(everyone), min_size=1, unique=True).map(lambda r: tuple(sorted(r)))
     members = draw(st.one_of(st.just(everyone), subset))
@@ -120,11 +142,14 @@ def collective_cases(draw, world_size: int):
         case.update(reduce=draw(st.sampled_from(("sum", "max", "min"))), in_place=draw(st.booleans()))
         variants = ("two_shot",) if case["in_place"] else ("one_shot", "two_shot")
         case["variant"] = draw(st.sampled_from(variants))
+    if op == "reduce_scatter":
+        layout = draw(st.sampled_from(("torch", "original"))) if len(members) > 1 else "torch"
+        case.update(reduce=draw(st.sampled_from(("sum", "max", "min"))), layout=layout)
     return case
 
 
 @settings(max_examples=current().examples(2))
 @given(data=st.data())
 def test_collectives_match_the_float64_reference(world, data):
-    """all_gather, all_to_all, broadcast and all_reduce (sum, max, min) over any group, any shape."""
+    """all_gather, all_to_all, broadcast, all_reduce and reduce_scatter (sum, max, min): any group and shape."""
     world.check(_collective_on_rank, data.draw(collective_cases(world.size), label="case"))

@@ -43,6 +43,13 @@ class CCL:
 
         broadcast(tensor, self._ctx, src=src, group=group, async_op=async_op, config=config)
 
+    def reduce_scatter(self, output_tensor, input_tensor, op=None, group=None, async_op=False, config=None):
+        """Each member's part of the reduction over members; see :mod:`iris.ccl.reduce_scatter`."""
+        from iris.ccl.reduce_scatter import reduce_scatter
+
+        reduce_scatter(output_tensor, input_tensor, self._ctx, op=ReduceOp.SUM if op is None else op, group=group,
+                       async_op=async_op, config=config)
+
     def all_reduce_preamble(self, output_tensor, input_tensor, config=None, workspace=None, group=None):
         """Checks and variant choice done once, for repeated all_reduce calls; see :mod:`iris.ccl.all_reduce`."""
         from iris.ccl.all_reduce import all_reduce_preamble

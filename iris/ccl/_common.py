@@ -11,13 +11,26 @@ MOVE_DTYPES = REDUCE_DTYPES + (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 class Participants:
-    """This rank's view of a collective's group: the member ranks, its index, their device tensor."""
+    """This rank's view of a collective's group: the member ranks, its index, their device tensor.
 
-    def __init__(self, ctx, group):
-        self.ranks = ctx._device_barrier.members_of(group)  # checked: torch.distributed, membership
-        self.index = self.ranks.index(ctx.get_rank())
-        self.size = len(self.ranks)
-        self.tensor = torch.tensor(self.ranks, dtype=torch.int32, device=ctx.get_device())
+    Made once per group and context (:func:`participants`): a collective then copies nothing from
+    the host, so it can be captured in a CUDA graph.
+    """
+
+    def __init__(self, ctx, ranks: tuple[int, ...]):
+        self.ranks = ranks
+        self.index = ranks.index(ctx.get_rank())
+        self.size = len(ranks)
+        self.tensor = torch.tensor(ranks, dtype=torch.int32, device=ctx.get_device())
+
+
+def participants(ctx, group) -> Participants:
+    """The (cached) :class:`Participants` of ``group`` (None: all ranks); checks membership first."""
+    ranks = ctx._device_barrier.members_of(group)  # checked: torch.distributed, membership
+    cache = ctx.__dict__.setdefault("_ccl_participants", {})
+    if ranks not in cache:
+        cache[ranks] = Participants(ctx, ranks)
+    return cache[ranks]
 
 
 def check_tensor(ctx, what: str, name: str, tensor: torch.Tensor, dtypes, symmetric: bool) -> None:
@@ -44,11 +57,9 @@ def config_or_default(config) -> Config:
     return config
 
 
-def begin(ctx, group) -> Participants:
-    """Resolve the group, then a device barrier: every member's buffers are ready to be read and written."""
-    members = Participants(ctx, group)
+def begin(ctx, group) -> None:
+    """A device barrier: every member's buffers are ready to be read and written."""
     ctx.device_barrier(group)
-    return members
 
 
 def end(ctx, group, async_op: bool) -> None:

@@ -41,7 +41,7 @@ def all_gather(output, input, ctx, group=None, async_op=False, config=None):
     what = "all_gather"
     _common.check_tensor(ctx, what, "input", input, _common.MOVE_DTYPES, symmetric=False)
     _common.check_tensor(ctx, what, "output", output, _common.MOVE_DTYPES, symmetric=True)
-    members = _common.Participants(ctx, group)
+    members = _common.participants(ctx, group)
     if output.dtype != input.dtype or output.numel() != members.size * input.numel():
         raise ValueError(f"{what}: output must hold {members.size} x input ({members.size * input.numel()} "
                          f"{input.dtype} elements, shape ({members.size}*M, N)); got {tuple(output.shape)} "

@@ -99,7 +99,7 @@ def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=N
     if output.shape != input.shape or output.dtype != input.dtype:
         raise ValueError(f"{what}: output must match input's shape and dtype; got output {tuple(output.shape)} "
                          f"{output.dtype}, input {tuple(input.shape)} {input.dtype}")
-    members = workspace.members if workspace is not None else _common.Participants(ctx, group)
+    members = workspace.members if workspace is not None else _common.participants(ctx, group)
     in_place = input.numel() > 0 and output.data_ptr() == input.data_ptr()
     variant = config.all_reduce_variant or choose_variant(input.numel() * input.element_size(), members.size,
                                                           in_place)

@@ -41,7 +41,7 @@ def all_to_all(output, input, ctx, group=None, async_op=False, config=None):
     what = "all_to_all"
     _common.check_tensor(ctx, what, "input", input, _common.MOVE_DTYPES, symmetric=False)
     _common.check_tensor(ctx, what, "output", output, _common.MOVE_DTYPES, symmetric=True)
-    members = _common.Participants(ctx, group)
+    members = _common.participants(ctx, group)
     if (input.dim() != 2 or output.shape != input.shape or output.dtype != input.dtype
             or input.shape[1] % members.size):
         raise ValueError(f"{what}: input and output must both be (M, {members.size}*N) of one dtype; got input "

@@ -23,7 +23,7 @@ def broadcast(tensor, ctx, src=0, group=None, async_op=False, config=None):
     """
     config = _common.config_or_default(config)
     _common.check_tensor(ctx, "broadcast", "tensor", tensor, _common.MOVE_DTYPES, symmetric=True)
-    members = _common.Participants(ctx, group)
+    members = _common.participants(ctx, group)
     if src not in members.ranks:
         raise ValueError(f"broadcast: src={src!r} is not a member of the group {list(members.ranks)}")
     _common.begin(ctx, group)

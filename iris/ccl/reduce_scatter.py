@@ -1,0 +1,78 @@
+"""reduce_scatter: each member gets the reduction (over all members) of its own part of the input.
+
+Two layouts, told apart by the output's size:
+- torch's (``reduce_scatter_tensor``): input (W*M, N), output (M, N); member i gets rows
+  ``[i*M, (i+1)*M)`` reduced;
+- the original Iris's: input and output both (M, N); member i gets its two_shot slice (blocks
+  i, i + W, ... of ``Config.block_size`` elements of the flat tensor) reduced, at the same positions,
+  and the rest of its output is left as it was.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from iris.ccl import _common
+from iris.ccl.all_reduce import _reduce_block
+from iris.ccl.config import ReduceOp
+
+
+@triton.jit
+def _reduce_scatter_kernel(src, dst, numel, members, count, index, cur, heap_bases, INTERLEAVED: tl.constexpr,
+                           OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    lanes = tl.arange(0, BLOCK)
+    if INTERLEAVED:  # numel: of input and output alike
+        offs = (tl.program_id(0).to(tl.int64) * count + index) * BLOCK + lanes
+        out = offs
+        mask = offs < numel
+    else:  # numel: of the output, one member's share of the input
+        out = tl.program_id(0).to(tl.int64) * BLOCK + lanes
+        offs = tl.cast(index, tl.int64) * numel + out
+        mask = out < numel
+    acc = _reduce_block(src, offs, mask, members, count, cur, heap_bases, OP, ACC)
+    tl.store(dst + out, acc.to(dst.dtype.element_ty), mask=mask)
+
+
+def reduce_scatter(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, config=None):
+    """Reduce ``input`` over the members; keep this member's part in ``output`` (layouts: see module doc).
+
+    Args:
+        output: (M, N) for input (W*M, N), or input's shape for the original layout; any device
+            tensor of this rank.
+        input: on the symmetric heap (the other members read it).
+        ctx: the Iris context.
+        op: ReduceOp.SUM (default), MAX or MIN; floats accumulate in float32.
+        group, async_op: as for :func:`iris.ccl.all_gather.all_gather`. With async_op=True,
+            barrier before changing ``input`` again.
+        config: an :class:`iris.ccl.Config` (``block_size``; ``reduce_scatter_variant`` "two_shot").
+
+    Example:
+        >>> world = ctx.get_num_ranks()
+        >>> x = ctx.ones(world * 1024, dtype=torch.bfloat16)
+        >>> mine = torch.empty(1024, dtype=torch.bfloat16, device=ctx.get_device())
+        >>> ctx.ccl.reduce_scatter(mine, x)   # mine == world everywhere
+    """
+    op = ReduceOp(op) if not isinstance(op, ReduceOp) else op
+    config = _common.config_or_default(config)
+    what = "reduce_scatter"
+    _common.check_tensor(ctx, what, "input", input, _common.REDUCE_DTYPES, symmetric=True)
+    _common.check_tensor(ctx, what, "output", output, _common.REDUCE_DTYPES, symmetric=False)
+    members = _common.participants(ctx, group)
+    interleaved = output.shape == input.shape and members.size > 1
+    if output.dtype != input.dtype or not (interleaved or output.numel() * members.size == input.numel()):
+        raise ValueError(f"{what}: output must be 1/{members.size} of input ((W*M, N) -> (M, N)) or input's "
+                         f"shape, in input's dtype; got output {tuple(output.shape)} {output.dtype}, input "
+                         f"{tuple(input.shape)} {input.dtype}")
+    if output.numel() and input.numel() and output.data_ptr() == input.data_ptr() and not interleaved:
+        raise ValueError(f"{what}: output may not be input itself in torch's layout (other members read it)")
+    _common.begin(ctx, group)
+    numel = input.numel() if interleaved else output.numel()
+    blocks = triton.cdiv(numel, config.block_size)
+    if numel:
+        grid = (triton.cdiv(blocks, members.size),) if interleaved else (blocks,)
+        _reduce_scatter_kernel[grid](input, output, numel, members.tensor, members.size, members.index,
+                                     ctx.get_rank(), ctx.get_heap_bases(), INTERLEAVED=interleaved, OP=op.value,
+                                     ACC=tl.float32 if input.dtype.is_floating_point else tl.int32,
+                                     BLOCK=config.block_size)
+    _common.end(ctx, group, async_op)
