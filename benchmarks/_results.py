@@ -1,9 +1,15 @@
-"""What every benchmark's results carry: the commit, and a tidy CSV under benchmarks/results/."""
+"""What the benchmarks share: sizes on the command line, median timing, the commit, a tidy CSV under results/."""
 
+import argparse
 import csv
 import os
+import re
+import statistics
 import subprocess
+import time
 from pathlib import Path
+
+import torch
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -33,3 +39,31 @@ def write_csv(rows: list[dict], path: Path) -> None:
         writer.writeheader()
         writer.writerows(rows)
     print(f"CSV: {path}")
+
+
+def parse_size(text: str) -> int:
+    match = re.fullmatch(r"(\d+)\s*([KMG]?)(?:i?B)?", text.strip(), re.IGNORECASE)
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"size {text!r}: use a number with K, M or G (KiB, MiB, GiB), e.g. 64K or 256M")
+    return int(match[1]) << {"K": 10, "M": 20, "G": 30, "": 20}[match[2].upper()]
+
+
+def median_us(fn, warmup: int, iters: int, gpu: bool) -> float:
+    """Median microseconds of ``iters`` calls of ``fn`` after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    if not gpu:  # the interpreter runs a launch to completion before returning
+        times = []
+        for _ in range(iters):
+            start = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - start) * 1e6)
+        return statistics.median(times)
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for start, end in events:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median([start.elapsed_time(end) * 1e3 for start, end in events])

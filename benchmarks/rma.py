@@ -34,14 +34,12 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
 
 import argparse
 import re
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
-from _results import RESULTS, git_commit, write_csv
+from _results import RESULTS, git_commit, median_us, parse_size, write_csv
 
 import iris  # before any kernel: on the CPU backend it turns on Triton's interpreter
 import triton
@@ -69,14 +67,6 @@ def rma_kernel(src, dst, n, cur_rank, peer, heap_bases, OP: tl.constexpr, BLOCK:
         iris.store(dst + offs, tl.load(src + offs, mask=mask), cur_rank, peer, heap_bases, mask=mask)
 
 
-def parse_size(text: str) -> int:
-    match = re.fullmatch(r"(\d+)\s*([KMG]?)(?:i?B)?", text.strip(), re.IGNORECASE)
-    if not match:
-        raise argparse.ArgumentTypeError(
-            f"size {text!r}: use a number with K, M or G (KiB, MiB, GiB), e.g. 64K or 256M")
-    return int(match[1]) << {"K": 10, "M": 20, "G": 30, "": 20}[match[2].upper()]
-
-
 def parse_args(gpu: bool) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", type=parse_size, default=None,
@@ -98,26 +88,6 @@ def parse_args(gpu: bool) -> argparse.Namespace:
         parser.error(f"need --iters >= 1, --warmup >= 0 and sizes that are multiples of 16 bytes with fewer than "
                      f"2**31 elements; got iters={args.iters}, warmup={args.warmup}, bad sizes={bad}")
     return args
-
-
-def median_us(fn, warmup: int, iters: int, gpu: bool) -> float:
-    """Median microseconds of ``iters`` calls of ``fn`` after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        fn()
-    if not gpu:  # the interpreter runs a launch to completion before returning
-        times = []
-        for _ in range(iters):
-            start = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - start) * 1e6)
-        return statistics.median(times)
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median([start.elapsed_time(end) * 1e3 for start, end in events])
 
 
 def kernel_launch(op, src, dst, n, peer, heap_bases, block, warps):

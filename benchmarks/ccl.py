@@ -1,0 +1,288 @@
+"""Collectives side by side: iris.ccl, NCCL (torch.distributed) and torch symmetric memory, same run.
+
+    iris run -n 2 benchmarks/ccl.py [--collectives all_reduce all_gather reduce_scatter all_to_all]
+                                    [--dtypes bf16] [--min 1K] [--max 256M] [--iters 50] [--warmup 10]
+                                    [--csv PATH] [--validate]
+
+Sizes are bytes of input per rank, powers of two from --min to --max (all_gather's output is W
+times that; reduce_scatter's input is split W ways). For every collective, dtype and size, in one
+process group and with the same buffers:
+
+    iris              ctx.ccl.<collective> with its default variant (all_reduce: also each variant)
+    nccl              torch.distributed (all_reduce, all_gather_into_tensor, reduce_scatter_tensor,
+                      all_to_all_single); gloo on the CPU backend
+    symm_mem          torch.ops.symm_mem one_shot_all_reduce / two_shot_all_reduce_ (all_reduce only,
+                      where torch has them; otherwise the row says why)
+
+Each figure is the median of --iters calls after --warmup, each call bracketed by CUDA events on
+rank 0 and launched from the host (perf_counter on the CPU backend: a smoke test, not a figure).
+Bus bandwidth follows NCCL: all_reduce moves 2(W-1)/W of the data per rank, the others (W-1)/W.
+--validate first checks each iris collective once per size against NCCL on small-integer data.
+Output: a table with each time's ratio to NCCL (>1: faster than NCCL), a CSV and, with matplotlib,
+one PNG per collective (latency and bus bandwidth against size) under benchmarks/results/.
+"""
+
+import os
+
+# NVLink multicast stays off (see DESIGN.md); these must be set before torch is imported.
+for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+                      ("NVSHMEM_DISABLE_NVLS", "1")):
+    os.environ.setdefault(_name, _value)
+
+import argparse
+import math
+import re
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from _results import RESULTS, git_commit, median_us, parse_size, write_csv
+
+import iris
+from iris.ccl import Config
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "int32": torch.int32,
+          "fp8e4m3": torch.float8_e4m3fn, "fp8e5m2": torch.float8_e5m2}
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+REDUCING = ("all_reduce", "reduce_scatter")
+ALL_REDUCE_VARIANTS = ("one_shot", "two_shot")
+
+
+def parse_args(gpu: bool) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--collectives", nargs="+", choices=COLLECTIVES, default=list(COLLECTIVES))
+    parser.add_argument("--dtypes", nargs="+", choices=DTYPES, default=["bf16"])
+    parser.add_argument("--min", type=parse_size, default=parse_size("1K"), help="smallest size per rank (1K)")
+    parser.add_argument("--max", type=parse_size, default=parse_size("256M" if gpu else "16K"),
+                        help="largest size per rank (256M on a GPU, 16K on the CPU backend)")
+    parser.add_argument("--iters", type=int, default=50 if gpu else 2, help="timed calls per point")
+    parser.add_argument("--warmup", type=int, default=10 if gpu else 1, help="untimed calls first")
+    parser.add_argument("--csv", type=Path, default=None, help="CSV path (default benchmarks/results/ccl_...)")
+    parser.add_argument("--validate", action="store_true", help="check iris against NCCL once per size")
+    args = parser.parse_args()
+    if args.min < 16 or args.max < args.min or args.iters < 1 or args.warmup < 0:
+        parser.error(f"need 16 <= --min <= --max, --iters >= 1, --warmup >= 0; got {args.min}, {args.max}, "
+                     f"{args.iters}, {args.warmup}")
+    args.sizes = [args.min << i for i in range((args.max // args.min).bit_length()) if args.min << i <= args.max]
+    return args
+
+
+class Buffers:
+    """Views of one heap arena (iris) and one plain allocation (torch) big enough for the largest point."""
+
+    def __init__(self, ctx, max_bytes: int, world: int):
+        self.world = world
+        self.heap = ctx.empty((world + 2) * max_bytes, dtype=torch.uint8)
+        device = ctx.get_device()
+        self.plain = torch.empty((world + 2) * max_bytes, dtype=torch.uint8, device=device)
+        self.max_bytes = max_bytes
+
+    def pair(self, arena, dtype, in_count: int, out_count: int):
+        """(input, output) views of ``arena``: disjoint, 256-byte aligned."""
+        size = torch.empty((), dtype=dtype).element_size()
+        start = -(-in_count * size // 256) * 256
+        return (arena[: in_count * size].view(dtype), arena[start : start + out_count * size].view(dtype))
+
+
+def counts(name: str, nbytes: int, size: int, world: int) -> tuple[int, int]:
+    """(input, output) elements of ``name`` for ``nbytes`` of input per rank."""
+    n = nbytes // size
+    return {"all_reduce": (n, n), "all_gather": (n, n * world), "reduce_scatter": (n, n // world),
+            "all_to_all": (n, n)}[name]
+
+
+def fill(tensor: torch.Tensor, rank: int) -> None:
+    """Small integers (exact in every dtype and in any summation order)."""
+    values = ((torch.arange(tensor.numel(), device=tensor.device) * 7 + rank * 3) % 5 - 2).view(tensor.shape)
+    tensor.copy_(values.to(torch.int32) if tensor.dtype == torch.int32 else values.float().to(tensor.dtype))
+
+
+def iris_calls(ctx, name, inp, out, world):
+    """label -> zero-argument call of iris for this point."""
+    if name == "all_reduce":
+        calls = {"iris": lambda: ctx.ccl.all_reduce(out, inp)}
+        for variant in ALL_REDUCE_VARIANTS:
+            config = Config(all_reduce_variant=variant)
+            calls[f"iris.{variant}"] = lambda config=config: ctx.ccl.all_reduce(out, inp, config=config)
+        return calls
+    if name == "all_to_all":
+        shape = all_to_all_shape(inp.numel(), world)
+        return {"iris": lambda: ctx.ccl.all_to_all(out.view(shape), inp.view(shape))}
+    return {"iris": lambda: getattr(ctx.ccl, name)(out, inp)}
+
+
+def all_to_all_shape(numel: int, world: int) -> tuple[int, int]:
+    """(M, W*N) for all_to_all's layout: chunks of up to 4096 columns per rank."""
+    chunk = math.gcd(numel // world, 4096)
+    return numel // (world * chunk), world * chunk
+
+
+def nccl_call(name, inp, out):
+    if name not in REDUCING and inp.dtype.is_floating_point and inp.dtype.itemsize == 1:
+        inp, out = inp.view(torch.uint8), out.view(torch.uint8)  # moving fp8 is moving bytes (gloo has no fp8)
+    if name == "all_reduce":
+        return lambda: dist.all_reduce(inp)
+    if name == "all_gather":
+        return lambda: dist.all_gather_into_tensor(out, inp)
+    if name == "reduce_scatter":
+        return lambda: dist.reduce_scatter_tensor(out, inp)
+    return lambda: dist.all_to_all_single(out, inp)
+
+
+def symm_mem_calls(numel: int, dtype, device) -> tuple[dict, str]:
+    """({label: call}, why-not) for torch symmetric memory's all_reduce on a fresh symmetric buffer."""
+    if device.type != "cuda":
+        return {}, "torch symmetric memory needs CUDA"
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        group = dist.group.WORLD.group_name
+        buf = symm_mem.empty(numel, dtype=dtype, device=device)
+        symm_mem.rendezvous(buf, group)
+        return {"symm_mem.one_shot": lambda: torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", group),
+                "symm_mem.two_shot": lambda: torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", group)}, ""
+    except Exception as exc:  # a torch without it, or a dtype/size it refuses: say so in the table
+        return {}, f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
+
+
+def bus_factor(name: str, world: int) -> float:
+    return 2 * (world - 1) / world if name == "all_reduce" else (world - 1) / world
+
+
+def bus_bytes(name: str, nbytes: int, world: int) -> int:
+    """The bytes NCCL's bandwidth formula counts (all_gather: the whole output)."""
+    return nbytes * world if name == "all_gather" else nbytes
+
+
+def validate(ctx, name, buffers, dtype, nbytes, world, rank) -> list[str]:
+    size = torch.empty((), dtype=dtype).element_size()
+    n_in, n_out = counts(name, nbytes, size, world)
+    inp, out = buffers.pair(buffers.heap, dtype, n_in, n_out)
+    ref_in, ref_out = buffers.pair(buffers.plain, dtype, n_in, n_out)
+    fill(inp, rank)
+    fill(ref_in, rank)
+    out.zero_()
+    ref_out.zero_()
+    iris_calls(ctx, name, inp, out, world)["iris"]()
+    nccl_call(name, ref_in, ref_out)()
+    ctx.barrier()
+    got, want = (out, ref_out) if name != "all_reduce" else (out, ref_in)
+    if name == "all_to_all":  # the original's column chunks, not NCCL's row chunks: build the expectation
+        rows, cols = all_to_all_shape(n_in, world)
+        chunk = cols // world
+        inputs = []
+        for peer in range(world):
+            x = torch.empty(rows, cols, dtype=dtype, device=inp.device)
+            fill(x, peer)
+            inputs.append(x[:, rank * chunk:(rank + 1) * chunk])
+        want = torch.cat(inputs, dim=1)
+    if not torch.equal(got.reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8)):
+        return [f"{name} {nbytes} B {dtype}: iris differs from torch.distributed"]
+    return []
+
+
+def main() -> int:
+    ctx = iris.iris(1 << 20)  # a small context first: its only job is to start torch.distributed
+    gpu = ctx.get_device().type != "cpu"
+    args = parse_args(gpu)
+    world, rank = ctx.get_num_ranks(), ctx.get_rank()
+    ctx.close()
+    ctx = iris.iris((world + 3) * args.max + (64 << 20))  # the largest point: all_gather's input and output
+    device = ctx.get_device()
+    buffers = Buffers(ctx, args.max, world)
+    gpu_name = torch.cuda.get_device_name(device) if gpu else "cpu"
+    base = {"gpu": gpu_name, "backend": iris.runtime.SELECTED, "world_size": world, "version": iris.__version__,
+            "commit": git_commit(), "iters": args.iters}
+    rows, problems = [], []
+    for name in args.collectives:
+        for dtype_name in args.dtypes:
+            dtype = DTYPES[dtype_name]
+            if name in REDUCING and dtype.itemsize == 1:
+                continue  # fp8 is moved, not reduced
+            size = dtype.itemsize
+            for nbytes in args.sizes:
+                n_in, n_out = counts(name, nbytes, size, world)
+                if n_out == 0 or n_in % world and name in ("reduce_scatter", "all_to_all"):
+                    continue
+                if args.validate:
+                    problems += validate(ctx, name, buffers, dtype, nbytes, world, rank)
+                inp, out = buffers.pair(buffers.heap, dtype, n_in, n_out)
+                ref_in, ref_out = buffers.pair(buffers.plain, dtype, n_in, n_out)
+                calls = iris_calls(ctx, name, inp, out, world)
+                calls["nccl"] = nccl_call(name, ref_in, ref_out)
+                why = ""
+                if name == "all_reduce":
+                    extra, why = symm_mem_calls(n_in, dtype, device)
+                    calls.update(extra)
+                for label, call in calls.items():
+                    ctx.barrier()
+                    us = median_us(call, args.warmup, args.iters, gpu)
+                    us = ctx.broadcast(us, src=0)
+                    seconds = us / 1e6
+                    rows.append({**base, "collective": name, "dtype": dtype_name, "bytes": nbytes, "impl": label,
+                                 "us": us, "busbw_gbps": bus_bytes(name, nbytes, world) * bus_factor(name, world)
+                                 / seconds / 1e9, "note": ""})
+                if why:
+                    rows.append({**base, "collective": name, "dtype": dtype_name, "bytes": nbytes,
+                                 "impl": "symm_mem", "us": "", "busbw_gbps": "", "note": why})
+    ctx.barrier()
+    if rank == 0:
+        report(rows, args, gpu, gpu_name, world)
+    for problem in problems:
+        print(f"VALIDATION FAILED: {problem}")
+    ctx.close()
+    return 1 if problems else 0
+
+
+def report(rows, args, gpu, gpu_name, world) -> None:
+    nccl = {(r["collective"], r["dtype"], r["bytes"]): r["us"] for r in rows if r["impl"] == "nccl"}
+    print(f"{'collective':15} {'dtype':8} {'bytes':>10} {'impl':18} {'us':>10} {'busbw GB/s':>11} {'vs nccl':>8}")
+    for r in rows:
+        if r["us"] == "":
+            print(f"{r['collective']:15} {r['dtype']:8} {r['bytes']:>10} {r['impl']:18} {'-':>10}  {r['note']}")
+            continue
+        ratio = nccl[(r["collective"], r["dtype"], r["bytes"])] / r["us"]
+        print(f"{r['collective']:15} {r['dtype']:8} {r['bytes']:>10} {r['impl']:18} {r['us']:10.2f} "
+              f"{r['busbw_gbps']:11.1f} {ratio:8.2f}x")
+    if not gpu:
+        print("note: CPU backend (Triton's interpreter): a smoke test, not a figure")
+    slug = re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
+    path = args.csv or RESULTS / f"ccl_{slug}_{world}ranks.csv"
+    write_csv(rows, path)
+    plot(rows, path, world)
+
+
+def plot(rows, path: Path, world: int) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("plots skipped: matplotlib is not installed (pip install matplotlib)")
+        return
+    for name in dict.fromkeys(r["collective"] for r in rows):
+        fig, (lat, bw) = plt.subplots(1, 2, figsize=(13, 5))
+        timed = [r for r in rows if r["collective"] == name and r["us"] != ""]
+        for key in dict.fromkeys((r["impl"], r["dtype"]) for r in timed):
+            line = [r for r in timed if (r["impl"], r["dtype"]) == key]
+            label = f"{key[0]} ({key[1]})"
+            lat.plot([r["bytes"] for r in line], [r["us"] for r in line], marker="o", label=label)
+            bw.plot([r["bytes"] for r in line], [r["busbw_gbps"] for r in line], marker="o", label=label)
+        for ax, ylabel in ((lat, "latency (us)"), (bw, "bus bandwidth (GB/s)")):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("bytes per rank")
+            ax.set_ylabel(ylabel)
+            ax.grid(True, which="both", alpha=0.3)
+        lat.set_yscale("log")
+        lat.legend(fontsize=8)
+        fig.suptitle(f"{name}: {rows[0]['gpu']}, {world} ranks, commit {rows[0]['commit']}")
+        out = path.with_name(f"{path.stem}_{name}.png")
+        fig.savefig(out, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        print(f"PNG: {out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
