@@ -2,7 +2,8 @@
 # GPU verification (not run by CI, which has no GPU): tests, conformance (thorough), examples and the rma benchmark.
 #   two GPUs:  bash .ci/gpu.sh
 #   one GPU, simulation at 4 ranks:  IRIS_SIMULATION=1 bash .ci/gpu.sh
-# Logs go to $OUT (the device tool's output folder) or ./gpu-logs.
+# Logs go to $OUT (the device tool's output folder) or ./gpu-logs. Where .git is stale (a copied tree),
+# pass the commit for the benchmark CSVs: IRIS_COMMIT=<git rev-parse --short HEAD> bash .ci/gpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -34,6 +35,7 @@ step message_passing python -m iris run -n "$ranks" --timeout 300 examples/01_me
 if [ "$tag" = gpu ]; then
   step rma python -m iris run -n 2 --timeout 500 benchmarks/rma.py --validate --csv "$logs/rma.csv"
   step latency python -m iris run -n 2 --timeout 300 benchmarks/latency.py --csv "$logs/latency.csv"
+  step ccl python -m iris run -n 2 --timeout 580 benchmarks/ccl.py --validate --csv "$logs/ccl.csv"
   grep -E "^\[rank 0\] (one_way_flag|barrier)" "$logs/gpu-latency.log"
   grep -E "^\[rank 0\] +[0-9]" "$logs/gpu-rma.log" | tail -40
 fi

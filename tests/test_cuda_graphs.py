@@ -69,3 +69,43 @@ def _replay_on_rank():
 
 def test_graph_replays_move_fresh_data_every_time(ranks):
     assert ranks.run(_replay_on_rank) == [[]] * ranks.world_size
+
+
+def _collectives_replay_on_rank():
+    """all_reduce (two_shot, in place) and all_gather captured once, replayed on fresh inputs."""
+    ctx = iris.iris(1 << 22)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    x = ctx.zeros(N, dtype=torch.float32)
+    gathered = ctx.zeros(world * N, dtype=torch.float32)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    config = iris.ccl.Config(all_reduce_variant="two_shot")
+
+    def step():
+        ctx.ccl.all_reduce(x, x, config=config)
+        ctx.ccl.all_gather(gathered, x)
+
+    with torch.cuda.stream(stream):
+        step()  # uncaptured: compiles, caches the group's member tensor
+    stream.synchronize()
+    ctx.barrier()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        step()
+    torch.cuda.synchronize()
+    wrong = []
+    for replay in range(1, REPLAYS + 1):
+        with torch.cuda.stream(stream):
+            x.copy_(torch.arange(N, dtype=torch.float32, device=x.device) + rank + replay)
+            graph.replay()
+        stream.synchronize()
+        total = torch.arange(N, dtype=torch.float32) * world + sum(range(world)) + world * replay
+        if not (torch.equal(x.cpu(), total) and torch.equal(gathered.cpu(), total.repeat(world))):
+            wrong.append(replay)
+        ctx.barrier()
+    ctx.close()
+    return wrong
+
+
+def test_collectives_replay_in_a_graph(ranks):
+    assert ranks.run(_collectives_replay_on_rank) == [[]] * ranks.world_size
