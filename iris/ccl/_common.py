@@ -6,6 +6,10 @@ import torch
 
 from iris.ccl.config import Config
 
+# Kernel arguments that name ranks or the group's size: kept generic, so one compilation serves every
+# rank and group (Triton would otherwise specialize on a value of 1).
+GROUP_ARGS = ("count", "index", "cur")
+
 REDUCE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32)
 MOVE_DTYPES = REDUCE_DTYPES + (torch.float8_e4m3fn, torch.float8_e5m2)
 

@@ -7,9 +7,10 @@ import triton.language as tl
 
 import iris
 from iris.ccl import _common
+from iris.ccl._common import GROUP_ARGS
 
 
-@triton.jit
+@triton.jit(do_not_specialize=GROUP_ARGS)
 def _all_gather_kernel(src, dst, numel, members, count, index, cur, heap_bases, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel

@@ -17,6 +17,7 @@ import triton.language as tl
 
 import iris
 from iris.ccl import _common
+from iris.ccl._common import GROUP_ARGS
 from iris.ccl.config import ReduceOp
 
 # Per-rank bytes from which two_shot is chosen (see choose_variant).
@@ -44,7 +45,7 @@ def _reduce_block(src, offs, mask, members, count, cur, heap_bases, OP: tl.const
     return acc
 
 
-@triton.jit
+@triton.jit(do_not_specialize=GROUP_ARGS)
 def _one_shot_kernel(src, dst, numel, members, count, cur, heap_bases, OP: tl.constexpr, ACC: tl.constexpr,
                      BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -53,7 +54,7 @@ def _one_shot_kernel(src, dst, numel, members, count, cur, heap_bases, OP: tl.co
     tl.store(dst + offs, acc.to(dst.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=GROUP_ARGS)
 def _two_shot_kernel(src, dst, numel, members, count, index, cur, heap_bases, OP: tl.constexpr,
                      ACC: tl.constexpr, BLOCK: tl.constexpr):
     # This member's slice: blocks index, index + count, ... of the flat tensor.

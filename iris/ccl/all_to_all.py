@@ -7,9 +7,10 @@ import triton.language as tl
 
 import iris
 from iris.ccl import _common
+from iris.ccl._common import GROUP_ARGS
 
 
-@triton.jit
+@triton.jit(do_not_specialize=GROUP_ARGS)
 def _all_to_all_kernel(src, dst, rows, width, members, count, index, cur, heap_bases,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     r = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)

@@ -14,11 +14,12 @@ import triton
 import triton.language as tl
 
 from iris.ccl import _common
+from iris.ccl._common import GROUP_ARGS
 from iris.ccl.all_reduce import _reduce_block
 from iris.ccl.config import ReduceOp
 
 
-@triton.jit
+@triton.jit(do_not_specialize=GROUP_ARGS)
 def _reduce_scatter_kernel(src, dst, numel, members, count, index, cur, heap_bases, INTERLEAVED: tl.constexpr,
                            OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
     lanes = tl.arange(0, BLOCK)
