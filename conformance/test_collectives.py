@@ -91,7 +91,7 @@ def _collective_on_rank(case):
     mine = _input(case, rank)
     expected = _expected(case, rank)
     config = Config(block_size=case["block"], block_size_m=16, block_size_n=32,
-                    all_reduce_variant=case.get("variant"))
+                    all_reduce_variant=case.get("variant"), one_shot_fused_bytes=case.get("fused_bytes", 0))
     out = harness.region(0, expected.numel(), dtype).view(expected.shape)
     src_offset = (expected.numel() * element_size(dtype) // ALIGN + 1) * ALIGN
     violations = []
@@ -142,6 +142,7 @@ def collective_cases(draw, world_size: int):
         case.update(reduce=draw(st.sampled_from(("sum", "max", "min"))), in_place=draw(st.booleans()))
         variants = ("two_shot",) if case["in_place"] else ("one_shot", "two_shot")
         case["variant"] = draw(st.sampled_from(variants))
+        case["fused_bytes"] = draw(st.sampled_from((0, 1 << 20)))  # one_shot: three launches, or one
     if op == "reduce_scatter":
         layout = draw(st.sampled_from(("torch", "original"))) if len(members) > 1 else "torch"
         case.update(reduce=draw(st.sampled_from(("sum", "max", "min"))), layout=layout)

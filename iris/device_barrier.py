@@ -49,11 +49,19 @@ class DeviceBarrier:
                              "only its members may call it")
         return ranks
 
-    def __call__(self, group=None) -> None:
+    def arguments(self, group=None) -> tuple:
+        """(arrivals, expected, members, count) for ``barrier_round`` in a kernel of this group; BLOCK is
+        :attr:`block`. Kernels that use them share the barrier's counts with ``device_barrier()``."""
         members = self.members_of(group)
         tensor = self._members.get(members)
-        if tensor is None:
+        if tensor is None:  # made once per group: later calls copy nothing from the host (graph capture)
             tensor = torch.tensor(members, dtype=torch.int32, device=self._expected.device)
             self._members[members] = tensor
-        barrier_kernel[(1,)](self._arrivals, self._expected, tensor, len(members), self._rank, self._heap_bases,
-                             BLOCK=self._block)
+        return self._arrivals, self._expected, tensor, len(members)
+
+    @property
+    def block(self) -> int:
+        return self._block
+
+    def __call__(self, group=None) -> None:
+        barrier_kernel[(1,)](*self.arguments(group), self._rank, self._heap_bases, BLOCK=self._block)

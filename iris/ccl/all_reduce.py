@@ -2,7 +2,9 @@
 
 Variants (``Config.all_reduce_variant``):
 - one_shot: each member reads every member's whole input and reduces it; one pass, W reads of
-  everything per rank: the fastest for small messages.
+  everything per rank: the fastest for small messages. Up to ``Config.one_shot_fused_bytes`` (64 KiB)
+  it is one launch of one program with the group's entry and exit barriers inside the kernel
+  (three launches otherwise).
 - two_shot: member i reduces slice i of the elements (reading it from every member) and writes
   the result into every member's output: each element is read W times and written W times in
   total, not per rank: the better choice for large messages.
@@ -17,6 +19,7 @@ import triton.language as tl
 
 import iris
 from iris.ccl import _common
+from iris.device.sync import barrier_round
 from iris.ccl._common import GROUP_ARGS
 from iris.ccl.config import ReduceOp
 
@@ -52,6 +55,22 @@ def _one_shot_kernel(src, dst, numel, members, count, cur, heap_bases, OP: tl.co
     mask = offs < numel
     acc = _reduce_block(src, offs, mask, members, count, cur, heap_bases, OP, ACC)
     tl.store(dst + offs, acc.to(dst.dtype.element_ty), mask=mask)
+
+
+@triton.jit(do_not_specialize=GROUP_ARGS)
+def _one_shot_fused_kernel(src, dst, numel, members, count, cur, heap_bases, arrivals, expected,
+                           EXIT_BARRIER: tl.constexpr, OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
+                           BARRIER_BLOCK: tl.constexpr):
+    """one_shot in one program: barrier (inputs ready), reduce every block, barrier (inputs free again)."""
+    barrier_round(arrivals, expected, members, count, cur, heap_bases, BARRIER_BLOCK)
+    tl.debug_barrier()  # the waiting lanes' acquire, before any thread of the program reads a peer
+    for start in range(0, numel, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < numel
+        acc = _reduce_block(src, offs, mask, members, count, cur, heap_bases, OP, ACC)
+        tl.store(dst + offs, acc.to(dst.dtype.element_ty), mask=mask)
+    if EXIT_BARRIER:
+        barrier_round(arrivals, expected, members, count, cur, heap_bases, BARRIER_BLOCK)
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
@@ -134,9 +153,16 @@ def all_reduce(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, 
     if workspace is None:
         workspace = all_reduce_preamble(output, input, ctx, config, group=group)
     members = workspace.members
-    _common.begin(ctx, group)
     numel = input.numel()
     acc = tl.float32 if input.dtype.is_floating_point else tl.int32
+    if numel and workspace.variant == "one_shot" and numel * input.element_size() <= config.one_shot_fused_bytes:
+        barrier = ctx._device_barrier
+        arrivals, expected, barrier_members, count = barrier.arguments(group)
+        _one_shot_fused_kernel[(1,)](input, output, numel, barrier_members, count, ctx.get_rank(),
+                                     ctx.get_heap_bases(), arrivals, expected, EXIT_BARRIER=not async_op,
+                                     OP=op.value, ACC=acc, BLOCK=config.block_size, BARRIER_BLOCK=barrier.block)
+        return
+    _common.begin(ctx, group)
     if numel and workspace.variant == "one_shot":
         _one_shot_kernel[(triton.cdiv(numel, config.block_size),)](
             input, output, numel, members.tensor, members.size, ctx.get_rank(), ctx.get_heap_bases(),

@@ -160,11 +160,18 @@ def wait_until(ptr, cmp: tl.constexpr, value, sem: tl.constexpr = tl.constexpr("
 
 @triton.jit
 def barrier_kernel(arrivals, expected, members, count, cur, heap_bases, BLOCK: tl.constexpr):
-    """One round of :meth:`iris.Iris.device_barrier` among ``members[:count]`` (one program).
+    """One round of :meth:`iris.Iris.device_barrier` among ``members[:count]`` (one program)."""
+    barrier_round(arrivals, expected, members, count, cur, heap_bases, BLOCK)
+
+
+@triton.jit
+def barrier_round(arrivals, expected, members, count, cur, heap_bases, BLOCK: tl.constexpr):
+    """One device-barrier round among ``members[:count]``, inside any kernel; exactly one program calls it.
 
     ``arrivals[s]`` on rank r counts the barrier rounds rank s has entered with r (a symmetric
     int64 array); ``expected[s]`` (local) counts those r has entered with s. Both sides of a pair
-    count the same rounds in the same order, so one pair of arrays serves every group.
+    count the same rounds in the same order, so one pair of arrays serves every group, and a
+    kernel that calls this (a fused collective) shares the counts with ``device_barrier()``.
     """
     offs = tl.arange(0, BLOCK)
     peers = tl.load(members + offs, mask=offs < count, other=0)
