@@ -91,7 +91,7 @@ def _collective_on_rank(case):
     mine = _input(case, rank)
     expected = _expected(case, rank)
     config = Config(block_size=case["block"], block_size_m=16, block_size_n=32,
-                    all_reduce_variant=case.get("variant"), one_shot_fused_bytes=case.get("fused_bytes", 0))
+                    all_reduce_variant=case.get("variant"), fused_bytes=case["fused_bytes"])
     out = harness.region(0, expected.numel(), dtype).view(expected.shape)
     src_offset = (expected.numel() * element_size(dtype) // ALIGN + 1) * ALIGN
     violations = []
@@ -135,14 +135,14 @@ def collective_cases(draw, world_size: int):
     subset = st.lists(st.sampled_from(everyone), min_size=1, unique=True).map(lambda r: tuple(sorted(r)))
     members = draw(st.one_of(st.just(everyone), subset))
     case = dict(op=op, dtype=dtype, members=members, m=draw(st.integers(0, 40)), n=draw(st.integers(1, 70)),
-                block=draw(st.sampled_from((64, 256))), seed=draw(harness.seeds()))
+                block=draw(st.sampled_from((64, 256))), seed=draw(harness.seeds()),
+                fused_bytes=draw(st.sampled_from((0, 1 << 20))))  # three launches, or one fused launch
     if op == "broadcast":
         case["src"] = draw(st.sampled_from(members))
     if op == "all_reduce":
         case.update(reduce=draw(st.sampled_from(("sum", "max", "min"))), in_place=draw(st.booleans()))
         variants = ("two_shot",) if case["in_place"] else ("one_shot", "two_shot")
         case["variant"] = draw(st.sampled_from(variants))
-        case["fused_bytes"] = draw(st.sampled_from((0, 1 << 20)))  # one_shot: three launches, or one
     if op == "reduce_scatter":
         layout = draw(st.sampled_from(("torch", "original"))) if len(members) > 1 else "torch"
         case.update(reduce=draw(st.sampled_from(("sum", "max", "min"))), layout=layout)

@@ -10,7 +10,7 @@ from iris.ccl import Config, ReduceOp
 @pytest.mark.parametrize("field,value", [("block_size", 100), ("block_size_m", 0), ("block_size_n", True),
                                          ("all_reduce_variant", "fastest"), ("all_reduce_distribution", 2),
                                          ("reduce_scatter_variant", "ring"),
-                                         ("one_shot_fused_bytes", -1)])
+                                         ("fused_bytes", -1)])
 def test_config_names_the_bad_field_and_value(field, value):
     with pytest.raises(ValueError) as info:
         Config(**{field: value})

@@ -21,19 +21,19 @@ class Participants:
     the host, so it can be captured in a CUDA graph.
     """
 
-    def __init__(self, ctx, ranks: tuple[int, ...]):
+    def __init__(self, ctx, ranks: tuple[int, ...], tensor: torch.Tensor):
         self.ranks = ranks
         self.index = ranks.index(ctx.get_rank())
         self.size = len(ranks)
-        self.tensor = torch.tensor(ranks, dtype=torch.int32, device=ctx.get_device())
+        self.tensor = tensor
 
 
 def participants(ctx, group) -> Participants:
     """The (cached) :class:`Participants` of ``group`` (None: all ranks); checks membership first."""
     ranks = ctx._device_barrier.members_of(group)  # checked: torch.distributed, membership
     cache = ctx.__dict__.setdefault("_ccl_participants", {})
-    if ranks not in cache:
-        cache[ranks] = Participants(ctx, ranks)
+    if ranks not in cache:  # the device barrier's own member tensor: the same ranks in the same order
+        cache[ranks] = Participants(ctx, ranks, ctx._device_barrier.arguments(group)[2])
     return cache[ranks]
 
 
@@ -61,12 +61,28 @@ def config_or_default(config) -> Config:
     return config
 
 
-def begin(ctx, group) -> None:
-    """A device barrier: every member's buffers are ready to be read and written."""
+def run(ctx, group, async_op: bool, fuse: bool, kernel, programs: int, *args, **constexprs) -> None:
+    """Launch a collective's ``kernel`` (its ``programs`` pieces of work) inside the group's barriers.
+
+    ``fuse`` False: ``device_barrier``, the kernel over ``programs`` programs, and (unless
+    ``async_op``) ``device_barrier`` again: every member's buffers are ready before, and every
+    write has landed after. ``fuse`` True: one launch of one program that runs the same barriers
+    itself and loops over the pieces (see :mod:`iris.ccl._device`). ``args`` end with ``cur,
+    heap_bases``-style arguments of the kernel; the barrier's state and ``programs`` follow them.
+    """
+    barrier = ctx._device_barrier
+    arrivals, expected, _, _ = barrier.arguments(group)
+    launch = dict(FUSED=fuse, EXIT_BARRIER=fuse and not async_op, BARRIER_BLOCK=barrier.block, **constexprs)
+    if fuse:
+        kernel[(1,)](*args, arrivals, expected, programs, **launch)
+        return
     ctx.device_barrier(group)
-
-
-def end(ctx, group, async_op: bool) -> None:
-    """A device barrier unless ``async_op``: on return every member's writes have landed."""
+    if programs:
+        kernel[(programs,)](*args, arrivals, expected, programs, **launch)
     if not async_op:
         ctx.device_barrier(group)
+
+
+def fuse(config: Config, nbytes: int) -> bool:
+    """Small messages (``Config.fused_bytes`` per rank or less) run as one fused launch."""
+    return nbytes <= config.fused_bytes

@@ -8,17 +8,31 @@ import triton.language as tl
 import iris
 from iris.ccl import _common
 from iris.ccl._common import GROUP_ARGS
+from iris.ccl._device import enter, leave
 
 
-@triton.jit(do_not_specialize=GROUP_ARGS)
-def _all_gather_kernel(src, dst, numel, members, count, index, cur, heap_bases, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+@triton.jit
+def _all_gather_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, BLOCK: tl.constexpr):
+    offs = tl.cast(pid, tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel
     data = tl.load(src + offs, mask=mask)
     slot = dst + tl.cast(index, tl.int64) * numel + offs
     for i in range(0, count):
         peer = tl.load(members + (index + i) % count)  # start at a different peer on every rank
         iris.store(slot, data, cur, peer, heap_bases, mask=mask)
+
+
+@triton.jit(do_not_specialize=GROUP_ARGS)
+def _all_gather_kernel(src, dst, numel, members, count, index, cur, heap_bases, arrivals, expected, programs,
+                       FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, BARRIER_BLOCK: tl.constexpr,
+                       BLOCK: tl.constexpr):
+    if FUSED:
+        enter(arrivals, expected, members, count, cur, heap_bases, BARRIER_BLOCK)
+        for pid in range(0, programs):
+            _all_gather_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, BLOCK)
+        leave(arrivals, expected, members, count, cur, heap_bases, EXIT_BARRIER, BARRIER_BLOCK)
+    else:
+        _all_gather_piece(tl.program_id(0), src, dst, numel, members, count, index, cur, heap_bases, BLOCK)
 
 
 def all_gather(output, input, ctx, group=None, async_op=False, config=None):
@@ -47,10 +61,7 @@ def all_gather(output, input, ctx, group=None, async_op=False, config=None):
         raise ValueError(f"{what}: output must hold {members.size} x input ({members.size * input.numel()} "
                          f"{input.dtype} elements, shape ({members.size}*M, N)); got {tuple(output.shape)} "
                          f"{output.dtype} for input {tuple(input.shape)}")
-    _common.begin(ctx, group)
     numel = input.numel()
-    if numel:
-        _all_gather_kernel[(triton.cdiv(numel, config.block_size),)](
-            input, output, numel, members.tensor, members.size, members.index, ctx.get_rank(),
-            ctx.get_heap_bases(), BLOCK=config.block_size)
-    _common.end(ctx, group, async_op)
+    _common.run(ctx, group, async_op, _common.fuse(config, input.nbytes), _all_gather_kernel,
+                triton.cdiv(numel, config.block_size), input, output, numel, members.tensor, members.size,
+                members.index, ctx.get_rank(), ctx.get_heap_bases(), BLOCK=config.block_size)

@@ -2,14 +2,14 @@
 
 Variants (``Config.all_reduce_variant``):
 - one_shot: each member reads every member's whole input and reduces it; one pass, W reads of
-  everything per rank: the fastest for small messages. Up to ``Config.one_shot_fused_bytes`` (64 KiB)
-  it is one launch of one program with the group's entry and exit barriers inside the kernel
-  (three launches otherwise).
+  everything per rank: the fastest for small messages.
 - two_shot: member i reduces slice i of the elements (reading it from every member) and writes
   the result into every member's output: each element is read W times and written W times in
   total, not per rank: the better choice for large messages.
 
 Both sum in a fixed member order in float32 (int32 for int32), so every member gets the same bits.
+Up to ``Config.fused_bytes`` per rank (64 KiB) either runs as one launch of one program with the
+group's barriers inside (see :func:`iris.ccl._common.run`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import triton.language as tl
 
 import iris
 from iris.ccl import _common
-from iris.device.sync import barrier_round
+from iris.ccl._device import enter, leave
 from iris.ccl._common import GROUP_ARGS
 from iris.ccl.config import ReduceOp
 
@@ -48,41 +48,49 @@ def _reduce_block(src, offs, mask, members, count, cur, heap_bases, OP: tl.const
     return acc
 
 
-@triton.jit(do_not_specialize=GROUP_ARGS)
-def _one_shot_kernel(src, dst, numel, members, count, cur, heap_bases, OP: tl.constexpr, ACC: tl.constexpr,
-                     BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+@triton.jit
+def _one_shot_piece(pid, src, dst, numel, members, count, cur, heap_bases, OP: tl.constexpr, ACC: tl.constexpr,
+                    BLOCK: tl.constexpr):
+    offs = tl.cast(pid, tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel
     acc = _reduce_block(src, offs, mask, members, count, cur, heap_bases, OP, ACC)
     tl.store(dst + offs, acc.to(dst.dtype.element_ty), mask=mask)
 
 
-@triton.jit(do_not_specialize=GROUP_ARGS)
-def _one_shot_fused_kernel(src, dst, numel, members, count, cur, heap_bases, arrivals, expected,
-                           EXIT_BARRIER: tl.constexpr, OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
-                           BARRIER_BLOCK: tl.constexpr):
-    """one_shot in one program: barrier (inputs ready), reduce every block, barrier (inputs free again)."""
-    barrier_round(arrivals, expected, members, count, cur, heap_bases, BARRIER_BLOCK)
-    tl.debug_barrier()  # the waiting lanes' acquire, before any thread of the program reads a peer
-    for start in range(0, numel, BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        mask = offs < numel
-        acc = _reduce_block(src, offs, mask, members, count, cur, heap_bases, OP, ACC)
-        tl.store(dst + offs, acc.to(dst.dtype.element_ty), mask=mask)
-    if EXIT_BARRIER:
-        barrier_round(arrivals, expected, members, count, cur, heap_bases, BARRIER_BLOCK)
-
-
-@triton.jit(do_not_specialize=GROUP_ARGS)
-def _two_shot_kernel(src, dst, numel, members, count, index, cur, heap_bases, OP: tl.constexpr,
-                     ACC: tl.constexpr, BLOCK: tl.constexpr):
+@triton.jit
+def _two_shot_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, OP: tl.constexpr,
+                    ACC: tl.constexpr, BLOCK: tl.constexpr):
     # This member's slice: blocks index, index + count, ... of the flat tensor.
-    offs = (tl.program_id(0).to(tl.int64) * count + index) * BLOCK + tl.arange(0, BLOCK)
+    offs = (tl.cast(pid, tl.int64) * count + index) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel
     acc = _reduce_block(src, offs, mask, members, count, cur, heap_bases, OP, ACC).to(dst.dtype.element_ty)
     for i in range(0, count):
         peer = tl.load(members + (index + i) % count)
         iris.store(dst + offs, acc, cur, peer, heap_bases, mask=mask)
+
+
+@triton.jit
+def _all_reduce_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, TWO_SHOT: tl.constexpr,
+                      OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    if TWO_SHOT:
+        _two_shot_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, OP, ACC, BLOCK)
+    else:
+        _one_shot_piece(pid, src, dst, numel, members, count, cur, heap_bases, OP, ACC, BLOCK)
+
+
+@triton.jit(do_not_specialize=GROUP_ARGS)
+def _all_reduce_kernel(src, dst, numel, members, count, index, cur, heap_bases, arrivals, expected, programs,
+                       FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, BARRIER_BLOCK: tl.constexpr,
+                       TWO_SHOT: tl.constexpr, OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    if FUSED:
+        enter(arrivals, expected, members, count, cur, heap_bases, BARRIER_BLOCK)
+        for pid in range(0, programs):
+            _all_reduce_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, TWO_SHOT, OP, ACC,
+                              BLOCK)
+        leave(arrivals, expected, members, count, cur, heap_bases, EXIT_BARRIER, BARRIER_BLOCK)
+    else:
+        _all_reduce_piece(tl.program_id(0), src, dst, numel, members, count, index, cur, heap_bases, TWO_SHOT, OP,
+                          ACC, BLOCK)
 
 
 def choose_variant(nbytes: int, world_size: int, in_place: bool) -> str:
@@ -154,22 +162,9 @@ def all_reduce(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, 
         workspace = all_reduce_preamble(output, input, ctx, config, group=group)
     members = workspace.members
     numel = input.numel()
-    acc = tl.float32 if input.dtype.is_floating_point else tl.int32
-    if numel and workspace.variant == "one_shot" and numel * input.element_size() <= config.one_shot_fused_bytes:
-        barrier = ctx._device_barrier
-        arrivals, expected, barrier_members, count = barrier.arguments(group)
-        _one_shot_fused_kernel[(1,)](input, output, numel, barrier_members, count, ctx.get_rank(),
-                                     ctx.get_heap_bases(), arrivals, expected, EXIT_BARRIER=not async_op,
-                                     OP=op.value, ACC=acc, BLOCK=config.block_size, BARRIER_BLOCK=barrier.block)
-        return
-    _common.begin(ctx, group)
-    if numel and workspace.variant == "one_shot":
-        _one_shot_kernel[(triton.cdiv(numel, config.block_size),)](
-            input, output, numel, members.tensor, members.size, ctx.get_rank(), ctx.get_heap_bases(),
-            OP=op.value, ACC=acc, BLOCK=config.block_size)
-    elif numel:
-        blocks = triton.cdiv(numel, config.block_size)
-        _two_shot_kernel[(triton.cdiv(blocks, members.size),)](
-            input, output, numel, members.tensor, members.size, members.index, ctx.get_rank(),
-            ctx.get_heap_bases(), OP=op.value, ACC=acc, BLOCK=config.block_size)
-    _common.end(ctx, group, async_op)
+    blocks = triton.cdiv(numel, config.block_size)
+    two_shot = workspace.variant == "two_shot"
+    _common.run(ctx, group, async_op, _common.fuse(config, input.nbytes), _all_reduce_kernel,
+                triton.cdiv(blocks, members.size) if two_shot else blocks, input, output, numel, members.tensor,
+                members.size, members.index, ctx.get_rank(), ctx.get_heap_bases(), TWO_SHOT=two_shot, OP=op.value,
+                ACC=tl.float32 if input.dtype.is_floating_point else tl.int32, BLOCK=config.block_size)

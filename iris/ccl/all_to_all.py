@@ -8,13 +8,14 @@ import triton.language as tl
 import iris
 from iris.ccl import _common
 from iris.ccl._common import GROUP_ARGS
+from iris.ccl._device import enter, leave
 
 
-@triton.jit(do_not_specialize=GROUP_ARGS)
-def _all_to_all_kernel(src, dst, rows, width, members, count, index, cur, heap_bases,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    r = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    c = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+@triton.jit
+def _all_to_all_piece(pid, src, dst, rows, width, column_blocks, members, count, index, cur, heap_bases,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    r = tl.cast(pid // column_blocks, tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    c = (pid % column_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (r < rows)[:, None] & (c < width)[None, :]
     stride = width * count  # both tensors are (rows, count * width), contiguous
     for i in range(0, count):
@@ -22,6 +23,21 @@ def _all_to_all_kernel(src, dst, rows, width, members, count, index, cur, heap_b
         peer = tl.load(members + j)
         data = tl.load(src + r[:, None] * stride + (j * width + c)[None, :], mask=mask)
         iris.store(dst + r[:, None] * stride + (index * width + c)[None, :], data, cur, peer, heap_bases, mask=mask)
+
+
+@triton.jit(do_not_specialize=GROUP_ARGS)
+def _all_to_all_kernel(src, dst, rows, width, column_blocks, members, count, index, cur, heap_bases, arrivals,
+                       expected, programs, FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr,
+                       BARRIER_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    if FUSED:
+        enter(arrivals, expected, members, count, cur, heap_bases, BARRIER_BLOCK)
+        for pid in range(0, programs):
+            _all_to_all_piece(pid, src, dst, rows, width, column_blocks, members, count, index, cur, heap_bases,
+                              BLOCK_M, BLOCK_N)
+        leave(arrivals, expected, members, count, cur, heap_bases, EXIT_BARRIER, BARRIER_BLOCK)
+    else:
+        _all_to_all_piece(tl.program_id(0), src, dst, rows, width, column_blocks, members, count, index, cur,
+                          heap_bases, BLOCK_M, BLOCK_N)
 
 
 def all_to_all(output, input, ctx, group=None, async_op=False, config=None):
@@ -47,11 +63,9 @@ def all_to_all(output, input, ctx, group=None, async_op=False, config=None):
             or input.shape[1] % members.size):
         raise ValueError(f"{what}: input and output must both be (M, {members.size}*N) of one dtype; got input "
                          f"{tuple(input.shape)} {input.dtype}, output {tuple(output.shape)} {output.dtype}")
-    _common.begin(ctx, group)
     rows, width = input.shape[0], input.shape[1] // members.size
-    if rows and width:
-        grid = (triton.cdiv(rows, config.block_size_m), triton.cdiv(width, config.block_size_n))
-        _all_to_all_kernel[grid](input, output, rows, width, members.tensor, members.size, members.index,
-                                 ctx.get_rank(), ctx.get_heap_bases(), BLOCK_M=config.block_size_m,
-                                 BLOCK_N=config.block_size_n)
-    _common.end(ctx, group, async_op)
+    column_blocks = triton.cdiv(width, config.block_size_n)
+    programs = triton.cdiv(rows, config.block_size_m) * column_blocks if rows and width else 0
+    _common.run(ctx, group, async_op, _common.fuse(config, input.nbytes), _all_to_all_kernel, programs,
+                input, output, rows, width, column_blocks, members.tensor, members.size, members.index,
+                ctx.get_rank(), ctx.get_heap_bases(), BLOCK_M=config.block_size_m, BLOCK_N=config.block_size_n)

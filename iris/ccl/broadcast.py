@@ -26,11 +26,10 @@ def broadcast(tensor, ctx, src=0, group=None, async_op=False, config=None):
     members = _common.participants(ctx, group)
     if src not in members.ranks:
         raise ValueError(f"broadcast: src={src!r} is not a member of the group {list(members.ranks)}")
-    _common.begin(ctx, group)
     numel = tensor.numel()
-    if numel and ctx.get_rank() == src:
-        # all_gather's kernel with index 0: the same slot of every member.
-        _all_gather_kernel[(triton.cdiv(numel, config.block_size),)](
-            tensor, tensor, numel, members.tensor, members.size, 0, ctx.get_rank(), ctx.get_heap_bases(),
-            BLOCK=config.block_size)
-    _common.end(ctx, group, async_op)
+    # all_gather's kernel with index 0 (the same slot of every member), with work only on the source;
+    # the others take part in the barriers (inside the kernel when fused).
+    programs = triton.cdiv(numel, config.block_size) if ctx.get_rank() == src else 0
+    _common.run(ctx, group, async_op, _common.fuse(config, tensor.nbytes), _all_gather_kernel, programs,
+                tensor, tensor, numel, members.tensor, members.size, 0, ctx.get_rank(), ctx.get_heap_bases(),
+                BLOCK=config.block_size)

@@ -33,8 +33,8 @@ class Config:
             reduces one slice and sends it to all); None picks by size (see
             :func:`iris.ccl.all_reduce.choose_variant`).
         all_reduce_distribution: accepted for compatibility with the original API (0 or 1); unused.
-        one_shot_fused_bytes: one_shot all_reduce up to this many bytes per rank runs as one launch
-            of one program with its barriers inside (0: never).
+        fused_bytes: a collective of at most this many bytes per rank runs as one launch of one
+            program with the group's barriers inside, instead of three launches (0: never).
         reduce_scatter_variant: "two_shot", the only one.
 
     Example:
@@ -48,7 +48,7 @@ class Config:
     all_reduce_variant: str | None = None
     all_reduce_distribution: int = 0
     reduce_scatter_variant: str = "two_shot"
-    one_shot_fused_bytes: int = 64 << 10
+    fused_bytes: int = 64 << 10
 
     def __post_init__(self):
         for name in ("block_size", "block_size_m", "block_size_n"):
@@ -58,8 +58,8 @@ class Config:
                              f"{', '.join(ALL_REDUCE_VARIANTS)}, or None to choose by size")
         if self.all_reduce_distribution not in (0, 1):
             raise ValueError(f"Config.all_reduce_distribution={self.all_reduce_distribution!r}: must be 0 or 1")
-        if not isinstance(self.one_shot_fused_bytes, int) or self.one_shot_fused_bytes < 0:
-            raise ValueError(f"Config.one_shot_fused_bytes={self.one_shot_fused_bytes!r}: must be an int >= 0")
+        if not isinstance(self.fused_bytes, int) or isinstance(self.fused_bytes, bool) or self.fused_bytes < 0:
+            raise ValueError(f"Config.fused_bytes={self.fused_bytes!r}: must be an int >= 0")
         if self.reduce_scatter_variant not in REDUCE_SCATTER_VARIANTS:
             raise ValueError(f"Config.reduce_scatter_variant={self.reduce_scatter_variant!r}: use one of "
                              f"{', '.join(REDUCE_SCATTER_VARIANTS)}")

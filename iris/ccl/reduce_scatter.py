@@ -15,24 +15,40 @@ import triton.language as tl
 
 from iris.ccl import _common
 from iris.ccl._common import GROUP_ARGS
+from iris.ccl._device import enter, leave
 from iris.ccl.all_reduce import _reduce_block
 from iris.ccl.config import ReduceOp
 
 
-@triton.jit(do_not_specialize=GROUP_ARGS)
-def _reduce_scatter_kernel(src, dst, numel, members, count, index, cur, heap_bases, INTERLEAVED: tl.constexpr,
-                           OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+@triton.jit
+def _reduce_scatter_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, INTERLEAVED: tl.constexpr,
+                          OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
     lanes = tl.arange(0, BLOCK)
     if INTERLEAVED:  # numel: of input and output alike
-        offs = (tl.program_id(0).to(tl.int64) * count + index) * BLOCK + lanes
+        offs = (tl.cast(pid, tl.int64) * count + index) * BLOCK + lanes
         out = offs
         mask = offs < numel
     else:  # numel: of the output, one member's share of the input
-        out = tl.program_id(0).to(tl.int64) * BLOCK + lanes
+        out = tl.cast(pid, tl.int64) * BLOCK + lanes
         offs = tl.cast(index, tl.int64) * numel + out
         mask = out < numel
     acc = _reduce_block(src, offs, mask, members, count, cur, heap_bases, OP, ACC)
     tl.store(dst + out, acc.to(dst.dtype.element_ty), mask=mask)
+
+
+@triton.jit(do_not_specialize=GROUP_ARGS)
+def _reduce_scatter_kernel(src, dst, numel, members, count, index, cur, heap_bases, arrivals, expected, programs,
+                           FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, BARRIER_BLOCK: tl.constexpr,
+                           INTERLEAVED: tl.constexpr, OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    if FUSED:
+        enter(arrivals, expected, members, count, cur, heap_bases, BARRIER_BLOCK)
+        for pid in range(0, programs):
+            _reduce_scatter_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, INTERLEAVED, OP,
+                                  ACC, BLOCK)
+        leave(arrivals, expected, members, count, cur, heap_bases, EXIT_BARRIER, BARRIER_BLOCK)
+    else:
+        _reduce_scatter_piece(tl.program_id(0), src, dst, numel, members, count, index, cur, heap_bases,
+                              INTERLEAVED, OP, ACC, BLOCK)
 
 
 def reduce_scatter(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, config=None):
@@ -67,13 +83,10 @@ def reduce_scatter(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=Fal
                          f"{tuple(input.shape)} {input.dtype}")
     if output.numel() and input.numel() and output.data_ptr() == input.data_ptr() and not interleaved:
         raise ValueError(f"{what}: output may not be input itself in torch's layout (other members read it)")
-    _common.begin(ctx, group)
     numel = input.numel() if interleaved else output.numel()
     blocks = triton.cdiv(numel, config.block_size)
-    if numel:
-        grid = (triton.cdiv(blocks, members.size),) if interleaved else (blocks,)
-        _reduce_scatter_kernel[grid](input, output, numel, members.tensor, members.size, members.index,
-                                     ctx.get_rank(), ctx.get_heap_bases(), INTERLEAVED=interleaved, OP=op.value,
-                                     ACC=tl.float32 if input.dtype.is_floating_point else tl.int32,
-                                     BLOCK=config.block_size)
-    _common.end(ctx, group, async_op)
+    programs = triton.cdiv(blocks, members.size) if interleaved else blocks
+    _common.run(ctx, group, async_op, _common.fuse(config, input.nbytes), _reduce_scatter_kernel, programs,
+                input, output, numel, members.tensor, members.size, members.index, ctx.get_rank(),
+                ctx.get_heap_bases(), INTERLEAVED=interleaved, OP=op.value,
+                ACC=tl.float32 if input.dtype.is_floating_point else tl.int32, BLOCK=config.block_size)
