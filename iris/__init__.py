@@ -34,6 +34,9 @@ from iris.device import (
 )
 from iris.debug import DeviceAccessError, WaitTimeoutError
 from iris.logging import DEBUG, ERROR, INFO, WARNING, set_logger_level
+from iris.launch import enable_stack_dumps as _enable_stack_dumps
+
+_enable_stack_dumps()  # under `iris run` only: SIGUSR1 prints the stacks (the launcher's timeout sends it)
 
 __version__ = "0.1.0"
 

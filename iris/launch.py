@@ -4,9 +4,10 @@ Each rank gets the environment Iris's bootstrap reads (RANK, LOCAL_RANK,
 WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) plus IRIS_JOB_ID.
 Output lines are prefixed with ``[rank R]``. When a rank fails, the others are
 stopped and the launcher exits with that rank's exit code (128 + N for a rank
-killed by signal N); after ``--timeout`` seconds every rank is stopped and the
-exit code is 124. Shared-memory segments of the job are removed at the end,
-also when a rank crashed.
+killed by signal N); after ``--timeout`` seconds each rank still running prints
+every thread's Python stack (ranks that imported iris: see :func:`enable_stack_dumps`),
+then every rank is stopped and the exit code is 124. Shared-memory segments of the
+job are removed at the end, also when a rank crashed.
 """
 
 from __future__ import annotations
@@ -26,6 +27,20 @@ from iris.runtime.cpu import SEGMENT_PREFIX
 
 TIMEOUT_EXIT_CODE = 124
 STOP_GRACE_SECONDS = 5.0
+STACK_DUMP_SECONDS = 2.0  # how long a timed-out rank gets to print its stacks
+STACKS_ENV = "IRIS_STACKS_ON_SIGUSR1"
+
+
+def enable_stack_dumps() -> None:
+    """Under ``iris run``, make SIGUSR1 print every thread's Python stack to stderr (called by ``import iris``).
+
+    The launcher sends SIGUSR1 to the ranks still running at its timeout, so a hang says where
+    each rank waits. faulthandler writes from its signal handler, also while the rank blocks in C.
+    """
+    if os.environ.get(STACKS_ENV) == "1":
+        import faulthandler
+
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def free_port() -> int:
@@ -40,6 +55,7 @@ def rank_environment(rank: int, world: int, port: int, job: str) -> dict[str, st
         RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), IRIS_JOB_ID=job, PYTHONUNBUFFERED="1",
     )
+    env[STACKS_ENV] = "1"
     return env
 
 
@@ -54,6 +70,16 @@ def _pump(stream, rank: int, sink, lock) -> None:
 
 def _exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
+
+
+def _dump_stacks(procs) -> None:
+    """SIGUSR1 to each rank (see :func:`enable_stack_dumps`), then a moment for the output to arrive."""
+    for p in procs:
+        try:
+            p.send_signal(signal.SIGUSR1)
+        except ProcessLookupError:
+            pass
+    time.sleep(STACK_DUMP_SECONDS)
 
 
 def _stop(procs) -> None:
@@ -118,7 +144,9 @@ def run(nprocs: int, command: list[str], timeout: float | None = None, sink=None
                 code = TIMEOUT_EXIT_CODE
                 with lock:
                     waiting = [r for r, c in enumerate(states) if c is None]
-                    sink.write(f"[iris run] timeout after {timeout:g} s; ranks {waiting} still running, stopping\n")
+                    sink.write(f"[iris run] timeout after {timeout:g} s; ranks {waiting} still running: their stacks "
+                               "follow, then they are stopped\n")
+                _dump_stacks([procs[r] for r in waiting])
                 break
             time.sleep(0.05)
     except KeyboardInterrupt:

@@ -46,6 +46,24 @@ def test_timeout_stops_every_rank(tmp_path):
     assert elapsed < 60
 
 
+def test_timeout_prints_where_each_rank_hangs(tmp_path):
+    proc, _ = _launch(tmp_path, """
+        import time
+        import iris  # under `iris run`, iris makes SIGUSR1 print every thread's stack
+
+        def waiting_for_a_peer():
+            time.sleep(600)
+
+        print("ready", flush=True)
+        waiting_for_a_peer()
+    """, extra=("--timeout", "20"))
+    assert proc.returncode == 124, proc.stdout + proc.stderr
+    for rank in (0, 1):
+        assert f"[rank {rank}] ready" in proc.stdout, proc.stdout
+        assert any(line.startswith(f"[rank {rank}]") and "waiting_for_a_peer" in line
+                   for line in proc.stdout.splitlines()), proc.stdout
+
+
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm to look for leftover segments")
 def test_segments_of_a_crashed_rank_are_removed(tmp_path):
     proc, _ = _launch(tmp_path, """

@@ -49,6 +49,7 @@ def _worker(rank: int, world: int, port: int, job: str, conn) -> None:
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), IRIS_JOB_ID=job)
     # SIGUSR1 writes every thread's Python stack here: how the driver shows where a hung rank is stuck
     # (this works while the rank blocks in C, e.g. in a CUDA synchronize).
+    os.environ.pop("IRIS_STACKS_ON_SIGUSR1", None)  # iris must not point SIGUSR1 back at stderr
     stacks = open(_stack_file(job, rank), "a")  # noqa: SIM115  (open for the life of the process)
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     import iris  # noqa: F401  (backend choice and interpreter switch before any test kernel is imported)
