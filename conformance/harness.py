@@ -27,7 +27,9 @@ import os
 import shlex
 
 import torch
-import triton
+
+import iris  # noqa: F401  (before triton: picks the backend and, on the CPU, Triton's interpreter)
+import triton  # noqa: I001
 from hypothesis import strategies as st
 
 from conformance.dtypes import element_size
@@ -128,10 +130,26 @@ def shares_device(a: int, b: int) -> bool:
     """Ranks ``a`` and ``b`` run on one GPU (simulation), where kernels of different ranks take turns
     in time slices of about a millisecond instead of running side by side. False on the CPU backend."""
     ctx = context()
-    if ctx.get_device().type == "cpu":
-        return False
-    count = torch.cuda.device_count()
-    return a % count == b % count
+    return ctx.get_device().type != "cpu" and ctx.backend.device_for(a) == ctx.backend.device_for(b)
+
+
+_groups: dict = {}
+
+
+def group(members: tuple[int, ...]):
+    """The torch.distributed group of ``members`` (None for every rank), made once per session.
+
+    Collective: every rank must ask for the same groups in the same order (every rank runs the
+    same cases, so a property that asks on every rank is fine). Default backends: see
+    ``Iris.device_barrier`` for why not ``backend="gloo"``.
+    """
+    if len(members) == context().get_num_ranks():
+        return None
+    if members not in _groups:
+        import torch.distributed as dist
+
+        _groups[members] = dist.new_group(list(members))
+    return _groups[members]
 
 
 def region(offset: int, count: int, dtype: torch.dtype) -> torch.Tensor:

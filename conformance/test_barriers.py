@@ -33,18 +33,11 @@ def _announce_to_kernel(slots, value, cur, members, count, heap_bases):
         iris.store(slots + cur, tl.load(value), cur, tl.load(members + i), heap_bases)
 
 
-_groups = {}
-
-
 def _half_group(rank: int, world: int):
-    """(members, torch.distributed group) of this rank's half: evens or odds (created once, by every rank)."""
-    import torch.distributed as dist
-
-    if not _groups:
-        for parity in (0, 1):  # default backends: see Iris.device_barrier
-            members = list(range(parity, world, 2))
-            _groups[parity] = (members, dist.new_group(members))
-    return _groups[rank % 2]
+    """(members, torch.distributed group) of this rank's half: evens or odds (every rank makes both)."""
+    halves = [tuple(range(parity, world, 2)) for parity in (0, 1)]
+    groups = [harness.group(half) for half in halves]
+    return list(halves[rank % 2]), groups[rank % 2]
 
 
 def _barrier_on_rank(case):

@@ -24,20 +24,6 @@ REDUCING = ("all_reduce", "reduce_scatter")
 POISON = 0xA5  # the bytes of reduce_scatter's output that the original layout leaves alone
 ALIGN = 256
 
-_groups = {}
-
-
-def _group(members: tuple[int, ...], world: int):
-    """The torch.distributed group of ``members`` (None for everyone); every rank creates each once, in order."""
-    if len(members) == world:
-        return None
-    if members not in _groups:
-        import torch.distributed as dist
-
-        _groups[members] = dist.new_group(list(members))  # default backends: see Iris.device_barrier
-    return _groups[members]
-
-
 def _input(case, rank: int) -> torch.Tensor:
     """Rank ``rank``'s input (CPU): small multiples of 1/4 for reductions, any bit pattern for moves."""
     width = len(case["members"])
@@ -82,10 +68,10 @@ def _expected(case, rank: int) -> torch.Tensor:
 
 def _collective_on_rank(case):
     ctx = harness.context()
-    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    rank, device = ctx.get_rank(), ctx.get_device()
     members, op, dtype = case["members"], case["op"], case["dtype"]
     harness.fill_arena(case["seed"])
-    group = _group(members, world)
+    group = harness.group(members)
     if rank not in members:
         return harness.Verdict([])
     mine = _input(case, rank)

@@ -32,10 +32,20 @@ class DeviceBarrier:
         self._arrivals.zero_()
         self._expected = torch.zeros(world_size, dtype=torch.int64, device=heap.device)
         self._members: dict[tuple[int, ...], torch.Tensor] = {}
+        self._ranks_by_group: dict = {}  # group (None: all) -> its checked global ranks
         self._block = max(16, 1 << (world_size - 1).bit_length())
 
     def members_of(self, group) -> tuple[int, ...]:
-        """The global ranks of ``group`` (None: all ranks), checked before any launch."""
+        """The global ranks of ``group`` (None: all ranks), checked before any launch.
+
+        Looked up and checked once per group: collectives call this on every launch.
+        """
+        ranks = self._ranks_by_group.get(group)
+        if ranks is None:
+            ranks = self._ranks_by_group[group] = self._checked_ranks(group)
+        return ranks
+
+    def _checked_ranks(self, group) -> tuple[int, ...]:
         if group is None:
             return tuple(range(self._world))
         import torch.distributed as dist
