@@ -72,11 +72,8 @@ class Buffers:
     """Views of one heap arena (iris) and one plain allocation (torch) big enough for the largest point."""
 
     def __init__(self, ctx, max_bytes: int, world: int):
-        self.world = world
         self.heap = ctx.empty((world + 2) * max_bytes, dtype=torch.uint8)
-        device = ctx.get_device()
-        self.plain = torch.empty((world + 2) * max_bytes, dtype=torch.uint8, device=device)
-        self.max_bytes = max_bytes
+        self.plain = torch.empty((world + 2) * max_bytes, dtype=torch.uint8, device=ctx.get_device())
 
     def pair(self, arena, dtype, in_count: int, out_count: int):
         """(input, output) views of ``arena``: disjoint, 256-byte aligned."""
