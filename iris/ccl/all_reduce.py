@@ -93,7 +93,7 @@ def _all_reduce_kernel(src, dst, numel, members, count, index, cur, heap_bases, 
                           ACC, BLOCK)
 
 
-def choose_variant(nbytes: int, world_size: int, in_place: bool) -> str:
+def choose_variant(nbytes: int, in_place: bool) -> str:
     """The default variant for ``nbytes`` per rank.
 
     ==================  ==========
@@ -112,10 +112,11 @@ def choose_variant(nbytes: int, world_size: int, in_place: bool) -> str:
 
 
 class Workspace:
-    """What all_reduce_preamble prepares: the resolved variant and the group's member tensor."""
+    """What all_reduce_preamble prepares: the resolved variant, the group and its members."""
 
-    def __init__(self, variant: str, members):
+    def __init__(self, variant: str, group, members):
         self.variant = variant
+        self.group = group
         self.members = members
 
 
@@ -127,15 +128,16 @@ def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=N
     if output.shape != input.shape or output.dtype != input.dtype:
         raise ValueError(f"{what}: output must match input's shape and dtype; got output {tuple(output.shape)} "
                          f"{output.dtype}, input {tuple(input.shape)} {input.dtype}")
-    members = workspace.members if workspace is not None else _common.participants(ctx, group)
+    if workspace is not None:
+        group = workspace.group
+    members = _common.participants(ctx, group)
     in_place = input.numel() > 0 and output.data_ptr() == input.data_ptr()
-    variant = config.all_reduce_variant or choose_variant(input.numel() * input.element_size(), members.size,
-                                                          in_place)
+    variant = config.all_reduce_variant or choose_variant(input.nbytes, in_place)
     if in_place and variant == "one_shot":
         raise ValueError("all_reduce: one_shot cannot run in place (other members still read input while it "
                          "would be overwritten); use Config(all_reduce_variant=\"two_shot\") or a separate output")
     _common.check_tensor(ctx, what, "output", output, _common.REDUCE_DTYPES, symmetric=variant == "two_shot")
-    return Workspace(variant, members)
+    return Workspace(variant, group, members)
 
 
 def all_reduce(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, config=None, workspace=None):
@@ -160,6 +162,9 @@ def all_reduce(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, 
     config = _common.config_or_default(config)
     if workspace is None:
         workspace = all_reduce_preamble(output, input, ctx, config, group=group)
+    elif group is not None and group is not workspace.group:
+        raise ValueError("all_reduce: the workspace was prepared for another group; prepare one per group")
+    group = workspace.group
     members = workspace.members
     numel = input.numel()
     blocks = triton.cdiv(numel, config.block_size)
