@@ -18,8 +18,9 @@ Each figure is the median of --iters calls after --warmup, each call bracketed b
 rank 0 and launched from the host (perf_counter on the CPU backend: a smoke test, not a figure).
 Bus bandwidth follows NCCL: all_reduce moves 2(W-1)/W of the data per rank, the others (W-1)/W.
 --validate first checks each iris collective once per size against NCCL on small-integer data.
-Output: a table with each time's ratio to NCCL (>1: faster than NCCL), a CSV and, with matplotlib,
-one PNG per collective (latency and bus bandwidth against size) under benchmarks/results/.
+Output: a table, printed as each point is measured, with each time's ratio to NCCL (>1: faster
+than NCCL); at the end a CSV and, with matplotlib, one PNG per collective (latency and bus
+bandwidth against size) under benchmarks/results/.
 """
 
 import os
@@ -192,6 +193,8 @@ def main() -> int:
     base = {"gpu": gpu_name, "backend": iris.runtime.SELECTED, "world_size": world, "version": iris.__version__,
             "commit": git_commit(), "iters": args.iters}
     rows, problems = [], []
+    if rank == 0:
+        print(HEADER, flush=True)
     for name in args.collectives:
         for dtype_name in args.dtypes:
             dtype = DTYPES[dtype_name]
@@ -207,6 +210,7 @@ def main() -> int:
                 inp, out = buffers.pair(buffers.heap, dtype, n_in, n_out)
                 ref_in, ref_out = buffers.pair(buffers.plain, dtype, n_in, n_out)
                 calls = iris_calls(ctx, name, inp, out, world)
+                first = len(rows)
                 calls["nccl"] = nccl_call(name, ref_in, ref_out)
                 why = ""
                 if name == "all_reduce":
@@ -223,6 +227,8 @@ def main() -> int:
                 if why:
                     rows.append({**base, "collective": name, "dtype": dtype_name, "bytes": nbytes,
                                  "impl": "symm_mem", "us": "", "busbw_gbps": "", "note": why})
+                if rank == 0:
+                    print_point(rows[first:])
     ctx.barrier()
     if rank == 0:
         report(rows, args, gpu, gpu_name, world)
@@ -232,16 +238,22 @@ def main() -> int:
     return 1 if problems else 0
 
 
-def report(rows, args, gpu, gpu_name, world) -> None:
-    nccl = {(r["collective"], r["dtype"], r["bytes"]): r["us"] for r in rows if r["impl"] == "nccl"}
-    print(f"{'collective':15} {'dtype':8} {'bytes':>10} {'impl':18} {'us':>10} {'busbw GB/s':>11} {'vs nccl':>8}")
+HEADER = f"{'collective':15} {'dtype':8} {'bytes':>10} {'impl':18} {'us':>10} {'busbw GB/s':>11} {'vs nccl':>8}"
+
+
+def print_point(rows) -> None:
+    """The rows of one collective, dtype and size, as soon as they are measured (nccl among them)."""
+    nccl = next(r["us"] for r in rows if r["impl"] == "nccl")
     for r in rows:
         if r["us"] == "":
             print(f"{r['collective']:15} {r['dtype']:8} {r['bytes']:>10} {r['impl']:18} {'-':>10}  {r['note']}")
-            continue
-        ratio = nccl[(r["collective"], r["dtype"], r["bytes"])] / r["us"]
-        print(f"{r['collective']:15} {r['dtype']:8} {r['bytes']:>10} {r['impl']:18} {r['us']:10.2f} "
-              f"{r['busbw_gbps']:11.1f} {ratio:8.2f}x")
+        else:
+            print(f"{r['collective']:15} {r['dtype']:8} {r['bytes']:>10} {r['impl']:18} {r['us']:10.2f} "
+                  f"{r['busbw_gbps']:11.1f} {nccl / r['us']:8.2f}x")
+    sys.stdout.flush()
+
+
+def report(rows, args, gpu, gpu_name, world) -> None:
     if not gpu:
         print("note: CPU backend (Triton's interpreter): a smoke test, not a figure")
     slug = re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
