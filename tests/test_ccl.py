@@ -23,7 +23,7 @@ def _misuse():
     on_heap = ctx.zeros(world * 8, dtype=torch.float32)
     errors = []
     for call in (
-        lambda: ctx.ccl.all_gather(torch.zeros(world * 8, device=ctx.get_device()), torch.zeros(8)),  # not heap
+        lambda: ctx.ccl.all_gather(torch.zeros(world * 8, device=ctx.get_device()), on_heap[:8].clone()),  # not heap
         lambda: ctx.ccl.all_gather(on_heap, on_heap[:7].clone()),                                     # size
         lambda: ctx.ccl.all_reduce(on_heap, on_heap.to(torch.float64)),                                # dtype
         lambda: ctx.ccl.all_reduce(on_heap, on_heap, config=Config(all_reduce_variant="one_shot")),   # in place
