@@ -26,6 +26,7 @@ Example (producer on rank 0, consumer on rank 1)::
 import os
 import time
 
+import torch
 import triton
 import triton.language as tl
 
@@ -38,6 +39,9 @@ COMPARISONS = ("==", "!=", ">=", ">", "<=", "<")
 DEBUG = tl.constexpr(False)
 WAIT_TIMEOUT_NS = tl.constexpr(10_000_000_000)
 _INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")
+_HIP = tl.constexpr(torch.version.hip is not None)
+# AMD Instinct's s_memrealtime counts at a constant 100 MHz: 10 ns per tick.
+_HIP_NS_PER_TICK = tl.constexpr(10)
 WAIT_UNTIL_RECORD = tl.constexpr(1)
 DEVICE_BARRIER_RECORD = tl.constexpr(2)
 
@@ -54,6 +58,10 @@ _host_clock_ns.__triton_builtin__ = True
 def _clock_ns():
     if _INTERPRETED:
         now = _host_clock_ns()  # only ever run by Triton's interpreter, which runs this body as Python
+    elif _HIP:
+        ticks = tl.inline_asm_elementwise("s_memrealtime $0\n s_waitcnt lgkmcnt(0)", "=s", [], dtype=tl.int64,
+                                          is_pure=False, pack=1)
+        now = ticks * _HIP_NS_PER_TICK
     else:
         now = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False,
                                         pack=1)
