@@ -9,11 +9,17 @@ from __future__ import annotations
 import torch
 
 from iris.device.sync import barrier_kernel
+from iris.kernel_launch import BoundLaunch, bind
+
+
+# Barrier slots: slot 0 is device_barrier's own; a fused collective's program p uses slot p
+# (see iris.ccl._device), so a fused launch has at most this many programs.
+FUSED_PROGRAMS = 32
 
 
 def reserved_bytes(world_size: int) -> int:
-    """Heap bytes the barrier needs past the user's heap: one int64 arrival counter per rank."""
-    return 8 * world_size
+    """Heap bytes the barrier needs past the user's heap: per slot, one int64 arrival counter per rank."""
+    return 8 * world_size * FUSED_PROGRAMS
 
 
 class DeviceBarrier:
@@ -28,11 +34,12 @@ class DeviceBarrier:
     def __init__(self, heap, rank: int, world_size: int, heap_bases: torch.Tensor):
         self._rank, self._world = rank, world_size
         self._heap_bases = heap_bases
-        self._arrivals = heap.internal(0, world_size, torch.int64)
+        self._arrivals = heap.internal(0, world_size * FUSED_PROGRAMS, torch.int64)  # [slot][rank]
         self._arrivals.zero_()
-        self._expected = torch.zeros(world_size, dtype=torch.int64, device=heap.device)
+        self._expected = torch.zeros(world_size * FUSED_PROGRAMS, dtype=torch.int64, device=heap.device)
         self._members: dict[tuple[int, ...], torch.Tensor] = {}
         self._ranks_by_group: dict = {}  # group (None: all) -> its checked global ranks
+        self._launches: dict = {}  # group -> its BoundLaunch
         self._block = max(16, 1 << (world_size - 1).bit_length())
 
     def members_of(self, group) -> tuple[int, ...]:
@@ -73,5 +80,13 @@ class DeviceBarrier:
     def block(self) -> int:
         return self._block
 
+    def launch(self, group=None) -> BoundLaunch:
+        """The barrier kernel of ``group``, bound once (see :mod:`iris.kernel_launch`)."""
+        launch = self._launches.get(group)
+        if launch is None:
+            launch = self._launches[group] = bind(barrier_kernel, (1,), *self.arguments(group), self._rank,
+                                                  self._heap_bases, BLOCK=self._block)
+        return launch
+
     def __call__(self, group=None) -> None:
-        barrier_kernel[(1,)](*self.arguments(group), self._rank, self._heap_bases, BLOCK=self._block)
+        self.launch(group)()

@@ -51,3 +51,36 @@ def test_misuse_is_refused_before_any_launch(ranks):
         assert "is not a member of the group" in errors[4], errors
         assert "config must be an iris.ccl.Config" in errors[5], errors
         assert result == [float(ranks.world_size)] * 5
+
+
+def _repeated_calls():
+    ctx = iris.iris(1 << 20)
+    world, rank = ctx.get_num_ranks(), ctx.get_rank()
+    x = ctx.full((300,), float(rank + 1))
+    out = ctx.zeros(300)
+    gathered = ctx.zeros(world * 300)
+    seen = []
+    for value in (1.0, 2.0, 3.0):  # the same tensors again: later calls replay the first call's launches
+        x.fill_(value * (rank + 1))
+        ctx.ccl.all_reduce(out, x)
+        seen.append(out[0].item())
+        ctx.ccl.all_gather(gathered, x)
+        seen.append(gathered[::300].tolist())
+    ctx.ccl.all_reduce(out, x, op=ReduceOp.MAX)  # another op: its own launches
+    seen.append(out[0].item())
+    ctx.ccl.all_reduce(out[:100], x[:100])  # another shape: its own launches
+    seen.append((out[0].item(), out[100].item()))
+    plans = len(ctx.ccl._plans)
+    ctx.close()
+    return seen, plans
+
+
+def test_repeated_calls_replay_their_launches_on_new_data(ranks):
+    w = ranks.world_size
+    total = w * (w + 1) / 2
+    for seen, plans in ranks.run(_repeated_calls):
+        assert seen[0:6] == [total, [float(r + 1) for r in range(w)], 2 * total, [2.0 * (r + 1) for r in range(w)],
+                             3 * total, [3.0 * (r + 1) for r in range(w)]]
+        assert seen[6] == 3.0 * w
+        assert seen[7] == (3 * total, 3.0 * w)  # elements past the view keep the MAX call's result
+        assert plans == 4  # all_reduce, all_gather, all_reduce MAX, all_reduce on the views

@@ -6,6 +6,11 @@ starts with a device barrier of its group (every member's buffers are ready) and
 Nothing falls back to NCCL or torch.distributed: a tensor another rank must reach has to be
 on the symmetric heap (``ctx.empty``/``ctx.zeros``, or ``ctx.as_symmetric(t)`` to copy it in).
 
+A call remembers its launches (see :mod:`iris.kernel_launch`): called again with the same
+tensors (address, shape, strides, dtype) and arguments, a collective skips its checks and
+Triton's per-call Python and relaunches them, so small messages cost little more than the
+GPU's time. Debug mode always takes the full path.
+
 Example:
     >>> ctx = iris.iris(1 << 30)
     >>> x = ctx.randn(4096, dtype=torch.bfloat16)
@@ -14,9 +19,35 @@ Example:
     >>> ctx.ccl.all_gather(out, x)
 """
 
+import torch
+
+from iris import debug as debug_mode
 from iris.ccl.config import Config, ReduceOp
 
 __all__ = ["CCL", "Config", "ReduceOp"]
+
+# Remembered calls per context; past this many the memory starts again (a program that keeps
+# making new tensors for its collectives gains nothing from it anyway).
+MAX_PLANS = 1024
+
+
+# In a key, marks an argument whose call is not remembered (the call refuses it, or cannot be keyed).
+_UNKEYED = object()
+
+
+def _tensor_key(tensor):
+    """What a collective's checks and launches depend on: the address, shape, strides and dtype."""
+    if type(tensor) is not torch.Tensor:
+        return _UNKEYED
+    return tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device
+
+
+def _config_key(config):
+    if config is None:
+        return "default"
+    if type(config) is not Config:
+        return _UNKEYED  # the call refuses it
+    return tuple(config.__dict__.values())
 
 
 class CCL:
@@ -24,31 +55,70 @@ class CCL:
 
     def __init__(self, ctx):
         self._ctx = ctx
+        self._plans: dict = {}
+        self._recorded = None
+
+    def _call(self, key, function, *args, **kwargs) -> None:
+        """``function(*args, **kwargs)``, or a replay of the launches it made for the same ``key``."""
+        try:
+            plan = self._plans.get(key)
+        except TypeError:  # an unhashable argument: the call itself says what is wrong with it
+            plan, key = None, (_UNKEYED,)
+        if plan is not None:
+            for launch in plan:
+                launch()
+            return
+        self._recorded = None
+        function(*args, **kwargs)
+        if self._recorded is not None and _UNKEYED not in key and not debug_mode.enabled():
+            if len(self._plans) >= MAX_PLANS:
+                self._plans.clear()
+            self._plans[key] = self._recorded
+        self._recorded = None
+
+    def _launch(self, launches) -> None:
+        """Run a collective's bound launches (from :func:`iris.ccl._common.run`) and remember them."""
+        for launch in launches:
+            launch()
+        self._recorded = launches
+        if debug_mode.enabled():  # debug mode trades the host's freedom for an immediate diagnosis
+            self._ctx.backend.synchronize(self._ctx.device)
+            self._ctx._raise_if_a_wait_timed_out()
 
     def all_gather(self, output_tensor, input_tensor, group=None, async_op=False, config=None):
         """(W*M, N) output from each member's (M, N) input; see :func:`iris.ccl.all_gather.all_gather`."""
         from iris.ccl.all_gather import all_gather
 
-        all_gather(output_tensor, input_tensor, self._ctx, group=group, async_op=async_op, config=config)
+        key = ("all_gather", _tensor_key(output_tensor), _tensor_key(input_tensor), group, async_op,
+               _config_key(config))
+        self._call(key, all_gather, output_tensor, input_tensor, self._ctx, group=group, async_op=async_op,
+                   config=config)
 
     def all_to_all(self, output_tensor, input_tensor, group=None, async_op=False, config=None):
         """(M, W*N) chunks exchanged between members; see :func:`iris.ccl.all_to_all.all_to_all`."""
         from iris.ccl.all_to_all import all_to_all
 
-        all_to_all(output_tensor, input_tensor, self._ctx, group=group, async_op=async_op, config=config)
+        key = ("all_to_all", _tensor_key(output_tensor), _tensor_key(input_tensor), group, async_op,
+               _config_key(config))
+        self._call(key, all_to_all, output_tensor, input_tensor, self._ctx, group=group, async_op=async_op,
+                   config=config)
 
     def broadcast(self, tensor, src=0, group=None, async_op=False, config=None):
         """Rank ``src``'s tensor into every member's; see :func:`iris.ccl.broadcast.broadcast`."""
         from iris.ccl.broadcast import broadcast
 
-        broadcast(tensor, self._ctx, src=src, group=group, async_op=async_op, config=config)
+        key = ("broadcast", _tensor_key(tensor), src, group, async_op, _config_key(config))
+        self._call(key, broadcast, tensor, self._ctx, src=src, group=group, async_op=async_op, config=config)
 
     def reduce_scatter(self, output_tensor, input_tensor, op=None, group=None, async_op=False, config=None):
         """Each member's part of the reduction over members; see :mod:`iris.ccl.reduce_scatter`."""
         from iris.ccl.reduce_scatter import reduce_scatter
 
-        reduce_scatter(output_tensor, input_tensor, self._ctx, op=ReduceOp.SUM if op is None else op, group=group,
-                       async_op=async_op, config=config)
+        op = ReduceOp.SUM if op is None else op
+        key = ("reduce_scatter", _tensor_key(output_tensor), _tensor_key(input_tensor), op, group, async_op,
+               _config_key(config))
+        self._call(key, reduce_scatter, output_tensor, input_tensor, self._ctx, op=op, group=group,
+                   async_op=async_op, config=config)
 
     def all_reduce_preamble(self, output_tensor, input_tensor, config=None, workspace=None, group=None):
         """Checks and variant choice done once, for repeated all_reduce calls; see :mod:`iris.ccl.all_reduce`."""
@@ -62,5 +132,8 @@ class CCL:
         """Elementwise SUM/MAX/MIN over members, on every member; see :func:`iris.ccl.all_reduce.all_reduce`."""
         from iris.ccl.all_reduce import all_reduce
 
-        all_reduce(output_tensor, input_tensor, self._ctx, op=ReduceOp.SUM if op is None else op, group=group,
-                   async_op=async_op, config=config, workspace=workspace)
+        op = ReduceOp.SUM if op is None else op
+        key = ("all_reduce", _tensor_key(output_tensor), _tensor_key(input_tensor), op, group, async_op,
+               _config_key(config), workspace)
+        self._call(key, all_reduce, output_tensor, input_tensor, self._ctx, op=op, group=group, async_op=async_op,
+                   config=config, workspace=workspace)

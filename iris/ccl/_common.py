@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 
 from iris.ccl.config import Config
+from iris.device_barrier import FUSED_PROGRAMS
+from iris.kernel_launch import bind
 
 # Kernel arguments that name ranks or the group's size: kept generic, so one compilation serves every
 # rank and group (Triton would otherwise specialize on a value of 1).
@@ -61,26 +63,34 @@ def config_or_default(config) -> Config:
     return config
 
 
-def run(ctx, group, async_op: bool, fuse: bool, kernel, programs: int, *args, **constexprs) -> None:
+def run(ctx, group, async_op: bool, fuse: bool, kernel, programs: int, *args, fused_programs: int | None = None,
+        **constexprs) -> None:
     """Launch a collective's ``kernel`` (its ``programs`` pieces of work) inside the group's barriers.
 
     ``fuse`` False: ``device_barrier``, the kernel over ``programs`` programs, and (unless
     ``async_op``) ``device_barrier`` again: every member's buffers are ready before, and every
-    write has landed after. ``fuse`` True: one launch of one program that runs the same barriers
-    itself and loops over the pieces (see :mod:`iris.ccl._device`). ``args`` end with ``cur,
+    write has landed after. ``fuse`` True: one launch whose programs run the barriers themselves
+    and share the pieces (see :mod:`iris.ccl._device`): ``fused_programs`` of them, the same on
+    every member (default: ``programs``), at most FUSED_PROGRAMS. ``args`` end with ``cur,
     heap_bases``-style arguments of the kernel; the barrier's state and ``programs`` follow them.
+
+    The launches are bound (:mod:`iris.kernel_launch`) and handed to ``ctx.ccl``, which replays
+    them when the same collective is called again with the same tensors.
     """
     barrier = ctx._device_barrier
     arrivals, expected, _, _ = barrier.arguments(group)
-    launch = dict(FUSED=fuse, EXIT_BARRIER=fuse and not async_op, BARRIER_BLOCK=barrier.block, **constexprs)
+    launch = dict(FUSED=fuse, EXIT_BARRIER=fuse and not async_op, WORLD=ctx.get_num_ranks(),
+                  BARRIER_BLOCK=barrier.block, **constexprs)
     if fuse:
-        kernel[(1,)](*args, arrivals, expected, programs, **launch)
-        return
-    ctx.device_barrier(group)
-    if programs:
-        kernel[(programs,)](*args, arrivals, expected, programs, **launch)
-    if not async_op:
-        ctx.device_barrier(group)
+        grid = min(FUSED_PROGRAMS, max(1, programs if fused_programs is None else fused_programs))
+        launches = [bind(kernel, (grid,), *args, arrivals, expected, programs, **launch)]
+    else:
+        launches = [barrier.launch(group)]
+        if programs:
+            launches.append(bind(kernel, (programs,), *args, arrivals, expected, programs, **launch))
+        if not async_op:
+            launches.append(barrier.launch(group))
+    ctx.ccl._launch(launches)
 
 
 def fuse(config: Config, nbytes: int) -> bool:

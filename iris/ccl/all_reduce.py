@@ -80,14 +80,15 @@ def _all_reduce_piece(pid, src, dst, numel, members, count, index, cur, heap_bas
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
 def _all_reduce_kernel(src, dst, numel, members, count, index, cur, heap_bases, arrivals, expected, programs,
-                       FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, BARRIER_BLOCK: tl.constexpr,
-                       TWO_SHOT: tl.constexpr, OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+                       FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr,
+                       BARRIER_BLOCK: tl.constexpr, TWO_SHOT: tl.constexpr, OP: tl.constexpr, ACC: tl.constexpr,
+                       BLOCK: tl.constexpr):
     if FUSED:
-        enter(arrivals, expected, members, count, cur, heap_bases, BARRIER_BLOCK)
-        for pid in range(0, programs):
+        enter(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
+        for pid in range(tl.program_id(0), programs, tl.num_programs(0)):
             _all_reduce_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, TWO_SHOT, OP, ACC,
                               BLOCK)
-        leave(arrivals, expected, members, count, cur, heap_bases, EXIT_BARRIER, BARRIER_BLOCK)
+        leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK)
     else:
         _all_reduce_piece(tl.program_id(0), src, dst, numel, members, count, index, cur, heap_bases, TWO_SHOT, OP,
                           ACC, BLOCK)

@@ -29,7 +29,7 @@ def broadcast(tensor, ctx, src=0, group=None, async_op=False, config=None):
     numel = tensor.numel()
     # all_gather's kernel with index 0 (the same slot of every member), with work only on the source;
     # the others take part in the barriers (inside the kernel when fused).
-    programs = triton.cdiv(numel, config.block_size) if ctx.get_rank() == src else 0
-    _common.run(ctx, group, async_op, _common.fuse(config, tensor.nbytes), _all_gather_kernel, programs,
-                tensor, tensor, numel, members.tensor, members.size, 0, ctx.get_rank(), ctx.get_heap_bases(),
-                BLOCK=config.block_size)
+    pieces = triton.cdiv(numel, config.block_size)
+    _common.run(ctx, group, async_op, _common.fuse(config, tensor.nbytes), _all_gather_kernel,
+                pieces if ctx.get_rank() == src else 0, tensor, tensor, numel, members.tensor, members.size, 0,
+                ctx.get_rank(), ctx.get_heap_bases(), fused_programs=pieces, BLOCK=config.block_size)

@@ -1,0 +1,109 @@
+"""Launching the same Triton kernel with the same arguments again, for the price of the driver call.
+
+``kernel[grid](*args)`` binds every argument, works out what the compiler specializes on and
+looks the compiled kernel up, on every call. On an H200 host that costs 13.6 us for an empty
+kernel with 11 arguments (scratch/probe_launch.py, 2026-11-22): more than the GPU time of a small
+collective. :func:`bind` does that work once and returns a :class:`BoundLaunch`. Calling it
+launches the compiled kernel on the current stream, with the arguments fixed at bind time.
+Pointers are kept as addresses, so the bound launch holds no tensor alive.
+
+On Triton's interpreter (the CPU backend) there is no compiled kernel. There a bound launch
+calls ``kernel[grid](*args, **constexprs)`` each time and keeps its tensors. On a GPU an installed
+Triton launch hook (a profiler) still sees every launch.
+
+Example:
+    >>> launch = bind(my_kernel, (4,), x, y, n, BLOCK=256)
+    >>> launch()   # the same as my_kernel[(4,)](x, y, n, BLOCK=256), without Triton's per-call Python
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+
+class BoundLaunch:
+    """One kernel, grid and argument list, ready to launch on the current stream (see :func:`bind`)."""
+
+    __slots__ = ("_kernel", "_grid", "_args", "_constexprs", "_compiled", "_values", "_device")
+
+    def __init__(self, kernel, grid, args, constexprs):
+        self._kernel, self._grid, self._args, self._constexprs = kernel, tuple(grid) + (1,) * (3 - len(grid)), args, \
+            constexprs
+        self._compiled = None
+        self._values = ()
+        self._device = None
+
+    def _compile(self) -> None:
+        """Compile (or find) the kernel for these arguments, as a launch through Triton would."""
+        compiled = self._kernel.warmup(*self._args, grid=self._grid, **self._constexprs)
+        if hasattr(compiled, "result"):  # Triton's asynchronous compile mode hands back a future
+            compiled = compiled.result()
+        compiled.run  # noqa: B018  (loads the module: sets compiled.function)
+        names = [p.name for p in self._kernel.params]
+        defaults = {name: p.default for name, p in inspect.signature(self._kernel.fn).parameters.items()}
+        tail = [self._constexprs[name] if name in self._constexprs else defaults[name]
+                for name in names[len(self._args):]]
+        # The launcher takes every parameter in order (it skips the constexprs); pointers as addresses.
+        self._values = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in self._args) + tuple(tail)
+        self._device = torch.cuda.current_device()
+        self._compiled = compiled
+        self._args = None  # from now on only addresses: no tensor is kept alive
+
+    def __call__(self) -> None:
+        compiled = self._compiled
+        if compiled is None:  # the interpreter
+            self._kernel[self._grid](*self._args, **self._constexprs)
+            return
+        stream = _current_stream(self._device)
+        gx, gy, gz = self._grid
+        hooks = _launch_hooks()
+        if hooks is None:
+            compiled.run(gx, gy, gz, stream, compiled.function, compiled.packed_metadata, None, None, None,
+                         *self._values)
+        else:  # as Triton launches it, so that the hook (a profiler) sees the launch
+            metadata = compiled.launch_metadata(self._grid, stream, *self._values)
+            compiled.run(gx, gy, gz, stream, compiled.function, compiled.packed_metadata, metadata, *hooks,
+                         *self._values)
+
+
+def bind(kernel, grid, *args, **constexprs) -> BoundLaunch:
+    """``kernel[grid](*args, **constexprs)`` as a reusable launch: compiled now, launched by calling it.
+
+    Args:
+        kernel: a ``@triton.jit`` function.
+        grid: the launch grid, a tuple of 1 to 3 ints.
+        args: the kernel's leading arguments, positional (tensors, ints, floats).
+        constexprs: the remaining (constexpr) arguments, by name; left out: their defaults.
+
+    On a GPU, the kernel is compiled (or found) now, for exactly these arguments: their dtypes,
+    alignments and value classes, as Triton would specialize them. The tensors' memory must stay
+    allocated for as long as the launch is used.
+    """
+    launch = BoundLaunch(kernel, grid, args, constexprs)
+    if _compiles():
+        launch._compile()
+    return launch
+
+
+def _compiles() -> bool:
+    """Whether Triton compiles for a device here (not the interpreter of the CPU backend)."""
+    import os
+
+    return os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available()
+
+
+def _current_stream(device: int) -> int:
+    """The raw handle of ``device``'s current stream (the call Triton itself makes on each launch)."""
+    return torch._C._cuda_getCurrentRawStream(device)
+
+
+def _launch_hooks():
+    """(enter, exit) launch hooks when one is installed, else None (then the launch calls no Python)."""
+    from triton import knobs
+
+    enter = knobs.runtime.launch_enter_hook
+    if enter is None or getattr(enter, "calls", None) == []:  # Triton 3.6 keeps an empty chain
+        return None
+    return enter, knobs.runtime.launch_exit_hook
