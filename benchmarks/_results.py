@@ -2,6 +2,7 @@
 
 import argparse
 import csv
+import math
 import os
 import re
 import statistics
@@ -49,21 +50,35 @@ def parse_size(text: str) -> int:
     return int(match[1]) << {"K": 10, "M": 20, "G": 30, "": 20}[match[2].upper()]
 
 
-def median_us(fn, warmup: int, iters: int, gpu: bool) -> float:
-    """Median microseconds of ``iters`` calls of ``fn`` after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        fn()
+def median_us(fn, warmup: int, iters: int, gpu: bool, sample_us: float = 50.0) -> float:
+    """Median microseconds per call of ``fn``, over ``iters`` samples after ``warmup`` untimed calls.
+
+    On a GPU a sample is a batch of calls launched back to back from the host between two CUDA
+    events, as nccl-tests times (the per-call figure is the batch's time over its size). The batch
+    holds enough calls to last about ``sample_us`` (1 for calls longer than that), so a small
+    call's figure is its cost in a stream of calls, not one event pair's overhead.
+    """
     if not gpu:  # the interpreter runs a launch to completion before returning
+        for _ in range(warmup):
+            fn()
         times = []
         for _ in range(iters):
             start = time.perf_counter()
             fn()
             times.append((time.perf_counter() - start) * 1e6)
         return statistics.median(times)
+    first, last = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    first.record()
+    for _ in range(max(warmup, 1)):
+        fn()
+    last.record()
+    torch.cuda.synchronize()
+    batch = max(1, min(100, math.ceil(sample_us / max(first.elapsed_time(last) * 1e3 / max(warmup, 1), 1e-3))))
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
     for start, end in events:
         start.record()
-        fn()
+        for _ in range(batch):
+            fn()
         end.record()
     torch.cuda.synchronize()
-    return statistics.median([start.elapsed_time(end) * 1e3 for start, end in events])
+    return statistics.median([start.elapsed_time(end) * 1e3 / batch for start, end in events])

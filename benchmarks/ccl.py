@@ -14,8 +14,10 @@ process group and with the same buffers:
     symm_mem          torch.ops.symm_mem one_shot_all_reduce / two_shot_all_reduce_ (all_reduce only,
                       where torch has them; otherwise the row says why)
 
-Each figure is the median of --iters calls after --warmup, each call bracketed by CUDA events on
-rank 0 and launched from the host (perf_counter on the CPU backend: a smoke test, not a figure).
+Each figure is the median over --iters samples after --warmup calls, per call, on rank 0. A
+sample is a batch of calls launched back to back from the host between CUDA events, as
+nccl-tests times (enough calls for about 50 us; one for longer calls). On the CPU backend it is
+perf_counter around single calls: a smoke test, not a figure.
 Bus bandwidth follows NCCL: all_reduce moves 2(W-1)/W of the data per rank, the others (W-1)/W.
 --validate first checks each iris collective once per size against NCCL on small-integer data.
 Output: a table, printed as each point is measured, with each time's ratio to NCCL (>1: faster
