@@ -14,7 +14,7 @@ from iris.kernel_launch import BoundLaunch, bind
 
 # Barrier slots: slot 0 is device_barrier's own; a fused collective's program p uses slot p
 # (see iris.ccl._device), so a fused launch has at most this many programs.
-FUSED_PROGRAMS = 32
+FUSED_PROGRAMS = 128
 
 
 def reserved_bytes(world_size: int) -> int:

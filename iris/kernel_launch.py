@@ -21,12 +21,16 @@ from __future__ import annotations
 import inspect
 
 import torch
+from triton import knobs
+
+_RUNTIME_KNOBS = knobs.runtime  # the launch hooks live here
 
 
 class BoundLaunch:
     """One kernel, grid and argument list, ready to launch on the current stream (see :func:`bind`)."""
 
-    __slots__ = ("_kernel", "_grid", "_args", "_constexprs", "_compiled", "_values", "_device")
+    __slots__ = ("_kernel", "_grid", "_args", "_constexprs", "_compiled", "_values", "_device", "_run", "_function",
+                 "_metadata")
 
     def __init__(self, kernel, grid, args, constexprs):
         self._kernel, self._grid, self._args, self._constexprs = kernel, tuple(grid) + (1,) * (3 - len(grid)), args, \
@@ -48,6 +52,7 @@ class BoundLaunch:
         # The launcher takes every parameter in order (it skips the constexprs); pointers as addresses.
         self._values = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in self._args) + tuple(tail)
         self._device = torch.cuda.current_device()
+        self._run, self._function, self._metadata = compiled.run, compiled.function, compiled.packed_metadata
         self._compiled = compiled
         self._args = None  # from now on only addresses: no tensor is kept alive
 
@@ -58,14 +63,13 @@ class BoundLaunch:
             return
         stream = _current_stream(self._device)
         gx, gy, gz = self._grid
-        hooks = _launch_hooks()
-        if hooks is None:
-            compiled.run(gx, gy, gz, stream, compiled.function, compiled.packed_metadata, None, None, None,
-                         *self._values)
+        enter = _RUNTIME_KNOBS.launch_enter_hook
+        if enter is None or getattr(enter, "calls", None) == []:  # no hook (Triton 3.6 keeps an empty chain)
+            self._run(gx, gy, gz, stream, self._function, self._metadata, None, None, None, *self._values)
         else:  # as Triton launches it, so that the hook (a profiler) sees the launch
-            metadata = compiled.launch_metadata(self._grid, stream, *self._values)
-            compiled.run(gx, gy, gz, stream, compiled.function, compiled.packed_metadata, metadata, *hooks,
-                         *self._values)
+            launch_metadata = compiled.launch_metadata(self._grid, stream, *self._values)
+            self._run(gx, gy, gz, stream, self._function, self._metadata, launch_metadata, enter,
+                      _RUNTIME_KNOBS.launch_exit_hook, *self._values)
 
 
 def bind(kernel, grid, *args, **constexprs) -> BoundLaunch:
@@ -97,13 +101,3 @@ def _compiles() -> bool:
 def _current_stream(device: int) -> int:
     """The raw handle of ``device``'s current stream (the call Triton itself makes on each launch)."""
     return torch._C._cuda_getCurrentRawStream(device)
-
-
-def _launch_hooks():
-    """(enter, exit) launch hooks when one is installed, else None (then the launch calls no Python)."""
-    from triton import knobs
-
-    enter = knobs.runtime.launch_enter_hook
-    if enter is None or getattr(enter, "calls", None) == []:  # Triton 3.6 keeps an empty chain
-        return None
-    return enter, knobs.runtime.launch_exit_hook
