@@ -58,9 +58,9 @@ def median_us(fn, warmup: int, iters: int, gpu: bool, sample_us: float = 50.0) -
     holds enough calls to last about ``sample_us`` (1 for calls longer than that), so a small
     call's figure is its cost in a stream of calls, not one event pair's overhead.
     """
+    for _ in range(warmup):  # first calls compile and bind: not part of any figure
+        fn()
     if not gpu:  # the interpreter runs a launch to completion before returning
-        for _ in range(warmup):
-            fn()
         times = []
         for _ in range(iters):
             start = time.perf_counter()
@@ -69,11 +69,11 @@ def median_us(fn, warmup: int, iters: int, gpu: bool, sample_us: float = 50.0) -
         return statistics.median(times)
     first, last = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     first.record()
-    for _ in range(max(warmup, 1)):
+    for _ in range(3):
         fn()
     last.record()
     torch.cuda.synchronize()
-    batch = max(1, min(100, math.ceil(sample_us / max(first.elapsed_time(last) * 1e3 / max(warmup, 1), 1e-3))))
+    batch = max(1, min(100, math.ceil(sample_us / max(first.elapsed_time(last) * 1e3 / 3, 1e-3))))
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
     for start, end in events:
         start.record()

@@ -8,7 +8,7 @@ Variants (``Config.all_reduce_variant``):
   total, not per rank: the better choice for large messages.
 
 Both sum in a fixed member order in float32 (int32 for int32), so every member gets the same bits.
-Up to ``Config.fused_bytes`` per rank (64 KiB) either runs as one launch of one program with the
+Up to ``Config.fused_bytes`` per rank (4 MiB) either runs as one launch with the
 group's barriers inside (see :func:`iris.ccl._common.run`).
 """
 
@@ -23,8 +23,11 @@ from iris.ccl._device import enter, leave
 from iris.ccl._common import GROUP_ARGS
 from iris.ccl.config import ReduceOp
 
-# Per-rank bytes from which two_shot is chosen (see choose_variant).
-TWO_SHOT_FROM_BYTES = 1 << 20
+# The default variant by bytes per rank, for 2 ranks: (below this many bytes, variant), in order.
+# Measured on 2 x H200 (scratch probe of fused and unfused one_shot/two_shot, commit e6a119e, and
+# benchmarks/ccl.py at 881fe59 and 425ffc1; 2026-11-22): one_shot is ahead at 1 KiB (30 vs 36 us)
+# and at 16 MiB (64.6 vs 68.4 us, both runs), two_shot from 64 KiB to 4 MiB and from 64 MiB.
+VARIANT_BY_SIZE = ((64 << 10, "one_shot"), ((4 << 20) + 1, "two_shot"), (32 << 20, "one_shot"))
 
 
 @triton.jit
@@ -94,22 +97,29 @@ def _all_reduce_kernel(src, dst, numel, members, count, index, cur, heap_bases, 
                           ACC, BLOCK)
 
 
-def choose_variant(nbytes: int, in_place: bool) -> str:
-    """The default variant for ``nbytes`` per rank.
+def choose_variant(nbytes: int, in_place: bool, world_size: int) -> str:
+    """The default variant for ``nbytes`` per rank among ``world_size`` members.
 
-    ==================  ==========
-    case                variant
-    ==================  ==========
-    in place            two_shot (one_shot would overwrite what other members still read)
-    < 1 MiB per rank    one_shot
-    >= 1 MiB per rank   two_shot
-    ==================  ==========
+    ===========================  ==========
+    case                         variant
+    ===========================  ==========
+    in place                     two_shot (one_shot would overwrite what other members still read)
+    < 64 KiB                     one_shot
+    64 KiB to 4 MiB              two_shot
+    4 to 32 MiB, 2 members       one_shot
+    otherwise                    two_shot
+    ===========================  ==========
 
-    The 1 MiB threshold is a starting point, not yet measured: benchmarks/ccl.py will set it.
+    Measured at 2 ranks on 2 x H200 (:data:`VARIANT_BY_SIZE`). With more members one_shot reads
+    every input on every member, W times the traffic, so past 64 KiB two_shot is kept until 4
+    and 8 GPUs have been measured.
     """
     if in_place:
         return "two_shot"
-    return "one_shot" if nbytes < TWO_SHOT_FROM_BYTES else "two_shot"
+    variant = next((variant for below, variant in VARIANT_BY_SIZE if nbytes < below), "two_shot")
+    if variant == "one_shot" and nbytes >= VARIANT_BY_SIZE[0][0] and world_size > 2:
+        return "two_shot"  # the larger one_shot band was measured at 2 ranks only
+    return variant
 
 
 class Workspace:
@@ -133,7 +143,7 @@ def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=N
         group = workspace.group
     members = _common.participants(ctx, group)
     in_place = input.numel() > 0 and output.data_ptr() == input.data_ptr()
-    variant = config.all_reduce_variant or choose_variant(input.nbytes, in_place)
+    variant = config.all_reduce_variant or choose_variant(input.nbytes, in_place, members.size)
     if in_place and variant == "one_shot":
         raise ValueError("all_reduce: one_shot cannot run in place (other members still read input while it "
                          "would be overwritten); use Config(all_reduce_variant=\"two_shot\") or a separate output")

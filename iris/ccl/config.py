@@ -33,8 +33,9 @@ class Config:
             reduces one slice and sends it to all); None picks by size (see
             :func:`iris.ccl.all_reduce.choose_variant`).
         all_reduce_distribution: accepted for compatibility with the original API (0 or 1); unused.
-        fused_bytes: a collective of at most this many bytes per rank runs as one launch of one
-            program with the group's barriers inside, instead of three launches (0: never).
+        fused_bytes: a collective of at most this many bytes per rank (4 MiB) runs as one launch
+            whose programs run the group's barriers themselves, instead of three launches (0:
+            never). Measured on 2 x H200: fused is ahead up to 4 MiB, three launches from 64 MiB.
         reduce_scatter_variant: "two_shot", the only one.
 
     Example:
@@ -48,7 +49,7 @@ class Config:
     all_reduce_variant: str | None = None
     all_reduce_distribution: int = 0
     reduce_scatter_variant: str = "two_shot"
-    fused_bytes: int = 64 << 10
+    fused_bytes: int = 4 << 20
 
     def __post_init__(self):
         for name in ("block_size", "block_size_m", "block_size_n"):
