@@ -50,13 +50,17 @@ def parse_size(text: str) -> int:
     return int(match[1]) << {"K": 10, "M": 20, "G": 30, "": 20}[match[2].upper()]
 
 
-def median_us(fn, warmup: int, iters: int, gpu: bool, sample_us: float = 50.0) -> float:
+def median_us(fn, warmup: int, iters: int, gpu: bool, sample_us: float = 50.0, agree=None) -> float:
     """Median microseconds per call of ``fn``, over ``iters`` samples after ``warmup`` untimed calls.
 
     On a GPU a sample is a batch of calls launched back to back from the host between two CUDA
     events, as nccl-tests times (the per-call figure is the batch's time over its size). The batch
     holds enough calls to last about ``sample_us`` (1 for calls longer than that), so a small
     call's figure is its cost in a stream of calls, not one event pair's overhead.
+
+    ``agree``: for a collective ``fn``, a function that makes every rank use the same batch size
+    (say ``lambda b: ctx.broadcast(b, src=0)``); ranks calling a collective a different number of
+    times would hang.
     """
     for _ in range(warmup):  # first calls compile and bind: not part of any figure
         fn()
@@ -74,6 +78,8 @@ def median_us(fn, warmup: int, iters: int, gpu: bool, sample_us: float = 50.0) -
     last.record()
     torch.cuda.synchronize()
     batch = max(1, min(100, math.ceil(sample_us / max(first.elapsed_time(last) * 1e3 / 3, 1e-3))))
+    if agree is not None:
+        batch = int(agree(batch))
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
     for start, end in events:
         start.record()

@@ -220,7 +220,7 @@ def main() -> int:
                     calls.update(extra)
                 for label, call in calls.items():
                     ctx.barrier()
-                    us = median_us(call, args.warmup, args.iters, gpu)
+                    us = median_us(call, args.warmup, args.iters, gpu, agree=lambda batch: ctx.broadcast(batch, src=0))
                     us = ctx.broadcast(us, src=0)
                     seconds = us / 1e6
                     rows.append({**base, "collective": name, "dtype": dtype_name, "bytes": nbytes, "impl": label,
