@@ -89,8 +89,8 @@ def test_repeated_calls_replay_their_launches_on_new_data(ranks):
 def test_default_all_reduce_variant_follows_the_measured_table():
     from iris.ccl.all_reduce import choose_variant
 
-    assert choose_variant(1024, in_place=False, world_size=2) == "one_shot"
-    assert choose_variant(64 << 10, in_place=False, world_size=2) == "two_shot"
+    assert choose_variant(1024, in_place=False, world_size=2) == "two_shot"
+    assert choose_variant(4 << 20, in_place=False, world_size=2) == "two_shot"
     assert choose_variant(16 << 20, in_place=False, world_size=2) == "one_shot"
     assert choose_variant(16 << 20, in_place=False, world_size=8) == "two_shot"  # measured at 2 ranks only
     assert choose_variant(256 << 20, in_place=False, world_size=2) == "two_shot"

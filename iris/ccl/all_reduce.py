@@ -24,10 +24,10 @@ from iris.ccl._common import GROUP_ARGS
 from iris.ccl.config import ReduceOp
 
 # The default variant by bytes per rank, for 2 ranks: (below this many bytes, variant), in order.
-# Measured on 2 x H200 (scratch probe of fused and unfused one_shot/two_shot, commit e6a119e, and
-# benchmarks/ccl.py at 881fe59 and 425ffc1; 2026-11-22): one_shot is ahead at 1 KiB (30 vs 36 us)
-# and at 16 MiB (64.6 vs 68.4 us, both runs), two_shot from 64 KiB to 4 MiB and from 64 MiB.
-VARIANT_BY_SIZE = ((64 << 10, "one_shot"), ((4 << 20) + 1, "two_shot"), (32 << 20, "one_shot"))
+# Measured on 2 x H200 with benchmarks/ccl.py (batches of back-to-back calls; two runs at 373b63c,
+# 2026-11-22): two_shot is ahead or even up to 4 MiB (1 KiB: 10.3 and 10.2 us against one_shot's 17.4
+# and 19.8), one_shot at 16 MiB (65.1 and 65.0 against 68.4 and 68.4), the two even from 64 MiB.
+VARIANT_BY_SIZE = (((4 << 20) + 1, "two_shot"), (32 << 20, "one_shot"))
 
 
 @triton.jit
@@ -104,21 +104,20 @@ def choose_variant(nbytes: int, in_place: bool, world_size: int) -> str:
     case                         variant
     ===========================  ==========
     in place                     two_shot (one_shot would overwrite what other members still read)
-    < 64 KiB                     one_shot
-    64 KiB to 4 MiB              two_shot
+    up to 4 MiB                  two_shot
     4 to 32 MiB, 2 members       one_shot
     otherwise                    two_shot
     ===========================  ==========
 
     Measured at 2 ranks on 2 x H200 (:data:`VARIANT_BY_SIZE`). With more members one_shot reads
-    every input on every member, W times the traffic, so past 64 KiB two_shot is kept until 4
-    and 8 GPUs have been measured.
+    every input on every member, W times the traffic, so two_shot is kept there until 4 and 8
+    GPUs have been measured.
     """
     if in_place:
         return "two_shot"
     variant = next((variant for below, variant in VARIANT_BY_SIZE if nbytes < below), "two_shot")
-    if variant == "one_shot" and nbytes >= VARIANT_BY_SIZE[0][0] and world_size > 2:
-        return "two_shot"  # the larger one_shot band was measured at 2 ranks only
+    if variant == "one_shot" and world_size > 2:
+        return "two_shot"  # the one_shot band was measured at 2 ranks only
     return variant
 
 
