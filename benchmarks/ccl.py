@@ -9,6 +9,8 @@ times that; reduce_scatter's input is split W ways). For every collective, dtype
 process group and with the same buffers:
 
     iris              ctx.ccl.<collective> with its default variant (all_reduce: also each variant)
+    iris.copy_in      the input copied from a plain tensor into a heap buffer, then the collective:
+                      the documented path for inputs that are not on the heap (see iris.ccl)
     nccl              torch.distributed (all_reduce, all_gather_into_tensor, reduce_scatter_tensor,
                       all_to_all_single); gloo on the CPU backend
     symm_mem          torch.ops.symm_mem one_shot_all_reduce / two_shot_all_reduce_ (all_reduce only,
@@ -19,7 +21,8 @@ sample is a batch of calls launched back to back from the host between CUDA even
 nccl-tests times (enough calls for about 50 us; one for longer calls). On the CPU backend it is
 perf_counter around single calls: a smoke test, not a figure.
 Bus bandwidth follows NCCL: all_reduce moves 2(W-1)/W of the data per rank, the others (W-1)/W.
---validate first checks each iris collective once per size against NCCL on small-integer data.
+--validate first checks every iris row (each variant, copy-in) once per size against NCCL on
+small-integer data.
 Output: a table, printed as each point is measured, with each time's ratio to NCCL (>1: faster
 than NCCL); at the end a CSV and, with matplotlib, one PNG per collective (latency and bus
 bandwidth against size) under benchmarks/results/.
@@ -43,13 +46,14 @@ import torch.distributed as dist
 from _results import RESULTS, git_commit, median_us, parse_size, write_csv
 
 import iris
+from iris.capabilities import find_limitation
 from iris.ccl import Config
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "int32": torch.int32,
           "fp8e4m3": torch.float8_e4m3fn, "fp8e5m2": torch.float8_e5m2}
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 REDUCING = ("all_reduce", "reduce_scatter")
-ALL_REDUCE_VARIANTS = ("one_shot", "two_shot")
+ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "atomic", "spinlock")
 
 
 def parse_args(gpu: bool) -> argparse.Namespace:
@@ -98,11 +102,26 @@ def fill(tensor: torch.Tensor, rank: int) -> None:
     tensor.copy_(values.to(torch.int32) if tensor.dtype == torch.int32 else values.float().to(tensor.dtype))
 
 
-def iris_calls(ctx, name, inp, out, world):
-    """label -> zero-argument call of iris for this point."""
+def iris_calls(ctx, name, inp, out, world, plain_in):
+    """label -> zero-argument call of iris for this point (or why that variant cannot run here).
+
+    ``iris.copy_in`` is the documented path for an input that is not on the heap: copy it into a
+    heap buffer made once (here ``inp``), then call the collective; ``plain_in`` is that input.
+    """
+    calls = _iris_variants(ctx, name, inp, out, world)
+    default = calls["iris"]
+    calls["iris.copy_in"] = lambda: (inp.copy_(plain_in), default())
+    return calls
+
+
+def _iris_variants(ctx, name, inp, out, world):
     if name == "all_reduce":
         calls = {"iris": lambda: ctx.ccl.all_reduce(out, inp)}
         for variant in ALL_REDUCE_VARIANTS:
+            row = find_limitation(iris.runtime.SELECTED, "atomic", inp.dtype, concurrent=True)
+            if variant == "atomic" and row is not None:
+                calls[f"iris.{variant}"] = row.reason
+                continue
             config = Config(all_reduce_variant=variant)
             calls[f"iris.{variant}"] = lambda config=config: ctx.ccl.all_reduce(out, inp, config=config)
         return calls
@@ -160,14 +179,10 @@ def validate(ctx, name, buffers, dtype, nbytes, world, rank) -> list[str]:
     n_in, n_out = counts(name, nbytes, size, world)
     inp, out = buffers.pair(buffers.heap, dtype, n_in, n_out)
     ref_in, ref_out = buffers.pair(buffers.plain, dtype, n_in, n_out)
-    fill(inp, rank)
     fill(ref_in, rank)
-    out.zero_()
     ref_out.zero_()
-    iris_calls(ctx, name, inp, out, world)["iris"]()
     nccl_call(name, ref_in, ref_out)()
-    ctx.barrier()
-    got, want = (out, ref_out) if name != "all_reduce" else (out, ref_in)
+    want = (ref_out if name != "all_reduce" else ref_in).clone()  # ref_in is refilled below
     if name == "all_to_all":  # the original's column chunks, not NCCL's row chunks: build the expectation
         rows, cols = all_to_all_shape(n_in, world)
         chunk = cols // world
@@ -177,9 +192,19 @@ def validate(ctx, name, buffers, dtype, nbytes, world, rank) -> list[str]:
             fill(x, peer)
             inputs.append(x[:, rank * chunk:(rank + 1) * chunk])
         want = torch.cat(inputs, dim=1)
-    if not torch.equal(got.reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8)):
-        return [f"{name} {nbytes} B {dtype}: iris differs from torch.distributed"]
-    return []
+    problems = []
+    fill(ref_in, rank)  # the plain input of iris.copy_in (all_reduce overwrote it in place)
+    for label, call in iris_calls(ctx, name, inp, out, world, ref_in).items():
+        if isinstance(call, str):
+            continue
+        fill(inp, rank)
+        out.zero_()
+        ctx.barrier()
+        call()
+        ctx.barrier()
+        if not torch.equal(out.reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8)):
+            problems.append(f"{name} {nbytes} B {dtype}: {label} differs from torch.distributed")
+    return problems
 
 
 def main() -> int:
@@ -211,14 +236,17 @@ def main() -> int:
                     problems += validate(ctx, name, buffers, dtype, nbytes, world, rank)
                 inp, out = buffers.pair(buffers.heap, dtype, n_in, n_out)
                 ref_in, ref_out = buffers.pair(buffers.plain, dtype, n_in, n_out)
-                calls = iris_calls(ctx, name, inp, out, world)
+                calls = iris_calls(ctx, name, inp, out, world, ref_in)
                 first = len(rows)
                 calls["nccl"] = nccl_call(name, ref_in, ref_out)
-                why = ""
                 if name == "all_reduce":
                     extra, why = symm_mem_calls(n_in, dtype, device)
-                    calls.update(extra)
+                    calls.update(extra or {"symm_mem": why})
                 for label, call in calls.items():
+                    if isinstance(call, str):  # this implementation cannot run here: the string says why
+                        rows.append({**base, "collective": name, "dtype": dtype_name, "bytes": nbytes,
+                                     "impl": label, "us": "", "busbw_gbps": "", "note": call})
+                        continue
                     ctx.barrier()
                     us = median_us(call, args.warmup, args.iters, gpu, agree=lambda batch: ctx.broadcast(batch, src=0))
                     us = ctx.broadcast(us, src=0)
@@ -226,9 +254,6 @@ def main() -> int:
                     rows.append({**base, "collective": name, "dtype": dtype_name, "bytes": nbytes, "impl": label,
                                  "us": us, "busbw_gbps": bus_bytes(name, nbytes, world) * bus_factor(name, world)
                                  / seconds / 1e9, "note": ""})
-                if why:
-                    rows.append({**base, "collective": name, "dtype": dtype_name, "bytes": nbytes,
-                                 "impl": "symm_mem", "us": "", "busbw_gbps": "", "note": why})
                 if rank == 0:
                     print_point(rows[first:])
     ctx.barrier()

@@ -6,7 +6,11 @@ rank knows every rank's input (seeded), so each member checks its own result:
 - all_gather, all_to_all, broadcast move bytes: the result is bit-exact;
 - all_reduce, reduce_scatter: inputs are small multiples of 1/4, so the float32 (int32) accumulation is exact and
   the result must equal the float64 reference rounded once to the dtype, bit for bit, on every
-  member (so every member also holds the same bits).
+  member (so every member also holds the same bits). all_reduce's atomic and spinlock variants
+  accumulate in the output's dtype, in whatever order members' updates land: their inputs are
+  smaller (within +-4), so that every partial sum of up to 8 members is exact even in bfloat16.
+  Where the backend cannot do the atomic variant's dtype or op, the property is its refusal
+  (a TypeError naming the variant, before any launch), per iris.capabilities.
 """
 
 import torch
@@ -16,11 +20,14 @@ from hypothesis import strategies as st
 from conformance import harness
 from conformance.dtypes import element_size, values
 from conformance.profiles import current
+from iris.capabilities import find_limitation
 from iris.ccl import Config, ReduceOp
+from iris.runtime import SELECTED
 
 REDUCE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32)
 MOVE_DTYPES = REDUCE_DTYPES + (torch.float8_e4m3fn, torch.float8_e5m2)
 REDUCING = ("all_reduce", "reduce_scatter")
+ACCUMULATING = ("atomic", "spinlock")  # all_reduce variants that add into the outputs in any order
 POISON = 0xA5  # the bytes of reduce_scatter's output that the original layout leaves alone
 ALIGN = 256
 
@@ -33,7 +40,8 @@ def _input(case, rank: int) -> torch.Tensor:
     g = harness.generator(case["seed"], rank, 11)
     count = shape[0] * shape[1]
     if case["op"] in REDUCING:
-        quarters = torch.randint(-64, 65, (count,), generator=g)
+        bound = 16 if case.get("variant") in ACCUMULATING else 64
+        quarters = torch.randint(-bound, bound + 1, (count,), generator=g)
         data = quarters.to(torch.int32) if case["dtype"] == torch.int32 else (quarters / 4).to(case["dtype"])
     else:
         data = values(case["dtype"], count, g)
@@ -91,6 +99,10 @@ def _collective_on_rank(case):
         x = harness.region(src_offset, mine.numel(), dtype).view(mine.shape)
         x.copy_(harness.to_device(mine, device))
         target = x if case["in_place"] else out
+        refusal = _atomic_refusal(case)
+        if refusal:
+            return harness.Verdict(_expect_refusal(ctx.ccl.all_reduce, target, x, op=ReduceOp(case["reduce"]),
+                                                   group=group, config=config))
         violations += harness.attempt(ctx.ccl.all_reduce, target, x, op=ReduceOp(case["reduce"]), group=group,
                                       config=config)
         out = target
@@ -113,6 +125,23 @@ def _collective_on_rank(case):
     return harness.Verdict(violations)
 
 
+def _atomic_refusal(case) -> bool:
+    """Whether all_reduce must refuse the case: the atomic variant where atomics cannot do it."""
+    if case.get("variant") != "atomic":
+        return False
+    if case["reduce"] != "sum" and case["dtype"] not in (torch.float32, torch.int32):
+        return True
+    return find_limitation(SELECTED or "", "atomic", case["dtype"], concurrent=True) is not None
+
+
+def _expect_refusal(call, *args, **kwargs) -> list[str]:
+    try:
+        call(*args, **kwargs)
+    except TypeError as exc:
+        return [] if "atomic variant" in str(exc) else [f"refused with an unexpected message: {exc}"]
+    return ["the atomic variant ran a dtype or op that the backend cannot update atomically"]
+
+
 @st.composite
 def collective_cases(draw, world_size: int):
     op = draw(st.sampled_from(("all_gather", "all_to_all", "broadcast", "all_reduce", "reduce_scatter")))
@@ -127,7 +156,7 @@ def collective_cases(draw, world_size: int):
         case["src"] = draw(st.sampled_from(members))
     if op == "all_reduce":
         case.update(reduce=draw(st.sampled_from(("sum", "max", "min"))), in_place=draw(st.booleans()))
-        variants = ("two_shot",) if case["in_place"] else ("one_shot", "two_shot")
+        variants = ("two_shot",) if case["in_place"] else ("one_shot", "two_shot") + ACCUMULATING
         case["variant"] = draw(st.sampled_from(variants))
     if op == "reduce_scatter":
         layout = draw(st.sampled_from(("torch", "original"))) if len(members) > 1 else "torch"

@@ -9,6 +9,7 @@ import torch
 
 from iris import runtime, sim
 from iris.ccl import CCL
+from iris.ccl._common import reserved_bytes as ccl_reserved_bytes
 from iris.device.context import build_context_tensor
 from iris import debug as debug_mode
 from iris.device_barrier import DeviceBarrier, reserved_bytes
@@ -71,7 +72,8 @@ class Iris(TensorFactories):
         self.device = device
         self.gpu_id = device.index or 0
         self.heap_size = int(heap_size)
-        self.heap = SymmetricHeap(backend, self.heap_size, device, comm, reserved=reserved_bytes(self.num_ranks))
+        reserved = reserved_bytes(self.num_ranks) + ccl_reserved_bytes()  # device barrier, then collectives
+        self.heap = SymmetricHeap(backend, self.heap_size, device, comm, reserved=reserved)
         self.heap_bases = torch.tensor(self.heap.bases, dtype=torch.int64, device=device)
         self._device_barrier = DeviceBarrier(self.heap, self.cur_rank, self.num_ranks, self.heap_bases)
         self.ccl = CCL(self)  # collectives: ctx.ccl.all_reduce(...), see iris.ccl

@@ -95,3 +95,25 @@ def test_default_all_reduce_variant_follows_the_measured_table():
     assert choose_variant(16 << 20, in_place=False, world_size=8) == "two_shot"  # measured at 2 ranks only
     assert choose_variant(256 << 20, in_place=False, world_size=2) == "two_shot"
     assert choose_variant(1024, in_place=True, world_size=2) == "two_shot"  # one_shot cannot run in place
+
+
+def _every_all_reduce_variant():
+    ctx = iris.iris(1 << 20)
+    rank = ctx.get_rank()
+    seen = {}
+    for variant in ("one_shot", "two_shot", "atomic", "spinlock"):
+        for dtype in (torch.float32, torch.int32):
+            for op in (ReduceOp.SUM, ReduceOp.MAX):
+                x = ctx.full((1000,), rank + 1, dtype=dtype)  # 16 blocks of 64: many programs, a ragged tail
+                out = ctx.zeros(1000, dtype=dtype)
+                ctx.ccl.all_reduce(out, x, op=op, config=Config(all_reduce_variant=variant, block_size=64))
+                seen[(variant, str(dtype), op.name)] = out.unique().tolist()
+    ctx.close()
+    return seen
+
+
+def test_every_all_reduce_variant_reduces_every_element(ranks):
+    w = ranks.world_size
+    for seen in ranks.run(_every_all_reduce_variant):
+        for (variant, dtype, op), values in seen.items():
+            assert values == [w * (w + 1) // 2 if op == "SUM" else w], (variant, dtype, op)

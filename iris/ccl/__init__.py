@@ -4,7 +4,10 @@ Every collective is launched on the current stream, checks its arguments before 
 starts with a device barrier of its group (every member's buffers are ready) and, unless
 ``async_op=True``, ends with one (every member's result is complete in stream order).
 Nothing falls back to NCCL or torch.distributed: a tensor another rank must reach has to be
-on the symmetric heap (``ctx.empty``/``ctx.zeros``, or ``ctx.as_symmetric(t)`` to copy it in).
+on the symmetric heap (``ctx.empty``/``ctx.zeros``). Copy-in path for a tensor that is not:
+make a heap buffer once (``stage = ctx.empty_like(t)``, or ``ctx.as_symmetric(t)``, which
+allocates a new one on every call) and ``stage.copy_(t)`` before each collective; the benchmark
+(benchmarks/ccl.py) times this path beside the others as ``iris.copy_in``.
 
 A call remembers its launches (see :mod:`iris.kernel_launch`): called again with the same
 tensors (address, shape, strides, dtype) and arguments, a collective skips its checks and
@@ -54,7 +57,11 @@ class CCL:
     """The collectives of one Iris context (``ctx.ccl``); see :mod:`iris.ccl`."""
 
     def __init__(self, ctx):
+        from iris.ccl._common import lock_words
+
         self._ctx = ctx
+        self._locks = lock_words(ctx)  # the heap's reserved tail is not zeroed by the allocator
+        self._locks.zero_()
         self._plans: dict = {}
         self._recorded = None
 

@@ -3,14 +3,31 @@
 from __future__ import annotations
 
 import torch
+import triton.language as tl
 
 from iris.ccl.config import Config
+from iris import device_barrier
 from iris.device_barrier import FUSED_PROGRAMS
 from iris.kernel_launch import bind
 
 # Kernel arguments that name ranks or the group's size: kept generic, so one compilation serves every
 # rank and group (Triton would otherwise specialize on a value of 1).
 GROUP_ARGS = ("count", "index", "cur")
+
+# The spinlock all_reduce's lock words (int32), per rank, in the heap's reserved tail after the device
+# barrier's counters; block b of an output is guarded by word b % LOCK_WORDS of its member.
+LOCK_WORDS = tl.constexpr(4096)
+
+
+def reserved_bytes() -> int:
+    """Heap bytes the collectives reserve past the device barrier's: the lock words."""
+    return 4 * LOCK_WORDS.value
+
+
+def lock_words(ctx) -> torch.Tensor:
+    """This rank's lock words (zeroed when the context is made, see :class:`iris.ccl.CCL`)."""
+    return ctx.heap.internal(device_barrier.reserved_bytes(ctx.get_num_ranks()), LOCK_WORDS.value, torch.int32)
+
 
 REDUCE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32)
 MOVE_DTYPES = REDUCE_DTYPES + (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -52,7 +69,8 @@ def check_tensor(ctx, what: str, name: str, tensor: torch.Tensor, dtypes, symmet
         raise ValueError(f"{what}: {name} must be contiguous (call .contiguous() on it first)")
     if symmetric and tensor.numel() and not ctx.is_symmetric(tensor):  # an empty tensor is never reached
         raise ValueError(f"{what}: {name} is not on the symmetric heap, so other ranks cannot reach it; "
-                         "allocate it with ctx.empty/ctx.zeros(...) or copy it in with ctx.as_symmetric(tensor)")
+                         "allocate it with ctx.empty/ctx.zeros(...), or copy it into a heap buffer made once "
+                         "(stage = ctx.empty_like(tensor); stage.copy_(tensor)) and pass that")
 
 
 def config_or_default(config) -> Config:

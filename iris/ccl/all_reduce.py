@@ -6,22 +6,34 @@ Variants (``Config.all_reduce_variant``):
 - two_shot: member i reduces slice i of the elements (reading it from every member) and writes
   the result into every member's output: each element is read W times and written W times in
   total, not per rank: the better choice for large messages.
+- atomic: each member starts its output from its own input, then atomically adds (max, min)
+  its input into every other member's output. float32 and int32 for MAX and MIN; SUM also
+  float16 and bfloat16 where the backend's atomics allow (see iris.capabilities).
+- spinlock: as atomic, but each update is a plain read-modify-write of a block under a lock
+  word of that block on the receiving member: any dtype and op.
 
-Both sum in a fixed member order in float32 (int32 for int32), so every member gets the same bits.
+atomic and spinlock always run fused (their programs seed their own output before entering the
+barrier) and not in place; the order in which members' updates land varies, so float results
+may differ between members in the last bit once more than two members add.
+
+one_shot and two_shot sum in a fixed member order in float32 (int32 for int32), so every member
+gets the same bits.
 Up to ``Config.fused_bytes`` per rank (4 MiB) either runs as one launch with the
 group's barriers inside (see :func:`iris.ccl._common.run`).
 """
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
 import iris
 from iris.ccl import _common
 from iris.ccl._device import enter, leave
-from iris.ccl._common import GROUP_ARGS
+from iris.ccl._common import GROUP_ARGS, LOCK_WORDS
 from iris.ccl.config import ReduceOp
+from iris.capabilities import find_limitation
 
 # The default variant by bytes per rank, for 2 ranks: (below this many bytes, variant), in order.
 # Measured on 2 x H200 with benchmarks/ccl.py (batches of back-to-back calls; two runs at 373b63c,
@@ -73,28 +85,69 @@ def _two_shot_piece(pid, src, dst, numel, members, count, index, cur, heap_bases
 
 
 @triton.jit
-def _all_reduce_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, TWO_SHOT: tl.constexpr,
+def _seed_piece(pid, src, dst, numel, BLOCK: tl.constexpr):
+    """atomic, spinlock: this member's own input is where its output starts."""
+    offs = tl.cast(pid, tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def _accumulate_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, locks, SPINLOCK: tl.constexpr,
                       OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
-    if TWO_SHOT:
+    """atomic, spinlock: combine this member's block into every other member's output."""
+    offs = tl.cast(pid, tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    x = tl.load(src + offs, mask=mask)
+    for i in range(1, count):
+        peer = tl.load(members + (index + i) % count)  # start at a different peer on every rank
+        if SPINLOCK:
+            lock = locks + tl.cast(pid, tl.int64) % LOCK_WORDS
+            while iris.atomic_cas(lock, 0, 1, cur, peer, heap_bases, sem="acquire", scope="sys") != 0:
+                pass
+            tl.debug_barrier()  # the acquire before any thread reads the block
+            theirs = iris.load(dst + offs, cur, peer, heap_bases, mask=mask, volatile=True)
+            combined = _combine(theirs.to(ACC), x.to(ACC), OP).to(dst.dtype.element_ty)
+            iris.store(dst + offs, combined, cur, peer, heap_bases, mask=mask)
+            tl.debug_barrier()  # every thread's store before the release
+            iris.atomic_xchg(lock, 0, cur, peer, heap_bases, sem="release", scope="sys")
+        elif OP == "sum":
+            iris.atomic_add(dst + offs, x, cur, peer, heap_bases, mask=mask, sem="relaxed", scope="sys")
+        elif OP == "max":
+            iris.atomic_max(dst + offs, x, cur, peer, heap_bases, mask=mask, sem="relaxed", scope="sys")
+        else:
+            iris.atomic_min(dst + offs, x, cur, peer, heap_bases, mask=mask, sem="relaxed", scope="sys")
+
+
+@triton.jit
+def _all_reduce_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, locks, VARIANT: tl.constexpr,
+                      OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    if VARIANT == "two_shot":
         _two_shot_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, OP, ACC, BLOCK)
-    else:
+    elif VARIANT == "one_shot":
         _one_shot_piece(pid, src, dst, numel, members, count, cur, heap_bases, OP, ACC, BLOCK)
+    else:
+        _accumulate_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, locks,
+                          VARIANT == "spinlock", OP, ACC, BLOCK)
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
-def _all_reduce_kernel(src, dst, numel, members, count, index, cur, heap_bases, arrivals, expected, programs,
+def _all_reduce_kernel(src, dst, numel, members, count, index, cur, heap_bases, locks, arrivals, expected, programs,
                        FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr,
-                       BARRIER_BLOCK: tl.constexpr, TWO_SHOT: tl.constexpr, OP: tl.constexpr, ACC: tl.constexpr,
+                       BARRIER_BLOCK: tl.constexpr, VARIANT: tl.constexpr, OP: tl.constexpr, ACC: tl.constexpr,
                        BLOCK: tl.constexpr):
     if FUSED:
+        if (VARIANT == "atomic") or (VARIANT == "spinlock"):
+            for pid in range(tl.program_id(0), programs, tl.num_programs(0)):
+                _seed_piece(pid, src, dst, numel, BLOCK)
         enter(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
         for pid in range(tl.program_id(0), programs, tl.num_programs(0)):
-            _all_reduce_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, TWO_SHOT, OP, ACC,
+            _all_reduce_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, locks, VARIANT, OP, ACC,
                               BLOCK)
         leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK)
     else:
-        _all_reduce_piece(tl.program_id(0), src, dst, numel, members, count, index, cur, heap_bases, TWO_SHOT, OP,
-                          ACC, BLOCK)
+        _all_reduce_piece(tl.program_id(0), src, dst, numel, members, count, index, cur, heap_bases, locks, VARIANT,
+                          OP, ACC, BLOCK)
 
 
 def choose_variant(nbytes: int, in_place: bool, world_size: int) -> str:
@@ -130,6 +183,17 @@ class Workspace:
         self.members = members
 
 
+def _check_atomic(ctx, dtype, op) -> None:
+    """The atomic variant needs the backend's atomics for ``dtype`` and ``op`` (errors before any launch)."""
+    if op is not ReduceOp.SUM and dtype not in (torch.float32, torch.int32):
+        raise TypeError(f"all_reduce: the atomic variant does {op.name} on float32 and int32 only, not "
+                        f"{str(dtype).removeprefix('torch.')}; use another variant")
+    row = find_limitation(ctx.backend.name, "atomic", dtype, concurrent=True)
+    if row is not None:
+        raise TypeError(f"all_reduce: the atomic variant cannot add {row.dtype} on the {row.backend} backend: "
+                        f"{row.reason}; use another variant")
+
+
 def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=None):
     """Check the tensors and resolve the variant once; pass the result as ``workspace=`` to reuse it."""
     config = _common.config_or_default(config)
@@ -143,10 +207,10 @@ def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=N
     members = _common.participants(ctx, group)
     in_place = input.numel() > 0 and output.data_ptr() == input.data_ptr()
     variant = config.all_reduce_variant or choose_variant(input.nbytes, in_place, members.size)
-    if in_place and variant == "one_shot":
-        raise ValueError("all_reduce: one_shot cannot run in place (other members still read input while it "
+    if in_place and variant != "two_shot":
+        raise ValueError(f"all_reduce: {variant} cannot run in place (other members still read input while it "
                          "would be overwritten); use Config(all_reduce_variant=\"two_shot\") or a separate output")
-    _common.check_tensor(ctx, what, "output", output, _common.REDUCE_DTYPES, symmetric=variant == "two_shot")
+    _common.check_tensor(ctx, what, "output", output, _common.REDUCE_DTYPES, symmetric=variant != "one_shot")
     return Workspace(variant, group, members)
 
 
@@ -178,8 +242,12 @@ def all_reduce(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, 
     members = workspace.members
     numel = input.numel()
     blocks = triton.cdiv(numel, config.block_size)
-    two_shot = workspace.variant == "two_shot"
-    _common.run(ctx, group, async_op, _common.fuse(config, input.nbytes), _all_reduce_kernel,
-                triton.cdiv(blocks, members.size) if two_shot else blocks, input, output, numel, members.tensor,
-                members.size, members.index, ctx.get_rank(), ctx.get_heap_bases(), TWO_SHOT=two_shot, OP=op.value,
+    variant = workspace.variant
+    if variant == "atomic":
+        _check_atomic(ctx, input.dtype, op)
+    fuse = variant in ("atomic", "spinlock") or _common.fuse(config, input.nbytes)
+    _common.run(ctx, group, async_op, fuse, _all_reduce_kernel,
+                triton.cdiv(blocks, members.size) if variant == "two_shot" else blocks, input, output, numel,
+                members.tensor, members.size, members.index, ctx.get_rank(), ctx.get_heap_bases(),
+                ctx.ccl._locks, VARIANT=variant, OP=op.value,
                 ACC=tl.float32 if input.dtype.is_floating_point else tl.int32, BLOCK=config.block_size)
