@@ -53,7 +53,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, 
           "fp8e4m3": torch.float8_e4m3fn, "fp8e5m2": torch.float8_e5m2}
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 REDUCING = ("all_reduce", "reduce_scatter")
-ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "atomic", "spinlock")
+ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "atomic", "spinlock", "ring")
 
 
 def parse_args(gpu: bool) -> argparse.Namespace:

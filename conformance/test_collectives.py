@@ -6,9 +6,10 @@ rank knows every rank's input (seeded), so each member checks its own result:
 - all_gather, all_to_all, broadcast move bytes: the result is bit-exact;
 - all_reduce, reduce_scatter: inputs are small multiples of 1/4, so the float32 (int32) accumulation is exact and
   the result must equal the float64 reference rounded once to the dtype, bit for bit, on every
-  member (so every member also holds the same bits). all_reduce's atomic and spinlock variants
-  accumulate in the output's dtype, in whatever order members' updates land: their inputs are
-  smaller (within +-4), so that every partial sum of up to 8 members is exact even in bfloat16.
+  member (so every member also holds the same bits). all_reduce's atomic, spinlock and ring variants
+  keep partial sums in the output's dtype (atomic and spinlock in whatever order members'
+  updates land): their inputs are smaller (within +-4), so that every partial sum of up to 8
+  members is exact even in bfloat16.
   Where the backend cannot do the atomic variant's dtype or op, the property is its refusal
   (a TypeError naming the variant, before any launch), per iris.capabilities.
 """
@@ -27,7 +28,8 @@ from iris.runtime import SELECTED
 REDUCE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32)
 MOVE_DTYPES = REDUCE_DTYPES + (torch.float8_e4m3fn, torch.float8_e5m2)
 REDUCING = ("all_reduce", "reduce_scatter")
-ACCUMULATING = ("atomic", "spinlock")  # all_reduce variants that add into the outputs in any order
+# all_reduce variants that round partial sums in the output's dtype (atomic, spinlock: in any order)
+STEPWISE = ("atomic", "spinlock", "ring")
 POISON = 0xA5  # the bytes of reduce_scatter's output that the original layout leaves alone
 ALIGN = 256
 
@@ -40,7 +42,7 @@ def _input(case, rank: int) -> torch.Tensor:
     g = harness.generator(case["seed"], rank, 11)
     count = shape[0] * shape[1]
     if case["op"] in REDUCING:
-        bound = 16 if case.get("variant") in ACCUMULATING else 64
+        bound = 16 if case.get("variant") in STEPWISE else 64
         quarters = torch.randint(-bound, bound + 1, (count,), generator=g)
         data = quarters.to(torch.int32) if case["dtype"] == torch.int32 else (quarters / 4).to(case["dtype"])
     else:
@@ -156,7 +158,7 @@ def collective_cases(draw, world_size: int):
         case["src"] = draw(st.sampled_from(members))
     if op == "all_reduce":
         case.update(reduce=draw(st.sampled_from(("sum", "max", "min"))), in_place=draw(st.booleans()))
-        variants = ("two_shot",) if case["in_place"] else ("one_shot", "two_shot") + ACCUMULATING
+        variants = ("two_shot",) if case["in_place"] else ("one_shot", "two_shot") + STEPWISE
         case["variant"] = draw(st.sampled_from(variants))
     if op == "reduce_scatter":
         layout = draw(st.sampled_from(("torch", "original"))) if len(members) > 1 else "torch"

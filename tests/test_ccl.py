@@ -101,7 +101,7 @@ def _every_all_reduce_variant():
     ctx = iris.iris(1 << 20)
     rank = ctx.get_rank()
     seen = {}
-    for variant in ("one_shot", "two_shot", "atomic", "spinlock"):
+    for variant in ("one_shot", "two_shot", "atomic", "spinlock", "ring"):
         for dtype in (torch.float32, torch.int32):
             for op in (ReduceOp.SUM, ReduceOp.MAX):
                 x = ctx.full((1000,), rank + 1, dtype=dtype)  # 16 blocks of 64: many programs, a ragged tail

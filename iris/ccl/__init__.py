@@ -57,11 +57,14 @@ class CCL:
     """The collectives of one Iris context (``ctx.ccl``); see :mod:`iris.ccl`."""
 
     def __init__(self, ctx):
-        from iris.ccl._common import lock_words
+        from iris.ccl._common import lock_words, ring_flags
 
         self._ctx = ctx
         self._locks = lock_words(ctx)  # the heap's reserved tail is not zeroed by the allocator
         self._locks.zero_()
+        self._ring_flags = ring_flags(ctx)  # a program's counter: its left neighbour adds 1 per step
+        self._ring_flags.zero_()
+        self._ring_counts = torch.zeros_like(self._ring_flags)  # local: what each program has seen so far
         self._plans: dict = {}
         self._recorded = None
 

@@ -20,13 +20,19 @@ LOCK_WORDS = tl.constexpr(4096)
 
 
 def reserved_bytes() -> int:
-    """Heap bytes the collectives reserve past the device barrier's: the lock words."""
-    return 4 * LOCK_WORDS.value
+    """Heap bytes the collectives reserve past the device barrier's: the lock words, the ring flags."""
+    return 4 * LOCK_WORDS.value + 8 * FUSED_PROGRAMS
 
 
 def lock_words(ctx) -> torch.Tensor:
     """This rank's lock words (zeroed when the context is made, see :class:`iris.ccl.CCL`)."""
     return ctx.heap.internal(device_barrier.reserved_bytes(ctx.get_num_ranks()), LOCK_WORDS.value, torch.int32)
+
+
+def ring_flags(ctx) -> torch.Tensor:
+    """The ring all_reduce's flags (int64), one per fused program, after the lock words."""
+    offset = device_barrier.reserved_bytes(ctx.get_num_ranks()) + 4 * LOCK_WORDS.value
+    return ctx.heap.internal(offset, FUSED_PROGRAMS, torch.int64)
 
 
 REDUCE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32)

@@ -11,10 +11,14 @@ Variants (``Config.all_reduce_variant``):
   float16 and bfloat16 where the backend's atomics allow (see iris.capabilities).
 - spinlock: as atomic, but each update is a plain read-modify-write of a block under a lock
   word of that block on the receiving member: any dtype and op.
+- ring: the members pass chunks around the ring (index i sends to i + 1) in W - 1 reduce steps
+  and W - 1 gather steps, each a store into the neighbour's output and a flag; every member
+  reads only its own memory and writes only its right neighbour's.
 
-atomic and spinlock always run fused (their programs seed their own output before entering the
-barrier) and not in place; the order in which members' updates land varies, so float results
-may differ between members in the last bit once more than two members add.
+atomic, spinlock and ring always run fused and not in place (atomic and spinlock programs seed
+their own output before entering the barrier; a ring program waits for its left neighbour).
+atomic and spinlock round in the output's dtype in whatever order members' updates land, ring in
+ring order: float results may differ between members in the last bit once more than two add.
 
 one_shot and two_shot sum in a fixed member order in float32 (int32 for int32), so every member
 gets the same bits.
@@ -120,20 +124,60 @@ def _accumulate_piece(pid, src, dst, numel, members, count, index, cur, heap_bas
 
 
 @triton.jit
+def _ring_piece(pid, src, dst, numel, chunk, members, count, index, cur, heap_bases, flags, seen,
+                OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """ring: block ``pid`` of every chunk through the reduce and gather steps; returns the flag count seen.
+
+    Chunk c is elements [c * chunk, (c + 1) * chunk). After reduce step s a member holds chunk
+    (index - s - 1) summed over s + 2 members; after the last, chunk (index + 1) is complete and
+    the gather steps pass the complete chunks on. Each step stores into the right neighbour's
+    output, then adds 1 to its flag (release); a member waits for its own flag (acquire) to
+    count one more before it reads what its left neighbour stored.
+    """
+    right = tl.load(members + (index + 1) % count)
+    within = tl.cast(pid, tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    flag = flags + tl.program_id(0)  # this program's counter, the same word on every member
+    for step in range(0, 2 * count - 2):
+        if step < count - 1:
+            c = (index - step + count) % count  # reduce steps: the partial sum of chunk index - step
+        else:
+            c = (index + 1 - (step - (count - 1)) + 2 * count) % count  # gather steps: complete chunks
+        offs = c * chunk + within
+        mask = (within < chunk) & (offs < numel)
+        if step == 0:
+            out = tl.load(src + offs, mask=mask)
+        else:
+            out = tl.load(dst + offs, mask=mask, volatile=True)  # computed here, or stored by the left neighbour
+        iris.store(dst + offs, out, cur, right, heap_bases, mask=mask)
+        tl.debug_barrier()  # every thread's store before the flag
+        iris.signal(flag, 1, cur, right, heap_bases, op="add")
+        seen += 1
+        iris.wait_until(flag, ">=", seen)
+        tl.debug_barrier()  # the acquire before any thread reads what arrived
+        if step < count - 1:  # arrived: chunk c - 1 summed over step + 1 members; add this member's part
+            offs = ((c - 1 + count) % count) * chunk + within
+            mask = (within < chunk) & (offs < numel)
+            theirs = tl.load(dst + offs, mask=mask, volatile=True).to(ACC)
+            mine = tl.load(src + offs, mask=mask).to(ACC)
+            tl.store(dst + offs, _combine(theirs, mine, OP).to(dst.dtype.element_ty), mask=mask)
+    return seen
+
+
+@triton.jit
 def _all_reduce_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, locks, VARIANT: tl.constexpr,
                       OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
     if VARIANT == "two_shot":
         _two_shot_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, OP, ACC, BLOCK)
     elif VARIANT == "one_shot":
         _one_shot_piece(pid, src, dst, numel, members, count, cur, heap_bases, OP, ACC, BLOCK)
-    else:
+    elif (VARIANT == "atomic") or (VARIANT == "spinlock"):  # ring runs fused only: see _ring_piece
         _accumulate_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, locks,
                           VARIANT == "spinlock", OP, ACC, BLOCK)
 
 
-@triton.jit(do_not_specialize=GROUP_ARGS)
-def _all_reduce_kernel(src, dst, numel, members, count, index, cur, heap_bases, locks, arrivals, expected, programs,
-                       FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr,
+@triton.jit(do_not_specialize=GROUP_ARGS + ("chunk",))
+def _all_reduce_kernel(src, dst, numel, chunk, members, count, index, cur, heap_bases, locks, flags, counts, arrivals,
+                       expected, programs, FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr,
                        BARRIER_BLOCK: tl.constexpr, VARIANT: tl.constexpr, OP: tl.constexpr, ACC: tl.constexpr,
                        BLOCK: tl.constexpr):
     if FUSED:
@@ -141,9 +185,16 @@ def _all_reduce_kernel(src, dst, numel, members, count, index, cur, heap_bases, 
             for pid in range(tl.program_id(0), programs, tl.num_programs(0)):
                 _seed_piece(pid, src, dst, numel, BLOCK)
         enter(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
-        for pid in range(tl.program_id(0), programs, tl.num_programs(0)):
-            _all_reduce_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, locks, VARIANT, OP, ACC,
-                              BLOCK)
+        if VARIANT == "ring":
+            seen = tl.load(counts + tl.program_id(0))  # this program's flag count before this call
+            for pid in range(tl.program_id(0), programs, tl.num_programs(0)):
+                seen = _ring_piece(pid, src, dst, numel, chunk, members, count, index, cur, heap_bases, flags, seen,
+                                   OP, ACC, BLOCK)
+            tl.store(counts + tl.program_id(0), seen)
+        else:
+            for pid in range(tl.program_id(0), programs, tl.num_programs(0)):
+                _all_reduce_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, locks, VARIANT, OP,
+                                  ACC, BLOCK)
         leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK)
     else:
         _all_reduce_piece(tl.program_id(0), src, dst, numel, members, count, index, cur, heap_bases, locks, VARIANT,
@@ -245,9 +296,16 @@ def all_reduce(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, 
     variant = workspace.variant
     if variant == "atomic":
         _check_atomic(ctx, input.dtype, op)
-    fuse = variant in ("atomic", "spinlock") or _common.fuse(config, input.nbytes)
-    _common.run(ctx, group, async_op, fuse, _all_reduce_kernel,
-                triton.cdiv(blocks, members.size) if variant == "two_shot" else blocks, input, output, numel,
-                members.tensor, members.size, members.index, ctx.get_rank(), ctx.get_heap_bases(),
-                ctx.ccl._locks, VARIANT=variant, OP=op.value,
+    fuse = variant in ("atomic", "spinlock", "ring") or _common.fuse(config, input.nbytes)
+    chunk = triton.cdiv(numel, members.size)  # ring: each member's share
+    if variant == "ring":
+        pieces = triton.cdiv(chunk, config.block_size)
+    elif variant == "two_shot":
+        pieces = triton.cdiv(blocks, members.size)
+    else:
+        pieces = blocks
+    ccl = ctx.ccl
+    _common.run(ctx, group, async_op, fuse, _all_reduce_kernel, pieces, input, output, numel, chunk, members.tensor,
+                members.size, members.index, ctx.get_rank(), ctx.get_heap_bases(), ccl._locks, ccl._ring_flags,
+                ccl._ring_counts, VARIANT=variant, OP=op.value,
                 ACC=tl.float32 if input.dtype.is_floating_point else tl.int32, BLOCK=config.block_size)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "atomic", "spinlock")
+ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "atomic", "spinlock", "ring")
 REDUCE_SCATTER_VARIANTS = ("two_shot",)
 
 
@@ -30,9 +30,9 @@ class Config:
         block_size: elements per program for the flat collectives (all_gather, broadcast, all_reduce).
         block_size_m, block_size_n: the tile of all_to_all, over (rows, columns of one rank's chunk).
         all_reduce_variant: "one_shot" (each rank reads every input), "two_shot" (each rank
-            reduces one slice and sends it to all), "atomic" (atomic adds into every output) or
-            "spinlock" (locked read-modify-writes); None picks by size (see
-            :func:`iris.ccl.all_reduce.choose_variant`). "ring" is not built yet.
+            reduces one slice and sends it to all), "atomic" (atomic adds into every output),
+            "spinlock" (locked read-modify-writes) or "ring" (neighbour to neighbour); None picks by
+            size (see :func:`iris.ccl.all_reduce.choose_variant`).
         all_reduce_distribution: accepted for compatibility with the original API (0 or 1); unused.
         fused_bytes: a collective of at most this many bytes per rank (4 MiB) runs as one launch
             whose programs run the group's barriers themselves, instead of three launches (0:
