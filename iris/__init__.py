@@ -12,6 +12,7 @@ before defining kernels.
 
 from iris import runtime as _runtime  # noqa: F401  (must come first: may enable the interpreter)
 from iris.context import Iris, iris
+from iris import ops
 from iris.device import (
     DeviceContext,
     atomic_add,
@@ -44,5 +45,5 @@ __all__ = [
     "DEBUG", "ERROR", "INFO", "WARNING", "DeviceAccessError", "DeviceContext", "Iris", "WaitTimeoutError",
     "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or", "atomic_sub", "atomic_xchg",
     "atomic_xor", "copy", "get",
-    "iris", "load", "put", "set_logger_level", "signal", "store", "translate", "wait_until",
+    "iris", "load", "ops", "put", "set_logger_level", "signal", "store", "translate", "wait_until",
 ]

@@ -1,0 +1,57 @@
+"""iris.ops.matmul, the package's persistent GEMM, against a float64 reference (CPU: Triton's interpreter)."""
+
+import zlib
+
+import pytest
+import torch
+
+import iris
+
+# Relative error allowed by the output's dtype (float32 accumulation of exact bf16/fp16 products).
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+
+
+def _device():
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.mark.parametrize("shape", [(37, 45, 70), (64, 32, 16), (1, 33, 17), (50, 1, 9), (96, 80, 100)])
+@pytest.mark.parametrize("dtype,out_dtype", [(torch.bfloat16, torch.float32), (torch.bfloat16, torch.bfloat16),
+                                             (torch.float16, torch.float16), (torch.float16, torch.float32)])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_matmul_matches_float64(shape, dtype, out_dtype, with_bias):
+    m, n, k = shape
+    seed = zlib.crc32(repr((shape, dtype, out_dtype, with_bias)).encode())
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(m, k, generator=g).to(dtype).to(_device())
+    b = torch.randn(n, k, generator=g).to(dtype).to(_device()).t()  # a transposed view: strides (1, k)
+    bias = torch.randn(n, generator=g).to(_device()) if with_bias else None
+    out = torch.full((m, n), float("nan"), dtype=out_dtype, device=_device())  # poison: every element written
+    result = iris.ops.matmul(a, b, out=out, bias=bias)
+    assert result is out
+    ref = a.double() @ b.double() + (bias.double() if with_bias else 0)
+    error = ((out.double() - ref).norm() / ref.norm()).item()
+    assert not out.isnan().any(), "elements left unwritten"
+    assert error <= TOLERANCE[out_dtype], f"relative error {error:.3g} (seed {seed})"
+
+
+def test_matmul_makes_its_output_in_the_operands_dtype():
+    a = torch.ones(20, 24, dtype=torch.bfloat16, device=_device())
+    b = torch.ones(24, 40, dtype=torch.bfloat16, device=_device())
+    out = iris.ops.matmul(a, b)
+    assert out.dtype == torch.bfloat16 and out.shape == (20, 40) and (out == 24).all()
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda a, b: iris.ops.matmul(a, b[:7]), "inner sizes differ"),
+    (lambda a, b: iris.ops.matmul(a.float(), b.float()), "supported: bfloat16, float16"),
+    (lambda a, b: iris.ops.matmul(a, b, bias=torch.zeros(3, device=a.device)), "bias must be 1-D of length 16"),
+    (lambda a, b: iris.ops.matmul(a, b, out_dtype=torch.int32), "out_dtype"),
+    (lambda a, b: iris.ops.matmul(a, b, out=torch.empty(8, 15, device=a.device)), "out must be (8, 16)"),
+])
+def test_matmul_refuses_bad_arguments_before_any_launch(call, message):
+    a = torch.zeros(8, 12, dtype=torch.float16, device=_device())
+    b = torch.zeros(12, 16, dtype=torch.float16, device=_device())
+    with pytest.raises((TypeError, ValueError)) as info:
+        call(a, b)
+    assert message in str(info.value)
