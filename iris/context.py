@@ -9,6 +9,7 @@ import torch
 
 from iris import runtime, sim
 from iris.ccl import CCL
+from iris.ops import Ops
 from iris.ccl._common import reserved_bytes as ccl_reserved_bytes
 from iris.device.context import build_context_tensor
 from iris import debug as debug_mode
@@ -77,6 +78,7 @@ class Iris(TensorFactories):
         self.heap_bases = torch.tensor(self.heap.bases, dtype=torch.int64, device=device)
         self._device_barrier = DeviceBarrier(self.heap, self.cur_rank, self.num_ranks, self.heap_bases)
         self.ccl = CCL(self)  # collectives: ctx.ccl.all_reduce(...), see iris.ccl
+        self.ops = Ops(self)  # GEMM + communication: ctx.ops.matmul_all_reduce(...), see iris.ops
         if debug or debug_mode.requested_by_environment():
             debug_mode.enable(device, self.num_ranks, self.heap.size + self.heap.reserved)
         self._device_context = build_context_tensor(self.cur_rank, self.num_ranks, self.heap.bases, device)

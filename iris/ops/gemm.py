@@ -33,12 +33,35 @@ INTERPRETED_TILE = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4)
 
 
 @triton.jit
-def _tile_of(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
+def tile_of(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
     """(row, column) of the ``tile``-th output tile in grouped order."""
     per_group = GROUP_M * tiles_n
     first_m = (tile // per_group) * GROUP_M
     rows = tl.minimum(tiles_m - first_m, GROUP_M)
     return first_m + (tile % per_group) % rows, (tile % per_group) // rows
+
+
+@triton.jit
+def tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m, tile_n, UPCAST: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """(float32 tile of ``a @ b``, its rows, its columns) for output tile (``tile_m``, ``tile_n``)."""
+    rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    a_ptrs = a + rows[:, None].to(tl.int64) * stride_am + ks[None, :] * stride_ak
+    b_ptrs = b + ks[:, None].to(tl.int64) * stride_bk + cols[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        left = K - k * BLOCK_K
+        x = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < left), other=0.0)
+        y = tl.load(b_ptrs, mask=(ks[:, None] < left) & (cols[None, :] < N), other=0.0)
+        if UPCAST:
+            acc = tl.dot(x.to(tl.float32), y.to(tl.float32), acc)
+        else:
+            acc = tl.dot(x, y, acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    return acc, rows, cols
 
 
 @triton.jit
@@ -48,23 +71,9 @@ def _gemm_kernel(a, b, out, bias, M, N, K, stride_am, stride_ak, stride_bk, stri
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     for tile in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
-        tile_m, tile_n = _tile_of(tile, tiles_m, tiles_n, GROUP_M)
-        rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        ks = tl.arange(0, BLOCK_K)
-        a_ptrs = a + rows[:, None].to(tl.int64) * stride_am + ks[None, :] * stride_ak
-        b_ptrs = b + ks[:, None].to(tl.int64) * stride_bk + cols[None, :] * stride_bn
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(0, tl.cdiv(K, BLOCK_K)):
-            left = K - k * BLOCK_K
-            x = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < left), other=0.0)
-            y = tl.load(b_ptrs, mask=(ks[:, None] < left) & (cols[None, :] < N), other=0.0)
-            if UPCAST:
-                acc = tl.dot(x.to(tl.float32), y.to(tl.float32), acc)
-            else:
-                acc = tl.dot(x, y, acc)
-            a_ptrs += BLOCK_K * stride_ak
-            b_ptrs += BLOCK_K * stride_bk
+        tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
+        acc, rows, cols = tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m, tile_n,
+                                       UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
         if HAS_BIAS:
             acc += tl.load(bias + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
         mask = (rows[:, None] < M) & (cols[None, :] < N)

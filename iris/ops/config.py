@@ -1,0 +1,43 @@
+"""``FusedConfig``: the knobs of the fused GEMM + communication operations, checked when made."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class FusedConfig:
+    """Tile shape and launch options of :mod:`iris.ops`' fused kernels on a GPU.
+
+    Triton's interpreter (the CPU backend) uses its own small tile instead (see iris.ops.gemm).
+
+    Args:
+        block_size_m, block_size_n, block_size_k: the GEMM tile; powers of two, at least 16.
+        group_size_m: tile rows walked together (L2 reuse); a power of two.
+        num_warps: warps per program (4 or 8 for these tiles); num_stages: pipeline depth (>= 1).
+
+    Example:
+        >>> from iris.ops import FusedConfig
+        >>> ctx.ops.matmul_all_reduce(out, a, b, config=FusedConfig(block_size_n=128))
+    """
+
+    block_size_m: int = 128
+    block_size_n: int = 256
+    block_size_k: int = 64
+    group_size_m: int = 8
+    num_warps: int = 8
+    num_stages: int = 3
+
+    def __post_init__(self):
+        for name in ("block_size_m", "block_size_n", "block_size_k"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 16 or value & (value - 1):
+                raise ValueError(f"FusedConfig.{name}={value!r}: must be a power of two >= 16 (tl.dot's minimum)")
+        for name, low in (("group_size_m", 1), ("num_warps", 1), ("num_stages", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"FusedConfig.{name}={value!r}: must be an int >= {low}")
+        for name in ("group_size_m", "num_warps"):
+            value = getattr(self, name)
+            if value & (value - 1):
+                raise ValueError(f"FusedConfig.{name}={value!r}: must be a power of two")
