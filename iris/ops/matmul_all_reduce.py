@@ -73,16 +73,30 @@ def _matmul_all_reduce_kernel(a, b, out, bias, partials, flags, seen, M, N, K, s
 
 
 class Workspace:
-    """What :func:`matmul_all_reduce_preamble` prepares for an (M, N) output: heap slots and tile flags."""
+    """The heap slots and tile flags of :func:`matmul_all_reduce`, for outputs up to a size.
 
-    def __init__(self, ctx, m: int, n: int, tile: dict):
-        world = ctx.get_num_ranks()
-        self.shape, self.tile = (m, n), tile
+    Args:
+        partials: float32 heap tensor of at least W * M * N elements (every rank's slots).
+        flags: int64 heap tensor, one zeroed counter per output tile.
+        tile: the tile shape these were sized for (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M).
+
+    Every rank makes its workspace at the same point (the heap allocates symmetrically);
+    :meth:`allocate` does it for one output shape.
+    """
+
+    def __init__(self, partials: torch.Tensor, flags: torch.Tensor, tile: dict):
+        self.partials, self.flags, self.tile = partials, flags, tile
+        self.seen = torch.zeros_like(flags)  # local: how many tile signals each tile has counted
+
+    @classmethod
+    def allocate(cls, ctx, m: int, n: int, tile: dict) -> Workspace:
         tiles = triton.cdiv(m, tile["BLOCK_M"]) * triton.cdiv(n, tile["BLOCK_N"])
-        self.partials = ctx.empty(world * m * n, dtype=torch.float32)  # symmetric: every rank makes one
-        self.flags = ctx.zeros(tiles, dtype=torch.int64)
-        self.seen = torch.zeros(tiles, dtype=torch.int64, device=ctx.get_device())
-        self.programs = tiles
+        return cls(ctx.empty(ctx.get_num_ranks() * m * n, dtype=torch.float32), ctx.zeros(tiles, dtype=torch.int64),
+                   tile)
+
+    def fits(self, m: int, n: int, world: int) -> bool:
+        tiles = triton.cdiv(m, self.tile["BLOCK_M"]) * triton.cdiv(n, self.tile["BLOCK_N"])
+        return self.partials.numel() >= world * m * n and self.flags.numel() >= tiles
 
 
 def _tile(config: FusedConfig) -> dict:
@@ -99,7 +113,7 @@ def matmul_all_reduce_preamble(output, A, B, ctx, config=None) -> Workspace:
     """
     config = FusedConfig() if config is None else config
     _check(output, A, B, None, ctx)
-    return Workspace(ctx, output.shape[0], output.shape[1], _tile(config))
+    return Workspace.allocate(ctx, output.shape[0], output.shape[1], _tile(config))
 
 
 def _check(output, A, B, bias, ctx) -> None:
@@ -136,17 +150,18 @@ def matmul_all_reduce(output, A, B, ctx, bias=None, async_op=False, config=None,
     """
     config = FusedConfig() if config is None else config
     _check(output, A, B, bias, ctx)
+    M, N = output.shape
     if workspace is None:
-        workspace = ctx.ops._workspace(output.shape, config, lambda: Workspace(ctx, *output.shape, _tile(config)))
-    elif workspace.shape != tuple(output.shape):
-        raise ValueError(f"matmul_all_reduce: the workspace is for output {workspace.shape}, not "
-                         f"{tuple(output.shape)}")
+        workspace = ctx.ops._workspace(output.shape, config, lambda: Workspace.allocate(ctx, M, N, _tile(config)))
+    elif workspace.tile != _tile(config) or not workspace.fits(M, N, ctx.get_num_ranks()):
+        raise ValueError(f"matmul_all_reduce: the workspace does not fit output {tuple(output.shape)} with this "
+                         "config; make one with matmul_all_reduce_preamble(output, A, B, config=config)")
     members = _common.participants(ctx, None)
     barrier = ctx._device_barrier
     arrivals, expected, _, _ = barrier.arguments(None)
-    M, N = output.shape
     tile = workspace.tile
-    programs = min(workspace.programs, FUSED_PROGRAMS)  # each program has a barrier slot
+    tiles = triton.cdiv(M, tile["BLOCK_M"]) * triton.cdiv(N, tile["BLOCK_N"])
+    programs = min(tiles, FUSED_PROGRAMS)  # each program has a barrier slot
     _matmul_all_reduce_kernel[(programs,)](
         A, B, output, bias if bias is not None else output, workspace.partials, workspace.flags, workspace.seen,
         M, N, A.shape[1], A.stride(0), A.stride(1), B.stride(0), B.stride(1), output.stride(0), output.stride(1),
