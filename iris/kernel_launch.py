@@ -93,9 +93,9 @@ def bind(kernel, grid, *args, **constexprs) -> BoundLaunch:
 
 def _compiles() -> bool:
     """Whether Triton compiles for a device here (not the interpreter of the CPU backend)."""
-    import os
+    from iris.runtime import interpreted
 
-    return os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available()
+    return not interpreted() and torch.cuda.is_available()
 
 
 def _current_stream(device: int) -> int:

@@ -16,7 +16,6 @@ Example:
 """
 
 import functools
-import os
 
 import torch
 import triton
@@ -24,6 +23,7 @@ import triton.language as tl
 from triton.language.core import _aggregate as aggregate
 
 from iris.device import atomics, rma, sync
+from iris.runtime import interpreted
 
 RANK_SLOT = tl.constexpr(0)
 WORLD_SLOT = tl.constexpr(1)
@@ -150,7 +150,7 @@ class _InterpretedMethod:
 
 for _name, _member in vars(_DeviceContext).items():
     if not _name.startswith("__") and callable(_member):
-        if os.environ.get("TRITON_INTERPRET") == "1":
+        if interpreted():
             setattr(DeviceContext, _name, _InterpretedMethod(_member))
         elif not hasattr(DeviceContext, _name):
             setattr(DeviceContext, _name, _member)

@@ -23,7 +23,6 @@ Example (producer on rank 0, consumer on rank 1)::
             tl.store(data + offs, tl.load(data + offs) + 1)
 """
 
-import os
 import time
 
 import torch
@@ -31,6 +30,7 @@ import triton
 import triton.language as tl
 
 from iris.device.rma import debug_report, translate
+from iris.runtime import interpreted
 
 COMPARISONS = ("==", "!=", ">=", ">", "<=", "<")
 
@@ -38,7 +38,7 @@ COMPARISONS = ("==", "!=", ">=", ">", "<=", "<")
 # compile-time constants: without debug the spin loops carry no extra instruction.
 DEBUG = tl.constexpr(False)
 WAIT_TIMEOUT_NS = tl.constexpr(10_000_000_000)
-_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")
+_INTERPRETED = tl.constexpr(interpreted())
 _HIP = tl.constexpr(torch.version.hip is not None)
 # AMD Instinct's s_memrealtime counts at a constant 100 MHz: 10 ns per tick.
 _HIP_NS_PER_TICK = tl.constexpr(10)

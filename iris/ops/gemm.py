@@ -20,11 +20,11 @@ Example:
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
+
+from iris.runtime import interpreted
 
 OPERAND_DTYPES = (torch.bfloat16, torch.float16)
 OUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -92,10 +92,6 @@ def _hopper_configs() -> list[triton.Config]:
 _tuned_gemm_kernel = triton.autotune(configs=_hopper_configs(), key=["M", "N", "K"])(_gemm_kernel)
 
 
-def _interpreted() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
 def _check(a, b, out, bias, out_dtype) -> None:
     """Errors before any launch, naming the bad argument."""
     for name, t in (("a", a), ("b", b)):
@@ -140,7 +136,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, bi
         return out
     args = (a, b, out, bias if bias is not None else out, M, N, K, a.stride(0), a.stride(1), b.stride(0),
             b.stride(1), out.stride(0), out.stride(1))
-    if _interpreted():
+    if interpreted():
         tiles = triton.cdiv(M, INTERPRETED_TILE["BLOCK_M"]) * triton.cdiv(N, INTERPRETED_TILE["BLOCK_N"])
         programs = min(tiles, 4)
         _gemm_kernel[(programs,)](*args, HAS_BIAS=bias is not None, UPCAST=True, **INTERPRETED_TILE)

@@ -22,8 +22,6 @@ Example:
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -34,6 +32,7 @@ from iris.ccl._device import enter
 from iris.device_barrier import FUSED_PROGRAMS
 from iris.ops.gemm import INTERPRETED_TILE, OPERAND_DTYPES, OUT_DTYPES, tile_of, tile_product
 from iris.ops.config import FusedConfig
+from iris.runtime import interpreted
 
 
 @triton.jit(do_not_specialize=_common.GROUP_ARGS)
@@ -100,7 +99,7 @@ class Workspace:
 
 
 def _tile(config: FusedConfig) -> dict:
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    if interpreted():
         return dict(INTERPRETED_TILE)
     return dict(BLOCK_M=config.block_size_m, BLOCK_N=config.block_size_n, BLOCK_K=config.block_size_k,
                 GROUP_M=config.group_size_m)
@@ -166,5 +165,5 @@ def matmul_all_reduce(output, A, B, ctx, bias=None, async_op=False, config=None,
         A, B, output, bias if bias is not None else output, workspace.partials, workspace.flags, workspace.seen,
         M, N, A.shape[1], A.stride(0), A.stride(1), B.stride(0), B.stride(1), output.stride(0), output.stride(1),
         members.tensor, members.size, members.index, ctx.get_rank(), ctx.get_heap_bases(), arrivals, expected,
-        HAS_BIAS=bias is not None, UPCAST=os.environ.get("TRITON_INTERPRET") == "1", WORLD=ctx.get_num_ranks(),
+        HAS_BIAS=bias is not None, UPCAST=interpreted(), WORLD=ctx.get_num_ranks(),
         BARRIER_BLOCK=barrier.block, num_warps=config.num_warps, num_stages=config.num_stages, **tile)

@@ -5,7 +5,7 @@ must switch Triton to its interpreter before any kernel is defined.
 """
 
 from iris.runtime.base import Backend, HeapMemory
-from iris.runtime.select import BACKENDS, BackendError, backend_name, create_backend, prepare_interpreter
+from iris.runtime.select import BACKENDS, BackendError, backend_name, create_backend, interpreted, prepare_interpreter
 
 try:
     SELECTED = backend_name()
@@ -33,4 +33,4 @@ def get_backend() -> Backend:
     return _instance
 
 
-__all__ = ["BACKENDS", "Backend", "BackendError", "HeapMemory", "SELECTED", "get_backend"]
+__all__ = ["BACKENDS", "Backend", "BackendError", "HeapMemory", "SELECTED", "get_backend", "interpreted"]

@@ -40,6 +40,11 @@ def backend_name() -> str:
     return requested
 
 
+def interpreted() -> bool:
+    """Whether Triton's interpreter runs the kernels (the CPU backend turns it on at import)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
 def prepare_interpreter(name: str) -> None:
     """Kernels on the CPU backend run under Triton's interpreter, which must be on
     before any ``@triton.jit`` function is defined."""
