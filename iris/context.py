@@ -167,6 +167,13 @@ class Iris(TensorFactories):
         if debug_mode.enabled():
             debug_mode.raise_if_reported(self.cur_rank, self.heap)
 
+    def _diagnose_now_in_debug(self) -> None:
+        """In debug mode, wait for this device and raise what its kernels reported: the host trades its
+        freedom for an immediate diagnosis (device_barrier and the collectives call this after launching)."""
+        if debug_mode.enabled():
+            self.backend.synchronize(self.device)
+            self._raise_if_a_wait_timed_out()
+
     def device_barrier(self, group=None) -> None:
         """Every rank of ``group`` (default: all) waits here, on the device, in stream order.
 
@@ -188,9 +195,7 @@ class Iris(TensorFactories):
             >>> kernel_that_reads[grid](...)
         """
         self._device_barrier(group)
-        if debug_mode.enabled():  # debug mode trades the host's freedom for an immediate diagnosis
-            self.backend.synchronize(self.device)
-            self._raise_if_a_wait_timed_out()
+        self._diagnose_now_in_debug()
 
     def broadcast(self, value, src: int = 0):
         """Send ``value`` from rank ``src`` to every rank and return it.

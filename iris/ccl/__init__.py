@@ -25,6 +25,7 @@ Example:
 import torch
 
 from iris import debug as debug_mode
+from iris.ccl._common import lock_words, ring_flags
 from iris.ccl.config import Config, ReduceOp
 
 __all__ = ["CCL", "Config", "ReduceOp"]
@@ -57,8 +58,6 @@ class CCL:
     """The collectives of one Iris context (``ctx.ccl``); see :mod:`iris.ccl`."""
 
     def __init__(self, ctx):
-        from iris.ccl._common import lock_words, ring_flags
-
         self._ctx = ctx
         self._locks = lock_words(ctx)  # the heap's reserved tail is not zeroed by the allocator
         self._locks.zero_()
@@ -91,9 +90,7 @@ class CCL:
         for launch in launches:
             launch()
         self._recorded = launches
-        if debug_mode.enabled():  # debug mode trades the host's freedom for an immediate diagnosis
-            self._ctx.backend.synchronize(self._ctx.device)
-            self._ctx._raise_if_a_wait_timed_out()
+        self._ctx._diagnose_now_in_debug()
 
     def all_gather(self, output_tensor, input_tensor, group=None, async_op=False, config=None):
         """(W*M, N) output from each member's (M, N) input; see :func:`iris.ccl.all_gather.all_gather`."""
