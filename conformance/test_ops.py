@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from conformance import harness
 from conformance.profiles import current
 from iris.ops import FusedConfig
+from iris.ops.gemm import tile_count
 from iris.ops.matmul_all_reduce import Workspace, _tile
 
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
@@ -32,9 +33,8 @@ def _matmul_all_reduce_on_rank(case):
     harness.fill_arena(case["seed"])
     m, n, dtype = case["m"], case["n"], case["out_dtype"]
     tile = _tile(FusedConfig())
-    tiles = -(-m // tile["BLOCK_M"]) * -(-n // tile["BLOCK_N"])
     partials = harness.region(0, world * m * n, torch.float32)
-    flags = harness.region(world * m * n * 4 // 256 * 256 + 256, tiles, torch.int64)
+    flags = harness.region(world * m * n * 4 // 256 * 256 + 256, tile_count(m, n, tile), torch.int64)
     flags.zero_()
     workspace = Workspace(partials, flags, tile)
     a, b = _shards(case, rank)

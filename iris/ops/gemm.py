@@ -92,26 +92,33 @@ def _hopper_configs() -> list[triton.Config]:
 _tuned_gemm_kernel = triton.autotune(configs=_hopper_configs(), key=["M", "N", "K"])(_gemm_kernel)
 
 
-def _check(a, b, out, bias, out_dtype) -> None:
-    """Errors before any launch, naming the bad argument."""
+def tile_count(m: int, n: int, tile: dict) -> int:
+    """How many output tiles an (m, n) output has with ``tile`` (BLOCK_M, BLOCK_N, ...)."""
+    return triton.cdiv(m, tile["BLOCK_M"]) * triton.cdiv(n, tile["BLOCK_N"])
+
+
+def check_operands(what: str, a, b, out, bias, out_dtype) -> None:
+    """Errors before any launch, naming the bad argument: ``a @ b (+ bias)`` into ``out`` (None: made later)."""
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor) or t.dim() != 2:
-            raise ValueError(f"matmul: {name} must be a 2-D tensor, got {getattr(t, 'shape', type(t).__name__)}")
+            raise ValueError(f"{what}: {name} must be a 2-D tensor, got {getattr(t, 'shape', type(t).__name__)}")
         if t.dtype not in OPERAND_DTYPES:
-            raise TypeError(f"matmul: {name} has dtype {t.dtype}; supported: bfloat16, float16")
+            raise TypeError(f"{what}: {name} has dtype {t.dtype}; supported: bfloat16, float16")
     if a.dtype != b.dtype or a.device != b.device:
-        raise TypeError(f"matmul: a and b must share dtype and device; got {a.dtype} on {a.device}, "
+        raise TypeError(f"{what}: a and b must share dtype and device; got {a.dtype} on {a.device}, "
                         f"{b.dtype} on {b.device}")
     if a.shape[1] != b.shape[0]:
-        raise ValueError(f"matmul: a is {tuple(a.shape)} and b is {tuple(b.shape)}: inner sizes differ")
+        raise ValueError(f"{what}: a is {tuple(a.shape)} and b is {tuple(b.shape)}: inner sizes differ")
     if out_dtype not in OUT_DTYPES:
-        raise TypeError(f"matmul: out_dtype {out_dtype} is not one of float32, bfloat16, float16")
+        raise TypeError(f"{what}: out_dtype {out_dtype} is not one of float32, bfloat16, float16")
     shape = (a.shape[0], b.shape[1])
-    if out is not None and (tuple(out.shape) != shape or out.dtype != out_dtype or out.device != a.device):
-        raise ValueError(f"matmul: out must be {shape} {out_dtype} on {a.device}; got {tuple(out.shape)} "
-                         f"{out.dtype} on {out.device}")
+    if out is not None and (not isinstance(out, torch.Tensor) or tuple(out.shape) != shape
+                            or out.dtype != out_dtype or out.device != a.device):
+        raise ValueError(f"{what}: out must be {shape} {out_dtype} on {a.device}; got "
+                         f"{tuple(getattr(out, 'shape', ()))} {getattr(out, 'dtype', type(out).__name__)} on "
+                         f"{getattr(out, 'device', None)}")
     if bias is not None and (bias.dim() != 1 or bias.shape[0] != shape[1] or bias.device != a.device):
-        raise ValueError(f"matmul: bias must be 1-D of length {shape[1]} on {a.device}; got "
+        raise ValueError(f"{what}: bias must be 1-D of length {shape[1]} on {a.device}; got "
                          f"{tuple(bias.shape)} on {bias.device}")
 
 
@@ -127,7 +134,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, bi
         out_dtype: float32, bfloat16 or float16 (default: ``out``'s dtype, else ``a``'s).
     """
     out_dtype = out_dtype or (out.dtype if out is not None else getattr(a, "dtype", None))
-    _check(a, b, out, bias, out_dtype)
+    check_operands("matmul", a, b, out, bias, out_dtype)
     M, K = a.shape
     N = b.shape[1]
     if out is None:
@@ -137,14 +144,13 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, bi
     args = (a, b, out, bias if bias is not None else out, M, N, K, a.stride(0), a.stride(1), b.stride(0),
             b.stride(1), out.stride(0), out.stride(1))
     if interpreted():
-        tiles = triton.cdiv(M, INTERPRETED_TILE["BLOCK_M"]) * triton.cdiv(N, INTERPRETED_TILE["BLOCK_N"])
-        programs = min(tiles, 4)
+        programs = min(tile_count(M, N, INTERPRETED_TILE), 4)
         _gemm_kernel[(programs,)](*args, HAS_BIAS=bias is not None, UPCAST=True, **INTERPRETED_TILE)
         return out
     programs = torch.cuda.get_device_properties(a.device).multi_processor_count
 
     def grid(meta):
-        return (min(programs, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)
+        return (min(programs, tile_count(M, N, meta)),)
 
     _tuned_gemm_kernel[grid](*args, HAS_BIAS=bias is not None, UPCAST=False)
     return out

@@ -30,7 +30,7 @@ import iris
 from iris.ccl import _common
 from iris.ccl._device import enter
 from iris.device_barrier import FUSED_PROGRAMS
-from iris.ops.gemm import INTERPRETED_TILE, OPERAND_DTYPES, OUT_DTYPES, tile_of, tile_product
+from iris.ops.gemm import INTERPRETED_TILE, check_operands, tile_count, tile_of, tile_product
 from iris.ops.config import FusedConfig
 from iris.runtime import interpreted
 
@@ -89,13 +89,11 @@ class Workspace:
 
     @classmethod
     def allocate(cls, ctx, m: int, n: int, tile: dict) -> Workspace:
-        tiles = triton.cdiv(m, tile["BLOCK_M"]) * triton.cdiv(n, tile["BLOCK_N"])
-        return cls(ctx.empty(ctx.get_num_ranks() * m * n, dtype=torch.float32), ctx.zeros(tiles, dtype=torch.int64),
-                   tile)
+        return cls(ctx.empty(ctx.get_num_ranks() * m * n, dtype=torch.float32),
+                   ctx.zeros(tile_count(m, n, tile), dtype=torch.int64), tile)
 
     def fits(self, m: int, n: int, world: int) -> bool:
-        tiles = triton.cdiv(m, self.tile["BLOCK_M"]) * triton.cdiv(n, self.tile["BLOCK_N"])
-        return self.partials.numel() >= world * m * n and self.flags.numel() >= tiles
+        return self.partials.numel() >= world * m * n and self.flags.numel() >= tile_count(m, n, self.tile)
 
 
 def _tile(config: FusedConfig) -> dict:
@@ -116,22 +114,10 @@ def matmul_all_reduce_preamble(output, A, B, ctx, config=None) -> Workspace:
 
 
 def _check(output, A, B, bias, ctx) -> None:
-    what = "matmul_all_reduce"
-    for name, t in (("A", A), ("B", B), ("output", output)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 2:
-            raise ValueError(f"{what}: {name} must be a 2-D tensor, got {getattr(t, 'shape', type(t).__name__)}")
-        if t.device != ctx.get_device():
-            raise ValueError(f"{what}: {name} is on {t.device}, this rank's device is {ctx.get_device()}")
-    if A.dtype not in OPERAND_DTYPES or B.dtype != A.dtype:
-        raise TypeError(f"{what}: A and B must both be bfloat16 or float16; got {A.dtype} and {B.dtype}")
-    if output.dtype not in OUT_DTYPES:
-        raise TypeError(f"{what}: output has dtype {output.dtype}; supported: float32, bfloat16, float16")
-    if A.shape[1] != B.shape[0] or tuple(output.shape) != (A.shape[0], B.shape[1]):
-        raise ValueError(f"{what}: A {tuple(A.shape)} @ B {tuple(B.shape)} does not make output "
-                         f"{tuple(output.shape)}")
-    if bias is not None and (bias.dim() != 1 or bias.shape[0] != output.shape[1] or bias.device != A.device):
-        raise ValueError(f"{what}: bias must be 1-D of length {output.shape[1]} on {A.device}; got "
-                         f"{tuple(bias.shape)} on {bias.device}")
+    check_operands("matmul_all_reduce", A, B, output, bias, getattr(output, "dtype", None))
+    if A.device != ctx.get_device():
+        raise ValueError(f"matmul_all_reduce: the operands are on {A.device}, this rank's device is "
+                         f"{ctx.get_device()}")
 
 
 def matmul_all_reduce(output, A, B, ctx, bias=None, async_op=False, config=None, workspace=None) -> None:
@@ -159,8 +145,7 @@ def matmul_all_reduce(output, A, B, ctx, bias=None, async_op=False, config=None,
     barrier = ctx._device_barrier
     arrivals, expected, _, _ = barrier.arguments(None)
     tile = workspace.tile
-    tiles = triton.cdiv(M, tile["BLOCK_M"]) * triton.cdiv(N, tile["BLOCK_N"])
-    programs = min(tiles, FUSED_PROGRAMS)  # each program has a barrier slot
+    programs = min(tile_count(M, N, tile), FUSED_PROGRAMS)  # each program has a barrier slot
     _matmul_all_reduce_kernel[(programs,)](
         A, B, output, bias if bias is not None else output, workspace.partials, workspace.flags, workspace.seen,
         M, N, A.shape[1], A.stride(0), A.stride(1), B.stride(0), B.stride(1), output.stride(0), output.stride(1),
