@@ -118,8 +118,9 @@ def _iris_variants(ctx, name, inp, out, world):
     if name == "all_reduce":
         calls = {"iris": lambda: ctx.ccl.all_reduce(out, inp)}
         for variant in ALL_REDUCE_VARIANTS:
-            row = find_limitation(iris.runtime.SELECTED, "atomic", inp.dtype, concurrent=True)
-            if variant == "atomic" and row is not None:
+            row = find_limitation(iris.runtime.SELECTED, "atomic", inp.dtype, concurrent=True) \
+                if variant == "atomic" else None
+            if row is not None:
                 calls[f"iris.{variant}"] = row.reason
                 continue
             config = Config(all_reduce_variant=variant)
