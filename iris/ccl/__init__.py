@@ -65,6 +65,7 @@ class CCL:
         self._ring_flags.zero_()
         self._ring_counts = torch.zeros_like(self._ring_flags)  # local: what each program has seen so far
         self._plans: dict = {}
+        self._participants: dict = {}  # ranks -> Participants (see iris.ccl._common.participants)
         self._recorded = None
 
     def _call(self, key, function, *args, **kwargs) -> None:

@@ -56,7 +56,7 @@ class Participants:
 def participants(ctx, group) -> Participants:
     """The (cached) :class:`Participants` of ``group`` (None: all ranks); checks membership first."""
     ranks = ctx._device_barrier.members_of(group)  # checked: torch.distributed, membership
-    cache = ctx.__dict__.setdefault("_ccl_participants", {})
+    cache = ctx.ccl._participants
     if ranks not in cache:  # the device barrier's own member tensor: the same ranks in the same order
         cache[ranks] = Participants(ctx, ranks, ctx._device_barrier.arguments(group)[2])
     return cache[ranks]
