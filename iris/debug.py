@@ -14,6 +14,7 @@ lane is pointed at a scratch word instead of faulting, and the host raises
 :class:`DeviceAccessError` with the rank, the program, the ranks asked for and the address.
 
 Record layout (int64[16], one per process, never freed so its address stays constant):
+
     [0] kind (0 none, 1 wait_until, 2 device_barrier, 3 rank out of range, 4 outside the heap)
     [1] program id   [2] address (awaited word, or the lowest bad pointer)
     [3] expected (waits) or from_rank   [4] last seen (waits) or to_rank

@@ -3,15 +3,13 @@
 Rank arguments name the direction the data flows, from ``from_rank`` to
 ``to_rank``; the *current* rank is the one where the pointer is local:
 
-========  ===============  ==================================================
-function  current rank     what moves
-========  ===============  ==================================================
-load      ``to_rank``      ``from_rank``'s memory -> the returned block
-store     ``from_rank``    ``value`` -> ``to_rank``'s memory
-get       ``to_rank``      ``from_rank``'s ``from_ptr`` -> local ``to_ptr``
-put       ``from_rank``    local ``from_ptr`` -> ``to_rank``'s ``to_ptr``
-copy      ``cur_rank``     ``from_rank``'s ``src_ptr`` -> ``to_rank``'s ``dst_ptr``
-========  ===============  ==================================================
+| function | current rank    | what moves                                             |
+|----------|-----------------|--------------------------------------------------------|
+| load     | ``to_rank``     | ``from_rank``'s memory -> the returned block           |
+| store    | ``from_rank``   | ``value`` -> ``to_rank``'s memory                      |
+| get      | ``to_rank``     | ``from_rank``'s ``from_ptr`` -> local ``to_ptr``       |
+| put      | ``from_rank``   | local ``from_ptr`` -> ``to_rank``'s ``to_ptr``         |
+| copy     | ``cur_rank``    | ``from_rank``'s ``src_ptr`` -> ``to_rank``'s ``dst_ptr`` |
 
 ``heap_bases`` is ``ctx.get_heap_bases()``. When both ranks are the same the
 access is an ordinary local one.
