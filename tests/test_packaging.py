@@ -1,0 +1,104 @@
+"""The recipes for tox, docker, apptainer and Slurm, and the documentation, stay complete and consistent.
+
+None of the container or cluster recipes can run on CI (no container engine, apptainer or Slurm
+there): these checks catch what can be caught without them, beside .ci/static-checks' linters.
+"""
+
+import configparser
+import re
+from pathlib import Path
+
+import pytest
+
+import iris
+
+ROOT = Path(__file__).resolve().parent.parent
+MULTICAST_OFF = ("NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1", "NVSHMEM_DISABLE_NVLS=1")
+RECIPES = (
+    "tox.ini", "docker/Dockerfile", "docker/Dockerfile.rocm", "docker/build.sh", "docker/run.sh",
+    "docker-compose.yml", "apptainer/iris.def", "apptainer/iris-rocm.def", "apptainer/build.sh",
+    "apptainer/run.sh", "apptainer/conformance.slurm",
+)
+GPU_PROGRAMS = ("docker/Dockerfile", "docker/Dockerfile.rocm", "apptainer/iris.def", "apptainer/iris-rocm.def",
+                "apptainer/conformance.slurm")
+
+
+def _text(path: str) -> str:
+    return (ROOT / path).read_text()
+
+
+def _documentation() -> str:
+    return _text("README.md") + "".join(p.read_text() for p in sorted((ROOT / "docs").rglob("*.md")))
+
+
+def _tox() -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(ROOT / "tox.ini")
+    return parser
+
+
+def _settings(text: str) -> str:
+    """Assignments with the spaces around '=' removed ("A = 1" and "A=1" read alike)."""
+    return re.sub(r"\s*=\s*", "=", text)
+
+
+@pytest.mark.parametrize("path", RECIPES)
+def test_every_recipe_exists_and_is_referenced_from_the_documentation(path):
+    assert (ROOT / path).is_file(), f"{path} is missing"
+    assert path in _documentation(), f"{path} is not mentioned in README.md or docs/"
+
+
+@pytest.mark.parametrize("path", GPU_PROGRAMS)
+def test_gpu_recipes_keep_nvlink_multicast_off(path):
+    text = _settings(_text(path))
+    missing = [setting for setting in MULTICAST_OFF if setting not in text]
+    assert not missing, f"{path} does not set {missing}"
+
+
+def test_tox_has_one_environment_per_place_and_gpu_ones_keep_multicast_off():
+    tox = _tox()
+    for env in ("cpu", "sim", "gpu", "lint", "bench", "docs"):
+        assert tox.has_section(f"testenv:{env}"), f"tox.ini has no [testenv:{env}]"
+    base = _settings(tox["testenv"]["set_env"])
+    for setting in MULTICAST_OFF:
+        assert setting in base, f"tox.ini's [testenv] set_env lacks {setting}"
+    for env in ("cpu", "sim"):  # environments that replace set_env must keep the base one
+        assert "{[testenv]set_env}" in tox[f"testenv:{env}"]["set_env"], f"[testenv:{env}] drops the base set_env"
+    assert "IRIS_BACKEND=cpu" in _settings(tox["testenv:cpu"]["set_env"])
+    assert "IRIS_SIMULATION=1" in _settings(tox["testenv:sim"]["set_env"])
+    assert "--ranks 4" in tox["testenv:cpu"]["commands"]
+
+
+def test_tox_commands_name_only_files_that_exist():
+    tox = _tox()
+    named = set()
+    for section in tox.sections():
+        if tox.has_option(section, "commands"):
+            named.update(re.findall(r"(?:benchmarks|examples)/[\w/]+\.py", tox[section]["commands"]))
+    assert named, "tox.ini runs no benchmark or example"
+    missing = sorted(path for path in named if not (ROOT / path).is_file())
+    assert not missing, f"tox.ini runs files that do not exist: {missing}"
+
+
+def test_static_checks_cover_every_shell_script():
+    listed = _text(".ci/static-checks")
+    scripts = [p.relative_to(ROOT).as_posix() for folder in ("docker", "apptainer")
+               for p in sorted((ROOT / folder).iterdir()) if p.suffix in (".sh", ".slurm")]
+    missing = [script for script in scripts + [".ci/run"] if script not in listed]
+    assert not missing, f".ci/static-checks does not check {missing}"
+
+
+def test_the_api_reference_names_every_public_function():
+    reference = "".join(p.read_text() for p in sorted((ROOT / "docs" / "api").glob("*.md")))
+    listed = set(re.findall(r"[\w.]+", reference))
+    missing = [name for name in iris.__all__
+               if not isinstance(getattr(iris, name), int) and name not in listed and f"iris.{name}" not in listed]
+    assert not missing, f"docs/api/ does not render {missing}"
+
+
+def test_the_benchmarks_page_shows_every_committed_plot():
+    page = _text("docs/benchmarks.md")
+    prefixes = re.findall(r"^<!-- plots (\S+) -->$", page, re.MULTILINE)
+    plots = sorted(p.name for p in (ROOT / "benchmarks" / "results").glob("*.png"))
+    unshown = [name for name in plots if not any(name.startswith(prefix) for prefix in prefixes)]
+    assert not unshown, f"docs/benchmarks.md draws no plot for {unshown}: add a '<!-- plots PREFIX -->' line"
