@@ -102,3 +102,10 @@ def test_the_benchmarks_page_shows_every_committed_plot():
     plots = sorted(p.name for p in (ROOT / "benchmarks" / "results").glob("*.png"))
     unshown = [name for name in plots if not any(name.startswith(prefix) for prefix in prefixes)]
     assert not unshown, f"docs/benchmarks.md draws no plot for {unshown}: add a '<!-- plots PREFIX -->' line"
+
+
+def test_tox_docs_installs_the_docs_extra():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    extra = tomllib.loads(_text("pyproject.toml"))["project"]["optional-dependencies"]["docs"]
+    deps = _tox()["testenv:docs"]["deps"].split()
+    assert sorted(deps) == sorted(extra), f"tox.ini's [testenv:docs] deps {deps} differ from the docs extra {extra}"
