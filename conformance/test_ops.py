@@ -1,10 +1,11 @@
-"""GEMM + communication (iris.ops): matmul_all_reduce is the float64 sum of every rank's shard product.
+"""GEMM + communication (iris.ops): each fused op gives every rank its float64 answer, within rounding.
 
-Each case draws M, N, K (any sizes: tiles and programs need not divide them), the output dtype,
-a bias or none, and the data. Every rank knows every rank's shards (seeded), so each checks its
-whole output against the float64 reference (relative error within the output dtype's rounding)
-and sends it back: all ranks must hold the same bits. The workspace lies in the arena, over
-random bytes, with its flags zeroed, as a fresh one would be.
+Each case draws an op, M, N, K (any sizes: tiles and programs need not divide them), the output
+dtype, a bias or none, and the data. Every rank knows every rank's shards (seeded), so each
+checks its whole output against the float64 reference (iris.testing.fused_ops) and sends it
+back: ranks that must hold the same result (matmul_all_reduce, all_gather's stacks) hold the
+same bits. The workspace (and a heap output) lies in the arena over random bytes, with its
+counters zeroed, as a fresh one would be.
 """
 
 import torch
@@ -13,60 +14,82 @@ from hypothesis import strategies as st
 
 from conformance import harness
 from conformance.profiles import current
-from iris.ops import FusedConfig
-from iris.ops.gemm import tile_count
-from iris.ops.matmul_all_reduce import Workspace, _tile
+from iris.ops import Workspace
+from iris.testing.fused_ops import ON_HEAP, OPS, reference, shapes
 
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
+SAME_ON_EVERY_RANK = ("matmul_all_reduce", "matmul_all_gather", "gemm_all_scatter")
 
 
-def _shards(case, rank: int):
+def _shards(case, rank: int, a_shape, b_shape):
     g = harness.generator(case["seed"], rank, 21)
-    a = torch.randn(case["m"], case["k"], generator=g).to(torch.bfloat16)
-    b = torch.randn(case["k"], case["n"], generator=g).to(torch.bfloat16)
-    return a, b
+    return torch.randn(*a_shape, generator=g).to(torch.bfloat16), torch.randn(*b_shape, generator=g).to(torch.bfloat16)
 
 
-def _matmul_all_reduce_on_rank(case):
+class _Carver:
+    """Consecutive 256-byte aligned regions of the arena."""
+
+    def __init__(self):
+        self.offset = 0
+
+    def take(self, count: int, dtype: torch.dtype) -> torch.Tensor:
+        tensor = harness.region(self.offset, count, dtype)
+        self.offset += -(-count * tensor.element_size() // 256) * 256 + 256
+        return tensor
+
+
+def _fused_op_on_rank(case):
     ctx = harness.context()
     rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     harness.fill_arena(case["seed"])
-    m, n, dtype = case["m"], case["n"], case["out_dtype"]
-    tile = _tile(FusedConfig())
-    partials = harness.region(0, world * m * n, torch.float32)
-    flags = harness.region(world * m * n * 4 // 256 * 256 + 256, tile_count(m, n, tile), torch.int64)
-    flags.zero_()
-    workspace = Workspace(partials, flags, tile)
-    a, b = _shards(case, rank)
-    bias = torch.randn(n, generator=harness.generator(case["seed"], 0, 22)) if case["bias"] else None
-    out = torch.full((m, n), float("nan"), dtype=dtype, device=device)  # poison: every element written
-    violations = harness.attempt(ctx.ops.matmul_all_reduce, out, a.to(device), b.to(device),
-                                 bias=None if bias is None else bias.to(device), workspace=workspace)
-    ref = sum(x.double() @ y.double() for x, y in (_shards(case, r) for r in range(world)))
-    if bias is not None:
-        ref = ref + bias.double()
-    got = out.cpu()
+    op, dtype = case["op"], case["out_dtype"]
+    a_shape, b_shape, out_shape = shapes(op, case["m"], case["n"], case["k"], world)
+    carve = _Carver()
+    if op in ON_HEAP:
+        out = carve.take(out_shape[0] * out_shape[1], dtype).view(out_shape)
+        out.fill_(float("nan"))  # poison: every element written
+    else:
+        out = torch.full(out_shape, float("nan"), dtype=dtype, device=device)
+    a, b = (t.to(device) for t in _shards(case, rank, a_shape, b_shape))
+    key, spec = ctx.ops._spec(op, out, a, b)
+    tensors = {}
+    for name, buf in spec.items():
+        tensors[name] = carve.take(max(buf.numel, 1), buf.dtype) if buf.heap else \
+            torch.empty(max(buf.numel, 1), dtype=buf.dtype, device=device)
+        if buf.zeroed:
+            tensors[name].zero_()
+    bias = torch.randn(b_shape[1], generator=harness.generator(case["seed"], 0, 22)) if case["bias"] else None
+    ctx.barrier()  # every rank's workspace is laid out before any rank's kernel writes into it
+    violations = harness.attempt(getattr(ctx.ops, op), out, a, b, bias=None if bias is None else bias.to(device),
+                                 workspace=Workspace(key, tensors))
+    ctx.barrier()  # peers' stores into a heap output have landed
+    ref = reference(op, [_shards(case, r, a_shape, b_shape) for r in range(world)], bias, rank)
+    # A copy, never a view: on the CPU backend a heap output *is* the arena, and sending a view of it
+    # back to the driver moves its storage into fresh shared memory, off the heap.
+    got = out.to("cpu", copy=True)
     if got.isnan().any():
-        violations.append(f"{int(got.isnan().sum())} of {m * n} output elements never written")
+        violations.append(f"{int(got.isnan().sum())} of {got.numel()} output elements never written")
     else:
         error = ((got.double() - ref).norm() / max(ref.norm().item(), 1e-30)).item()
         if error > TOLERANCE[dtype]:
-            violations.append(f"relative error {error:.3g} against the float64 reference (allowed "
+            violations.append(f"{op}: relative error {error:.3g} against the float64 reference (allowed "
                               f"{TOLERANCE[dtype]:g})")
     return harness.Verdict(violations, value=got)
 
 
 @st.composite
-def matmul_all_reduce_cases(draw):
-    return dict(m=draw(st.integers(1, 48)), n=draw(st.integers(1, 48)), k=draw(st.integers(1, 40)),
-                out_dtype=draw(st.sampled_from((torch.float32, torch.bfloat16))), bias=draw(st.booleans()),
-                seed=draw(harness.seeds()))
+def fused_op_cases(draw):
+    return dict(op=draw(st.sampled_from(OPS)), m=draw(st.integers(1, 48)), n=draw(st.integers(1, 48)),
+                k=draw(st.integers(1, 40)), out_dtype=draw(st.sampled_from((torch.float32, torch.bfloat16))),
+                bias=draw(st.booleans()), seed=draw(harness.seeds()))
 
 
-@settings(max_examples=current().examples(2))
+@settings(max_examples=current().examples(5))
 @given(data=st.data())
-def test_matmul_all_reduce_matches_the_float64_reference(world, data):
-    """Every rank gets the float64 sum of all ranks' A @ B (+ bias), within rounding, and the same bits."""
-    outputs = world.check(_matmul_all_reduce_on_rank, data.draw(matmul_all_reduce_cases(), label="case"))
-    for rank, out in enumerate(outputs[1:], start=1):
-        assert torch.equal(out.view(torch.uint8), outputs[0].view(torch.uint8)), f"rank {rank}'s bits differ"
+def test_fused_ops_match_the_float64_reference(world, data):
+    """Every rank gets its float64 answer (A @ B summed, gathered or scattered, + bias) within rounding."""
+    case = data.draw(fused_op_cases(), label="case")
+    outputs = world.check(_fused_op_on_rank, case)
+    if case["op"] in SAME_ON_EVERY_RANK:
+        for rank, out in enumerate(outputs[1:], start=1):
+            assert torch.equal(out.view(torch.uint8), outputs[0].view(torch.uint8)), f"rank {rank}'s bits differ"

@@ -1,4 +1,4 @@
-"""ctx.ops.matmul_all_reduce against a float64 reference: each rank's K-shard product, summed over ranks."""
+"""ctx.ops' five fused ops against a float64 reference built from every rank's shards."""
 
 import pytest
 import torch
@@ -6,40 +6,40 @@ import torch
 import iris
 from iris.ops import FusedConfig
 from iris.testing import refusals
+from iris.testing.fused_ops import ON_HEAP, OPS, reference, shapes
 
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 
 
-def _shards(seed, rank, m, n, k, dtype):
+def _shards(seed, rank, a_shape, b_shape):
     g = torch.Generator().manual_seed(seed * 1000 + rank)
-    return torch.randn(m, k, generator=g).to(dtype), torch.randn(k, n, generator=g).to(dtype)
+    return torch.randn(*a_shape, generator=g).to(torch.bfloat16), torch.randn(*b_shape, generator=g).to(torch.bfloat16)
 
 
-def _matmul_all_reduce(m, n, k, out_dtype, with_bias, seeds):
+def _run_op(op, m, n, k, out_dtype, with_bias, seeds):
     ctx = iris.iris(1 << 24)
     rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    a_shape, b_shape, out_shape = shapes(op, m, n, k, world)
     errors = []
-    for seed in seeds:  # the same output shape again: the kept workspace, new flags counts
-        a, b = _shards(seed, rank, m, n, k, torch.bfloat16)
-        bias = torch.randn(n, generator=torch.Generator().manual_seed(seed)) if with_bias else None
-        out = torch.full((m, n), float("nan"), dtype=out_dtype, device=device)  # poison
-        ctx.ops.matmul_all_reduce(out, a.to(device), b.to(device), bias=None if bias is None else bias.to(device))
-        ref = sum(x.double() @ y.double() for x, y in (_shards(seed, r, m, n, k, torch.bfloat16)
-                                                      for r in range(world)))
-        if bias is not None:
-            ref = ref + bias.double()
+    for seed in seeds:  # the same problem again: the kept workspace, flags counted further
+        a, b = _shards(seed, rank, a_shape, b_shape)
+        bias = torch.randn(b_shape[1], generator=torch.Generator().manual_seed(seed)) if with_bias else None
+        out = (ctx.full if op in ON_HEAP else torch.full)(out_shape, float("nan"), dtype=out_dtype, device=device)
+        getattr(ctx.ops, op)(out, a.to(device), b.to(device), bias=None if bias is None else bias.to(device))
+        ctx.barrier()
+        ref = reference(op, [_shards(seed, r, a_shape, b_shape) for r in range(world)], bias, rank)
         got = out.cpu().double()
         errors.append(float("inf") if got.isnan().any() else ((got - ref).norm() / ref.norm()).item())
     ctx.close()
     return errors
 
 
-@pytest.mark.parametrize("shape", [(40, 70, 24), (64, 32, 50)])
-@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
-def test_matmul_all_reduce_matches_float64(ranks, shape, out_dtype):
-    for rank, errors in enumerate(ranks.run(_matmul_all_reduce, *shape, out_dtype, out_dtype == torch.float32,
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("shape,out_dtype", [((40, 70, 24), torch.float32), ((64, 32, 50), torch.bfloat16)])
+def test_fused_op_matches_float64(ranks, op, shape, out_dtype):
+    for rank, errors in enumerate(ranks.run(_run_op, op, *shape, out_dtype, out_dtype == torch.float32,
                                             seeds=[1, 2])):
-        assert max(errors) <= TOLERANCE[out_dtype], f"rank {rank}: relative errors {errors}"
+        assert max(errors) <= TOLERANCE[out_dtype], f"{op}, rank {rank}: relative errors {errors}"
 
 
 def _refusals():
@@ -48,18 +48,30 @@ def _refusals():
     a = torch.zeros(8, 4, dtype=torch.bfloat16, device=device)
     b = torch.zeros(4, 16, dtype=torch.bfloat16, device=device)
     out = torch.zeros(8, 16, device=device)
+    world = ctx.get_num_ranks()
     messages = refusals([lambda: ctx.ops.matmul_all_reduce(out, a, b[:3]),
                          lambda: ctx.ops.matmul_all_reduce(out, a.float(), b.float()),
-                         lambda: ctx.ops.matmul_all_reduce(out, a, b, bias=torch.zeros(5, device=device))])
+                         lambda: ctx.ops.matmul_all_reduce(out, a, b, bias=torch.zeros(5, device=device)),
+                         lambda: ctx.ops.matmul_all_gather(torch.zeros(world * 8, 16, device=device), a, b),
+                         lambda: ctx.ops.matmul_reduce_scatter(out, a, b[:, :15]),
+                         lambda: ctx.ops.all_gather_matmul(out, a, b),
+                         lambda: ctx.ops.matmul_all_reduce(out[:, :8], a, b),
+                         lambda: ctx.ops.matmul_all_reduce(
+                             out, a, b, workspace=ctx.ops.matmul_reduce_scatter_preamble(out[:, :16 // world], a, b))])
     ctx.close()
     return messages
 
 
-def test_matmul_all_reduce_refuses_bad_operands_before_any_launch(ranks):
+def test_fused_ops_refuse_bad_operands_before_any_launch(ranks):
     for messages in ranks.run(_refusals):
         assert "inner sizes differ" in messages[0]
         assert "has dtype torch.float32; supported: bfloat16, float16" in messages[1]
         assert "bias must be 1-D of length 16" in messages[2]
+        assert "output is not on the symmetric heap" in messages[3]
+        assert "B has 15 columns, not divisible by the" in messages[4]
+        assert "B has 4 rows; it needs" in messages[5]
+        assert "output must have shape (8, 16)" in messages[6]
+        assert "this workspace was made for another problem" in messages[7]
 
 
 @pytest.mark.parametrize("field,value", [("block_size_m", 8), ("block_size_n", 100), ("group_size_m", 3),

@@ -1,38 +1,118 @@
-"""GEMM, and GEMM fused with communication: ``iris.ops.matmul`` and ``ctx.ops.matmul_all_reduce``.
+"""GEMM, and GEMM fused with communication: ``iris.ops.matmul`` and ``ctx.ops.<op>``.
+
+Every fused op is one persistent Triton kernel per rank that overlaps its GEMM tiles with the
+transfers (see each module):
+
+=========================  =====================================  ==================================
+op                         every rank passes                      every rank gets
+=========================  =====================================  ==================================
+``matmul_all_reduce``      A (M, K_r), B (K_r, N)                 output (M, N) = sum_r A_r @ B_r
+``matmul_reduce_scatter``  A (M, K_r), B (K_r, N)                 output (M, N/W): its columns of it
+``all_gather_matmul``      A_shard (M, K_r), B (W*K_r, N)         output (M, N) = [A_0 .. A_W-1] @ B
+``matmul_all_gather``      A (M, K), B (K, N)                     output (W*M, N), rows r*M.. = A_r @ B
+``gemm_all_scatter``       A (M, K), B (K, N)                     output (M, W*N), cols r*N.. = A @ B_r
+=========================  =====================================  ==================================
+
+``bias`` (N,) is added once to the result (B's columns). The outputs of matmul_all_gather and
+gemm_all_scatter are written by peers, so they must be on the heap (``ctx.empty``). Each op has a
+``*_preamble(output, A, B, config=None)`` that makes its workspace up front (every rank at once);
+without one, ``ctx.ops`` makes it on first use and keeps it per problem.
 
 Example:
     >>> out = iris.ops.matmul(a, b, bias=bias)                  # one GPU: see iris.ops.gemm
-    >>> ctx.ops.matmul_all_reduce(out, a_shard, b_shard)        # every rank: see iris.ops.matmul_all_reduce
+    >>> ctx.ops.matmul_all_reduce(out, a_shard, b_shard)        # every rank
+    >>> iris.ops.matmul_all_reduce(ctx, out, a_shard, b_shard)  # the same, the original's standalone form
 """
 
+from iris.ops import gather_matmul as _gather_matmul
+from iris.ops import matmul_gather as _matmul_gather
+from iris.ops import matmul_reduce as _matmul_reduce
+from iris.ops._fused import Workspace
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import matmul
 
-__all__ = ["FusedConfig", "Ops", "matmul"]
+__all__ = ["FusedConfig", "Ops", "Workspace", "all_gather_matmul", "gemm_all_scatter", "matmul", "matmul_all_gather",
+           "matmul_all_reduce", "matmul_reduce_scatter"]
 
 
 class Ops:
-    """The fused operations of one Iris context (``ctx.ops``)."""
+    """The fused operations of one Iris context (``ctx.ops``); see :mod:`iris.ops`."""
 
     def __init__(self, ctx):
         self._ctx = ctx
         self._workspaces: dict = {}
 
-    def _workspace(self, shape, config, make):
-        """The workspace kept for this output shape and config (made on first use: every rank at once)."""
-        key = (tuple(shape), tuple(vars(config).values()))
+    def _workspace(self, key, make):
+        """The workspace kept for this problem (made on first use: every rank at once)."""
         if key not in self._workspaces:
             self._workspaces[key] = make()
         return self._workspaces[key]
 
-    def matmul_all_reduce_preamble(self, output, A, B, config=None):
-        """The workspace for repeated calls; see :func:`iris.ops.matmul_all_reduce.matmul_all_reduce_preamble`."""
-        from iris.ops.matmul_all_reduce import matmul_all_reduce_preamble
-
-        return matmul_all_reduce_preamble(output, A, B, self._ctx, config=config)
+    def _spec(self, op: str, output, A, B, config=None) -> tuple:
+        """(key, {name: Buffer}) of ``op``'s workspace for these tensors (for workspaces laid out by hand)."""
+        config = FusedConfig() if config is None else config
+        if op in ("matmul_all_reduce", "matmul_reduce_scatter"):
+            return _matmul_reduce.problem(op, op == "matmul_reduce_scatter", self._ctx, output, A, B, config)[:2]
+        if op == "all_gather_matmul":
+            return _gather_matmul.problem(self._ctx, output, A, config)[:2]
+        return (op,), {}
 
     def matmul_all_reduce(self, output, A, B, bias=None, async_op=False, config=None, workspace=None):
-        """``output = sum over ranks of A @ B (+ bias)``; see :mod:`iris.ops.matmul_all_reduce`."""
-        from iris.ops.matmul_all_reduce import matmul_all_reduce
+        """``output = sum over ranks of A @ B (+ bias)``; see :mod:`iris.ops.matmul_reduce`."""
+        _matmul_reduce.run("matmul_all_reduce", False, self._ctx, output, A, B, bias, config, workspace)
 
-        matmul_all_reduce(output, A, B, self._ctx, bias=bias, async_op=async_op, config=config, workspace=workspace)
+    def matmul_all_reduce_preamble(self, output, A, B, config=None) -> Workspace:
+        return _matmul_reduce.preamble("matmul_all_reduce", False, self._ctx, output, A, B, config)
+
+    def matmul_reduce_scatter(self, output, A, B, bias=None, async_op=False, config=None, workspace=None):
+        """This rank's (M, N/W) columns of the sum over ranks of A @ B (+ bias); see :mod:`iris.ops.matmul_reduce`."""
+        _matmul_reduce.run("matmul_reduce_scatter", True, self._ctx, output, A, B, bias, config, workspace)
+
+    def matmul_reduce_scatter_preamble(self, output, A, B, config=None) -> Workspace:
+        return _matmul_reduce.preamble("matmul_reduce_scatter", True, self._ctx, output, A, B, config)
+
+    def all_gather_matmul(self, output, A_shard, B, bias=None, async_op=False, config=None, workspace=None):
+        """``output = [A_shard of every rank, side by side] @ B (+ bias)``; see :mod:`iris.ops.gather_matmul`."""
+        _gather_matmul.all_gather_matmul(self._ctx, output, A_shard, B, bias, async_op, config, workspace)
+
+    def all_gather_matmul_preamble(self, output, A_shard, B, config=None) -> Workspace:
+        return _gather_matmul.preamble(self._ctx, output, A_shard, B, config)
+
+    def matmul_all_gather(self, output, A, B, bias=None, async_op=False, config=None, workspace=None):
+        """Every rank's ``A @ B (+ bias)`` stacked by rank in rows; see :mod:`iris.ops.matmul_gather`."""
+        _matmul_gather.run("matmul_all_gather", True, self._ctx, output, A, B, bias, async_op, config, workspace)
+
+    def matmul_all_gather_preamble(self, output, A, B, config=None) -> Workspace:
+        return _matmul_gather.preamble("matmul_all_gather", True, self._ctx, output, A, B, config)
+
+    def gemm_all_scatter(self, output, A, B, bias=None, async_op=False, config=None, workspace=None):
+        """Every rank's ``A @ B (+ bias)`` side by side in columns; see :mod:`iris.ops.matmul_gather`."""
+        _matmul_gather.run("gemm_all_scatter", False, self._ctx, output, A, B, bias, async_op, config, workspace)
+
+    def gemm_all_scatter_preamble(self, output, A, B, config=None) -> Workspace:
+        return _matmul_gather.preamble("gemm_all_scatter", False, self._ctx, output, A, B, config)
+
+
+def matmul_all_reduce(ctx, output, A, B, bias=None, async_op=False, config=None, workspace=None):
+    """``ctx.ops.matmul_all_reduce(...)`` with the context first (the original's standalone form)."""
+    ctx.ops.matmul_all_reduce(output, A, B, bias, async_op, config, workspace)
+
+
+def matmul_reduce_scatter(ctx, output, A, B, bias=None, async_op=False, config=None, workspace=None):
+    """``ctx.ops.matmul_reduce_scatter(...)`` with the context first."""
+    ctx.ops.matmul_reduce_scatter(output, A, B, bias, async_op, config, workspace)
+
+
+def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config=None, workspace=None):
+    """``ctx.ops.all_gather_matmul(...)`` with the context first."""
+    ctx.ops.all_gather_matmul(output, A_shard, B, bias, async_op, config, workspace)
+
+
+def matmul_all_gather(ctx, output, A, B, bias=None, async_op=False, config=None, workspace=None):
+    """``ctx.ops.matmul_all_gather(...)`` with the context first."""
+    ctx.ops.matmul_all_gather(output, A, B, bias, async_op, config, workspace)
+
+
+def gemm_all_scatter(ctx, output, A, B, bias=None, async_op=False, config=None, workspace=None):
+    """``ctx.ops.gemm_all_scatter(...)`` with the context first."""
+    ctx.ops.gemm_all_scatter(output, A, B, bias, async_op, config, workspace)

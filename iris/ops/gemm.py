@@ -42,15 +42,12 @@ def tile_of(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
-def tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m, tile_n, UPCAST: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """(float32 tile of ``a @ b``, its rows, its columns) for output tile (``tile_m``, ``tile_n``)."""
-    rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+def accumulate(acc, a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, rows, cols, UPCAST: tl.constexpr,
+               BLOCK_K: tl.constexpr):
+    """``acc + a[rows, :K] @ b[:K, cols]`` in float32 (rows past M and columns past N read as zeros)."""
     ks = tl.arange(0, BLOCK_K)
     a_ptrs = a + rows[:, None].to(tl.int64) * stride_am + ks[None, :] * stride_ak
     b_ptrs = b + ks[:, None].to(tl.int64) * stride_bk + cols[None, :] * stride_bn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         left = K - k * BLOCK_K
         x = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < left), other=0.0)
@@ -61,6 +58,17 @@ def tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile
             acc = tl.dot(x, y, acc)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
+    return acc
+
+
+@triton.jit
+def tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m, tile_n, UPCAST: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """(float32 tile of ``a @ b``, its rows, its columns) for output tile (``tile_m``, ``tile_n``)."""
+    rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = accumulate(acc, a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, rows, cols, UPCAST, BLOCK_K)
     return acc, rows, cols
 
 

@@ -1,0 +1,121 @@
+"""What the fused GEMM + communication operations share on the host: checks, workspaces, launch sizes.
+
+A fused op is one persistent kernel per rank. Its workspace (heap slots that peers write, flags
+they count on, local counters) is described by a *spec*, ``{name: Buffer}``, for one problem:
+the op, the output shape, the dtype and the tile. :class:`Workspace` holds the tensors and the
+problem's key; a call checks the key, so a workspace is never used for a problem it was not
+made for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from iris.ccl import _common
+from iris.device_barrier import FUSED_PROGRAMS
+from iris.ops.config import FusedConfig
+from iris.ops.gemm import INTERPRETED_TILE, check_operands
+from iris.runtime import interpreted
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One tensor of a workspace: ``numel`` elements of ``dtype``, on the heap (peers write it) or local."""
+
+    numel: int
+    dtype: torch.dtype
+    heap: bool
+    zeroed: bool = False  # counters: zero when made; data slots are overwritten before they are read
+
+
+class Workspace:
+    """The tensors of one fused op for one problem (``key``); the tensors are attributes by name.
+
+    Made on every rank at the same point (heap allocations are collective) by the op's
+    ``*_preamble`` or, on first use, by ``ctx.ops``. ``Workspace(key, tensors)`` wraps tensors
+    carved elsewhere (the conformance suite lays them over an arena of random bytes).
+    """
+
+    def __init__(self, key: tuple, tensors: dict[str, torch.Tensor]):
+        self.key = key
+        self.tensors = tensors
+        for name, tensor in tensors.items():
+            setattr(self, name, tensor)
+
+    @classmethod
+    def allocate(cls, ctx, key: tuple, spec: dict[str, Buffer]) -> Workspace:
+        tensors = {}
+        for name, buf in spec.items():
+            if buf.heap:
+                tensors[name] = (ctx.zeros if buf.zeroed else ctx.empty)(max(buf.numel, 1), dtype=buf.dtype)
+            else:
+                tensors[name] = torch.zeros(max(buf.numel, 1), dtype=buf.dtype, device=ctx.get_device())
+        return cls(key, tensors)
+
+
+def tile(config: FusedConfig) -> dict:
+    """The GEMM tile of ``config`` on a GPU; the interpreter's own small tile on the CPU backend."""
+    if interpreted():
+        return dict(INTERPRETED_TILE)
+    return dict(BLOCK_M=config.block_size_m, BLOCK_N=config.block_size_n, BLOCK_K=config.block_size_k,
+                GROUP_M=config.group_size_m)
+
+
+def concurrent_programs(ctx) -> int:
+    """How many programs of one launch this rank can count on running at the same time.
+
+    One per SM (the fused kernels' tiles fill an SM's shared memory) shared among the most ranks
+    any GPU holds (simulation puts rank r on GPU r % devices; every rank must get the same
+    answer, since the fused kernels pair program p of every rank), at most FUSED_PROGRAMS (one
+    barrier slot each). Triton's interpreter runs a launch's programs one after another: 1.
+    """
+    if interpreted():
+        return 1
+    sharing = -(-ctx.get_num_ranks() // max(1, ctx.backend.device_count()))
+    return max(1, min(FUSED_PROGRAMS, ctx.get_cu_count() // sharing))
+
+
+def launch_size(ctx, tiles: int) -> int:
+    """Programs of one fused launch: one per tile up to :func:`concurrent_programs`, at least one."""
+    return max(1, min(tiles, concurrent_programs(ctx)))
+
+
+def check(what: str, ctx, output, A, B, bias, output_shape, symmetric_output: bool) -> None:
+    """Errors before any launch: the GEMM's operands, the output's shape, device and (if peers write it) heap.
+
+    ``output_shape(M, K, N)``: the output's shape for ``A`` (M, K) and ``B`` (K, N).
+    """
+    check_operands(what, A, B, None, None, getattr(output, "dtype", None))
+    output_shape = output_shape(A.shape[0], A.shape[1], B.shape[1])
+    if not isinstance(output, torch.Tensor) or tuple(output.shape) != tuple(output_shape):
+        raise ValueError(f"{what}: output must have shape {tuple(output_shape)}; got "
+                         f"{tuple(getattr(output, 'shape', ())) or type(output).__name__}")
+    if A.device != ctx.get_device() or output.device != ctx.get_device():
+        raise ValueError(f"{what}: the operands are on {A.device} and the output on {output.device}; this rank's "
+                         f"device is {ctx.get_device()}")
+    if bias is not None and (not isinstance(bias, torch.Tensor) or bias.dim() != 1
+                             or bias.shape[0] != B.shape[1] or bias.device != A.device):
+        raise ValueError(f"{what}: bias must be 1-D of length {B.shape[1]} (B's columns) on {A.device}; got "
+                         f"{tuple(getattr(bias, 'shape', ()))} on {getattr(bias, 'device', None)}")
+    if symmetric_output:
+        _common.check_tensor(ctx, what, "output", output, (torch.float32, torch.bfloat16, torch.float16), True)
+
+
+def workspace_for(ctx, what: str, key: tuple, spec: dict[str, Buffer], workspace) -> Workspace:
+    """``workspace`` if it was made for ``key``; the one ``ctx.ops`` keeps for ``key`` when None."""
+    if workspace is None:
+        return ctx.ops._workspace(key, lambda: Workspace.allocate(ctx, key, spec))
+    if not isinstance(workspace, Workspace) or workspace.key != key:
+        raise ValueError(f"{what}: this workspace was made for another problem ({getattr(workspace, 'key', None)}); "
+                         f"this call needs {key}: make it with ctx.ops.{what}_preamble(...) with the same "
+                         "tensors' shapes and config")
+    return workspace
+
+
+def barrier_arguments(ctx) -> tuple:
+    """(members, count, index, cur, heap_bases, arrivals, expected) of every fused kernel: all ranks."""
+    members = _common.participants(ctx, None)
+    arrivals, expected, _, _ = ctx._device_barrier.arguments(None)
+    return (members.tensor, members.size, members.index, ctx.get_rank(), ctx.get_heap_bases(), arrivals, expected)

@@ -1,0 +1,184 @@
+"""all_gather_matmul: ``output = [A_0 | A_1 | ... | A_{W-1}] @ B``, the all-gather of A inside the GEMM.
+
+Every rank holds ``A_shard`` (M, K_r), its slice of A's columns (K = W * K_r), and a ``B``
+(K, N) of its own (a column-parallel layer's weight shard); ``output`` (M, N) is the gathered A
+times B (+ ``bias``). A is never gathered in full before the GEMM starts.
+
+One persistent kernel per rank over the output tiles in grouped order. Pieces of A_shard (a row
+block of ``BLOCK_M`` rows, or a part of one) are *pushed*: a program copies the piece into slot
+``index`` of every other member's heap workspace and counts it on that member's flag for the row
+block. Each piece is pushed by one program two steps (tiles) before the first tile that needs its
+row block, so the copies run between GEMM tiles and ahead of need. A tile first multiplies this
+rank's own slice (read in place), then waits until every piece of its row block has arrived from
+every member (acquire) and multiplies the gathered slices.
+
+Waiting here is for *other* programs (the pushers), so every program of every rank must run at
+the same time: launches are sized by :func:`iris.ops._fused.concurrent_programs`. A wait at step
+``s`` only needs pushes of earlier steps, so the kernel cannot deadlock when they do. Before its
+first push a program passes a barrier with the programs of the same id on the other ranks (their
+previous call has ended, so nobody still reads a slot about to be overwritten). The flags count
+up across calls; a local call counter, incremented on the stream after each launch, says how far.
+
+Example:
+    >>> A_shard = torch.randn(M, K // W, dtype=torch.bfloat16, device=ctx.get_device())
+    >>> out = torch.empty(M, N, dtype=torch.bfloat16, device=ctx.get_device())
+    >>> ctx.ops.all_gather_matmul(out, A_shard, B)           # B: (K, N)
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+import iris
+from iris.ccl import _common
+from iris.ccl._device import enter
+from iris.ops import _fused
+from iris.ops.config import FusedConfig
+from iris.ops.gemm import accumulate, tile_count, tile_of
+from iris.runtime import interpreted
+
+LEAD = tl.constexpr(2)  # steps between a piece's push and the first tile that needs it
+COPY_K = tl.constexpr(128)  # columns copied per load/store of a piece
+
+
+@triton.jit
+def _push_step(row_block, tiles_n, programs, GROUP_M: tl.constexpr):
+    """The step (tile index of a program) at which a piece of ``row_block`` is pushed: LEAD before need."""
+    first_need = (row_block // GROUP_M) * GROUP_M * tiles_n + row_block % GROUP_M  # see tile_of
+    return tl.maximum(first_need // programs - LEAD, 0)
+
+
+@triton.jit
+def _push_due(step, a, gathered, flags, M, K_r, split, stride_am, stride_ak, tiles_m, tiles_n,
+              members, count, index, cur, heap_bases, BLOCK_M: tl.constexpr, GROUP_M: tl.constexpr,
+              FROM_STEP_ON: tl.constexpr):
+    """Push this program's pieces due at ``step`` (``FROM_STEP_ON``: at ``step`` or later)."""
+    programs = tl.num_programs(0)
+    part = tl.cdiv(tl.cdiv(K_r, split), COPY_K) * COPY_K  # columns per piece
+    slot = tl.cast(M, tl.int64) * K_r
+    for piece in range(tl.program_id(0), tiles_m * split, programs):
+        row_block = piece // split
+        due = _push_step(row_block, tiles_n, programs, GROUP_M)
+        if FROM_STEP_ON:
+            go = due >= step
+        else:
+            go = due == step
+        if go:
+            rows = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
+            first = (piece % split) * part
+            for k in range(first, tl.minimum(first + part, K_r), COPY_K):
+                ks = k + tl.arange(0, COPY_K)
+                mask = (rows[:, None] < M) & (ks[None, :] < K_r)
+                x = tl.load(a + rows[:, None].to(tl.int64) * stride_am + ks[None, :] * stride_ak, mask=mask)
+                place = index * slot + rows[:, None].to(tl.int64) * K_r + ks[None, :]
+                for i in range(1, count):
+                    iris.store(gathered + place, x, cur, tl.load(members + (index + i) % count), heap_bases,
+                               mask=mask)
+            tl.debug_barrier()  # every thread's stores of the piece before the flags
+            for i in range(1, count):
+                iris.signal(flags + row_block, 1, cur, tl.load(members + (index + i) % count), heap_bases, op="add")
+
+
+@triton.jit(do_not_specialize=_common.GROUP_ARGS)
+def _all_gather_matmul_kernel(a, b, out, bias, gathered, flags, calls, M, N, K_r, split, stride_am, stride_ak,
+                              stride_bk, stride_bn, stride_om, stride_on, members, count, index, cur, heap_bases,
+                              arrivals, expected, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, WORLD: tl.constexpr,
+                              BARRIER_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
+    want = (tl.load(calls) + 1) * (count - 1) * split  # every piece of a row block, from every other member
+    slot = tl.cast(M, tl.int64) * K_r
+    step = 0
+    for tile in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
+        _push_due(step, a, gathered, flags, M, K_r, split, stride_am, stride_ak, tiles_m, tiles_n, members, count,
+                  index, cur, heap_bases, BLOCK_M, GROUP_M, False)
+        tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
+        rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = accumulate(acc, a, b + index * K_r * stride_bk, M, N, K_r, stride_am, stride_ak, stride_bk, stride_bn,
+                         rows, cols, UPCAST, BLOCK_K)  # this rank's own slice: no wait
+        if count > 1:
+            iris.wait_until(flags + tile_m, ">=", want)
+            tl.debug_barrier()  # the acquire before any thread reads the gathered slices
+        for i in range(1, count):
+            position = (index + i) % count
+            acc = accumulate(acc, gathered + position * slot, b + position * K_r * stride_bk, M, N, K_r, K_r, 1,
+                             stride_bk, stride_bn, rows, cols, UPCAST, BLOCK_K)
+        if HAS_BIAS:
+            acc += tl.load(bias + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+        tl.store(out + rows[:, None].to(tl.int64) * stride_om + cols[None, :] * stride_on,
+                 acc.to(out.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+        step += 1
+    # Pieces due after this program's last tile (the schedule leaves none; kept so that none is ever lost).
+    _push_due(step, a, gathered, flags, M, K_r, split, stride_am, stride_ak, tiles_m, tiles_n, members, count,
+              index, cur, heap_bases, BLOCK_M, GROUP_M, True)
+
+
+WHAT = "all_gather_matmul"
+
+
+def _check(ctx, output, A_shard, B, bias) -> None:
+    world = ctx.get_num_ranks()
+
+    if not all(isinstance(t, torch.Tensor) and t.dim() == 2 for t in (A_shard, B)):
+        raise ValueError(f"{WHAT}: A_shard and B must be 2-D tensors")
+    if B.shape[0] != world * A_shard.shape[1]:
+        raise ValueError(f"{WHAT}: B has {B.shape[0]} rows; it needs {world} x A_shard's {A_shard.shape[1]} "
+                         f"columns = {world * A_shard.shape[1]}")
+    # A_shard times B's first K_r rows has the operands' and output's dtypes, devices and shapes of the whole
+    _fused.check(WHAT, ctx, output, A_shard, B[: A_shard.shape[1]], bias, lambda M, K, N: (M, N),
+                 symmetric_output=False)
+
+
+def problem(ctx, output, A_shard, config):
+    """(key, spec, tile) of one call."""
+    world = ctx.get_num_ranks()
+    M, K_r = A_shard.shape
+    N = output.shape[1]
+    tile = _fused.tile(config)
+    key = (WHAT, M, K_r, N, A_shard.dtype, tuple(tile.values()))
+    tiles_m = triton.cdiv(M, tile["BLOCK_M"])
+    spec = {"gathered": _fused.Buffer(world * M * K_r, A_shard.dtype, heap=True),
+            "flags": _fused.Buffer(tiles_m, torch.int64, heap=True, zeroed=True),
+            "calls": _fused.Buffer(1, torch.int64, heap=False, zeroed=True)}
+    return key, spec, tile
+
+
+def preamble(ctx, output, A_shard, B, config=None) -> _fused.Workspace:
+    """Check the operands and make the workspace, on every rank at once (it is a heap allocation)."""
+    config = FusedConfig() if config is None else config
+    _check(ctx, output, A_shard, B, None)
+    key, spec, _ = problem(ctx, output, A_shard, config)
+    return _fused.Workspace.allocate(ctx, key, spec)
+
+
+def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config=None, workspace=None) -> None:
+    """``output = all_gather(A_shard, dim=1) @ B (+ bias)``; every rank calls it (see the module).
+
+    Args:
+        output: (M, N), float32, bfloat16 or float16, on this rank's device (need not be on the heap).
+        A_shard: (M, K_r) this rank's columns of A, bfloat16 or float16; B: (W * K_r, N), the same dtype.
+        bias: optional (N,). async_op: accepted for the original API; each rank's output is complete
+            when its kernel ends, so nothing waits after it.
+        config: an :class:`iris.ops.FusedConfig`. workspace: from ``ctx.ops.all_gather_matmul_preamble``.
+    """
+    config = FusedConfig() if config is None else config
+    _check(ctx, output, A_shard, B, bias)
+    key, spec, tile = problem(ctx, output, A_shard, config)
+    workspace = _fused.workspace_for(ctx, WHAT, key, spec, workspace)
+    M, K_r = A_shard.shape
+    N = output.shape[1]
+    programs = _fused.launch_size(ctx, tile_count(M, N, tile))
+    split = max(1, programs // triton.cdiv(M, tile["BLOCK_M"]))  # pieces per row block: every program pushes
+    _all_gather_matmul_kernel[(programs,)](
+        A_shard, B, output, bias if bias is not None else output, workspace.gathered, workspace.flags,
+        workspace.calls, M, N, K_r, split, A_shard.stride(0), A_shard.stride(1), B.stride(0), B.stride(1),
+        output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), HAS_BIAS=bias is not None,
+        UPCAST=interpreted(), WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx._device_barrier.block,
+        num_warps=config.num_warps, num_stages=config.num_stages, **tile)
+    workspace.calls.add_(1)  # on the stream, after the launch: the next call waits for one more round

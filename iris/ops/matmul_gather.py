@@ -1,0 +1,88 @@
+"""GEMM whose output tiles go straight to every rank: ``matmul_all_gather`` and ``gemm_all_scatter``.
+
+Every rank computes its own product ``A_r @ B_r`` (+ ``bias``) and every rank receives all of
+them, placed side by side in its heap ``output``:
+
+- ``matmul_all_gather``: A (M, K), B (K, N); output (W * M, N), rank r's rows at ``r * M``
+  (the sequence-parallel gather of a column-parallel layer's input, done after the GEMM);
+- ``gemm_all_scatter``: A (M, K), B (K, N) this rank's column shard; output (M, W * N), rank r's
+  columns at ``r * N`` (the paper's GEMM + all-scatter).
+
+One persistent kernel per rank. Each program computes a tile and stores it, in the output dtype,
+into every member's output (its own included) straight from registers, so a tile's transfer
+overlaps the next tile's GEMM. Program ``p`` passes a barrier with program ``p`` of every member
+before its first store (every member's previous use of its output has ended) and after its last
+(unless ``async_op``): when a rank's kernel ends, every rank's tiles have landed in its output.
+With ``async_op=True`` call ``ctx.device_barrier()`` (or ``ctx.barrier()``) before reading it.
+
+Example:
+    >>> W = ctx.get_num_ranks()
+    >>> out = ctx.empty(W * M, N, dtype=torch.bfloat16)        # on the heap: peers write into it
+    >>> ctx.ops.matmul_all_gather(out, A, B)
+    >>> scattered = ctx.empty(M, W * N_shard, dtype=torch.bfloat16)
+    >>> ctx.ops.gemm_all_scatter(scattered, A, B_shard)
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+import iris
+from iris.ccl import _common
+from iris.ccl._device import enter, leave
+from iris.ops import _fused
+from iris.ops.config import FusedConfig
+from iris.ops.gemm import tile_count, tile_of, tile_product
+from iris.runtime import interpreted
+
+
+@triton.jit(do_not_specialize=_common.GROUP_ARGS)
+def _matmul_gather_kernel(a, b, out, bias, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
+                          members, count, index, cur, heap_bases, arrivals, expected, ALONG_M: tl.constexpr,
+                          HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, WORLD: tl.constexpr,
+                          EXIT_BARRIER: tl.constexpr, BARRIER_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
+                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
+    for tile in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
+        tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
+        acc, rows, cols = tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m, tile_n,
+                                       UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
+        if HAS_BIAS:
+            acc += tl.load(bias + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+        value = acc.to(out.dtype.element_ty)
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        if ALONG_M:
+            place = (rows[:, None] + index * M).to(tl.int64) * stride_om + cols[None, :] * stride_on
+        else:
+            place = rows[:, None].to(tl.int64) * stride_om + (cols[None, :] + index * N) * stride_on
+        for i in range(0, count):  # start at a different member on every rank
+            iris.store(out + place, value, cur, tl.load(members + (index + i) % count), heap_bases, mask=mask)
+    leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK)
+
+
+def _output_shape(along_m: bool, world: int):
+    return lambda M, K, N: (world * M, N) if along_m else (M, world * N)
+
+
+def preamble(what: str, along_m: bool, ctx, output, A, B, config=None) -> _fused.Workspace:
+    """Check the operands; these ops keep no workspace (the output is the only buffer peers write)."""
+    _fused.check(what, ctx, output, A, B, None, _output_shape(along_m, ctx.get_num_ranks()), symmetric_output=True)
+    return _fused.Workspace((what,), {})
+
+
+def run(what: str, along_m: bool, ctx, output, A, B, bias=None, async_op=False, config=None, workspace=None) -> None:
+    """One call of ``what`` (see the module): checks, then one launch."""
+    config = FusedConfig() if config is None else config
+    _fused.check(what, ctx, output, A, B, bias, _output_shape(along_m, ctx.get_num_ranks()), symmetric_output=True)
+    _fused.workspace_for(ctx, what, (what,), {}, workspace)
+    M, N = A.shape[0], B.shape[1]
+    tile = _fused.tile(config)
+    programs = _fused.launch_size(ctx, tile_count(M, N, tile))
+    _matmul_gather_kernel[(programs,)](
+        A, B, output, bias if bias is not None else output, M, N, A.shape[1], A.stride(0), A.stride(1), B.stride(0),
+        B.stride(1), output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), ALONG_M=along_m,
+        HAS_BIAS=bias is not None, UPCAST=interpreted(), WORLD=ctx.get_num_ranks(), EXIT_BARRIER=not async_op,
+        BARRIER_BLOCK=ctx._device_barrier.block, num_warps=config.num_warps, num_stages=config.num_stages, **tile)

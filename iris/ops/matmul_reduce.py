@@ -1,0 +1,182 @@
+"""GEMM with the sum over ranks in the same kernel: ``matmul_all_reduce`` and ``matmul_reduce_scatter``.
+
+The tensor-parallel row-split layer: every rank holds its K-shard, ``A`` (M, K_r) and ``B``
+(K_r, N), and the result is the sum over ranks of ``A_r @ B_r`` (+ ``bias`` once).
+``matmul_all_reduce`` gives every rank the whole (M, N) sum; ``matmul_reduce_scatter`` gives rank
+``r`` columns ``[r * N / W, (r + 1) * N / W)``, an (M, N / W) output.
+
+One persistent kernel per rank; every rank walks the same tiles in the same order, and program
+``p`` of every rank computes the same tiles, so a program only ever waits for the program of the
+same id on another rank. Per output tile, each program:
+
+1. computes its rank's float32 partial tile (:func:`iris.ops.gemm.tile_product`);
+2. stores it, in the output's dtype, into slot ``index`` of every *owner* of the tile's columns
+   (all_reduce: every member; reduce_scatter: the members whose column range the tile meets);
+3. one tile later (so the stores drain while the next tile computes), counts the previous tile
+   on each other owner's flag (release), then, if it owns columns of that tile, waits until
+   every other member has counted it (acquire) and sums the slots in member order (every rank
+   gets the same bits, like torch.matmul followed by NCCL's sum in the output dtype), adds the
+   bias and writes the output.
+
+Before its first store a program passes a barrier with the programs of the same id on the other
+ranks (:func:`iris.ccl._device.enter`): every member's previous call has ended, so nobody still
+reads a slot about to be overwritten. Nothing waits after the last tile: each rank's output is
+complete when its kernel ends.
+
+Example:
+    >>> out = torch.empty(M, N, dtype=torch.bfloat16, device=ctx.get_device())
+    >>> ctx.ops.matmul_all_reduce(out, A_shard, B_shard, bias=bias)
+    >>> part = torch.empty(M, N // ctx.get_num_ranks(), dtype=torch.bfloat16, device=ctx.get_device())
+    >>> ctx.ops.matmul_reduce_scatter(part, A_shard, B_shard)
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+import iris
+from iris.ccl import _common
+from iris.ccl._device import enter
+from iris.ops import _fused
+from iris.ops.config import FusedConfig
+from iris.ops.gemm import tile_count, tile_of, tile_product
+from iris.runtime import interpreted
+
+
+@triton.jit
+def _owned(position, N, width, SCATTER: tl.constexpr):
+    """First column owned by the member at ``position`` and how many (all of them unless scattering)."""
+    if SCATTER:
+        return position * width, width
+    return position * 0, N
+
+
+@triton.jit
+def _meets(tile_n, lo, width, BLOCK_N: tl.constexpr):
+    return (tile_n * BLOCK_N < lo + width) & (tile_n * BLOCK_N + BLOCK_N > lo)
+
+
+@triton.jit
+def _announce(tile, tiles_m, tiles_n, flags, N, width, members, count, index, cur, heap_bases,
+              SCATTER: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Count ``tile`` on the flag of every other member that owns some of its columns."""
+    tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)[1]
+    tl.debug_barrier()  # every thread's stores of the tile before the flags
+    for i in range(1, count):
+        position = (index + i) % count
+        lo, own = _owned(position, N, width, SCATTER)
+        if _meets(tile_n, lo, own, BLOCK_N):
+            iris.signal(flags + tile, 1, cur, tl.load(members + position), heap_bases, op="add")
+
+
+@triton.jit
+def _finish(tile, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om, stride_on, count, index,
+            SCATTER: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+            GROUP_M: tl.constexpr):
+    """If this rank owns columns of ``tile``: wait for every member's slot, sum them in member order, write."""
+    tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
+    lo, own = _owned(index, N, width, SCATTER)
+    if _meets(tile_n, lo, own, BLOCK_N):
+        want = tl.load(seen + tile) + count - 1
+        iris.wait_until(flags + tile, ">=", want)
+        tl.store(seen + tile, want)
+        tl.debug_barrier()  # the acquire before any thread reads the slots
+        rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask = (rows[:, None] < M) & (cols[None, :] >= lo) & (cols[None, :] < lo + own)
+        place = rows[:, None].to(tl.int64) * own + (cols[None, :] - lo)
+        slot = tl.cast(M, tl.int64) * own
+        total = tl.load(partials + place, mask=mask, volatile=True).to(tl.float32)
+        for j in range(1, count):
+            total += tl.load(partials + j * slot + place, mask=mask, volatile=True).to(tl.float32)
+        if HAS_BIAS:
+            total += tl.load(bias + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+        tl.store(out + rows[:, None].to(tl.int64) * stride_om + (cols[None, :] - lo) * stride_on,
+                 total.to(out.dtype.element_ty), mask=mask)
+
+
+@triton.jit(do_not_specialize=_common.GROUP_ARGS)
+def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, M, N, K, width, stride_am, stride_ak, stride_bk,
+                          stride_bn, stride_om, stride_on, members, count, index, cur, heap_bases, arrivals, expected,
+                          SCATTER: tl.constexpr, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, WORLD: tl.constexpr,
+                          BARRIER_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
+    previous = -1
+    for tile in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
+        tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
+        acc, rows, cols = tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m, tile_n,
+                                       UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
+        if previous >= 0:
+            _announce(previous, tiles_m, tiles_n, flags, N, width, members, count, index, cur, heap_bases,
+                      SCATTER, BLOCK_N, GROUP_M)
+        part = acc.to(partials.dtype.element_ty)
+        for i in range(0, count):  # start at a different member on every rank
+            position = (index + i) % count
+            lo, own = _owned(position, N, width, SCATTER)
+            if _meets(tile_n, lo, own, BLOCK_N):
+                mask = (rows[:, None] < M) & (cols[None, :] >= lo) & (cols[None, :] < lo + own)
+                place = index * (tl.cast(M, tl.int64) * own) + rows[:, None].to(tl.int64) * own + (cols[None, :] - lo)
+                iris.store(partials + place, part, cur, tl.load(members + position), heap_bases, mask=mask)
+        if previous >= 0:
+            _finish(previous, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om, stride_on,
+                    count, index, SCATTER, HAS_BIAS, BLOCK_M, BLOCK_N, GROUP_M)
+        previous = tile
+    if previous >= 0:
+        _announce(previous, tiles_m, tiles_n, flags, N, width, members, count, index, cur, heap_bases,
+                  SCATTER, BLOCK_N, GROUP_M)
+        _finish(previous, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om, stride_on,
+                count, index, SCATTER, HAS_BIAS, BLOCK_M, BLOCK_N, GROUP_M)
+
+
+def problem(what: str, scatter: bool, ctx, output, A, B, config):
+    """(key, spec, width, tile) of one call; the spec sizes the slots by the columns a rank owns."""
+    world = ctx.get_num_ranks()
+    M, N = A.shape[0], B.shape[1]
+    width = N // world if scatter else N
+    tile = _fused.tile(config)
+    key = (what, M, N, output.dtype, tuple(tile.values()))
+    tiles = tile_count(M, N, tile)
+    spec = {"partials": _fused.Buffer(world * M * width, output.dtype, heap=True),
+            "flags": _fused.Buffer(tiles, torch.int64, heap=True, zeroed=True),
+            "seen": _fused.Buffer(tiles, torch.int64, heap=False, zeroed=True)}  # tile counts seen so far
+    return key, spec, width, tile
+
+
+def _check(what, ctx, output, A, B, bias, scatter: bool) -> None:
+    world = ctx.get_num_ranks()
+
+    def output_shape(M, K, N):
+        if scatter and N % world:
+            raise ValueError(f"{what}: B has {N} columns, not divisible by the {world} ranks")
+        return (M, N // world if scatter else N)
+
+    _fused.check(what, ctx, output, A, B, bias, output_shape, symmetric_output=False)
+
+
+def preamble(what: str, scatter: bool, ctx, output, A, B, config=None) -> _fused.Workspace:
+    """Check the operands and make the workspace, on every rank at once (it is a heap allocation)."""
+    config = FusedConfig() if config is None else config
+    _check(what, ctx, output, A, B, None, scatter)
+    key, spec, _, _ = problem(what, scatter, ctx, output, A, B, config)
+    return _fused.Workspace.allocate(ctx, key, spec)
+
+
+def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, workspace=None) -> None:
+    """One call of ``what`` (see the module): checks, then one launch."""
+    config = FusedConfig() if config is None else config
+    _check(what, ctx, output, A, B, bias, scatter)
+    key, spec, width, tile = problem(what, scatter, ctx, output, A, B, config)
+    workspace = _fused.workspace_for(ctx, what, key, spec, workspace)
+    M, N = A.shape[0], B.shape[1]
+    programs = _fused.launch_size(ctx, tile_count(M, N, tile))
+    _matmul_reduce_kernel[(programs,)](
+        A, B, output, bias if bias is not None else output, workspace.partials, workspace.flags, workspace.seen,
+        M, N, A.shape[1], width, A.stride(0), A.stride(1), B.stride(0), B.stride(1), output.stride(0),
+        output.stride(1), *_fused.barrier_arguments(ctx), SCATTER=scatter, HAS_BIAS=bias is not None,
+        UPCAST=interpreted(), WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx._device_barrier.block,
+        num_warps=config.num_warps, num_stages=config.num_stages, **tile)
