@@ -97,7 +97,16 @@ def _hopper_configs() -> list[triton.Config]:
             for m, n, k, w, s in shapes]
 
 
-_tuned_gemm_kernel = triton.autotune(configs=_hopper_configs(), key=["M", "N", "K"])(_gemm_kernel)
+def _fitting(configs, named_args, **_):
+    """The tile shapes no larger than the problem needs (all of them for big problems): fewer compiles."""
+    m, n = named_args["M"], named_args["N"]
+    fit = [c for c in configs if c.kwargs["BLOCK_M"] <= max(64, triton.next_power_of_2(m))
+           and c.kwargs["BLOCK_N"] <= max(64, triton.next_power_of_2(n))]
+    return fit or [min(configs, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
+
+
+_tuned_gemm_kernel = triton.autotune(configs=_hopper_configs(), key=["M", "N", "K"],
+                                     prune_configs_by={"early_config_prune": _fitting})(_gemm_kernel)
 
 
 def tile_count(m: int, n: int, tile: dict) -> int:

@@ -1,0 +1,243 @@
+"""Fused GEMM + communication side by side: iris.ops, torch.matmul then NCCL, the GEMM alone, the communication alone.
+
+    iris run -n 2 benchmarks/ops.py [--ops matmul_all_reduce ...] [--m 1024 4096 16384] [--n 8192 14336]
+                                    [--k 8192] [--iters 10] [--warmup 3] [--csv PATH] [--validate]
+
+The shapes are a tensor-parallel MLP's (W ranks). For M, N, K from the command line, each rank's part:
+
+    all_gather_matmul      A_shard (M, K/W), B (K, N)        A gathered along K, then the GEMM
+    matmul_all_gather      A (M/W, K), B (K, N)              the GEMM, then rows gathered: (M, N)
+    gemm_all_scatter       A (M, K), B (K, N/W)              the GEMM, then columns gathered: (M, N)
+    matmul_all_reduce      A (M, N/W), B (N/W, K)            the transposed role: partial sums of (M, K)
+    matmul_reduce_scatter  A (M, N/W), B (N/W, K)            ... reduced and scattered: (M, K/W)
+
+For every op and shape, in one run, process group and on the same tensors:
+
+    fused       ctx.ops.<op>
+    torch+nccl  torch.matmul followed by the torch.distributed collective (with the layout copy
+                torch needs where NCCL gathers or scatters along rows and the op along columns)
+    gemm        the GEMM alone: torch.matmul (cuBLAS), and iris.ops.matmul
+    comm        the communication alone: NCCL, and the iris.ccl collective on heap buffers
+
+It prints each fused time's speedup over torch+nccl and its overlap efficiency,
+max(T_gemm, T_comm) / T_fused with the faster GEMM and the faster communication (1: the
+communication is completely hidden behind the faster GEMM). Each figure is the median of --iters
+calls between CUDA events after --warmup calls (the first calls autotune the GEMM). --validate
+compares each fused output with torch+nccl's. Output: a table, a CSV and a PNG under
+benchmarks/results/. On the CPU backend it is a smoke test at tiny sizes, not a figure.
+"""
+
+import os
+
+# NVLink multicast stays off (see DESIGN.md); these must be set before torch is imported.
+for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+                      ("NVSHMEM_DISABLE_NVLS", "1")):
+    os.environ.setdefault(_name, _value)
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from _results import RESULTS, git_commit, median_us, write_csv
+
+import iris
+from iris.ops import matmul
+from iris.testing.fused_ops import OPS
+
+
+def parse_args(gpu: bool) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS))
+    parser.add_argument("--m", nargs="+", type=int, default=[1024, 4096, 16384] if gpu else [64])
+    parser.add_argument("--n", nargs="+", type=int, default=[8192, 14336] if gpu else [64])
+    parser.add_argument("--k", nargs="+", type=int, default=[8192] if gpu else [64])
+    parser.add_argument("--iters", type=int, default=10 if gpu else 1)
+    parser.add_argument("--warmup", type=int, default=3 if gpu else 1)
+    parser.add_argument("--csv", type=Path, default=None,
+                        help="CSV path (default benchmarks/results/ops_<gpu>_<W>ranks.csv)")
+    parser.add_argument("--validate", action="store_true", help="compare each fused output with torch+nccl's")
+    return parser.parse_args()
+
+
+class Problem:
+    """One op and shape on this rank: the operands, the fused call, and its torch + NCCL counterpart."""
+
+    def __init__(self, ctx, arena, op: str, M: int, N: int, K: int):
+        world, device = ctx.get_num_ranks(), ctx.get_device()
+        for name, size in (("M", M), ("N", N), ("K", K)):
+            if size % world:
+                raise SystemExit(f"{op}: {name}={size} is not divisible by the {world} ranks")
+        self.op, self.world = op, world
+        dt = torch.bfloat16
+        g = torch.Generator(device=device).manual_seed(1234 + ctx.get_rank())
+
+        def rand(*shape):
+            return torch.randn(*shape, generator=g, device=device, dtype=dt) / shape[-1] ** 0.25
+
+        if op == "all_gather_matmul":
+            self.A, self.B = rand(M, K // world), rand(K, N)
+            out_shape, self.comm_rows, self.comm_cols = (M, N), M, K // world
+        elif op == "matmul_all_gather":
+            self.A, self.B = rand(M // world, K), rand(K, N)
+            out_shape, self.comm_rows, self.comm_cols = (M, N), M // world, N
+        elif op == "gemm_all_scatter":
+            self.A, self.B = rand(M, K), rand(K, N // world)
+            out_shape, self.comm_rows, self.comm_cols = (M, N), M, N // world
+        else:  # the transposed role: the K-shard is N / W, the output is (M, K)
+            self.A, self.B = rand(M, N // world), rand(N // world, K)
+            out_shape = (M, K // world) if op == "matmul_reduce_scatter" else (M, K)
+            self.comm_rows, self.comm_cols = M, K
+        if op in ("matmul_all_gather", "gemm_all_scatter"):  # peers write the output: a view of the heap arena
+            self.out = arena[: out_shape[0] * out_shape[1]].view(out_shape)
+        else:
+            self.out = torch.empty(out_shape, dtype=dt, device=device)
+        self.ref = torch.empty(out_shape, dtype=dt, device=device)
+        # The GEMM alone has the whole A (all_gather_matmul: the gathered (M, K)).
+        self.gemm_a = rand(M, K) if op == "all_gather_matmul" else self.A
+        self.flops = 2 * self.gemm_a.shape[0] * self.B.shape[1] * self.gemm_a.shape[1]
+        self.ctx = ctx
+
+    def fused(self):
+        getattr(self.ctx.ops, self.op)(self.out, self.A, self.B)
+
+    def gemm_torch(self):
+        return torch.matmul(self.gemm_a, self.B)
+
+    def gemm_iris(self):
+        return matmul(self.gemm_a, self.B)
+
+    def torch_nccl(self):
+        """torch.matmul then the NCCL collective (plus the layout copies torch needs); result in self.ref."""
+        W, op = self.world, self.op
+        if op == "all_gather_matmul":
+            parts = torch.empty(W, *self.A.shape, dtype=self.A.dtype, device=self.A.device)
+            dist.all_gather_into_tensor(parts.view(-1, parts.shape[-1]), self.A)
+            torch.matmul(parts.permute(1, 0, 2).reshape(self.A.shape[0], -1), self.B, out=self.ref)
+        elif op == "matmul_all_gather":
+            dist.all_gather_into_tensor(self.ref, torch.matmul(self.A, self.B))
+        elif op == "gemm_all_scatter":
+            parts = torch.empty(W, self.A.shape[0], self.B.shape[1], dtype=self.A.dtype, device=self.A.device)
+            dist.all_gather_into_tensor(parts.view(-1, parts.shape[-1]), torch.matmul(self.A, self.B))
+            self.ref.copy_(parts.permute(1, 0, 2).reshape(self.ref.shape))
+        elif op == "matmul_all_reduce":
+            torch.matmul(self.A, self.B, out=self.ref)
+            dist.all_reduce(self.ref)
+        else:  # NCCL scatters row blocks: the column blocks of the product first become row blocks
+            whole = torch.matmul(self.A, self.B)
+            blocks = whole.view(whole.shape[0], W, -1).transpose(0, 1).contiguous()
+            dist.reduce_scatter_tensor(self.ref, blocks.view(-1, blocks.shape[-1]))
+
+    def comm_calls(self, arena):
+        """{label: call} of the communication alone: NCCL, and iris.ccl on heap views of the arena."""
+        W, rows, cols, op = self.world, self.comm_rows, self.comm_cols, self.op
+        device, dt = self.A.device, self.A.dtype
+        plain = torch.empty(rows * cols, dtype=dt, device=device)
+        gathered = torch.empty(W * rows * cols, dtype=dt, device=device)
+        heap_in = arena[: rows * cols].view(rows, cols)
+        heap_out = arena[rows * cols: (W + 1) * rows * cols]
+        ccl = self.ctx.ccl
+        if op in ("all_gather_matmul", "matmul_all_gather", "gemm_all_scatter"):
+            return {"nccl": lambda: dist.all_gather_into_tensor(gathered.view(W * rows, cols), plain.view(rows, cols)),
+                    "iris.ccl": lambda: ccl.all_gather(heap_out.view(W * rows, cols), heap_in)}
+        if op == "matmul_all_reduce":
+            return {"nccl": lambda: dist.all_reduce(plain),
+                    "iris.ccl": lambda: ccl.all_reduce(heap_out[: rows * cols].view(rows, cols), heap_in)}
+        return {"nccl": lambda: dist.reduce_scatter_tensor(plain[: rows * cols // W], plain),
+                "iris.ccl": lambda: ccl.reduce_scatter(heap_out[: rows * cols // W], heap_in.view(-1))}
+
+
+def main() -> int:
+    ctx = iris.iris(1 << 20)  # a small context first: its only job is to start torch.distributed
+    gpu = ctx.get_device().type != "cpu"
+    args = parse_args(gpu)
+    world = ctx.get_num_ranks()
+    ctx.close()
+    biggest = max(m * max(n, k) for m in args.m for n in args.n for k in args.k)
+    # The workspaces (kept per problem) and the arena for heap outputs and iris.ccl's buffers.
+    ctx = iris.iris(12 * biggest * 2 + (1 << 28))
+    rank = ctx.get_rank()
+    arena = ctx.empty((world + 2) * biggest, dtype=torch.bfloat16)
+    gpu_name = torch.cuda.get_device_name(ctx.get_device()) if gpu else "cpu"
+    base = {"gpu": gpu_name, "backend": iris.runtime.SELECTED, "world_size": world, "version": iris.__version__,
+            "commit": git_commit(), "iters": args.iters}
+    rows, problems = [], []
+    if rank == 0:
+        print(f"{'op':22} {'M':>6} {'N':>6} {'K':>6} {'fused':>9} {'torch+nccl':>10} {'cublas':>9} {'iris gemm':>9} "
+              f"{'nccl':>9} {'iris.ccl':>9} {'speedup':>8} {'overlap':>8}  (us)", flush=True)
+
+    def timed(fn):
+        ctx.barrier()
+        us = median_us(fn, args.warmup, args.iters, gpu, sample_us=0, agree=lambda b: ctx.broadcast(b, src=0))
+        return ctx.broadcast(us, src=0)
+
+    for op in args.ops:
+        for M in args.m:
+            for N in args.n:
+                for K in args.k:
+                    p = Problem(ctx, arena, op, M, N, K)
+                    if args.validate:
+                        p.fused()
+                        ctx.barrier()
+                        p.torch_nccl()
+                        error = ((p.out.float() - p.ref.float()).norm() / p.ref.float().norm()).item()
+                        if error > 2e-2:
+                            problems.append(f"{op} {M}x{N}x{K}: relative error {error:.3g} against torch+nccl")
+                    t = {"fused": timed(p.fused), "torch+nccl": timed(p.torch_nccl),
+                         "cublas": timed(p.gemm_torch), "iris gemm": timed(p.gemm_iris)}
+                    for label, call in p.comm_calls(arena[biggest:]).items():
+                        t[label] = timed(call)
+                    gemm, comm = min(t["cublas"], t["iris gemm"]), min(t["nccl"], t["iris.ccl"])
+                    row = {**base, "op": op, "M": M, "N": N, "K": K, **{f"{k}_us": v for k, v in t.items()},
+                           "speedup": t["torch+nccl"] / t["fused"], "overlap_efficiency": max(gemm, comm) / t["fused"],
+                           "fused_tflops": p.flops / t["fused"] / 1e6}
+                    rows.append(row)
+                    if rank == 0:
+                        print(f"{op:22} {M:6} {N:6} {K:6} " + " ".join(f"{t[k]:9.1f}" for k in
+                              ("fused", "torch+nccl", "cublas", "iris gemm", "nccl", "iris.ccl")) +
+                              f" {row['speedup']:7.2f}x {row['overlap_efficiency']:8.2f}", flush=True)
+                    del p
+    ctx.barrier()
+    if rank == 0:
+        if not gpu:
+            print("note: CPU backend (Triton's interpreter): a smoke test, not a figure")
+        slug = re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
+        path = args.csv or RESULTS / f"ops_{slug}_{world}ranks.csv"
+        write_csv(rows, path)
+        plot(rows, path)
+    for problem in problems:
+        print(f"VALIDATION FAILED (rank {rank}): {problem}")
+    ctx.close()
+    return 1 if problems else 0
+
+
+def plot(rows, path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("plot skipped: matplotlib is not installed (pip install matplotlib)")
+        return
+    labels = [f"{r['op']}\n{r['M']}x{r['N']}x{r['K']}" for r in rows]
+    fig, (speed, overlap) = plt.subplots(2, 1, figsize=(max(8, 0.55 * len(rows)), 8), sharex=True)
+    x = range(len(rows))
+    speed.bar(x, [r["speedup"] for r in rows])
+    speed.axhline(1.0, color="k", lw=0.8)
+    speed.set_ylabel("speedup over torch.matmul + NCCL")
+    overlap.bar(x, [r["overlap_efficiency"] for r in rows], color="tab:orange")
+    overlap.axhline(0.9, color="k", lw=0.8, ls="--")
+    overlap.set_ylabel("overlap efficiency\nmax(T_gemm, T_comm) / T_fused")
+    overlap.set_xticks(list(x), labels, rotation=90, fontsize=7)
+    fig.suptitle(f"iris.ops: {rows[0]['gpu']}, {rows[0]['world_size']} ranks, commit {rows[0]['commit']}")
+    out = Path(path).with_suffix(".png")
+    fig.savefig(out, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    print(f"PNG: {out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
