@@ -44,7 +44,7 @@ import torch.distributed as dist
 from _results import RESULTS, git_commit, median_us, write_csv
 
 import iris
-from iris.ops import matmul
+from iris.ops import FusedConfig, matmul
 from iris.testing.fused_ops import OPS
 
 
@@ -59,13 +59,20 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--csv", type=Path, default=None,
                         help="CSV path (default benchmarks/results/ops_<gpu>_<W>ranks.csv)")
     parser.add_argument("--validate", action="store_true", help="compare each fused output with torch+nccl's")
-    return parser.parse_args()
+    parser.add_argument("--config", default="", help="FusedConfig fields for the fused ops, e.g. "
+                        "block_size_n=128,num_stages=4 (default: FusedConfig())")
+    args = parser.parse_args()
+    try:
+        args.config = FusedConfig(**{k: int(v) for k, v in (kv.split("=") for kv in args.config.split(",") if kv)})
+    except (TypeError, ValueError) as exc:
+        parser.error(f"--config {args.config!r}: {exc}")
+    return args
 
 
 class Problem:
     """One op and shape on this rank: the operands, the fused call, and its torch + NCCL counterpart."""
 
-    def __init__(self, ctx, arena, op: str, M: int, N: int, K: int):
+    def __init__(self, ctx, arena, op: str, M: int, N: int, K: int, config: FusedConfig):
         world, device = ctx.get_num_ranks(), ctx.get_device()
         for name, size in (("M", M), ("N", N), ("K", K)):
             if size % world:
@@ -98,10 +105,10 @@ class Problem:
         # The GEMM alone has the whole A (all_gather_matmul: the gathered (M, K)).
         self.gemm_a = rand(M, K) if op == "all_gather_matmul" else self.A
         self.flops = 2 * self.gemm_a.shape[0] * self.B.shape[1] * self.gemm_a.shape[1]
-        self.ctx = ctx
+        self.ctx, self.config = ctx, config
 
     def fused(self):
-        getattr(self.ctx.ops, self.op)(self.out, self.A, self.B)
+        getattr(self.ctx.ops, self.op)(self.out, self.A, self.B, config=self.config)
 
     def gemm_torch(self):
         return torch.matmul(self.gemm_a, self.B)
@@ -162,7 +169,8 @@ def main() -> int:
     arena = ctx.empty((world + 2) * biggest, dtype=torch.bfloat16)
     gpu_name = torch.cuda.get_device_name(ctx.get_device()) if gpu else "cpu"
     base = {"gpu": gpu_name, "backend": iris.runtime.SELECTED, "world_size": world, "version": iris.__version__,
-            "commit": git_commit(), "iters": args.iters}
+            "commit": git_commit(), "iters": args.iters,
+            "config": " ".join(f"{k}={v}" for k, v in vars(args.config).items())}
     rows, problems = [], []
     if rank == 0:
         print(f"{'op':22} {'M':>6} {'N':>6} {'K':>6} {'fused':>9} {'torch+nccl':>10} {'cublas':>9} {'iris gemm':>9} "
@@ -177,7 +185,7 @@ def main() -> int:
         for M in args.m:
             for N in args.n:
                 for K in args.k:
-                    p = Problem(ctx, arena, op, M, N, K)
+                    p = Problem(ctx, arena, op, M, N, K, args.config)
                     if args.validate:
                         p.fused()
                         ctx.barrier()
