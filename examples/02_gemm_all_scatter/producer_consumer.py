@@ -52,11 +52,11 @@ def producer_consumer(p, args) -> None:
     comm = max(1, min(args.comm_programs, p.tiles))
     gemm = max(1, min(p.sms - comm, p.tiles))
     tile = {k: v for k, v in common.TILE.items() if k != "BLOCK_K"}
+    side = None if interpreted() else _side.setdefault("stream", torch.cuda.Stream())
+    if side is not None:  # what came before on this stream (C, the flags) is ready for the consumer too;
+        side.wait_stream(torch.cuda.current_stream())  # waiting after the producer's launch would serialize
     # On the CPU backend a launch runs to its end before returning: the producer must go first.
     produce[(gemm,)](*p.gemm_args(), p.local, p.flags, p.calls, UPCAST=interpreted(), **common.TILE, **common.LAUNCH)
-    side = None if interpreted() else _side.setdefault("stream", torch.cuda.Stream())
-    if side is not None:
-        side.wait_stream(torch.cuda.current_stream())  # C and the flags are ready for the consumer too
     with contextlib.nullcontext() if side is None else torch.cuda.stream(side):
         consume[(comm,)](p.local, p.flags, p.calls, *p.c_args(), **tile)
     if side is not None:
