@@ -49,20 +49,16 @@ def accumulate(acc, a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, r
     a_ptrs = a + rows[:, None].to(tl.int64) * stride_am + ks[None, :] * stride_ak
     b_ptrs = b + ks[:, None].to(tl.int64) * stride_bk + cols[None, :] * stride_bn
     for k in range(0, tl.cdiv(K, BLOCK_K)):
-        acc = dot_step(acc, a_ptrs, b_ptrs, rows, cols, ks, K - k * BLOCK_K, M, N, UPCAST)
+        left = K - k * BLOCK_K
+        x = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < left), other=0.0)
+        y = tl.load(b_ptrs, mask=(ks[:, None] < left) & (cols[None, :] < N), other=0.0)
+        if UPCAST:
+            acc = tl.dot(x.to(tl.float32), y.to(tl.float32), acc)
+        else:
+            acc = tl.dot(x, y, acc)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     return acc
-
-
-@triton.jit
-def dot_step(acc, a_ptrs, b_ptrs, rows, cols, ks, left, M, N, UPCAST: tl.constexpr):
-    """One BLOCK_K step of a K loop: ``acc + a_tile @ b_tile``, ``left`` columns of K still to go."""
-    x = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < left), other=0.0)
-    y = tl.load(b_ptrs, mask=(ks[:, None] < left) & (cols[None, :] < N), other=0.0)
-    if UPCAST:
-        return tl.dot(x.to(tl.float32), y.to(tl.float32), acc)
-    return tl.dot(x, y, acc)
 
 
 @triton.jit

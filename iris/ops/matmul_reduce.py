@@ -41,7 +41,7 @@ from iris.ccl import _common
 from iris.ccl._device import enter
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
-from iris.ops.gemm import dot_step, tile_count, tile_of
+from iris.ops.gemm import tile_count, tile_of, tile_product
 from iris.runtime import interpreted
 
 
@@ -97,76 +97,36 @@ def _finish(tile, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, widt
                  total.to(out.dtype.element_ty), mask=mask)
 
 
-@triton.jit
-def _forward_rows(stage, partials, prev_m, prev_n, chunk, M, N, width, members, count, index, cur, heap_bases,
-                  SCATTER: tl.constexpr, WORLD: tl.constexpr, CHUNK_ROWS: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr):
-    """Copy rows ``chunk`` of tile (``prev_m``, ``prev_n``) from the local stage into slot ``index`` of every owner.
-
-    ``prev_m`` -1 (no previous tile) and chunks past the tile's rows copy nothing.
-    """
-    within = chunk * CHUNK_ROWS + tl.arange(0, CHUNK_ROWS)
-    rows = prev_m * BLOCK_M + within
-    cols = prev_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    inside = ((within < BLOCK_M) & (rows >= 0) & (rows < M))[:, None] & (cols[None, :] < N)
-    value = tl.load(stage + rows[:, None].to(tl.int64) * N + cols[None, :], mask=inside)
-    for i in tl.static_range(WORLD):  # the ops run on every rank: count == WORLD
-        position = (index + i) % count
-        lo, own = _owned(position, N, width, SCATTER)
-        place = index * (tl.cast(M, tl.int64) * own) + rows[:, None].to(tl.int64) * own + (cols[None, :] - lo)
-        iris.store(partials + place, value, cur, tl.load(members + position), heap_bases,
-                   mask=inside & (cols[None, :] >= lo) & (cols[None, :] < lo + own))
-
-
 @triton.jit(do_not_specialize=_common.GROUP_ARGS)
-def _matmul_reduce_kernel(a, b, out, bias, partials, stage, flags, seen, M, N, K, width, stride_am, stride_ak,
-                          stride_bk, stride_bn, stride_om, stride_on, members, count, index, cur, heap_bases, arrivals,
-                          expected, SCATTER: tl.constexpr, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr,
-                          WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr, CHUNK_ROWS: tl.constexpr,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, M, N, K, width, stride_am, stride_ak, stride_bk,
+                          stride_bn, stride_om, stride_on, members, count, index, cur, heap_bases, arrivals, expected,
+                          SCATTER: tl.constexpr, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, WORLD: tl.constexpr,
+                          BARRIER_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
-    chunks: tl.constexpr = BLOCK_M // CHUNK_ROWS  # both powers of two
-    ks = tl.arange(0, BLOCK_K)
     enter(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
     previous = -1
-    prev_m = -1  # no previous tile: _forward_rows copies nothing
-    prev_n = 0
     for tile in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
         tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
-        rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        # This tile's K loop; each step also forwards a few rows of the previous tile to its owners, so
-        # the transfers spread over the GEMM instead of leaving every program at once after each tile.
-        a_ptrs = a + rows[:, None].to(tl.int64) * stride_am + ks[None, :] * stride_ak
-        b_ptrs = b + ks[:, None].to(tl.int64) * stride_bk + cols[None, :] * stride_bn
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        steps = tl.cdiv(K, BLOCK_K)
-        for k in range(0, steps):
-            acc = dot_step(acc, a_ptrs, b_ptrs, rows, cols, ks, K - k * BLOCK_K, M, N, UPCAST)
-            a_ptrs += BLOCK_K * stride_ak
-            b_ptrs += BLOCK_K * stride_bk
-            _forward_rows(stage, partials, prev_m, prev_n, k, M, N, width, members, count, index,
-                          cur, heap_bases, SCATTER, WORLD, CHUNK_ROWS, BLOCK_M, BLOCK_N)
-        for chunk in range(steps, chunks):  # a K loop shorter than the previous tile's rows
-            _forward_rows(stage, partials, prev_m, prev_n, chunk, M, N, width, members, count, index,
-                          cur, heap_bases, SCATTER, WORLD, CHUNK_ROWS, BLOCK_M, BLOCK_N)
+        acc, rows, cols = tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m, tile_n,
+                                       UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
         if previous >= 0:
             _announce(previous, tiles_m, tiles_n, flags, N, width, members, count, index, cur, heap_bases,
                       SCATTER, BLOCK_N, GROUP_M)
+        part = acc.to(partials.dtype.element_ty)
+        for i in range(0, count):  # start at a different member on every rank
+            position = (index + i) % count
+            lo, own = _owned(position, N, width, SCATTER)
+            if _meets(tile_n, lo, own, BLOCK_N):
+                mask = (rows[:, None] < M) & (cols[None, :] >= lo) & (cols[None, :] < lo + own)
+                place = index * (tl.cast(M, tl.int64) * own) + rows[:, None].to(tl.int64) * own + (cols[None, :] - lo)
+                iris.store(partials + place, part, cur, tl.load(members + position), heap_bases, mask=mask)
+        if previous >= 0:
             _finish(previous, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om, stride_on,
                     count, index, SCATTER, HAS_BIAS, BLOCK_M, BLOCK_N, GROUP_M)
-        tl.debug_barrier()  # every thread has read the previous tile's stage rows before they are overwritten
-        tl.store(stage + rows[:, None].to(tl.int64) * N + cols[None, :], acc.to(stage.dtype.element_ty),
-                 mask=(rows[:, None] < M) & (cols[None, :] < N))
-        tl.debug_barrier()  # the stage is written before any thread forwards rows of it
         previous = tile
-        prev_m = tile_m
-        prev_n = tile_n
-    if previous >= 0:  # the last tile: nothing left to overlap its transfer with
-        for chunk in range(0, chunks):
-            _forward_rows(stage, partials, prev_m, prev_n, chunk, M, N, width, members, count, index,
-                          cur, heap_bases, SCATTER, WORLD, CHUNK_ROWS, BLOCK_M, BLOCK_N)
+    if previous >= 0:
         _announce(previous, tiles_m, tiles_n, flags, N, width, members, count, index, cur, heap_bases,
                   SCATTER, BLOCK_N, GROUP_M)
         _finish(previous, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om, stride_on,
@@ -182,7 +142,6 @@ def problem(what: str, scatter: bool, ctx, output, A, B, config):
     key = (what, M, N, output.dtype, tuple(tile.values()))
     tiles = tile_count(M, N, tile)
     spec = {"partials": _fused.Buffer(world * M * width, output.dtype, heap=True),
-            "stage": _fused.Buffer(M * N, output.dtype, heap=False),  # this rank's tiles, before forwarding
             "flags": _fused.Buffer(tiles, torch.int64, heap=True, zeroed=True),
             "seen": _fused.Buffer(tiles, torch.int64, heap=False, zeroed=True)}  # tile counts seen so far
     return key, spec, width, tile
@@ -207,12 +166,6 @@ def preamble(what: str, scatter: bool, ctx, output, A, B, config=None) -> _fused
     return _fused.Workspace.allocate(ctx, key, spec)
 
 
-def _chunk_rows(K: int, tile: dict) -> int:
-    """Rows of the previous tile forwarded per K step: enough that a K loop forwards all of them (at least 2)."""
-    return min(tile["BLOCK_M"], max(2, triton.next_power_of_2(triton.cdiv(tile["BLOCK_M"],
-                                                                          triton.cdiv(K, tile["BLOCK_K"])))))
-
-
 def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, workspace=None) -> None:
     """One call of ``what`` (see the module): checks, then one launch."""
     config = FusedConfig() if config is None else config
@@ -222,9 +175,8 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
     M, N = A.shape[0], B.shape[1]
     programs = _fused.launch_size(ctx, tile_count(M, N, tile))
     _matmul_reduce_kernel[(programs,)](
-        A, B, output, bias if bias is not None else output, workspace.partials, workspace.stage, workspace.flags,
-        workspace.seen,
+        A, B, output, bias if bias is not None else output, workspace.partials, workspace.flags, workspace.seen,
         M, N, A.shape[1], width, A.stride(0), A.stride(1), B.stride(0), B.stride(1), output.stride(0),
         output.stride(1), *_fused.barrier_arguments(ctx), SCATTER=scatter, HAS_BIAS=bias is not None,
         UPCAST=interpreted(), WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx._device_barrier.block,
-        CHUNK_ROWS=_chunk_rows(A.shape[1], tile), num_warps=config.num_warps, num_stages=config.num_stages, **tile)
+        num_warps=config.num_warps, num_stages=config.num_stages, **tile)
