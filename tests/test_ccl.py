@@ -112,3 +112,26 @@ def test_every_all_reduce_variant_reduces_every_element(ranks):
     for seen in ranks.run(_every_all_reduce_variant):
         for (variant, dtype, op), values in seen.items():
             assert values == [w * (w + 1) // 2 if op == "SUM" else w], (variant, dtype, op)
+
+
+def _every_variant_on_a_group_of_one():
+    import torch.distributed as dist
+
+    ctx = iris.iris(1 << 20)
+    rank = ctx.get_rank()
+    groups = [dist.new_group([r]) for r in range(ctx.get_num_ranks())]  # every rank makes every group
+    results = {}
+    for variant in ("one_shot", "two_shot", "atomic", "spinlock", "ring"):
+        x = ctx.full((100,), rank + 1.5, dtype=torch.float32)
+        out = ctx.full((100,), float("nan"), dtype=torch.float32)
+        ctx.ccl.all_reduce(out, x, group=groups[rank], config=Config(all_reduce_variant=variant, block_size=64))
+        results[variant] = out.unique().tolist()
+    ctx.close()
+    return results
+
+
+def test_all_reduce_over_a_group_of_one_copies_the_input(ranks):
+    """A one-member group's sum is its input, for every variant (ring once wrote nothing there)."""
+    for rank, results in enumerate(ranks.run(_every_variant_on_a_group_of_one)):
+        for variant, values in results.items():
+            assert values == [rank + 1.5], (rank, variant, values)

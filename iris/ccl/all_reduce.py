@@ -139,6 +139,8 @@ def _ring_piece(pid, src, dst, numel, chunk, members, count, index, cur, heap_ba
     right = tl.load(members + (index + 1) % count)
     within = tl.cast(pid, tl.int64) * BLOCK + tl.arange(0, BLOCK)
     flag = flags + tl.program_id(0)  # this program's counter, the same word on every member
+    if count == 1:  # a group of one: no steps, the sum is the input
+        tl.store(dst + within, tl.load(src + within, mask=within < numel), mask=within < numel)
     for step in range(0, 2 * count - 2):
         if step < count - 1:
             c = (index - step + count) % count  # reduce steps: the partial sum of chunk index - step
