@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# GPU verification (not run by CI, which has no GPU): tests, conformance (thorough), examples and the rma benchmark.
+# GPU verification (not run by CI, which has no GPU): tests, conformance (thorough), examples and the benchmarks.
 #   two GPUs:  bash .ci/gpu.sh
 #   one GPU, simulation at 4 ranks:  IRIS_SIMULATION=1 bash .ci/gpu.sh
 # Logs go to $OUT (the device tool's output folder) or ./gpu-logs. Where .git is stale (a copied tree),
 # pass the commit for the benchmark CSVs: IRIS_COMMIT=<git rev-parse --short HEAD> bash .ci/gpu.sh
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export IRIS_TEST_TIMEOUT=${IRIS_TEST_TIMEOUT:-120}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -32,10 +32,15 @@ else
 fi
 step hello python -m iris run -n "$ranks" --timeout 300 examples/00_hello/example.py --validate
 step message_passing python -m iris run -n "$ranks" --timeout 300 examples/01_message_passing/example.py --validate
+for pattern in bulk_synchronous producer_consumer workgroup_specialization; do
+  step "$pattern" python -m iris run -n "$ranks" --timeout 300 "examples/02_gemm_all_scatter/$pattern.py" --validate \
+    --benchmark
+done
 if [ "$tag" = gpu ]; then
   step rma python -m iris run -n 2 --timeout 500 benchmarks/rma.py --validate --csv "$logs/rma.csv"
   step latency python -m iris run -n 2 --timeout 300 benchmarks/latency.py --csv "$logs/latency.csv"
   step ccl python -m iris run -n 2 --timeout 580 benchmarks/ccl.py --validate --csv "$logs/ccl.csv"
+  step ops python -m iris run -n 2 --timeout 580 benchmarks/ops.py --validate --csv "$logs/ops.csv"
   grep -E "^\[rank 0\] (one_way_flag|barrier)" "$logs/gpu-latency.log"
   grep -E "^\[rank 0\] +[0-9]" "$logs/gpu-rma.log" | tail -40
 fi
