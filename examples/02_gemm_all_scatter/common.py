@@ -93,6 +93,14 @@ class Problem:
         self.sms = 1 if interpreted() else ctx.get_cu_count() // -(-world // devices)  # this rank's share
         self.calls = 0  # producer/consumer flags count calls, so they need no reset
 
+    def next_call(self, comm_programs: int) -> tuple[int, int]:
+        """(compute programs, communication programs) for the next call; counts the call for the tile flags."""
+        if not hasattr(self, "flags"):
+            self.flags = torch.zeros(self.tiles, dtype=torch.int32, device=self.ctx.get_device())
+        self.calls += 1
+        comm = max(1, min(comm_programs, self.tiles))
+        return max(1, min(self.sms - comm, self.tiles)), comm
+
     def gemm_args(self):
         return (self.A, self.B, self.M, self.N, self.K, self.A.stride(0), self.A.stride(1), self.B.stride(0),
                 self.B.stride(1))

@@ -46,11 +46,7 @@ _side = {}
 
 
 def producer_consumer(p, args) -> None:
-    if not hasattr(p, "flags"):
-        p.flags = torch.zeros(p.tiles, dtype=torch.int32, device=p.ctx.get_device())
-    p.calls += 1
-    comm = max(1, min(args.comm_programs, p.tiles))
-    gemm = max(1, min(p.sms - comm, p.tiles))
+    gemm, comm = p.next_call(args.comm_programs)
     tile = {k: v for k, v in common.TILE.items() if k != "BLOCK_K"}
     side = None if interpreted() else _side.setdefault("stream", torch.cuda.Stream())
     if side is not None:  # what came before on this stream (C, the flags) is ready for the consumer too;

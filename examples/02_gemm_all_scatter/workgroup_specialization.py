@@ -11,7 +11,6 @@ dispatched after the compute programs (and, on the CPU backend, run after them).
 import sys
 
 import common
-import torch
 import triton
 import triton.language as tl
 
@@ -42,11 +41,7 @@ def gemm_all_scatter(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, 
 
 
 def workgroup_specialization(p, args) -> None:
-    if not hasattr(p, "flags"):
-        p.flags = torch.zeros(p.tiles, dtype=torch.int32, device=p.ctx.get_device())
-    p.calls += 1
-    comm = max(1, min(args.comm_programs, p.tiles))
-    gemm = max(1, min(p.sms - comm, p.tiles))
+    gemm, comm = p.next_call(args.comm_programs)
     gemm_all_scatter[(gemm + comm,)](*p.gemm_args(), p.local, p.flags, p.calls, p.C, p.C.stride(0), p.C.stride(1),
                                      p.rank, p.world, p.ctx.get_heap_bases(), gemm, UPCAST=interpreted(),
                                      **common.TILE, **common.LAUNCH)

@@ -36,7 +36,7 @@ from iris.ccl import _common
 from iris.ccl._device import enter
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
-from iris.ops.gemm import accumulate, tile_count, tile_of
+from iris.ops.gemm import accumulate, add_bias, tile_count, tile_of
 from iris.runtime import interpreted
 
 LEAD = tl.constexpr(2)  # steps between a piece's push and the first tile that needs it
@@ -109,8 +109,7 @@ def _all_gather_matmul_kernel(a, b, out, bias, gathered, flags, calls, M, N, K_r
             position = (index + i) % count
             acc = accumulate(acc, gathered + position * slot, b + position * K_r * stride_bk, M, N, K_r, K_r, 1,
                              stride_bk, stride_bn, rows, cols, UPCAST, BLOCK_K)
-        if HAS_BIAS:
-            acc += tl.load(bias + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+        acc = add_bias(acc, bias, cols, N, HAS_BIAS)
         tl.store(out + rows[:, None].to(tl.int64) * stride_om + cols[None, :] * stride_on,
                  acc.to(out.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
         step += 1

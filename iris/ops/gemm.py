@@ -73,6 +73,14 @@ def tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile
 
 
 @triton.jit
+def add_bias(acc, bias, cols, N, HAS_BIAS: tl.constexpr):
+    """``acc`` plus the bias row (float32) at ``cols`` when HAS_BIAS; columns past N add nothing."""
+    if HAS_BIAS:
+        acc += tl.load(bias + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+    return acc
+
+
+@triton.jit
 def _gemm_kernel(a, b, out, bias, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
                  HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
@@ -82,8 +90,7 @@ def _gemm_kernel(a, b, out, bias, M, N, K, stride_am, stride_ak, stride_bk, stri
         tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
         acc, rows, cols = tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m, tile_n,
                                        UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
-        if HAS_BIAS:
-            acc += tl.load(bias + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+        acc = add_bias(acc, bias, cols, N, HAS_BIAS)
         mask = (rows[:, None] < M) & (cols[None, :] < N)
         tl.store(out + rows[:, None].to(tl.int64) * stride_om + cols[None, :] * stride_on,
                  acc.to(out.dtype.element_ty), mask=mask)

@@ -33,7 +33,7 @@ from iris.ccl import _common
 from iris.ccl._device import enter, leave
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
-from iris.ops.gemm import tile_count, tile_of, tile_product
+from iris.ops.gemm import add_bias, tile_count, tile_of, tile_product
 from iris.runtime import interpreted
 
 
@@ -50,8 +50,7 @@ def _matmul_gather_kernel(a, b, out, bias, M, N, K, stride_am, stride_ak, stride
         tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
         acc, rows, cols = tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m, tile_n,
                                        UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
-        if HAS_BIAS:
-            acc += tl.load(bias + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+        acc = add_bias(acc, bias, cols, N, HAS_BIAS)
         value = acc.to(out.dtype.element_ty)
         mask = (rows[:, None] < M) & (cols[None, :] < N)
         if ALONG_M:

@@ -41,7 +41,7 @@ from iris.ccl import _common
 from iris.ccl._device import enter
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
-from iris.ops.gemm import tile_count, tile_of, tile_product
+from iris.ops.gemm import add_bias, tile_count, tile_of, tile_product
 from iris.runtime import interpreted
 
 
@@ -91,8 +91,7 @@ def _finish(tile, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, widt
         total = tl.load(partials + place, mask=mask, volatile=True).to(tl.float32)
         for j in range(1, count):
             total += tl.load(partials + j * slot + place, mask=mask, volatile=True).to(tl.float32)
-        if HAS_BIAS:
-            total += tl.load(bias + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+        total = add_bias(total, bias, cols, N, HAS_BIAS)
         tl.store(out + rows[:, None].to(tl.int64) * stride_om + (cols[None, :] - lo) * stride_on,
                  total.to(out.dtype.element_ty), mask=mask)
 
