@@ -46,6 +46,7 @@ import torch.distributed as dist
 from _results import RESULTS, git_commit, median_us, parse_size, write_csv
 
 import iris
+from iris.distributed import job_world_size
 from iris.capabilities import find_limitation
 from iris.ccl import Config
 
@@ -209,13 +210,11 @@ def validate(ctx, name, buffers, dtype, nbytes, world, rank) -> list[str]:
 
 
 def main() -> int:
-    ctx = iris.iris(1 << 20)  # a small context first: its only job is to start torch.distributed
-    gpu = ctx.get_device().type != "cpu"
+    gpu = iris.runtime.SELECTED != "cpu"
     args = parse_args(gpu)
-    world, rank = ctx.get_num_ranks(), ctx.get_rank()
-    ctx.close()
+    world = job_world_size()
     ctx = iris.iris((world + 3) * args.max + (64 << 20))  # the largest point: all_gather's input and output
-    device = ctx.get_device()
+    rank, device = ctx.get_rank(), ctx.get_device()
     buffers = Buffers(ctx, args.max, world)
     gpu_name = torch.cuda.get_device_name(device) if gpu else "cpu"
     base = {"gpu": gpu_name, "backend": iris.runtime.SELECTED, "world_size": world, "version": iris.__version__,

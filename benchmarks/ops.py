@@ -44,6 +44,7 @@ import torch.distributed as dist
 from _results import RESULTS, git_commit, median_us, write_csv
 
 import iris
+from iris.distributed import job_world_size
 from iris.ops import FusedConfig, matmul
 from iris.testing.fused_ops import OPS
 
@@ -157,11 +158,9 @@ class Problem:
 
 
 def main() -> int:
-    ctx = iris.iris(1 << 20)  # a small context first: its only job is to start torch.distributed
-    gpu = ctx.get_device().type != "cpu"
+    gpu = iris.runtime.SELECTED != "cpu"
     args = parse_args(gpu)
-    world = ctx.get_num_ranks()
-    ctx.close()
+    world = job_world_size()
     biggest = max(m * max(n, k) for m in args.m for n in args.n for k in args.k)
     # The workspaces (kept per problem) and the arena for heap outputs and iris.ccl's buffers.
     ctx = iris.iris(12 * biggest * 2 + (1 << 28))

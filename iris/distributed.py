@@ -122,6 +122,23 @@ def _check_src(src, world_size):
         raise ValueError(f"src={src!r} is not a rank of this world of {world_size}")
 
 
+def job_world_size() -> int:
+    """How many ranks this job has, before any Iris context exists (to size a heap, say).
+
+    torch.distributed's world when it is initialized; else the launcher's variables (``iris run``
+    and torchrun: WORLD_SIZE; mpirun: its size variable); else 1.
+
+    Example:
+        >>> ctx = iris.iris(heap_size=job_world_size() * (64 << 20))
+    """
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    for name in ("WORLD_SIZE",) + _MPI_SIZE_VARS:
+        if name in os.environ:
+            return int(os.environ[name])
+    return 1
+
+
 def launched_by_mpi() -> bool:
     return any(v in os.environ for v in _MPI_SIZE_VARS)
 

@@ -93,3 +93,17 @@ def test_crash_inside_iris_leaves_no_segments(tmp_path):
 def test_needs_at_least_one_rank():
     proc = subprocess.run([sys.executable, "-m", "iris", "run", "-n", "0", "x.py"], capture_output=True, text=True)
     assert proc.returncode == 2 and "need at least one rank" in proc.stderr
+
+
+def test_job_world_size_reads_the_launchers_variables(monkeypatch):
+    """Before any context: torchrun/iris run's WORLD_SIZE, else an MPI launcher's size variable, else 1."""
+    from iris.distributed import job_world_size
+
+    for name in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS",
+                 "MV2_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    assert job_world_size() == 1
+    monkeypatch.setenv("PMI_SIZE", "6")
+    assert job_world_size() == 6
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    assert job_world_size() == 3
