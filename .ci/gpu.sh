@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU verification (not run by CI, which has no GPU): tests, conformance (thorough), examples and the benchmarks.
-#   two GPUs:  bash .ci/gpu.sh
+#   every GPU of the node, one rank each (2, 4 or 8):  bash .ci/gpu.sh
 #   one GPU, simulation at 4 ranks:  IRIS_SIMULATION=1 bash .ci/gpu.sh
 # Logs go to $OUT (the device tool's output folder) or ./gpu-logs. Where .git is stale (a copied tree),
 # pass the commit for the benchmark CSVs: IRIS_COMMIT=<git rev-parse --short HEAD> bash .ci/gpu.sh
@@ -12,7 +12,8 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 logs="${OUT:-gpu-logs}"
 mkdir -p "$logs"
 tag=$([ "${IRIS_SIMULATION:-0}" = 1 ] && echo sim || echo gpu)
-ranks=$([ "$tag" = sim ] && echo 4 || echo 2)
+gpus=$(python -c 'import torch; print(torch.cuda.device_count())')
+ranks=$([ "$tag" = sim ] && echo 4 || echo "$gpus")
 status=0
 step() {  # step NAME COMMAND...: run, log, remember failure, print one summary line
   local name=$1; shift
@@ -28,7 +29,7 @@ if [ "$tag" = sim ]; then
   step conformance4 python -m pytest conformance -q -p no:cacheprovider --ranks 4 --hypothesis-profile thorough
   step conformance8 python -m pytest conformance -q -p no:cacheprovider --ranks 8 --hypothesis-profile thorough
 else
-  step conformance python -m pytest conformance -q -p no:cacheprovider --ranks 2 --hypothesis-profile thorough
+  step conformance python -m pytest conformance -q -p no:cacheprovider --ranks "$ranks" --hypothesis-profile thorough
 fi
 step hello python -m iris run -n "$ranks" --timeout 300 examples/00_hello/example.py --validate
 step message_passing python -m iris run -n "$ranks" --timeout 300 examples/01_message_passing/example.py --validate
@@ -37,10 +38,10 @@ for pattern in bulk_synchronous producer_consumer workgroup_specialization; do
     --benchmark
 done
 if [ "$tag" = gpu ]; then
-  step rma python -m iris run -n 2 --timeout 500 benchmarks/rma.py --validate --csv "$logs/rma.csv"
-  step latency python -m iris run -n 2 --timeout 300 benchmarks/latency.py --csv "$logs/latency.csv"
-  step ccl python -m iris run -n 2 --timeout 580 benchmarks/ccl.py --validate --csv "$logs/ccl.csv"
-  step ops python -m iris run -n 2 --timeout 580 benchmarks/ops.py --validate --csv "$logs/ops.csv"
+  step rma python -m iris run -n "$ranks" --timeout 580 benchmarks/rma.py --validate --pairs all --csv "$logs/rma.csv"
+  step latency python -m iris run -n "$ranks" --timeout 300 benchmarks/latency.py --csv "$logs/latency.csv"
+  step ccl python -m iris run -n "$ranks" --timeout 580 benchmarks/ccl.py --validate --csv "$logs/ccl.csv"
+  step ops python -m iris run -n "$ranks" --timeout 580 benchmarks/ops.py --validate --csv "$logs/ops.csv"
   grep -E "^\[rank 0\] (one_way_flag|barrier)" "$logs/gpu-latency.log"
   grep -E "^\[rank 0\] +[0-9]" "$logs/gpu-rma.log" | tail -40
 fi

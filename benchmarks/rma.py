@@ -1,19 +1,21 @@
 """Point-to-point bandwidth of iris put / get / load / store beside torch's copy engine.
 
-Run as two ranks (or more: rank 0 then measures against every other rank):
+Run as two ranks (or more: rank 0 then measures against every other rank, or with --pairs all,
+every rank against every other):
 
     iris run -n 2 benchmarks/rma.py [--sizes 1M 2M ... 256M] [--dtype bf16] [--iters 20] [--warmup 5]
-                                    [--csv PATH] [--validate]
+                                    [--pairs from-0|all] [--csv PATH] [--validate]
 
-Rank 0 acts; each other rank is the "peer" in turn and waits in ctx.barrier() while rank 0 times.
-One Triton kernel per op, grid sized to the buffer:
+For each pair, one rank acts (rank 0, or each rank in turn with --pairs all) and the other is the
+"peer"; every other rank waits in ctx.barrier() while the actor times. One Triton kernel per op,
+grid sized to the buffer:
 
-    put    rank 0's buffer -> peer's buffer     iris.put
-    get    peer's buffer   -> rank 0's buffer   iris.get
-    load   peer's buffer   -> rank 0's buffer   iris.load, then tl.store
-    store  rank 0's buffer -> peer's buffer     tl.load, then iris.store
+    put    actor's buffer -> peer's buffer      iris.put
+    get    peer's buffer  -> actor's buffer     iris.get
+    load   peer's buffer  -> actor's buffer     iris.load, then tl.store
+    store  actor's buffer -> peer's buffer      tl.load, then iris.store
 
-and, in the same run, `dst.copy_(src)` from rank 0's GPU to a plain tensor on the peer's GPU
+and, in the same run, `dst.copy_(src)` from the actor's GPU to a plain tensor on the peer's GPU
 (`copy_engine`). Where the peer has no device of its own (several ranks on one GPU, or the CPU
 backend) that row is a same-device copy and is labelled `copy_engine_local`.
 
@@ -48,7 +50,7 @@ import triton.language as tl
 MIB = 1 << 20
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 OPS = ("put", "get", "load", "store")
-WRITES_TO_PEER = ("put", "store")  # the others write rank 0's buffer
+WRITES_TO_PEER = ("put", "store")  # the others write the actor's buffer
 GPU_CONFIGS = ((4096, 8), (8192, 16))  # (BLOCK elements, num_warps), tried once per size and op
 CPU_CONFIGS = ((4096, 1),)  # the interpreter ignores num_warps; nothing to tune
 
@@ -78,6 +80,8 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--csv", type=Path, default=None,
                         help="CSV path (default benchmarks/results/rma_<gpu>_<world>ranks.csv; the PNG goes beside it)")
     parser.add_argument("--validate", action="store_true", help="check every op once per size; exit 1 on a mismatch")
+    parser.add_argument("--pairs", choices=("from-0", "all"), default="from-0",
+                        help="from-0: rank 0 against every other rank (default); all: every ordered pair of ranks")
     args = parser.parse_args()
     args.sizes = sorted(set(args.sizes or ([MIB << i for i in range(9)] if gpu else [64 << 10, 256 << 10])))
     args.iters = args.iters if args.iters is not None else (20 if gpu else 2)
@@ -90,9 +94,9 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     return args
 
 
-def kernel_launch(op, src, dst, n, peer, heap_bases, block, warps):
+def kernel_launch(op, src, dst, n, actor, peer, heap_bases, block, warps):
     grid = (triton.cdiv(n, block),)
-    return lambda: rma_kernel[grid](src, dst, n, 0, peer, heap_bases, OP=op, BLOCK=block, num_warps=warps)
+    return lambda: rma_kernel[grid](src, dst, n, actor, peer, heap_bases, OP=op, BLOCK=block, num_warps=warps)
 
 
 def tuned_launch(op, configs, gpu, *args):
@@ -111,13 +115,13 @@ def random_data(rank: int, n: int, dtype, device) -> torch.Tensor:
     return torch.randn(n, generator=torch.Generator().manual_seed(1000 + rank)).to(dtype).to(device)
 
 
-def check(ctx, what: str, launch, owner: int, dst, expected) -> bool:
-    """Collective: poison the owner's destination, run the op once on rank 0, compare exactly on the owner."""
+def check(ctx, what: str, launch, actor: int, owner: int, dst, expected) -> bool:
+    """Collective: poison the owner's destination, run the op once on the actor, compare exactly on the owner."""
     rank = ctx.get_rank()
     if rank == owner:
         dst.fill_(float("nan"))  # NaN never compares equal: an element left unwritten fails
     ctx.barrier()
-    if rank == 0:
+    if rank == actor:
         launch()
     ctx.barrier()
     ok = True
@@ -140,9 +144,10 @@ def write_outputs(rows, path: Path, world: int) -> None:
         print("plot skipped: matplotlib is not installed (pip install matplotlib)")
         return
     fig, ax = plt.subplots(figsize=(8, 5))
-    for key in dict.fromkeys((r["peer"], r["op"]) for r in rows):
-        line = [r for r in rows if (r["peer"], r["op"]) == key]
-        label = key[1] if world == 2 else f"{key[1]} (peer {key[0]})"
+    pairs = dict.fromkeys((r["actor"], r["peer"]) for r in rows)
+    for key in dict.fromkeys((r["actor"], r["peer"], r["op"]) for r in rows):
+        line = [r for r in rows if (r["actor"], r["peer"], r["op"]) == key]
+        label = key[2] if len(pairs) == 1 else f"{key[2]} ({key[0]} -> {key[1]})"
         ax.plot([r["bytes"] / MIB for r in line], [r["gbps"] for r in line], marker="o", label=label)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("buffer size (MiB)")
@@ -173,57 +178,63 @@ def main() -> int:
     base = {"gpu": gpu_name, "backend": iris.runtime.SELECTED, "world_size": world, "version": iris.__version__,
             "commit": git_commit()}
     rows, status = [], 0
+    pairs = [(0, peer) for peer in range(1, world)] if args.pairs == "from-0" else \
+        [(actor, peer) for actor in range(world) for peer in range(world) if peer != actor]
     ctx.barrier()
-    for peer in range(1, world):
+    for actor, peer in pairs:
         peer_device = ctx.backend.device_for(peer)
-        copy_op = "copy_engine" if peer_device != device else "copy_engine_local"
-        if rank == 0:
+        copy_op = "copy_engine" if peer_device != ctx.backend.device_for(actor) else "copy_engine_local"
+        if rank == actor:
             where = "a tensor on the peer's device" if copy_op == "copy_engine" else \
                 "the same device (the peer shares it): a local copy, not a transfer between devices"
-            print(f"rank 0 <-> rank {peer}: {device} <-> {peer_device}; {copy_op} copies to {where}", flush=True)
-        copy_dst = torch.empty(nmax, dtype=dtype, device=peer_device) if rank == 0 else None
+            print(f"rank {actor} <-> rank {peer}: {device} <-> {peer_device}; {copy_op} copies to {where}",
+                  flush=True)
+        copy_dst = torch.empty(nmax, dtype=dtype, device=peer_device) if rank == actor else None
         # The values the other side's source holds, for the owner's checks.
-        theirs = random_data(peer if rank == 0 else 0, nmax, dtype, device) \
-            if args.validate and rank in (0, peer) else None
+        theirs = random_data(peer if rank == actor else actor, nmax, dtype, device) \
+            if args.validate and rank in (actor, peer) else None
         for nbytes in args.sizes:
             n = nbytes // src.element_size()
             launches, chosen = {}, {}
-            if rank == 0:
+            if rank == actor:
                 launches[copy_op] = copy_launch(src[:n], copy_dst[:n])  # the reference row comes first
                 for op in OPS:  # choose (BLOCK, num_warps) once per size, before validation and timing
-                    chosen[op], launches[op] = tuned_launch(op, configs, gpu, src[:n], dst[:n], n, peer, heap_bases)
+                    chosen[op], launches[op] = tuned_launch(op, configs, gpu, src[:n], dst[:n], n, actor, peer,
+                                                            heap_bases)
             if args.validate:
                 for op in (copy_op, *OPS):
-                    owner = peer if op in WRITES_TO_PEER else 0
+                    owner = peer if op in WRITES_TO_PEER else actor
                     target = expected = None
                     if rank == owner:
                         target = copy_dst[:n] if op == copy_op else dst[:n]
                         expected = src[:n] if op == copy_op else theirs[:n]
-                    if not check(ctx, f"{op} {nbytes / MIB:g} MiB, peer {peer}", launches.get(op), owner, target,
-                                 expected):
+                    if not check(ctx, f"{op} {nbytes / MIB:g} MiB, {actor} -> {peer}", launches.get(op), actor,
+                                 owner, target, expected):
                         status = 1
                         break
                 if status:
                     break
-            if rank == 0:
+            results = None
+            if rank == actor:
                 results = {op: median_us(fn, args.warmup, args.iters, gpu) for op, fn in launches.items()}
-                copy_gbps = nbytes / results[copy_op] / 1e3
-                for op, us in results.items():
-                    gbps = nbytes / us / 1e3  # bytes / (us * 1e-6) / 1e9
-                    rows.append(dict(base, peer=peer, op=op, bytes=nbytes, median_us=float(f"{us:.6g}"),
-                                     gbps=float(f"{gbps:.6g}"), ratio_to_copy_engine=float(f"{gbps / copy_gbps:.4g}")))
                 summary = ", ".join(f"{op} {nbytes / us / 1e3:.4g}" for op, us in results.items())
                 tuned = " ".join(f"{op}={b}x{w}" for op, (b, w) in chosen.items())
                 checked = " validated," if args.validate else ""
-                print(f"[{nbytes / MIB:g} MiB, peer {peer}]{checked} GB/s: {summary} (BLOCK x warps: {tuned})",
+                print(f"[{nbytes / MIB:g} MiB, {actor} -> {peer}]{checked} GB/s: {summary} (BLOCK x warps: {tuned})",
                       flush=True)
+            results = ctx.broadcast(results, src=actor)  # rank 0 writes every pair's rows
+            copy_gbps = nbytes / results[copy_op] / 1e3
+            for op, us in results.items():
+                gbps = nbytes / us / 1e3  # bytes / (us * 1e-6) / 1e9
+                rows.append(dict(base, actor=actor, peer=peer, op=op, bytes=nbytes, median_us=float(f"{us:.6g}"),
+                                 gbps=float(f"{gbps:.6g}"), ratio_to_copy_engine=float(f"{gbps / copy_gbps:.4g}")))
             ctx.barrier()
         if status:
             break
     if rank == 0 and rows and not status:
-        print(f"\n{'size MiB':>9} {'peer':>4}  {'op':<18} {'GB/s':>10} {'ratio to copy engine':>21}")
+        print(f"\n{'size MiB':>9} {'pair':>6}  {'op':<18} {'GB/s':>10} {'ratio to copy engine':>21}")
         for r in rows:
-            print(f"{r['bytes'] / MIB:>9g} {r['peer']:>4}  {r['op']:<18} {r['gbps']:>10.4g} "
+            print(f"{r['bytes'] / MIB:>9g} {r['actor']:>2}->{r['peer']:<2}  {r['op']:<18} {r['gbps']:>10.4g} "
                   f"{r['ratio_to_copy_engine']:>21.3g}")
         if any(r["op"] == "copy_engine_local" for r in rows):
             print("note: copy_engine_local is a same-device copy (ranks share a device), not a link transfer")
