@@ -1,7 +1,8 @@
 """GEMM + communication (iris.ops): each fused op gives every rank its float64 answer, within rounding.
 
 Each case draws an op, M, N, K (any sizes: tiles and programs need not divide them), the output
-dtype, a bias or none, and the data. Every rank knows every rank's shards (seeded), so each
+dtype, a bias or none, communication programs for the reduce ops (FusedConfig.comm_programs),
+and the data. Every rank knows every rank's shards (seeded), so each
 checks its whole output against the float64 reference (iris.testing.fused_ops) and sends it
 back: ranks that must hold the same result (matmul_all_reduce, all_gather's stacks) hold the
 same bits. The workspace (and a heap output) lies in the arena over random bytes, with its
@@ -14,8 +15,8 @@ from hypothesis import strategies as st
 
 from conformance import harness
 from conformance.profiles import current
-from iris.ops import Workspace
-from iris.testing.fused_ops import ON_HEAP, OPS, reference, shapes
+from iris.ops import FusedConfig, Workspace
+from iris.testing.fused_ops import ON_HEAP, OPS, magnitude, reference, shapes
 
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 SAME_ON_EVERY_RANK = ("matmul_all_reduce", "matmul_all_gather", "gemm_all_scatter")
@@ -51,7 +52,8 @@ def _fused_op_on_rank(case):
     else:
         out = torch.full(out_shape, float("nan"), dtype=dtype, device=device)
     a, b = (t.to(device) for t in _shards(case, rank, a_shape, b_shape))
-    key, spec = ctx.ops._spec(op, out, a, b)
+    config = FusedConfig(comm_programs=case["comm_programs"])
+    key, spec = ctx.ops._spec(op, out, a, b, config)
     tensors = {}
     for name, buf in spec.items():
         tensors[name] = carve.take(max(buf.numel, 1), buf.dtype) if buf.heap else \
@@ -61,19 +63,20 @@ def _fused_op_on_rank(case):
     bias = torch.randn(b_shape[1], generator=harness.generator(case["seed"], 0, 22)) if case["bias"] else None
     ctx.barrier()  # every rank's workspace is laid out before any rank's kernel writes into it
     violations = harness.attempt(getattr(ctx.ops, op), out, a, b, bias=None if bias is None else bias.to(device),
-                                 workspace=Workspace(key, tensors))
+                                 config=config, workspace=Workspace(key, tensors))
     ctx.barrier()  # peers' stores into a heap output have landed
     ref = reference(op, [_shards(case, r, a_shape, b_shape) for r in range(world)], bias, rank)
+    scale = magnitude(op, [_shards(case, r, a_shape, b_shape) for r in range(world)], bias, rank)
     # A copy, never a view: on the CPU backend a heap output *is* the arena, and sending a view of it
     # back to the driver moves its storage into fresh shared memory, off the heap.
     got = out.to("cpu", copy=True)
     if got.isnan().any():
         violations.append(f"{int(got.isnan().sum())} of {got.numel()} output elements never written")
     else:
-        error = ((got.double() - ref).norm() / max(ref.norm().item(), 1e-30)).item()
+        error = ((got.double() - ref).norm() / max(scale.norm().item(), 1e-30)).item()
         if error > TOLERANCE[dtype]:
-            violations.append(f"{op}: relative error {error:.3g} against the float64 reference (allowed "
-                              f"{TOLERANCE[dtype]:g})")
+            violations.append(f"{op}: error {error:.3g} against the float64 reference, relative to its terms' "
+                              f"magnitude (allowed {TOLERANCE[dtype]:g})")
     return harness.Verdict(violations, value=got)
 
 
@@ -81,7 +84,7 @@ def _fused_op_on_rank(case):
 def fused_op_cases(draw):
     return dict(op=draw(st.sampled_from(OPS)), m=draw(st.integers(1, 48)), n=draw(st.integers(1, 48)),
                 k=draw(st.integers(1, 40)), out_dtype=draw(st.sampled_from((torch.float32, torch.bfloat16))),
-                bias=draw(st.booleans()), seed=draw(harness.seeds()))
+                bias=draw(st.booleans()), comm_programs=draw(st.sampled_from((0, 0, 1, 3))), seed=draw(harness.seeds()))
 
 
 @settings(max_examples=current().examples(5))

@@ -6,7 +6,7 @@ import torch
 import iris
 from iris.ops import FusedConfig
 from iris.testing import refusals
-from iris.testing.fused_ops import ON_HEAP, OPS, reference, shapes
+from iris.testing.fused_ops import ON_HEAP, OPS, magnitude, reference, shapes
 
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 
@@ -16,7 +16,7 @@ def _shards(seed, rank, a_shape, b_shape):
     return torch.randn(*a_shape, generator=g).to(torch.bfloat16), torch.randn(*b_shape, generator=g).to(torch.bfloat16)
 
 
-def _run_op(op, m, n, k, out_dtype, with_bias, seeds):
+def _run_op(op, m, n, k, out_dtype, with_bias, seeds, config=None):
     ctx = iris.iris(1 << 24)
     rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     a_shape, b_shape, out_shape = shapes(op, m, n, k, world)
@@ -25,11 +25,13 @@ def _run_op(op, m, n, k, out_dtype, with_bias, seeds):
         a, b = _shards(seed, rank, a_shape, b_shape)
         bias = torch.randn(b_shape[1], generator=torch.Generator().manual_seed(seed)) if with_bias else None
         out = (ctx.full if op in ON_HEAP else torch.full)(out_shape, float("nan"), dtype=out_dtype, device=device)
-        getattr(ctx.ops, op)(out, a.to(device), b.to(device), bias=None if bias is None else bias.to(device))
+        getattr(ctx.ops, op)(out, a.to(device), b.to(device), bias=None if bias is None else bias.to(device),
+                             config=config)
         ctx.barrier()
-        ref = reference(op, [_shards(seed, r, a_shape, b_shape) for r in range(world)], bias, rank)
+        shards = [_shards(seed, r, a_shape, b_shape) for r in range(world)]
+        ref, scale = reference(op, shards, bias, rank), magnitude(op, shards, bias, rank)
         got = out.cpu().double()
-        errors.append(float("inf") if got.isnan().any() else ((got - ref).norm() / ref.norm()).item())
+        errors.append(float("inf") if got.isnan().any() else ((got - ref).norm() / scale.norm()).item())
     ctx.close()
     return errors
 
@@ -40,6 +42,16 @@ def test_fused_op_matches_float64(ranks, op, shape, out_dtype):
     for rank, errors in enumerate(ranks.run(_run_op, op, *shape, out_dtype, out_dtype == torch.float32,
                                             seeds=[1, 2])):
         assert max(errors) <= TOLERANCE[out_dtype], f"{op}, rank {rank}: relative errors {errors}"
+
+
+@pytest.mark.parametrize("op", ["matmul_all_reduce", "matmul_reduce_scatter"])
+@pytest.mark.parametrize("comm_programs", [1, 3])
+def test_reduce_ops_with_communication_programs_match_float64(ranks, op, comm_programs):
+    """Workgroup specialization: programs that only exchange and sum the tiles the others stage."""
+    config = FusedConfig(comm_programs=comm_programs)
+    for rank, errors in enumerate(ranks.run(_run_op, op, 72, 80, 40, torch.float32, True, seeds=[3, 4, 5],
+                                            config=config)):
+        assert max(errors) <= TOLERANCE[torch.float32], f"{op}, rank {rank}: relative errors {errors}"
 
 
 def _refusals():
@@ -75,7 +87,7 @@ def test_fused_ops_refuse_bad_operands_before_any_launch(ranks):
 
 
 @pytest.mark.parametrize("field,value", [("block_size_m", 8), ("block_size_n", 100), ("group_size_m", 3),
-                                         ("num_warps", 0), ("num_stages", True)])
+                                         ("num_warps", 0), ("num_stages", True), ("comm_programs", -1)])
 def test_fused_config_names_the_bad_field_and_value(field, value):
     with pytest.raises(ValueError) as info:
         FusedConfig(**{field: value})

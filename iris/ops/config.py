@@ -15,6 +15,9 @@ class FusedConfig:
         block_size_m, block_size_n, block_size_k: the GEMM tile; powers of two, at least 16.
         group_size_m: tile rows walked together (L2 reuse); a power of two.
         num_warps: warps per program (4 or 8 for these tiles); num_stages: pipeline depth (>= 1).
+        comm_programs: matmul_all_reduce and matmul_reduce_scatter only. 0 (default): every program
+            computes its tiles and exchanges them itself. N > 0: workgroup specialization, N programs
+            only exchange and sum the tiles the others compute and stage (not yet measured on a GPU).
 
     Example:
         >>> from iris.ops import FusedConfig
@@ -27,13 +30,14 @@ class FusedConfig:
     group_size_m: int = 8
     num_warps: int = 8
     num_stages: int = 3
+    comm_programs: int = 0
 
     def __post_init__(self):
         for name in ("block_size_m", "block_size_n", "block_size_k"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 16 or value & (value - 1):
                 raise ValueError(f"FusedConfig.{name}={value!r}: must be a power of two >= 16 (tl.dot's minimum)")
-        for name, low in (("group_size_m", 1), ("num_warps", 1), ("num_stages", 1)):
+        for name, low in (("group_size_m", 1), ("num_warps", 1), ("num_stages", 1), ("comm_programs", 0)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"FusedConfig.{name}={value!r}: must be an int >= {low}")

@@ -23,6 +23,14 @@ ranks (:func:`iris.ccl._device.enter`): every member's previous call has ended, 
 reads a slot about to be overwritten. Nothing waits after the last tile: each rank's output is
 complete when its kernel ends.
 
+With ``FusedConfig(comm_programs=C)`` the work is split instead (workgroup specialization): the
+last C programs only communicate, the others only compute. A compute program stores each tile
+(output dtype) into a local stage and raises the tile's ready flag with the call's number
+(release); communication program ``c`` takes tiles ``c, c + C, ...``, waits for each flag
+(acquire), pushes the staged tile to its owners, counts it, and sums the previous one as above.
+Compute programs never wait; a communication program waits on lower program ids of its own
+launch and on the same program id of the other ranks. Not yet measured on a GPU.
+
 Example:
     >>> out = torch.empty(M, N, dtype=torch.bfloat16, device=ctx.get_device())
     >>> ctx.ops.matmul_all_reduce(out, A_shard, B_shard, bias=bias)
@@ -96,40 +104,86 @@ def _finish(tile, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, widt
                  total.to(out.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _push(part, rows, cols, tile_n, partials, M, N, width, members, count, index, cur, heap_bases,
+          SCATTER: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Store this rank's partial tile into slot ``index`` of every owner of its columns."""
+    for i in range(0, count):  # start at a different member on every rank
+        position = (index + i) % count
+        lo, own = _owned(position, N, width, SCATTER)
+        if _meets(tile_n, lo, own, BLOCK_N):
+            mask = (rows[:, None] < M) & (cols[None, :] >= lo) & (cols[None, :] < lo + own)
+            place = index * (tl.cast(M, tl.int64) * own) + rows[:, None].to(tl.int64) * own + (cols[None, :] - lo)
+            iris.store(partials + place, part, cur, tl.load(members + position), heap_bases, mask=mask)
+
+
 @triton.jit(do_not_specialize=_common.GROUP_ARGS)
-def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, M, N, K, width, stride_am, stride_ak, stride_bk,
-                          stride_bn, stride_om, stride_on, members, count, index, cur, heap_bases, arrivals, expected,
-                          SCATTER: tl.constexpr, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, WORLD: tl.constexpr,
-                          BARRIER_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, stage, ready, calls, M, N, K, width, stride_am,
+                          stride_ak, stride_bk, stride_bn, stride_om, stride_on, members, count, index, cur,
+                          heap_bases, arrivals, expected, SCATTER: tl.constexpr, HAS_BIAS: tl.constexpr,
+                          UPCAST: tl.constexpr, WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr,
+                          COMM_PROGRAMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
-    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
-    previous = -1
-    for tile in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
-        tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
-        acc, rows, cols = tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m, tile_n,
-                                       UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
-        if previous >= 0:
-            _announce(previous, tiles_m, tiles_n, flags, N, width, members, count, index, cur, heap_bases,
-                      SCATTER, BLOCK_N, GROUP_M)
-        part = acc.to(partials.dtype.element_ty)
-        for i in range(0, count):  # start at a different member on every rank
-            position = (index + i) % count
-            lo, own = _owned(position, N, width, SCATTER)
-            if _meets(tile_n, lo, own, BLOCK_N):
-                mask = (rows[:, None] < M) & (cols[None, :] >= lo) & (cols[None, :] < lo + own)
-                place = index * (tl.cast(M, tl.int64) * own) + rows[:, None].to(tl.int64) * own + (cols[None, :] - lo)
-                iris.store(partials + place, part, cur, tl.load(members + position), heap_bases, mask=mask)
+    tiles = tiles_m * tiles_n
+    pid = tl.program_id(0)
+    compute = tl.num_programs(0) - COMM_PROGRAMS  # programs that compute tiles; the rest communicate
+    if pid < compute:
+        if COMM_PROGRAMS > 0:  # compute only: stage each tile locally and raise its flag for the communicators
+            epoch = tl.load(calls) + 1
+            for tile in range(pid, tiles, compute):
+                tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
+                acc, rows, cols = tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m,
+                                               tile_n, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
+                tl.store(stage + rows[:, None].to(tl.int64) * N + cols[None, :], acc.to(stage.dtype.element_ty),
+                         mask=(rows[:, None] < M) & (cols[None, :] < N))
+                tl.debug_barrier()  # every thread's stores of the tile before its flag
+                tl.atomic_xchg(ready + tile, epoch, sem="release", scope="gpu")
+        else:  # compute and communicate: push each tile, count and sum it one tile later
+            enter(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
+            previous = -1
+            for tile in range(pid, tiles, compute):
+                tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
+                acc, rows, cols = tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m,
+                                               tile_n, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
+                if previous >= 0:
+                    _announce(previous, tiles_m, tiles_n, flags, N, width, members, count, index, cur, heap_bases,
+                              SCATTER, BLOCK_N, GROUP_M)
+                _push(acc.to(partials.dtype.element_ty), rows, cols, tile_n, partials, M, N, width, members, count,
+                      index, cur, heap_bases, SCATTER, BLOCK_N)
+                if previous >= 0:
+                    _finish(previous, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om,
+                            stride_on, count, index, SCATTER, HAS_BIAS, BLOCK_M, BLOCK_N, GROUP_M)
+                previous = tile
+            if previous >= 0:
+                _announce(previous, tiles_m, tiles_n, flags, N, width, members, count, index, cur, heap_bases,
+                          SCATTER, BLOCK_N, GROUP_M)
+                _finish(previous, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om,
+                        stride_on, count, index, SCATTER, HAS_BIAS, BLOCK_M, BLOCK_N, GROUP_M)
+    else:  # communicate only (workgroup specialization): wait for staged tiles, push, count and sum them
+        enter(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
+        epoch = tl.load(calls) + 1
+        previous = -1
+        for tile in range(pid - compute, tiles, COMM_PROGRAMS):
+            tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
+            rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+            cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            iris.wait_until(ready + tile, "==", epoch, scope="gpu")
+            tl.debug_barrier()  # the acquire before any thread reads the staged tile
+            part = tl.load(stage + rows[:, None].to(tl.int64) * N + cols[None, :],
+                           mask=(rows[:, None] < M) & (cols[None, :] < N))
+            _push(part, rows, cols, tile_n, partials, M, N, width, members, count, index, cur, heap_bases, SCATTER,
+                  BLOCK_N)
+            _announce(tile, tiles_m, tiles_n, flags, N, width, members, count, index, cur, heap_bases, SCATTER,
+                      BLOCK_N, GROUP_M)
+            if previous >= 0:
+                _finish(previous, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om,
+                        stride_on, count, index, SCATTER, HAS_BIAS, BLOCK_M, BLOCK_N, GROUP_M)
+            previous = tile
         if previous >= 0:
             _finish(previous, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om, stride_on,
                     count, index, SCATTER, HAS_BIAS, BLOCK_M, BLOCK_N, GROUP_M)
-        previous = tile
-    if previous >= 0:
-        _announce(previous, tiles_m, tiles_n, flags, N, width, members, count, index, cur, heap_bases,
-                  SCATTER, BLOCK_N, GROUP_M)
-        _finish(previous, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om, stride_on,
-                count, index, SCATTER, HAS_BIAS, BLOCK_M, BLOCK_N, GROUP_M)
 
 
 def problem(what: str, scatter: bool, ctx, output, A, B, config):
@@ -138,11 +192,15 @@ def problem(what: str, scatter: bool, ctx, output, A, B, config):
     M, N = A.shape[0], B.shape[1]
     width = N // world if scatter else N
     tile = _fused.tile(config)
-    key = (what, M, N, output.dtype, tuple(tile.values()))
+    key = (what, M, N, output.dtype, tuple(tile.values()), config.comm_programs)
     tiles = tile_count(M, N, tile)
     spec = {"partials": _fused.Buffer(world * M * width, output.dtype, heap=True),
             "flags": _fused.Buffer(tiles, torch.int64, heap=True, zeroed=True),
             "seen": _fused.Buffer(tiles, torch.int64, heap=False, zeroed=True)}  # tile counts seen so far
+    if config.comm_programs:  # the compute programs' staged tiles, their flags, and the call count
+        spec.update(stage=_fused.Buffer(M * N, output.dtype, heap=False),
+                    ready=_fused.Buffer(tiles, torch.int32, heap=False, zeroed=True),
+                    calls=_fused.Buffer(1, torch.int64, heap=False, zeroed=True))
     return key, spec, width, tile
 
 
@@ -172,10 +230,21 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
     key, spec, width, tile = problem(what, scatter, ctx, output, A, B, config)
     workspace = _fused.workspace_for(ctx, what, key, spec, workspace)
     M, N = A.shape[0], B.shape[1]
-    programs = _fused.launch_size(ctx, tile_count(M, N, tile))
+    tiles = tile_count(M, N, tile)
+    comm = config.comm_programs
+    if comm:  # every program may wait only on lower ids of its own launch: the communicators come last
+        compute = 1 if interpreted() else max(1, _fused.concurrent_programs(ctx) - comm)
+        programs = min(compute, tiles) + comm
+        stage, ready, calls = workspace.stage, workspace.ready, workspace.calls
+    else:
+        programs = _fused.launch_size(ctx, tiles)
+        stage, ready, calls = workspace.partials, workspace.flags, workspace.seen  # unused
     _matmul_reduce_kernel[(programs,)](
         A, B, output, bias if bias is not None else output, workspace.partials, workspace.flags, workspace.seen,
-        M, N, A.shape[1], width, A.stride(0), A.stride(1), B.stride(0), B.stride(1), output.stride(0),
-        output.stride(1), *_fused.barrier_arguments(ctx), SCATTER=scatter, HAS_BIAS=bias is not None,
-        UPCAST=interpreted(), WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx._device_barrier.block,
-        num_warps=config.num_warps, num_stages=config.num_stages, **tile)
+        stage, ready, calls, M, N, A.shape[1], width, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
+        output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), SCATTER=scatter,
+        HAS_BIAS=bias is not None, UPCAST=interpreted(), WORLD=ctx.get_num_ranks(),
+        BARRIER_BLOCK=ctx._device_barrier.block, COMM_PROGRAMS=comm, num_warps=config.num_warps,
+        num_stages=config.num_stages, **tile)
+    if comm:
+        calls.add_(1)  # on the stream, after the launch: the next call's tiles carry the next epoch

@@ -2,7 +2,10 @@
 
 ``shapes(op, m, n, k, world)`` gives one rank's (A, B, output) shapes for a problem whose GEMM
 sizes are m, n, k; ``reference(op, shards, bias, rank)`` the float64 output rank ``rank`` must
-get, from every rank's (A, B) and the bias (the same on every rank). ``ON_HEAP``: the ops whose
+get, from every rank's (A, B) and the bias (the same on every rank); ``magnitude(...)`` the size
+to measure its error against: the sum of the terms' absolute values, since the reduce ops sum
+partials rounded to the output dtype (as torch.matmul then NCCL does), and a sum that cancels
+keeps their rounding, not its own. ``ON_HEAP``: the ops whose
 output peers write, so it must be a heap tensor.
 """
 
@@ -49,3 +52,9 @@ def reference(op: str, shards: list, bias, rank: int) -> torch.Tensor:
     if op == "gemm_all_scatter":
         return torch.cat([p + plus for p in products], dim=1)
     raise ValueError(f"unknown op {op!r}; one of {OPS}")
+
+
+def magnitude(op: str, shards: list, bias, rank: int) -> torch.Tensor:
+    """Like :func:`reference` with every product and the bias replaced by its absolute value."""
+    absolute = [(a.double().abs(), b.double().abs()) for a, b in shards]
+    return reference(op, absolute, None if bias is None else bias.double().abs(), rank)
