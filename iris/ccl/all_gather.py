@@ -25,7 +25,7 @@ def _all_gather_piece(pid, src, dst, numel, members, count, index, cur, heap_bas
 @triton.jit(do_not_specialize=GROUP_ARGS)
 def _all_gather_kernel(src, dst, numel, members, count, index, cur, heap_bases, arrivals, expected, programs,
                        FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr,
-                       BARRIER_BLOCK: tl.constexpr,                        BLOCK: tl.constexpr):
+                       BARRIER_BLOCK: tl.constexpr, BLOCK: tl.constexpr):
     if FUSED:
         enter(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
         for pid in range(tl.program_id(0), programs, tl.num_programs(0)):

@@ -39,12 +39,12 @@ from iris.ccl._common import GROUP_ARGS, LOCK_WORDS
 from iris.ccl.config import ReduceOp
 from iris.capabilities import find_limitation
 
+# Variants whose programs synchronize inside the kernel (seeding before the barrier, ring flags).
+FUSED_ONLY = ("atomic", "spinlock", "ring")
 # The default variant by bytes per rank, for 2 ranks: (below this many bytes, variant), in order.
 # Measured on 2 x H200 with benchmarks/ccl.py (batches of back-to-back calls; two runs at 373b63c,
 # 2026-11-22): two_shot is ahead or even up to 4 MiB (1 KiB: 10.3 and 10.2 us against one_shot's 17.4
 # and 19.8), one_shot at 16 MiB (65.1 and 65.0 against 68.4 and 68.4), the two even from 64 MiB.
-# Variants whose programs synchronize inside the kernel (seeding before the barrier, ring flags).
-FUSED_ONLY = ("atomic", "spinlock", "ring")
 VARIANT_BY_SIZE = (((4 << 20) + 1, "two_shot"), (32 << 20, "one_shot"))
 
 
