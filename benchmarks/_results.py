@@ -33,6 +33,12 @@ def git_commit() -> str:
         return "unknown"
 
 
+def default_csv(family: str, gpu_name: str, world: int) -> Path:
+    """benchmarks/results/<family>_<gpu>_<world>ranks.csv, e.g. ccl_nvidia-h200_2ranks.csv."""
+    slug = re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
+    return RESULTS / f"{family}_{slug}_{world}ranks.csv"
+
+
 def write_csv(rows: list[dict], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:

@@ -37,13 +37,12 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
 
 import argparse
 import math
-import re
 import sys
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _results import RESULTS, git_commit, median_us, parse_size, write_csv
+from _results import default_csv, git_commit, median_us, parse_size, write_csv
 
 import iris
 from iris.distributed import job_world_size
@@ -283,8 +282,7 @@ def print_point(rows) -> None:
 def report(rows, args, gpu, gpu_name, world) -> None:
     if not gpu:
         print("note: CPU backend (Triton's interpreter): a smoke test, not a figure")
-    slug = re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
-    path = args.csv or RESULTS / f"ccl_{slug}_{world}ranks.csv"
+    path = args.csv or default_csv("ccl", gpu_name, world)
     write_csv(rows, path)
     plot(rows, path, world)
 

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import torch
-from _results import RESULTS, git_commit, write_csv
+from _results import default_csv, git_commit, write_csv
 
 import iris  # before any kernel: on the CPU backend it turns on Triton's interpreter
 import triton
@@ -167,8 +167,7 @@ def main() -> int:
             print(f"{row['measure']:14} {row['impl']:22} {row['pair']:6} {us}  {row['note']}")
         if not gpu:
             print("note: CPU backend (Triton's interpreter): a smoke test, not a latency figure")
-        name = base["gpu"].replace(" ", "-").lower()
-        write_csv(rows, args.csv or RESULTS / f"latency_{name}_{world}ranks.csv")
+        write_csv(rows, args.csv or default_csv("latency", base["gpu"], world))
     ctx.close()
     return 0
 

@@ -35,13 +35,12 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
     os.environ.setdefault(_name, _value)
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _results import RESULTS, git_commit, median_us, write_csv
+from _results import default_csv, git_commit, median_us, write_csv
 
 import iris
 from iris.distributed import job_world_size
@@ -210,8 +209,7 @@ def main() -> int:
     if rank == 0:
         if not gpu:
             print("note: CPU backend (Triton's interpreter): a smoke test, not a figure")
-        slug = re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
-        path = args.csv or RESULTS / f"ops_{slug}_{world}ranks.csv"
+        path = args.csv or default_csv("ops", gpu_name, world)
         write_csv(rows, path)
         plot(rows, path)
     for problem in problems:

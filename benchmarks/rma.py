@@ -35,13 +35,12 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
     os.environ.setdefault(_name, _value)
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
 import torch
 
-from _results import RESULTS, git_commit, median_us, parse_size, write_csv
+from _results import default_csv, git_commit, median_us, parse_size, write_csv
 
 import iris  # before any kernel: on the CPU backend it turns on Triton's interpreter
 import triton
@@ -238,8 +237,7 @@ def main() -> int:
                   f"{r['ratio_to_copy_engine']:>21.3g}")
         if any(r["op"] == "copy_engine_local" for r in rows):
             print("note: copy_engine_local is a same-device copy (ranks share a device), not a link transfer")
-        slug = re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
-        write_outputs(rows, args.csv or RESULTS / f"rma_{slug}_{world}ranks.csv", world)
+        write_outputs(rows, args.csv or default_csv("rma", gpu_name, world), world)
     ctx.close()
     return status
 
