@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 import iris
+from iris.ops import sm_share
 from iris.ops.gemm import tile_count, tile_of, tile_product
 from iris.runtime import interpreted
 
@@ -89,8 +90,7 @@ class Problem:
         self.C = ctx.zeros(self.M, args.n, dtype=torch.bfloat16)
         self.local = torch.empty(self.M, self.N, dtype=torch.bfloat16, device=device)  # this rank's block
         self.tiles = tile_count(self.M, self.N, TILE)
-        devices = max(1, ctx.backend.device_count())
-        self.sms = 1 if interpreted() else ctx.get_cu_count() // -(-world // devices)  # this rank's share
+        self.sms = 1 if interpreted() else sm_share(ctx)  # this rank's SMs (a share of them in simulation)
         self.calls = 0  # producer/consumer flags count calls, so they need no reset
 
     def next_call(self, comm_programs: int) -> tuple[int, int]:

@@ -27,12 +27,12 @@ Example:
 from iris.ops import gather_matmul as _gather_matmul
 from iris.ops import matmul_gather as _matmul_gather
 from iris.ops import matmul_reduce as _matmul_reduce
-from iris.ops._fused import Workspace
+from iris.ops._fused import Workspace, sm_share
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import matmul
 
 __all__ = ["FusedConfig", "Ops", "Workspace", "all_gather_matmul", "gemm_all_scatter", "matmul", "matmul_all_gather",
-           "matmul_all_reduce", "matmul_reduce_scatter"]
+           "matmul_all_reduce", "matmul_reduce_scatter", "sm_share"]
 
 
 class Ops:

@@ -63,18 +63,22 @@ def tile(config: FusedConfig) -> dict:
                 GROUP_M=config.group_size_m)
 
 
+def sm_share(ctx) -> int:
+    """This rank's share of its GPU's SMs (compute units): all of them, or, in simulation (rank r on GPU
+    r % devices), an equal part for each of the most ranks any GPU holds, so that every rank gets the same."""
+    sharing = -(-ctx.get_num_ranks() // max(1, ctx.backend.device_count()))
+    return max(1, ctx.get_cu_count() // sharing)
+
+
 def concurrent_programs(ctx) -> int:
     """How many programs of one launch this rank can count on running at the same time.
 
-    One per SM (the fused kernels' tiles fill an SM's shared memory) shared among the most ranks
-    any GPU holds (simulation puts rank r on GPU r % devices; every rank must get the same
-    answer, since the fused kernels pair program p of every rank), at most FUSED_PROGRAMS (one
-    barrier slot each). Triton's interpreter runs a launch's programs one after another: 1.
+    One per SM of :func:`sm_share` (the fused kernels' tiles fill an SM's shared memory; every
+    rank must get the same answer, since the fused kernels pair program p of every rank), at most
+    FUSED_PROGRAMS (one barrier slot each). Triton's interpreter runs a launch's programs one after
+    another: 1.
     """
-    if interpreted():
-        return 1
-    sharing = -(-ctx.get_num_ranks() // max(1, ctx.backend.device_count()))
-    return max(1, min(FUSED_PROGRAMS, ctx.get_cu_count() // sharing))
+    return 1 if interpreted() else min(FUSED_PROGRAMS, sm_share(ctx))
 
 
 def launch_size(ctx, tiles: int) -> int:
