@@ -81,3 +81,30 @@ def test_world_check_reports_rank_case_and_reproduce_line(pool):
     text = str(info.value)
     assert "rank 0: saw 5" in text and "case: {'x': 5}" in text
     assert "pytest conformance/test_x.py::test_y --ranks 2 --hypothesis-profile ci" in text
+
+
+_kept = {}
+
+
+def _return_a_view_of_the_heap():
+    import iris
+
+    ctx = iris.iris(1 << 20)
+    heap_tensor = ctx.zeros(8)
+    _kept["ctx"], _kept["tensor"] = ctx, heap_tensor
+    return heap_tensor[:4]  # a view: sending it must not move the heap's storage anywhere
+
+
+def _heap_tensor_is_still_on_the_heap():
+    ctx, heap_tensor = _kept.pop("ctx"), _kept.pop("tensor")
+    on_heap = ctx.is_symmetric(heap_tensor)
+    ctx.close()
+    return on_heap
+
+
+def test_a_returned_heap_view_leaves_the_heap_where_it_was(pool):
+    """Results travel as copies (torch's multiprocessing pickler would move a CPU tensor's storage into
+    fresh shared memory, taking a heap tensor off the heap)."""
+    values = pool.run(_return_a_view_of_the_heap)
+    assert all(v.tolist() == [0.0] * 4 for v in values)
+    assert pool.run(_heap_tensor_is_still_on_the_heap) == [True] * pool.world_size

@@ -21,6 +21,7 @@ from __future__ import annotations
 import faulthandler
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import tempfile
 import time
@@ -63,9 +64,16 @@ def _worker(rank: int, world: int, port: int, job: str, conn) -> None:
             return
         fn, args, kwargs = message
         try:
-            conn.send(("ok", fn(*args, **kwargs)))
+            _reply(conn, "ok", fn(*args, **kwargs))
         except BaseException:  # report everything, including assertion errors and SystemExit
-            conn.send(("error", traceback.format_exc()))
+            _reply(conn, "error", traceback.format_exc())
+
+
+def _reply(conn, status: str, payload) -> None:
+    """Send a result as a copy, with the standard pickler: ``conn.send`` would use torch's multiprocessing
+    pickler, which moves a CPU tensor's storage into fresh shared memory in place, and so would take a
+    heap tensor of the CPU backend off the heap (a returned view of it is enough)."""
+    conn.send_bytes(pickle.dumps((status, payload)))
 
 
 class RankPool:
@@ -159,7 +167,7 @@ class RankPool:
                     continue
                 del pending[rank]
                 try:
-                    status, payload = conn.recv()
+                    status, payload = pickle.loads(conn.recv_bytes())
                 except (EOFError, OSError):
                     self._procs[rank].join(timeout=5)
                     failures[rank] = f"rank process died (exit code {self._procs[rank].exitcode})"
