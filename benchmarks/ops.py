@@ -156,13 +156,30 @@ class Problem:
                 "iris.ccl": lambda: ccl.reduce_scatter(heap_out[: rows * cols // W], heap_in.view(-1))}
 
 
+def heap_bytes(args, world: int, biggest: int) -> int:
+    """Symmetric heap per rank for the whole sweep. The heap never frees, and ctx.ops keeps each fused
+    op's workspace for its problem, so the workspaces of all the shapes add up."""
+    bf16, flag, align, tile = 2, 8, 256, 16  # bytes: element, int64 flag, allocation alignment; tiles >= 16 x 16
+    # The arena: a peer-written output (biggest), then iris.ccl's input and its W outputs (W + 1 more).
+    total = (world + 2) * biggest * bf16 + align
+    for M in args.m:
+        for K in args.k:  # the transposed ops' output is (M, K): their workspace is per (M, K), whatever N
+            flags = -(-M // tile) * -(-K // tile) * flag + 2 * align  # a flag per output tile; two allocations
+            if "matmul_all_reduce" in args.ops:  # partials: a slot of the whole (M, K) per member: W M K
+                total += world * M * K * bf16 + flags
+            if "matmul_reduce_scatter" in args.ops:  # partials: a slot of the owned (M, K/W) per member: M K
+                total += M * K * bf16 + flags
+            if "all_gather_matmul" in args.ops:  # per (M, N, K): A gathered, W slices (M, K/W), a flag per row block
+                total += len(args.n) * (M * K * bf16 + -(-M // tile) * flag + 2 * align)
+    return total
+
+
 def main() -> int:
     gpu = iris.runtime.SELECTED != "cpu"
     args = parse_args(gpu)
     world = job_world_size()
     biggest = max(m * max(n, k) for m in args.m for n in args.n for k in args.k)
-    # The workspaces (kept per problem) and the arena for heap outputs and iris.ccl's buffers.
-    ctx = iris.iris(12 * biggest * 2 + (1 << 28))
+    ctx = iris.iris(heap_bytes(args, world, biggest))
     rank = ctx.get_rank()
     arena = ctx.empty((world + 2) * biggest, dtype=torch.bfloat16)
     gpu_name = torch.cuda.get_device_name(ctx.get_device()) if gpu else "cpu"
