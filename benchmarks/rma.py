@@ -35,6 +35,7 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
     os.environ.setdefault(_name, _value)
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
@@ -132,6 +133,15 @@ def check(ctx, what: str, launch, actor: int, owner: int, dst, expected) -> bool
     return ctx.broadcast(ok, src=owner)
 
 
+def bandwidth_by_op(rows) -> dict:
+    """{op: [(MiB, slowest, median, fastest GB/s over the pairs measured), ...] by size}, ops in row order."""
+    lines = {}
+    for r in rows:
+        lines.setdefault(r["op"], {}).setdefault(r["bytes"] / MIB, []).append(r["gbps"])
+    return {op: [(mib, min(g), statistics.median(g), max(g)) for mib, g in sorted(by_size.items())]
+            for op, by_size in lines.items()}
+
+
 def write_outputs(rows, path: Path, world: int) -> None:
     write_csv(rows, path)
     try:
@@ -143,11 +153,13 @@ def write_outputs(rows, path: Path, world: int) -> None:
         print("plot skipped: matplotlib is not installed (pip install matplotlib)")
         return
     fig, ax = plt.subplots(figsize=(8, 5))
-    pairs = dict.fromkeys((r["actor"], r["peer"]) for r in rows)
-    for key in dict.fromkeys((r["actor"], r["peer"], r["op"]) for r in rows):
-        line = [r for r in rows if (r["actor"], r["peer"], r["op"]) == key]
-        label = key[2] if len(pairs) == 1 else f"{key[2]} ({key[0]} -> {key[1]})"
-        ax.plot([r["bytes"] / MIB for r in line], [r["gbps"] for r in line], marker="o", label=label)
+    pairs = len(dict.fromkeys((r["actor"], r["peer"]) for r in rows))
+    for op, points in bandwidth_by_op(rows).items():
+        mib, low, middle, high = zip(*points)
+        label = op if pairs == 1 else f"{op} (median of {pairs} pairs; band: slowest to fastest)"
+        (line,) = ax.plot(mib, middle, marker="o", label=label)
+        if pairs > 1:
+            ax.fill_between(mib, low, high, color=line.get_color(), alpha=0.2)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("buffer size (MiB)")
     ax.set_ylabel("GB/s (one direction)")

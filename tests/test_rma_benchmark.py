@@ -19,3 +19,20 @@ def test_rma_benchmark_covers_every_ordered_pair(tmp_path):
     pairs = {(int(r["actor"]), int(r["peer"])) for r in rows}
     assert pairs == {(a, b) for a in range(3) for b in range(3) if a != b}, pairs
     assert {r["op"] for r in rows} == {"copy_engine_local", "put", "get", "load", "store"}
+
+
+def test_plot_with_many_pairs_draws_one_line_per_op_with_the_spread_of_the_pairs():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from rma import bandwidth_by_op
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    MiB = 1 << 20
+    rows = [{"actor": a, "peer": p, "op": op, "bytes": size * MiB, "gbps": gbps}
+            for (a, p, op, size, gbps) in [(0, 1, "put", 1, 10.0), (1, 0, "put", 1, 30.0), (0, 2, "put", 1, 20.0),
+                                           (0, 1, "put", 2, 40.0), (1, 0, "put", 2, 40.0), (0, 2, "put", 2, 50.0),
+                                           (0, 1, "get", 1, 5.0)]]
+    lines = bandwidth_by_op(rows)
+    assert list(lines) == ["put", "get"]
+    assert lines["put"] == [(1.0, 10.0, 20.0, 30.0), (2.0, 40.0, 40.0, 50.0)]  # (MiB, min, median, max)
+    assert lines["get"] == [(1.0, 5.0, 5.0, 5.0)]
