@@ -41,11 +41,21 @@ from iris.capabilities import find_limitation
 
 # Variants whose programs synchronize inside the kernel (seeding before the barrier, ring flags).
 FUSED_ONLY = ("atomic", "spinlock", "ring")
-# The default variant by bytes per rank, for 2 ranks: (below this many bytes, variant), in order.
-# Measured on 2 x H200 with benchmarks/ccl.py (batches of back-to-back calls; two runs at 373b63c,
-# 2026-11-22): two_shot is ahead or even up to 4 MiB (1 KiB: 10.3 and 10.2 us against one_shot's 17.4
-# and 19.8), one_shot at 16 MiB (65.1 and 65.0 against 68.4 and 68.4), the two even from 64 MiB.
-VARIANT_BY_SIZE = (((4 << 20) + 1, "two_shot"), (32 << 20, "one_shot"))
+# The default variant by world size, then by bytes per rank: (below this many bytes, variant), in
+# order; two_shot past the last entry and for world sizes not measured. Measured on H200s with
+# benchmarks/ccl.py (batches of back-to-back calls; CSVs in benchmarks/results/ccl_nvidia-h200_*):
+#   2 ranks (two runs at 373b63c): two_shot ahead or even up to 4 MiB (1 KiB: 10.3 and 10.2 us against
+#     one_shot's 17.4 and 19.8), one_shot at 16 MiB (65.1 and 65.0 against 68.4 and 68.4), even from 64 MiB.
+#   4 and 8 ranks (098bc0c, one 8-GPU NVSwitch node): two_shot at every size. one_shot reads every
+#     input on every member, W times the traffic: at 16 MiB 196.8 against 116.4 us (4 ranks) and 539.0
+#     against 179.3 (8 ranks); from 2 MiB at 4 ranks and 1 MiB at 8 it is 1.6x to 3x slower. Below
+#     that, every variant lands within the run-to-run spread (two_shot itself measured 12.3 and 20.7 us
+#     at 16 KiB, 4 ranks, in one run), so nothing beats two_shot there either.
+VARIANT_BY_SIZE = {
+    2: (((4 << 20) + 1, "two_shot"), (32 << 20, "one_shot")),
+    4: (),
+    8: (),
+}
 
 
 @triton.jit
@@ -208,25 +218,25 @@ def _all_reduce_kernel(src, dst, numel, chunk, members, count, index, cur, heap_
 def choose_variant(nbytes: int, in_place: bool, world_size: int) -> str:
     """The default variant for ``nbytes`` per rank among ``world_size`` members.
 
-    ===========================  ==========
-    case                         variant
-    ===========================  ==========
-    in place                     two_shot (one_shot would overwrite what other members still read)
-    up to 4 MiB                  two_shot
-    4 to 32 MiB, 2 members       one_shot
-    otherwise                    two_shot
-    ===========================  ==========
+    ============================  ==========
+    case                          variant
+    ============================  ==========
+    in place                      two_shot (one_shot would overwrite what other members still read)
+    2 members, 4 to 32 MiB        one_shot
+    otherwise (any world size)    two_shot
+    ============================  ==========
 
-    Measured at 2 ranks on 2 x H200 (:data:`VARIANT_BY_SIZE`). With more members one_shot reads
-    every input on every member, W times the traffic, so two_shot is kept there until 4 and 8
-    GPUs have been measured.
+    Measured at 2, 4 and 8 ranks on H200s (:data:`VARIANT_BY_SIZE`); other world sizes get two_shot,
+    whose traffic per member stays under twice the data while one_shot's grows with the members.
+
+    Example:
+        >>> choose_variant(16 << 20, in_place=False, world_size=2), choose_variant(16 << 20, False, 8)
+        ('one_shot', 'two_shot')
     """
     if in_place:
         return "two_shot"
-    variant = next((variant for below, variant in VARIANT_BY_SIZE if nbytes < below), "two_shot")
-    if variant == "one_shot" and world_size > 2:
-        return "two_shot"  # the one_shot band was measured at 2 ranks only
-    return variant
+    table = VARIANT_BY_SIZE.get(world_size, ())
+    return next((variant for below, variant in table if nbytes < below), "two_shot")
 
 
 class Workspace:
