@@ -20,8 +20,9 @@ their own output before entering the barrier; a ring program waits for its left 
 atomic and spinlock round in the output's dtype in whatever order members' updates land, ring in
 ring order: float results may differ between members in the last bit once more than two add.
 
-one_shot and two_shot sum in a fixed member order in float32 (int32 for int32), so every member
-gets the same bits.
+one_shot and two_shot sum in float32 (int32 for int32) in an order fixed for each block (one_shot:
+member order, on every member; two_shot: from the block's owner on, on the owner alone), so every
+member gets the same bits.
 Up to ``Config.fused_bytes`` per rank (4 MiB) either runs as one launch with the
 group's barriers inside (see :func:`iris.ccl._common.run`).
 """
@@ -70,11 +71,17 @@ def _combine(acc, x, OP: tl.constexpr):
 
 
 @triton.jit
-def _reduce_block(src, offs, mask, members, count, cur, heap_bases, OP: tl.constexpr, ACC: tl.constexpr):
-    """The reduction of ``src + offs`` over every member, in member order (identical on every rank)."""
-    acc = iris.load(src + offs, cur, tl.load(members), heap_bases, mask=mask).to(ACC)
+def _reduce_block(src, offs, mask, members, count, first, cur, heap_bases, OP: tl.constexpr, ACC: tl.constexpr):
+    """The reduction of ``src + offs`` over every member, in member order from position ``first`` on.
+
+    Where one member alone reduces a block (two_shot, reduce_scatter) it starts at its own
+    position: the readers then start on different members, where all starting on member 0 would
+    queue every reader on one member's links at a time. Where every member reduces the block
+    itself (one_shot) they all pass 0, so every member gets the same bits.
+    """
+    acc = iris.load(src + offs, cur, tl.load(members + first), heap_bases, mask=mask).to(ACC)
     for i in range(1, count):
-        x = iris.load(src + offs, cur, tl.load(members + i), heap_bases, mask=mask).to(ACC)
+        x = iris.load(src + offs, cur, tl.load(members + (first + i) % count), heap_bases, mask=mask).to(ACC)
         acc = _combine(acc, x, OP)
     return acc
 
@@ -84,7 +91,7 @@ def _one_shot_piece(pid, src, dst, numel, members, count, cur, heap_bases, OP: t
                     BLOCK: tl.constexpr):
     offs = tl.cast(pid, tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel
-    acc = _reduce_block(src, offs, mask, members, count, cur, heap_bases, OP, ACC)
+    acc = _reduce_block(src, offs, mask, members, count, 0, cur, heap_bases, OP, ACC)
     tl.store(dst + offs, acc.to(dst.dtype.element_ty), mask=mask)
 
 
@@ -94,7 +101,7 @@ def _two_shot_piece(pid, src, dst, numel, members, count, index, cur, heap_bases
     # This member's slice: blocks index, index + count, ... of the flat tensor.
     offs = (tl.cast(pid, tl.int64) * count + index) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel
-    acc = _reduce_block(src, offs, mask, members, count, cur, heap_bases, OP, ACC).to(dst.dtype.element_ty)
+    acc = _reduce_block(src, offs, mask, members, count, index, cur, heap_bases, OP, ACC).to(dst.dtype.element_ty)
     for i in range(0, count):
         peer = tl.load(members + (index + i) % count)
         iris.store(dst + offs, acc, cur, peer, heap_bases, mask=mask)

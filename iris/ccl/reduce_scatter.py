@@ -32,7 +32,7 @@ def _reduce_scatter_piece(pid, src, dst, numel, members, count, index, cur, heap
         out = tl.cast(pid, tl.int64) * BLOCK + lanes
         offs = tl.cast(index, tl.int64) * numel + out
         mask = out < numel
-    acc = _reduce_block(src, offs, mask, members, count, cur, heap_bases, OP, ACC)
+    acc = _reduce_block(src, offs, mask, members, count, index, cur, heap_bases, OP, ACC)
     tl.store(dst + out, acc.to(dst.dtype.element_ty), mask=mask)
 
 
