@@ -90,8 +90,10 @@ def test_default_all_reduce_variant_follows_the_measured_table():
     assert choose_variant(4 << 20, in_place=False, world_size=2) == "two_shot"
     assert choose_variant(16 << 20, in_place=False, world_size=2) == "one_shot"
     for world in (3, 4, 8, 16):  # measured at 4 and 8 ranks: two_shot; one_shot's traffic grows with W
-        for nbytes in (1024, 16 << 20, 256 << 20):
+        for nbytes in (4096, 16 << 20, 256 << 20):
             assert choose_variant(nbytes, in_place=False, world_size=world) == "two_shot", (world, nbytes)
+    assert choose_variant(2048, in_place=False, world_size=8) == "one_shot"  # ahead at 8 ranks up to 2 KiB
+    assert choose_variant(2048, in_place=False, world_size=4) == "two_shot"
     assert choose_variant(256 << 20, in_place=False, world_size=2) == "two_shot"
     assert choose_variant(1024, in_place=True, world_size=2) == "two_shot"  # one_shot cannot run in place
 

@@ -47,15 +47,15 @@ FUSED_ONLY = ("atomic", "spinlock", "ring")
 # benchmarks/ccl.py (batches of back-to-back calls; CSVs in benchmarks/results/ccl_nvidia-h200_*):
 #   2 ranks (two runs at 373b63c): two_shot ahead or even up to 4 MiB (1 KiB: 10.3 and 10.2 us against
 #     one_shot's 17.4 and 19.8), one_shot at 16 MiB (65.1 and 65.0 against 68.4 and 68.4), even from 64 MiB.
-#   4 and 8 ranks (098bc0c, one 8-GPU NVSwitch node): two_shot at every size. one_shot reads every
-#     input on every member, W times the traffic: at 16 MiB 196.8 against 116.4 us (4 ranks) and 539.0
-#     against 179.3 (8 ranks); from 2 MiB at 4 ranks and 1 MiB at 8 it is 1.6x to 3x slower. Below
-#     that, every variant lands within the run-to-run spread (two_shot itself measured 12.3 and 20.7 us
-#     at 16 KiB, 4 ranks, in one run), so nothing beats two_shot there either.
+#   4 and 8 ranks (one 8-GPU NVSwitch node; runs at 098bc0c and at aa6608f): two_shot, except one_shot
+#     up to 2 KiB at 8 ranks (1 KiB: 19.4 and 22.4 us against 26.8 and 25.6; 2 KiB: 21.8 and 21.4
+#     against 27.3 and 28.0). one_shot reads every input on every member, W times the traffic: from
+#     1-2 MiB it is 1.6x-3x slower (16 MiB, 8 ranks: 539.0 us against 179.3). Between 4 KiB and 512 KiB
+#     the variants trade places from run to run (two_shot itself: 12.3 and 20.7 us at 16 KiB, 4 ranks).
 VARIANT_BY_SIZE = {
     2: (((4 << 20) + 1, "two_shot"), (32 << 20, "one_shot")),
     4: (),
-    8: (),
+    8: ((2048 + 1, "one_shot"),),
 }
 
 
@@ -230,6 +230,7 @@ def choose_variant(nbytes: int, in_place: bool, world_size: int) -> str:
     ============================  ==========
     in place                      two_shot (one_shot would overwrite what other members still read)
     2 members, 4 to 32 MiB        one_shot
+    8 members, up to 2 KiB        one_shot
     otherwise (any world size)    two_shot
     ============================  ==========
 
