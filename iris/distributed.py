@@ -14,6 +14,7 @@ barrier. ``init_distributed`` finds the right source, in this order:
 
 from __future__ import annotations
 
+import atexit
 import os
 from typing import Any
 
@@ -143,6 +144,11 @@ def launched_by_mpi() -> bool:
     return any(v in os.environ for v in _MPI_SIZE_VARS)
 
 
+def _destroy_process_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def init_distributed(backend_name: str, device_for_rank) -> Communicator:
     """Find or create the job's communicator (see the module docstring).
 
@@ -163,6 +169,10 @@ def init_distributed(backend_name: str, device_for_rank) -> Communicator:
             dist.init_process_group(backend="gloo", rank=rank, world_size=world)
         else:
             dist.init_process_group(backend="cpu:gloo,cuda:nccl", rank=rank, world_size=world, device_id=device)
+        # The group Iris made, Iris ends, while the interpreter is whole: gloo's worker threads left
+        # to the interpreter's teardown now and then abort the process ("terminate called without an
+        # active exception"), and NCCL warns that the group was never destroyed.
+        atexit.register(_destroy_process_group)
         return TorchCommunicator()
     if launched_by_mpi():
         return MpiCommunicator()

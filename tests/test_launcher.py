@@ -107,3 +107,21 @@ def test_job_world_size_reads_the_launchers_variables(monkeypatch):
     assert job_world_size() == 6
     monkeypatch.setenv("WORLD_SIZE", "3")
     assert job_world_size() == 3
+
+
+def test_process_group_iris_created_is_destroyed_before_interpreter_shutdown(tmp_path):
+    # Exiting with a live gloo group let its worker threads outlive the interpreter: now and then a
+    # rank died with "terminate called without an active exception" (exit 134) after its last line.
+    proc, _ = _launch(tmp_path, """
+        import atexit
+        import torch.distributed as dist
+        atexit.register(lambda: print("group alive at exit:", dist.is_initialized(), flush=True))
+        import iris
+        ctx = iris.iris(1 << 16)
+        ctx.barrier()
+        print("group alive after iris:", dist.is_initialized(), flush=True)
+    """)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for r in range(2):
+        assert f"[rank {r}] group alive after iris: True" in proc.stdout
+        assert f"[rank {r}] group alive at exit: False" in proc.stdout, proc.stdout
