@@ -156,12 +156,12 @@ class Problem:
                 "iris.ccl": lambda: ccl.reduce_scatter(heap_out[: rows * cols // W], heap_in.view(-1))}
 
 
-def heap_bytes(args, world: int, biggest: int) -> int:
-    """Symmetric heap per rank for the whole sweep. The heap never frees, and ctx.ops keeps each fused
-    op's workspace for its problem, so the workspaces of all the shapes add up."""
+def heap_bytes(args, world: int, arena: int) -> int:
+    """Symmetric heap per rank for the whole sweep: the arena (``arena`` bf16 elements) and the fused
+    ops' workspaces. The heap never frees, and ctx.ops keeps each fused op's workspace for its
+    problem, so the workspaces of all the shapes add up."""
     bf16, flag, align, tile = 2, 8, 256, 16  # bytes: element, int64 flag, allocation alignment; tiles >= 16 x 16
-    # The arena: a peer-written output (biggest), then iris.ccl's input and its W outputs (W + 1 more).
-    total = (world + 2) * biggest * bf16 + align
+    total = arena * bf16 + align
     for M in args.m:
         for K in args.k:  # the transposed ops' output is (M, K): their workspace is per (M, K), whatever N
             flags = -(-M // tile) * -(-K // tile) * flag + 2 * align  # a flag per output tile; two allocations
@@ -179,9 +179,10 @@ def main() -> int:
     args = parse_args(gpu)
     world = job_world_size()
     biggest = max(m * max(n, k) for m in args.m for n in args.n for k in args.k)
-    ctx = iris.iris(heap_bytes(args, world, biggest))
+    arena_numel = (world + 2) * biggest  # a peer-written output, then iris.ccl's input and its W outputs
+    ctx = iris.iris(heap_bytes(args, world, arena_numel))
     rank = ctx.get_rank()
-    arena = ctx.empty((world + 2) * biggest, dtype=torch.bfloat16)
+    arena = ctx.empty(arena_numel, dtype=torch.bfloat16)
     gpu_name = torch.cuda.get_device_name(ctx.get_device()) if gpu else "cpu"
     base = {"gpu": gpu_name, "backend": iris.runtime.SELECTED, "world_size": world, "version": iris.__version__,
             "commit": git_commit(), "iters": args.iters,

@@ -23,6 +23,8 @@ import inspect
 import torch
 from triton import knobs
 
+from iris.runtime import interpreted
+
 _RUNTIME_KNOBS = knobs.runtime  # the launch hooks live here
 
 
@@ -93,8 +95,6 @@ def bind(kernel, grid, *args, **constexprs) -> BoundLaunch:
 
 def _compiles() -> bool:
     """Whether Triton compiles for a device here (not the interpreter of the CPU backend)."""
-    from iris.runtime import interpreted
-
     return not interpreted() and torch.cuda.is_available()
 
 

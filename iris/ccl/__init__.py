@@ -30,11 +30,11 @@ from iris.ccl.config import Config, ReduceOp
 
 # The collectives, imported once here rather than in every call (an import statement costs about
 # 1-2 us per call, a fair part of a small collective's host time).
-from iris.ccl import all_gather as _all_gather  # noqa: E402
-from iris.ccl import all_reduce as _all_reduce  # noqa: E402
-from iris.ccl import all_to_all as _all_to_all  # noqa: E402
-from iris.ccl import broadcast as _broadcast  # noqa: E402
-from iris.ccl import reduce_scatter as _reduce_scatter  # noqa: E402
+from iris.ccl import all_gather as _all_gather
+from iris.ccl import all_reduce as _all_reduce
+from iris.ccl import all_to_all as _all_to_all
+from iris.ccl import broadcast as _broadcast
+from iris.ccl import reduce_scatter as _reduce_scatter
 
 __all__ = ["CCL", "Config", "ReduceOp"]
 
