@@ -23,13 +23,16 @@ import triton
 import triton.language as tl
 
 import iris
-from iris.ops import sm_share
-from iris.ops.gemm import tile_count, tile_of, tile_product
+from iris.ops import FusedConfig, sm_share
+from iris.ops.gemm import INTERPRETED_TILE, tile_count, tile_of, tile_product
 from iris.runtime import interpreted
 
-TILE = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4) if interpreted() else \
-    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8)
-LAUNCH = {} if interpreted() else dict(num_warps=8, num_stages=3)
+# The fused ops' default tile and launch (FusedConfig), or the interpreter's small tile on the CPU backend.
+_FUSED = FusedConfig()
+TILE = dict(INTERPRETED_TILE) if interpreted() else \
+    dict(BLOCK_M=_FUSED.block_size_m, BLOCK_N=_FUSED.block_size_n, BLOCK_K=_FUSED.block_size_k,
+         GROUP_M=_FUSED.group_size_m)
+LAUNCH = {} if interpreted() else dict(num_warps=_FUSED.num_warps, num_stages=_FUSED.num_stages)
 
 
 @triton.jit
