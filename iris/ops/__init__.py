@@ -58,7 +58,10 @@ class Ops:
         return (op,), {}
 
     def matmul_all_reduce(self, output, A, B, bias=None, async_op=False, config=None, workspace=None):
-        """``output = sum over ranks of A @ B (+ bias)``; see :mod:`iris.ops.matmul_reduce`."""
+        """``output = sum over ranks of A @ B (+ bias)``; see :mod:`iris.ops.matmul_reduce`.
+
+        ``async_op`` is accepted for the original API: each rank's output is complete when its kernel
+        ends, so nothing waits after it (the same for matmul_reduce_scatter)."""
         _matmul_reduce.run("matmul_all_reduce", False, self._ctx, output, A, B, bias, config, workspace)
 
     def matmul_all_reduce_preamble(self, output, A, B, config=None) -> Workspace:
