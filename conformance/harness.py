@@ -194,7 +194,8 @@ def attempt(launch, *args, **kwargs) -> list[str]:
         launch(*args, **kwargs)
     except Exception as exc:  # reported to the driver with the case, not raised here
         text = str(exc).strip().splitlines()
-        return [f"launch raised {type(exc).__name__}: {text[-1] if text else ''}"]
+        said = " ... ".join(dict.fromkeys([text[0], text[-1]])) if text else ""  # what failed ... why
+        return [f"launch raised {type(exc).__name__}: {said}"]
     return []
 
 

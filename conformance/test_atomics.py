@@ -7,6 +7,10 @@ results compare exactly; float values are small multiples of 1/4, so each
 step's sum is exact before the single rounding to the dtype that the hardware
 also does.
 
+Operands come in every form a kernel may pass them (``FORMS``): a block of the word's dtype,
+a block of another dtype holding the same values, and a scalar kernel argument made from a
+Python int or float; each op converts them to the word's dtype, so all forms give the same bits.
+
 Gaps a backend cannot honour come from ``iris.capabilities`` and are marked
 with its reason: never skipped silently.
 """
@@ -42,6 +46,29 @@ OP_DTYPES = {
     "min": INTS + WIDE_FLOATS, "max": INTS + WIDE_FLOATS,
     "cas": INTS + WIDE_FLOATS,
 }
+
+
+# How the value and compare operands reach the op: "block" (the word's dtype), "other" (a block of
+# another dtype with the same values, see _OTHER_DTYPE), "scalar" (a Python int or float argument).
+FORMS = ("block", "other", "scalar")
+_OTHER_DTYPE = {torch.int32: torch.int64, torch.uint32: torch.int64, torch.int64: torch.uint64,
+                torch.uint64: torch.int64, torch.float16: torch.float64, torch.bfloat16: torch.float64,
+                torch.float32: torch.float64, torch.float64: torch.float32}
+
+
+def _in_form(operands: torch.Tensor, form: str, device):
+    """``operands`` (all lanes equal for "scalar") as the kernel receives them in ``form``."""
+    if form == "scalar":
+        first = operands[:1]
+        return float(first.double()) if first.dtype.is_floating_point else first.numpy()[0].item()
+    other = _OTHER_DTYPE[operands.dtype]
+    if operands.dtype.is_floating_point:  # small multiples of 1/4: exact in every float dtype
+        converted = operands.to(other)
+    elif operands.element_size() == 8:  # int64 <-> uint64: the same bits
+        converted = operands.view(other)
+    else:  # 32-bit words widened to int64, value for value
+        converted = torch.from_numpy(operands.numpy().astype(np.int64))
+    return harness.to_device(converted, device)
 
 
 def _marked(op: str, dtype: torch.dtype, concurrent: bool = False):
@@ -127,12 +154,16 @@ def _ids(sem: str, scope: str) -> tuple[int, int]:
 
 @harness.jit
 def _atomic_kernel(target, vals, cmps, olds, lane_mask, n, cur, peer, heap_bases, sem_id, scope_id,
-                   OP: tl.constexpr, BLOCK: tl.constexpr):
+                   OP: tl.constexpr, BLOCK: tl.constexpr, SCALAR: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     inside = offs < n
     mask = inside & (tl.load(lane_mask + offs, mask=inside, other=0) != 0)
-    val = tl.load(vals + offs, mask=inside)
-    cmp = tl.load(cmps + offs, mask=inside)
+    if SCALAR:  # vals and cmps are the operands themselves (Python numbers on the host)
+        val = vals
+        cmp = cmps
+    else:
+        val = tl.load(vals + offs, mask=inside)
+        cmp = tl.load(cmps + offs, mask=inside)
     old = _apply_any(target + offs, val, cmp, mask, cur, peer, heap_bases, sem_id, scope_id, OP)
     tl.store(olds + offs, old, mask=mask)
 
@@ -184,13 +215,16 @@ def _single_writer_on_rank(case):
         vals = _operands(dtype, n, g)
         coin = torch.randint(0, 2, (n,), generator=g).bool()
         cmps = _where(coin, model, _operands(dtype, n, g))
+        if case["form"] == "scalar":  # one operand for every lane
+            vals, cmps = vals[:1].expand(n).clone(), cmps[:1].expand(n).clone()
         after = _where(lane_mask.bool(), _step(op, model, vals, cmps), model)
         if rank == case["actor"] and not violations:
             olds = harness.device_poison(n, dtype, device)
             violations += harness.attempt(
                 _atomic_kernel[(triton.cdiv(n, case["block"]),)], harness.region(start, n, dtype),
-                harness.to_device(vals, device), harness.to_device(cmps, device), olds, lane_mask.to(device), n,
-                rank, case["peer"], ctx.get_heap_bases(), *_ids(sem, scope), OP=op, BLOCK=case["block"])
+                _in_form(vals, case["form"], device), _in_form(cmps, case["form"], device), olds,
+                lane_mask.to(device), n, rank, case["peer"], ctx.get_heap_bases(), *_ids(sem, scope), OP=op,
+                BLOCK=case["block"], SCALAR=case["form"] == "scalar")
             got, selected = harness.to_device(olds, "cpu"), lane_mask.bool()
             wrong = (harness.byte_view(got).view(n, -1) != harness.byte_view(model).view(n, -1)).any(1) & selected
             if wrong.any() and not violations:
@@ -203,6 +237,13 @@ def _single_writer_on_rank(case):
     return harness.Verdict(violations + harness.compare_arena(expected))
 
 
+def _rotated(forms: tuple, op: str, dtype) -> tuple:
+    """``forms`` starting at a different one per op and dtype: hypothesis tries the first choice first,
+    so with few examples (profile ci) every form still runs on some op and dtype."""
+    k = (list(OP_DTYPES).index(op) + OP_DTYPES[op].index(dtype)) % len(forms)
+    return forms[k:] + forms[:k]
+
+
 @st.composite
 def single_writer_cases(draw, op, dtype, world_size):
     size = element_size(dtype)
@@ -211,7 +252,8 @@ def single_writer_cases(draw, op, dtype, world_size):
     padded = -(-n // block) * block * size
     ranks = st.integers(0, world_size - 1)
     return dict(op=op, dtype=dtype, n=n, block=block, rounds=draw(st.integers(1, 2)), actor=draw(ranks),
-                peer=draw(ranks), offset=draw(harness.offsets(padded, size)), seed=draw(harness.seeds()))
+                peer=draw(ranks), offset=draw(harness.offsets(padded, size)), seed=draw(harness.seeds()),
+                form=draw(st.sampled_from(_rotated(FORMS, op, dtype))))
 
 
 @pytest.mark.parametrize("op,dtype", [_marked(op, dt) for op, dts in OP_DTYPES.items() for dt in dts])

@@ -1,8 +1,14 @@
 """What a backend cannot honour, in one table, each gap with its reason.
 
-Tests and library code ask :func:`limitation` instead of special-casing a
-backend: a case the table names is marked with the table's reason, never
-skipped silently, and a gap that disappears (a newer Triton) is one row to delete.
+Everything the CPU backend (Triton's interpreter) does differently from the GPUs is a row here,
+and nowhere else. Tests and library code ask :func:`limitation` instead of special-casing a
+backend: a case the table names is marked with the table's reason, never skipped silently.
+Each row has a test (tests/test_capabilities.py) that shows the gap is real and fails once it
+disappears (a newer Triton), so a stale row is found and deleted.
+
+What the interpreter does *not* check, the compilers do: the cross-compile gate
+(:mod:`iris.runtime.cross_compile`) compiles every kernel the CPU backend launches for sm_90
+and gfx942, so a kernel the table lets through on the CPU still has to compile for both vendors.
 
 Example:
     >>> from iris.capabilities import limitation
@@ -42,6 +48,14 @@ LIMITATIONS: tuple[Limitation, ...] = (
     Limitation("cpu", "cuda_graph", None,
                "CUDA graphs record work queued on a GPU; the CPU backend runs each kernel on the host at once, "
                "so there is nothing to capture or replay"),
+    Limitation("cpu", "inline_asm", None,
+               "Triton's interpreter cannot run inline assembly (PTX or AMDGCN); device code branches on "
+               "iris.runtime.interpreted() around it (the debug clock), and the cross-compile gate still "
+               "compiles the assembly for each GPU target"),
+    Limitation("cpu", "concurrent_programs", None,
+               "Triton's interpreter runs the programs of a launch one after another, in program-id order: "
+               "a race between programs of one launch never shows, and a program that waits on a program "
+               "with a higher id hangs (on a GPU it may too: programs need not be resident together)"),
 )
 
 

@@ -72,10 +72,20 @@ def enable(device: torch.device, world_size: int, heap_bytes: int) -> None:
         _record = torch.zeros(16, dtype=torch.int64, device=device)
     _record[8] = max(int(_record[8]), world_size)
     _record[9] = max(int(_record[9]), heap_bytes)
+    _set_constants(True, _record.data_ptr())
+
+
+def _set_constants(on: bool, record_address: int) -> None:
     sync.WAIT_TIMEOUT_NS = tl.constexpr(int(wait_timeout_s() * 1e9))
-    rma.RECORD_ADDRESS = tl.constexpr(_record.data_ptr())
-    rma.DEBUG = tl.constexpr(True)
-    sync.DEBUG = tl.constexpr(True)
+    rma.RECORD_ADDRESS = tl.constexpr(record_address if on else 0)
+    rma.DEBUG = tl.constexpr(on)
+    sync.DEBUG = tl.constexpr(on)
+
+
+def set_compile_constants(on: bool) -> None:
+    """In a cross-compile worker (iris.runtime.cross_compile): compile kernels as debug mode does
+    (``on``) or as it does not. Nothing launches there, so the record's address is a placeholder."""
+    _set_constants(on, 1 << 20)
 
 
 def raise_if_reported(rank: int, heap) -> None:

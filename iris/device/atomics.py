@@ -2,8 +2,10 @@
 
 Every function acts from the current rank (``from_rank``, where ``pointer`` is
 local) on ``to_rank``'s memory and returns the old values, like ``tl.atomic_*``.
-``sem`` (relaxed, acquire, release, acq_rel) and ``scope`` (cta, gpu, sys) are
-passed to Triton unchanged; None means Triton's defaults (acq_rel, gpu).
+Value and compare operands may be Python numbers, constexprs or blocks of any dtype: each op
+converts them to the word's dtype (:func:`iris.device.rma.as_element`). ``sem`` (relaxed,
+acquire, release, acq_rel) and ``scope`` (cta, gpu, sys) are passed to Triton unchanged; None
+means Triton's defaults (acq_rel, gpu).
 
 A flag or counter that another GPU observes needs ``scope="sys"`` and
 release/acquire ordering: ``scope="gpu"`` only orders accesses within one GPU.
@@ -15,29 +17,36 @@ Example:
 import triton
 import triton.language as tl
 
-from iris.device.rma import translate
+from iris.device.rma import as_element, translate
 
 
 @triton.jit
 def atomic_add(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomically add ``val`` to ``to_rank``'s ``pointer``; returns the old values."""
-    return tl.atomic_add(translate(pointer, from_rank, to_rank, heap_bases, mask), val, mask=mask, sem=sem, scope=scope)
+    target = translate(pointer, from_rank, to_rank, heap_bases, mask)
+    return tl.atomic_add(target, as_element(val, pointer), mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
 def atomic_sub(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomically subtract ``val`` from ``to_rank``'s ``pointer``; returns the old values."""
     target = translate(pointer, from_rank, to_rank, heap_bases, mask)
-    return tl.atomic_add(target, -val, mask=mask, sem=sem, scope=scope)
+    return tl.atomic_add(target, -as_element(val, pointer), mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
 def atomic_cas(pointer, cmp, val, from_rank, to_rank, heap_bases, sem=None, scope=None):
     """Where ``to_rank``'s ``pointer`` equals ``cmp``, store ``val``; returns the old values.
 
-    Pass ``cmp`` and ``val`` in the pointer's element dtype (a Python int on an
-    int64 word compares only 4 bytes under Triton's interpreter).
+    ``cmp`` and ``val`` are converted to the word's dtype (and broadcast to the pointer's shape),
+    so ``atomic_cas(p, 1 << 33, 7, ...)`` on an int64 word compares all 8 bytes.
     """
+    # Unlike the other atomics, Triton's compare-and-swap does not broadcast its operands.
+    cmp = as_element(cmp, pointer)
+    val = as_element(val, pointer)
+    if pointer.type.is_block():
+        cmp = tl.broadcast_to(cmp, pointer.shape)
+        val = tl.broadcast_to(val, pointer.shape)
     return tl.atomic_cas(translate(pointer, from_rank, to_rank, heap_bases), cmp, val, sem=sem, scope=scope)
 
 
@@ -50,43 +59,48 @@ def atomic_xchg(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=Non
     """
     target = translate(pointer, from_rank, to_rank, heap_bases, mask)
     if pointer.dtype.element_ty == tl.float32:
-        bits = tl.atomic_xchg(target.to(tl.pointer_type(tl.int32)), tl.cast(val, tl.float32).to(tl.int32, bitcast=True),
+        bits = tl.atomic_xchg(target.to(tl.pointer_type(tl.int32)), as_element(val, pointer).to(tl.int32, bitcast=True),
                               mask=mask, sem=sem, scope=scope)
         old = bits.to(tl.float32, bitcast=True)
     elif pointer.dtype.element_ty == tl.float64:
-        bits = tl.atomic_xchg(target.to(tl.pointer_type(tl.int64)), tl.cast(val, tl.float64).to(tl.int64, bitcast=True),
+        bits = tl.atomic_xchg(target.to(tl.pointer_type(tl.int64)), as_element(val, pointer).to(tl.int64, bitcast=True),
                               mask=mask, sem=sem, scope=scope)
         old = bits.to(tl.float64, bitcast=True)
     else:
-        old = tl.atomic_xchg(target, val, mask=mask, sem=sem, scope=scope)
+        old = tl.atomic_xchg(target, as_element(val, pointer), mask=mask, sem=sem, scope=scope)
     return old
 
 
 @triton.jit
 def atomic_xor(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomic bitwise xor on ``to_rank``'s ``pointer``; returns the old values."""
-    return tl.atomic_xor(translate(pointer, from_rank, to_rank, heap_bases, mask), val, mask=mask, sem=sem, scope=scope)
+    target = translate(pointer, from_rank, to_rank, heap_bases, mask)
+    return tl.atomic_xor(target, as_element(val, pointer), mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
 def atomic_and(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomic bitwise and on ``to_rank``'s ``pointer``; returns the old values."""
-    return tl.atomic_and(translate(pointer, from_rank, to_rank, heap_bases, mask), val, mask=mask, sem=sem, scope=scope)
+    target = translate(pointer, from_rank, to_rank, heap_bases, mask)
+    return tl.atomic_and(target, as_element(val, pointer), mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
 def atomic_or(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomic bitwise or on ``to_rank``'s ``pointer``; returns the old values."""
-    return tl.atomic_or(translate(pointer, from_rank, to_rank, heap_bases, mask), val, mask=mask, sem=sem, scope=scope)
+    target = translate(pointer, from_rank, to_rank, heap_bases, mask)
+    return tl.atomic_or(target, as_element(val, pointer), mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
 def atomic_min(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomic minimum on ``to_rank``'s ``pointer``; returns the old values."""
-    return tl.atomic_min(translate(pointer, from_rank, to_rank, heap_bases, mask), val, mask=mask, sem=sem, scope=scope)
+    target = translate(pointer, from_rank, to_rank, heap_bases, mask)
+    return tl.atomic_min(target, as_element(val, pointer), mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
 def atomic_max(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomic maximum on ``to_rank``'s ``pointer``; returns the old values."""
-    return tl.atomic_max(translate(pointer, from_rank, to_rank, heap_bases, mask), val, mask=mask, sem=sem, scope=scope)
+    target = translate(pointer, from_rank, to_rank, heap_bases, mask)
+    return tl.atomic_max(target, as_element(val, pointer), mask=mask, sem=sem, scope=scope)

@@ -23,6 +23,11 @@ value form.
 import triton
 import triton.language as tl
 
+from iris.runtime.select import gpu_vendor
+
+# Whether kernels become AMD code here (a HIP GPU, or a cross-compile worker for a hip target).
+ON_HIP = tl.constexpr(gpu_vendor() == "hip")
+
 # The host checks that every heap base is a multiple of this many bytes.
 _CHUNK_BYTES = tl.constexpr(16)
 
@@ -112,6 +117,18 @@ def translate(ptr, from_rank, to_rank, heap_bases, mask=None):
 
 
 @triton.jit
+def as_element(value, pointer):
+    """``value`` (a Python number, a constexpr, or a scalar or block of any dtype) in ``pointer``'s element type.
+
+    Every device op that takes a value, compare operand or signal value converts it here, so
+    ``1 << 33`` means the same 8 bytes on an int64 word on every target and every supported
+    Triton: the GPU compilers reject an atomic whose operand type differs from the word's, and
+    some Triton interpreters compare or store only the operand's own width.
+    """
+    return tl.cast(value, pointer.dtype.element_ty)
+
+
+@triton.jit
 def _load(ptr, mask, other, cache_modifier, volatile):
     if cache_modifier is None:
         result = tl.load(ptr, mask=mask, other=other, volatile=volatile)
@@ -158,7 +175,7 @@ def store(pointer, value, from_rank, to_rank, heap_bases, mask=None, cache_modif
     Example:
         >>> iris.store(buf + offs, 1, cur_rank, peer, heap_bases, mask=offs < n)
     """
-    _store(translate(pointer, from_rank, to_rank, heap_bases, mask), value, mask, cache_modifier)
+    _store(translate(pointer, from_rank, to_rank, heap_bases, mask), as_element(value, pointer), mask, cache_modifier)
 
 
 @triton.jit

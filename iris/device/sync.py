@@ -25,11 +25,10 @@ Example (producer on rank 0, consumer on rank 1)::
 
 import time
 
-import torch
 import triton
 import triton.language as tl
 
-from iris.device.rma import debug_report, translate
+from iris.device.rma import ON_HIP, as_element, debug_report, translate
 from iris.runtime import interpreted
 
 COMPARISONS = ("==", "!=", ">=", ">", "<=", "<")
@@ -39,7 +38,6 @@ COMPARISONS = ("==", "!=", ">=", ">", "<=", "<")
 DEBUG = tl.constexpr(False)
 WAIT_TIMEOUT_NS = tl.constexpr(10_000_000_000)
 _INTERPRETED = tl.constexpr(interpreted())
-_HIP = tl.constexpr(torch.version.hip is not None)
 # AMD Instinct's s_memrealtime counts at a constant 100 MHz: 10 ns per tick.
 _HIP_NS_PER_TICK = tl.constexpr(10)
 WAIT_UNTIL_RECORD = tl.constexpr(1)
@@ -58,7 +56,7 @@ _host_clock_ns.__triton_builtin__ = True
 def _clock_ns():
     if _INTERPRETED:
         now = _host_clock_ns()  # only ever run by Triton's interpreter, which runs this body as Python
-    elif _HIP:
+    elif ON_HIP:
         ticks = tl.inline_asm_elementwise("s_memrealtime $0\n s_waitcnt lgkmcnt(0)", "=s", [], dtype=tl.int64,
                                           is_pure=False, pack=1)
         now = ticks * _HIP_NS_PER_TICK
@@ -124,10 +122,11 @@ def signal(ptr, value, from_rank, to_rank, heap_bases, op: tl.constexpr = tl.con
     tl.static_assert(op == "set" or op == "add", "signal: op must be \"set\" or \"add\"")
     tl.debug_barrier()  # the release covers every thread's earlier writes, not only the issuing thread's
     target = translate(ptr, from_rank, to_rank, heap_bases)
+    word = as_element(value, ptr)
     if op == "set":
-        old = tl.atomic_xchg(target, value, sem=sem, scope=scope)
+        old = tl.atomic_xchg(target, word, sem=sem, scope=scope)
     else:
-        old = tl.atomic_add(target, value, sem=sem, scope=scope)
+        old = tl.atomic_add(target, word, sem=sem, scope=scope)
     return old
 
 
@@ -151,18 +150,19 @@ def wait_until(ptr, cmp: tl.constexpr, value, sem: tl.constexpr = tl.constexpr("
     """
     tl.static_assert(cmp == "==" or cmp == "!=" or cmp == ">=" or cmp == ">" or cmp == "<=" or cmp == "<",
                      "wait_until: cmp must be one of ==, !=, >=, >, <=, <")
-    seen = tl.atomic_add(ptr, 0, sem=sem, scope=scope)
+    value = as_element(value, ptr)
+    seen = tl.atomic_add(ptr, as_element(0, ptr), sem=sem, scope=scope)
     if DEBUG:
         start = _clock_ns()
         waited = start - start
         while (_satisfied(seen, cmp, value) == 0) & (waited < WAIT_TIMEOUT_NS):
-            seen = tl.atomic_add(ptr, 0, sem=sem, scope=scope)
+            seen = tl.atomic_add(ptr, as_element(0, ptr), sem=sem, scope=scope)
             waited = _clock_ns() - start
         if _satisfied(seen, cmp, value) == 0:
             debug_report(WAIT_UNTIL_RECORD, ptr.to(tl.int64), value, seen, _comparison_code(cmp), waited)
     else:
         while not _satisfied(seen, cmp, value):
-            seen = tl.atomic_add(ptr, 0, sem=sem, scope=scope)
+            seen = tl.atomic_add(ptr, as_element(0, ptr), sem=sem, scope=scope)
     return seen
 
 

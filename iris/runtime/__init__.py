@@ -4,8 +4,11 @@ The choice is made once, when ``iris`` is imported, because the CPU backend
 must switch Triton to its interpreter before any kernel is defined.
 """
 
+import os as _os
+
 from iris.runtime.base import Backend, HeapMemory
-from iris.runtime.select import BACKENDS, BackendError, backend_name, create_backend, interpreted, prepare_interpreter
+from iris.runtime.select import (BACKENDS, BackendError, backend_name, create_backend, gpu_vendor, interpreted,
+                                 prepare_interpreter)
 
 try:
     SELECTED = backend_name()
@@ -14,6 +17,14 @@ except (ValueError, BackendError) as exc:  # reported when a context is created,
     SELECTED, _SELECTION_ERROR = None, exc
 if SELECTED:
     prepare_interpreter(SELECTED)
+if gpu_vendor() == "hip":
+    from iris.runtime.hip import configure_compiler as _configure_hip_compiler
+
+    _configure_hip_compiler()
+if interpreted() and _os.environ.get("IRIS_CROSS_COMPILE"):
+    from iris.runtime.cross_compile import install_from_environment as _install_cross_compile
+
+    _install_cross_compile()  # compile every interpreted launch for the GPU targets it names first
 
 _instance = None
 

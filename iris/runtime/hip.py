@@ -8,6 +8,19 @@ to the project), so only symbol names, handle size and selection are tested.
 from iris.runtime.ipc import IpcBackend
 
 
+def configure_compiler() -> None:
+    """Triton settings every process that makes AMD code needs (a HIP rank, a hip cross-compile worker).
+
+    Triton 3.6-3.8 turn an atomic exchange on a kernel-argument pointer into an AMD buffer atomic
+    and name its intrinsic "...buffer.atomic.exch" where LLVM has only "...swap" (triton-lang/triton
+    #11019): ``iris.atomic_xchg`` and ``iris.signal`` fail to compile for gfx942. Iris keeps atomics
+    on global addresses instead (AMDGCN_USE_BUFFER_ATOMICS=0), where every atomic compiles.
+    """
+    from triton import knobs
+
+    knobs.amd.use_buffer_atomics = False
+
+
 class HipBackend(IpcBackend):
     name = "hip"
     runtime_prefix = "hip"

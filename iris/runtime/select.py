@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 
 BACKENDS = ("cuda", "hip", "cpu")
+# Set in a worker of the cross-compile gate (iris.runtime.cross_compile) to the target it compiles for,
+# e.g. "hip:gfx942": that process compiles kernels for a GPU it does not have and launches none.
+COMPILE_TARGET_ENV = "IRIS_COMPILE_TARGET"
 
 
 class BackendError(RuntimeError):
@@ -45,10 +48,26 @@ def interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
+def compile_target() -> str:
+    """The target a cross-compile worker compiles for ("cuda:90", "hip:gfx942"), or "" in any other process."""
+    return os.environ.get(COMPILE_TARGET_ENV, "")
+
+
+def gpu_vendor() -> str | None:
+    """"hip" or "cuda": the vendor whose GPU code this process's kernels become (a cross-compile worker:
+    its target's); None where kernels are interpreted or no GPU is seen."""
+    target = compile_target()
+    if target:
+        return target.partition(":")[0]
+    if interpreted():
+        return None
+    return _torch_gpu_kind()
+
+
 def prepare_interpreter(name: str) -> None:
     """Kernels on the CPU backend run under Triton's interpreter, which must be on
-    before any ``@triton.jit`` function is defined."""
-    if name == "cpu":
+    before any ``@triton.jit`` function is defined (not in a cross-compile worker, which compiles them)."""
+    if name == "cpu" and not compile_target():
         os.environ["TRITON_INTERPRET"] = "1"
 
 

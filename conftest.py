@@ -1,0 +1,29 @@
+"""Options shared by the test and conformance suites.
+
+``--cross-compile cuda:90,hip:gfx942`` (default: IRIS_CROSS_COMPILE) compiles every kernel the CPU
+backend launches for those GPU targets before running it (iris.runtime.cross_compile); the
+session ends with a count of what was compiled per target.
+"""
+
+import os
+import time
+
+from iris.runtime.cross_compile import TARGETS_ENV, enable, summary
+
+
+def pytest_addoption(parser):
+    parser.addoption("--cross-compile", default=os.environ.get(TARGETS_ENV, ""), metavar="TARGETS",
+                     help="compile every kernel launched on the CPU backend for these GPU targets first, e.g. "
+                          "cuda:90,hip:gfx942 (default: $IRIS_CROSS_COMPILE)")
+
+
+def pytest_configure(config):
+    config._iris_started = time.time()
+    spec = config.getoption("cross_compile")
+    config._iris_gate = enable(spec) if spec else None
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if getattr(config, "_iris_gate", None) is not None:
+        for line in summary(since=config._iris_started):
+            terminalreporter.write_line(f"cross-compile {line}")

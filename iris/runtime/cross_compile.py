@@ -1,0 +1,469 @@
+"""The cross-compile gate: the CPU backend compiles every kernel it launches for real GPU targets.
+
+Triton's interpreter accepts programs that the GPU compilers reject (an int64 atomic with an
+int32 operand, inline assembly for the wrong vendor, a type a backend lacks). With the gate on,
+each kernel the CPU backend launches is first compiled, once per specialization, for every
+listed target, with the arguments' dtypes, alignments and constexprs exactly as Triton would
+specialize them on a GPU. A compile error fails that launch with a :class:`CrossCompileError`
+naming the kernel and the target; no GPU is needed, only the Triton wheel.
+
+Turn it on with ``IRIS_CROSS_COMPILE=cuda:90,hip:gfx942`` (before the ranks start) or with
+pytest's ``--cross-compile cuda:90,hip:gfx942``. A target is ``cuda:<compute capability>`` or
+``hip:<gfx architecture>``. Results are kept in ``IRIS_CROSS_COMPILE_CACHE`` (default
+``~/.cache/iris/cross-compile``), so a kernel that compiled once is not compiled again, and
+every rank of a job shares the work; ``python -m iris.runtime.cross_compile --summary`` counts
+what is there.
+
+How: the kernels of this process run under the interpreter, whose ``@triton.jit`` functions
+cannot be compiled. One worker process per target (``IRIS_COMPILE_TARGET`` set, the interpreter
+off) imports the kernel's module as a GPU process would and compiles it; the launching process
+works out the specialization with Triton's own binder and sends it over. A kernel that cannot be
+imported by module and name (defined inside a function) is counted as unchecked, not compiled.
+
+Example:
+    $ IRIS_CROSS_COMPILE=cuda:90,hip:gfx942 iris run -n 2 examples/00_hello/example.py
+    $ python -m iris.runtime.cross_compile --summary
+    cuda:90: 12 specializations of 5 kernels compiled
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from iris.runtime.select import COMPILE_TARGET_ENV
+
+TARGETS_ENV = "IRIS_CROSS_COMPILE"
+CACHE_ENV = "IRIS_CROSS_COMPILE_CACHE"
+WORKER_TIMEOUT_S = 600
+
+
+class CrossCompileError(RuntimeError):
+    """A kernel launched on the CPU backend does not compile for a GPU target of the gate."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A GPU to compile for: ``backend`` "cuda" or "hip", ``arch`` 90 or "gfx942"."""
+
+    backend: str
+    arch: int | str
+
+    @property
+    def name(self) -> str:
+        return f"{self.backend}:{self.arch}"
+
+    def gpu_target(self):
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget(self.backend, self.arch, 32 if self.backend == "cuda" else 64)
+
+
+def parse_targets(spec: str) -> list[Target]:
+    """``"cuda:90,hip:gfx942"`` as targets.
+
+    Raises:
+        ValueError: an entry is not ``cuda:<int>`` or ``hip:gfx<...>``.
+    """
+    targets = []
+    for entry in (part.strip() for part in spec.split(",")):
+        if not entry:
+            continue
+        backend, _, arch = entry.partition(":")
+        if backend == "cuda" and arch.isdigit():
+            targets.append(Target("cuda", int(arch)))
+        elif backend == "hip" and arch.startswith("gfx"):
+            targets.append(Target("hip", arch))
+        else:
+            raise ValueError(f"{TARGETS_ENV}: {entry!r} is not a target; write cuda:<capability> (cuda:90) or "
+                             f"hip:<gfx arch> (hip:gfx942), comma-separated")
+    return targets
+
+
+def cache_dir() -> Path:
+    default = Path.home() / ".cache" / "iris" / "cross-compile"
+    return Path(os.environ.get(CACHE_ENV) or default)
+
+
+# ------------------------------------------------------------------------------- launching side
+
+
+def _digest_files(paths) -> str:
+    h = hashlib.sha256()
+    for path in sorted(paths):
+        h.update(str(path).encode())
+        h.update(Path(path).read_bytes())
+    return h.hexdigest()
+
+
+class _Worker:
+    """One compiler process for one target, spoken to in pickled frames over its stdin and stdout."""
+
+    def __init__(self, target: Target):
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        env[COMPILE_TARGET_ENV] = target.name
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # find the kernels' modules as we do
+        self.proc = subprocess.Popen([sys.executable, "-m", "iris.runtime.cross_compile", "--worker", target.name],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+
+    def compile(self, request: dict) -> tuple[str, str]:
+        _write_frame(self.proc.stdin, request)
+        reply = _read_frame(self.proc.stdout)
+        if reply is None:
+            raise CrossCompileError(f"the cross-compile worker for {request['target']} exited "
+                                    f"(code {self.proc.wait()}); its stderr is above")
+        return reply
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+class Gate:
+    """Compiles each kernel launched here for ``targets`` before the interpreter runs it."""
+
+    def __init__(self, targets: list[Target], directory: Path | None = None):
+        import triton
+        from triton.compiler import make_backend
+
+        self.targets = targets
+        self.directory = directory or cache_dir()
+        self._backends = {t: make_backend(t.gpu_target()) for t in targets}
+        self._workers: dict[Target, _Worker] = {}
+        self._lock = threading.Lock()
+        iris_root = Path(__file__).resolve().parent.parent
+        self._version = hashlib.sha256((triton.__version__ + _digest_files(iris_root.rglob("*.py"))).encode())
+
+    def check(self, interpreted_fn, args: tuple, kwargs: dict) -> None:
+        """Compile ``interpreted_fn`` for every target with these launch arguments (cached).
+
+        Raises:
+            CrossCompileError: it does not compile for a target.
+        """
+        with self._lock:
+            for target in self.targets:
+                self._check_one(target, interpreted_fn, args, kwargs)
+
+    def _check_one(self, target: Target, interpreted_fn, args, kwargs) -> None:
+        from triton import knobs
+        from triton.runtime.jit import create_function_from_signature
+
+        state = _state(interpreted_fn)
+        jit, backend = state.jit, self._backends[target]
+        if target not in state.binders:
+            state.binders[target] = create_function_from_signature(jit.signature, jit.params, backend)
+        kwargs = dict(kwargs, debug=kwargs.get("debug", jit.debug) or knobs.runtime.debug,
+                      instrumentation_mode=knobs.compilation.instrumentation_mode)
+        bound, specialization, options = state.binders[target](*args, **kwargs)
+        key = (target, str(specialization), str(options), _debug_on(), str(self.directory))
+        if key in state.done:
+            error = state.done[key]
+        else:
+            options, signature, constexprs, attrs = jit._pack_args(backend, kwargs, bound, specialization, options)
+            fn = interpreted_fn.fn
+            request = dict(target=target.name, module=fn.__module__, qualname=fn.__qualname__,
+                           path=inspect.getsourcefile(fn), signature=signature, constexprs=constexprs, attrs=attrs,
+                           options=options.__dict__, debug=_debug_on())
+            error = self._compile_once(target, request, key[1:4])
+            state.done[key] = error
+        if error is not None:
+            raise CrossCompileError(error)
+
+    def _compile_once(self, target: Target, request: dict, specialization) -> str | None:
+        """Compile unless this or another process already did; None when it compiles, else the error."""
+        h = self._version.copy()
+        h.update(repr((request["module"], request["qualname"], specialization, request["debug"])).encode())
+        with contextlib.suppress(OSError, TypeError):
+            h.update(Path(request["path"]).read_bytes())
+        folder = self.directory / target.name.replace(":", "-")
+        folder.mkdir(parents=True, exist_ok=True)
+        marker = folder / f"{h.hexdigest()[:32]}.json"
+        if marker.exists():
+            marker.touch()  # checked again now: summary(since=...) counts it
+            return None
+        with open(marker.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one process compiles; the others wait and find the marker
+            if marker.exists():
+                return None
+            worker = self._workers.get(target) or self._workers.setdefault(target, _Worker(target))
+            status, message = worker.compile(request)
+            kernel = f"{request['module']}.{request['qualname']}"
+            if status == "error":
+                return (f"kernel {kernel} does not compile for {target.name} (cross-compile gate, "
+                        f"{TARGETS_ENV}):\n{message}")
+            record = dict(kernel=kernel, status=status, detail=message, signature=request["signature"])
+            _write_atomically(marker, json.dumps(record, default=str))
+        return None
+
+    def close(self) -> None:
+        for worker in self._workers.values():
+            worker.close()
+        self._workers.clear()
+
+
+class _KernelState:
+    """What the gate keeps on one interpreted kernel: a JITFunction of the same source (whose
+    binder specializes arguments as a GPU launch would), a binder per target, the launches checked."""
+
+    def __init__(self, interpreted_fn):
+        from triton.runtime.jit import JITFunction
+
+        self.jit = JITFunction(interpreted_fn.fn, **interpreted_fn.kwargs)
+        self.binders: dict = {}
+        self.done: dict[tuple, str | None] = {}  # None: compiled; else the error
+
+
+def _state(interpreted_fn) -> _KernelState:
+    state = interpreted_fn.__dict__.get("_iris_cross_compile")
+    if state is None:
+        state = interpreted_fn.__dict__["_iris_cross_compile"] = _KernelState(interpreted_fn)
+    return state
+
+
+def _debug_on() -> bool:
+    from iris.device import sync
+
+    return bool(sync.DEBUG.value)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp")
+    with os.fdopen(fd, "w") as file:
+        file.write(text)
+    os.replace(tmp, path)
+
+
+_gate: Gate | None = None
+
+
+def install(targets: list[Target]) -> Gate:
+    """Compile every kernel this process launches under Triton's interpreter for ``targets`` first."""
+    global _gate
+    from triton.runtime.interpreter import InterpretedFunction
+
+    if _gate is not None:
+        _gate.close()
+    _gate = Gate(targets)
+    original = InterpretedFunction.__dict__.get("_iris_original_run", InterpretedFunction.run)
+
+    def run(self, *args, grid, warmup, **kwargs):
+        if _gate is not None and not warmup:
+            _gate.check(self, args, kwargs)
+        return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    InterpretedFunction._iris_original_run = original
+    InterpretedFunction.run = run
+    return _gate
+
+
+def install_from_environment() -> Gate | None:
+    """:func:`install` with the targets ``IRIS_CROSS_COMPILE`` names, if it names any."""
+    targets = parse_targets(os.environ.get(TARGETS_ENV, ""))
+    return install(targets) if targets else None
+
+
+def enable(spec: str) -> Gate | None:
+    """Turn the gate on for this process and the processes it starts (``spec`` as IRIS_CROSS_COMPILE).
+
+    Only the CPU backend needs it (a GPU backend compiles every kernel for real): elsewhere this does
+    nothing and returns None.
+    """
+    from iris.runtime import interpreted
+
+    targets = parse_targets(spec)
+    if not targets or not interpreted():
+        return None
+    os.environ[TARGETS_ENV] = ",".join(t.name for t in targets)
+    return install(targets)
+
+
+# ------------------------------------------------------------------------------- worker side
+
+
+def _write_frame(stream, obj) -> None:
+    data = pickle.dumps(obj)
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def _read_frame(stream):
+    head = stream.read(8)
+    if len(head) < 8:
+        return None
+    (size,) = struct.unpack("<Q", head)
+    return pickle.loads(stream.read(size))
+
+
+def _find_kernel(module_name: str, qualname: str, path: str | None):
+    """The ``@triton.jit`` kernel by module and name, imported here as a GPU process would."""
+    from triton.runtime.jit import JITFunction
+
+    if "<locals>" in qualname:
+        return None, "defined inside a function: not importable by name"
+    if module_name == "__main__":  # a launched script: its definitions, not its work
+        if not path:
+            return None, "the script's file is unknown"
+        module = sys.modules.get(f"__iris_script__{path}") or _definitions_of(path)
+    else:
+        module = sys.modules.get(module_name)
+        if module is None:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
+                if not path:
+                    return None, f"module {module_name} not importable"
+                spec = importlib.util.spec_from_file_location(module_name, path)
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[module_name] = module
+                spec.loader.exec_module(module)
+    obj = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    while obj is not None and not isinstance(obj, JITFunction) and hasattr(obj, "fn"):
+        obj = obj.fn  # autotuner / heuristics wrappers
+    if not isinstance(obj, JITFunction):
+        return None, f"{module_name}.{qualname} is not a @triton.jit function in a GPU process"
+    return obj, ""
+
+
+def _definitions_of(path: str):
+    """The script at ``path`` as a module holding only its imports, functions, classes and constant
+    assignments: running the whole script would start its work (a context, a process group) here."""
+    import ast
+    import types
+
+    tree = ast.parse(Path(path).read_text(), path)
+
+    def harmless(node) -> bool:
+        if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)):
+            return True
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            calls = [n for n in ast.walk(node.value) if isinstance(n, ast.Call)]
+            return all(ast.unparse(c.func).endswith("constexpr") for c in calls)
+        return False
+
+    tree.body = [node for node in tree.body if harmless(node)]
+    module = types.ModuleType("__iris_script__", doc=f"definitions of {path}")
+    module.__file__ = path
+    sys.modules[f"__iris_script__{path}"] = module
+    exec(compile(tree, path, "exec"), module.__dict__)
+    return module
+
+
+@contextlib.contextmanager
+def _captured_stderr():
+    """What the compiler prints (MLIR's diagnostics on descriptor 2, a dump of the module on 1), as
+    ``box[0]`` afterwards."""
+    box = [""]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    with tempfile.TemporaryFile() as file:
+        for fd in saved:
+            os.dup2(file.fileno(), fd)
+        try:
+            yield box
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in saved.items():
+                os.dup2(copy, fd)
+                os.close(copy)
+            file.seek(0)
+            box[0] = file.read().decode(errors="replace")
+
+
+def _compile_request(request: dict, target: Target) -> tuple[str, str]:
+    import triton
+    from triton.compiler import ASTSource
+
+    from iris import debug
+
+    try:
+        kernel, why = _find_kernel(request["module"], request["qualname"], request["path"])
+    except Exception as exc:  # the module failed to import in a GPU process: that is a finding too
+        return "error", f"importing {request['module']} failed: {type(exc).__name__}: {exc}"
+    if kernel is None:
+        return "unchecked", why
+    debug.set_compile_constants(request["debug"])
+    source = ASTSource(kernel, request["signature"], request["constexprs"], request["attrs"])
+    with _captured_stderr() as printed:
+        try:
+            triton.compile(source, target=target.gpu_target(), options=request["options"])
+            failure = None
+        except Exception as exc:
+            failure = f"{type(exc).__name__}: {exc}"
+    if failure is None:
+        return "compiled", ""
+    lines = [_readable(line) for line in printed[0].splitlines() if "error" in line.lower()]
+    return "error", "\n".join((lines or printed[0].splitlines()[-20:]) + [failure])
+
+
+def _readable(diagnostic: str) -> str:
+    """An MLIR diagnostic without its debug-info location dump: ``file:line`` (each call site) and the error."""
+    import re
+
+    if "error:" not in diagnostic or not diagnostic.startswith("loc("):
+        return diagnostic
+    sites = dict.fromkeys(f"{path}:{line}" for path, line in re.findall(r'"([^"]+\.py)":(\d+):\d+', diagnostic))
+    return f"{' <- '.join(sites) or '?'}: {diagnostic[diagnostic.index('error:'):]}"
+
+
+def _worker_main(target_name: str) -> None:
+    (target,) = parse_targets(target_name)
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # whatever imported modules print goes to stderr, not into the replies
+    requests = sys.stdin.buffer
+    while (request := _read_frame(requests)) is not None:
+        _write_frame(replies, _compile_request(request, target))
+
+
+def summary(directory: Path | None = None, since: float = 0.0) -> list[str]:
+    """One line per target: specializations and kernels compiled (or found compiled) since ``since``
+    (a time.time()), and the kernels left unchecked."""
+    directory = directory or cache_dir()
+    lines = []
+    for folder in sorted(p for p in directory.glob("*") if p.is_dir()):
+        records = [json.loads(p.read_text()) for p in folder.glob("*.json") if p.stat().st_mtime >= since - 1]
+        compiled = [r for r in records if r["status"] == "compiled"]
+        unchecked = sorted({r["kernel"] for r in records if r["status"] == "unchecked"})
+        line = (f"{folder.name.replace('-', ':', 1)}: {len(compiled)} specializations of "
+                f"{len({r['kernel'] for r in compiled})} kernels compiled")
+        if unchecked:
+            line += f"; {len(unchecked)} kernels unchecked (not importable by name): {', '.join(unchecked)}"
+        lines.append(line)
+    return lines or [f"no cross-compile results under {directory}"]
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m iris.runtime.cross_compile", description=__doc__.split("\n")[0])
+    parser.add_argument("--summary", action="store_true", help="count the compiled kernels in the cache")
+    parser.add_argument("--worker", metavar="TARGET", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        _worker_main(args.worker)
+    else:
+        print("\n".join(summary()))
+
+
+if __name__ == "__main__":
+    main()
