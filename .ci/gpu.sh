@@ -2,6 +2,9 @@
 # GPU verification (not run by CI, which has no GPU): tests, conformance (thorough), examples and the benchmarks.
 #   every GPU of the node, one rank each (2, 4 or 8):  bash .ci/gpu.sh
 #   one GPU, simulation at 4 ranks:  IRIS_SIMULATION=1 bash .ci/gpu.sh
+#   the GPU gate (about 3 minutes; run before device code lands):  bash .ci/gpu.sh --quick
+#     every public device op, collective and fused op against torch (tests/), the conformance suite at
+#     profile ci on the node's GPUs, and the same at 4 ranks on one GPU with IRIS_SIMULATION=1, side by side.
 # Logs go to $OUT (the device tool's output folder) or ./gpu-logs. Where .git is stale (a copied tree),
 # pass the commit for the benchmark CSVs: IRIS_COMMIT=<git rev-parse --short HEAD> bash .ci/gpu.sh
 set -uo pipefail
@@ -24,6 +27,31 @@ step() {  # step NAME COMMAND...: run, log, remember failure, print one summary 
 }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | sed "s/^/[$tag] gpu: /"
 python -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
+if [ "${1:-}" = --quick ]; then
+  # Compiling the kernels (a fresh machine has no Triton cache) is most of the time: pytest-xdist spreads
+  # the tests over workers (each with its own ranks), so kernels compile side by side on the host's cores.
+  workers=$(( $(nproc) / 2 < 8 ? $(nproc) / 2 : 8 ))
+  started=$(date +%s)
+  [ "$gpus" -ge 2 ] && node_ranks=$gpus || node_ranks=2
+  node_env=$([ "$gpus" -ge 2 ] && echo "IRIS_SIMULATION=0" || echo "IRIS_SIMULATION=1")
+  env "$node_env" python -m pytest tests -q -p no:cacheprovider -n "$workers" --dist loadfile \
+    >"$logs/quick-tests.log" 2>&1 &
+  tests_pid=$!
+  env "$node_env" python -m pytest conformance -q -p no:cacheprovider -n "$workers" --ranks "$node_ranks" \
+    --hypothesis-profile ci >"$logs/quick-conformance.log" 2>&1 &
+  conformance_pid=$!
+  IRIS_SIMULATION=1 CUDA_VISIBLE_DEVICES=0 python -m pytest conformance -q -p no:cacheprovider -n "$workers" \
+    --ranks 4 --hypothesis-profile ci >"$logs/quick-sim4.log" 2>&1 &
+  sim_pid=$!
+  for job in "tests:$tests_pid" "conformance:$conformance_pid" "sim4:$sim_pid"; do
+    name=${job%%:*}
+    wait "${job#*:}" || status=1
+    echo "[quick] $name: $(grep -E 'passed|failed|error' "$logs/quick-$name.log" | tail -1)"
+  done
+  echo "[quick] gate: $([ $status = 0 ] && echo PASSED || echo FAILED) in $(( $(date +%s) - started )) s" \
+    "($gpus GPU(s), $node_ranks ranks on the node, 4 simulated ranks on GPU 0)"
+  exit $status
+fi
 step tests python -m pytest tests -q -p no:cacheprovider
 if [ "$tag" = sim ]; then
   step conformance4 python -m pytest conformance -q -p no:cacheprovider --ranks 4 --hypothesis-profile thorough

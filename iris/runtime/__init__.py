@@ -17,6 +17,10 @@ except (ValueError, BackendError) as exc:  # reported when a context is created,
     SELECTED, _SELECTION_ERROR = None, exc
 if SELECTED:
     prepare_interpreter(SELECTED)
+if not interpreted():
+    from iris.runtime.compile_cache import install as _install_compile_cache
+
+    _install_compile_cache()  # the ranks of a job compile each kernel once, not once each
 if gpu_vendor() == "hip":
     from iris.runtime.hip import configure_compiler as _configure_hip_compiler
 

@@ -1,0 +1,67 @@
+"""Triton's file cache, where the ranks that need the same kernel at once compile it once.
+
+Every rank of a job launches the same kernels at about the same time. With Triton's own cache each
+rank that misses compiles the kernel itself: on a fresh machine, 4 simulated ranks on one GPU
+compile every kernel 4 times side by side, and the test suites spend most of their time there.
+:class:`CompileOnceCacheManager` lets the first rank that misses a kernel hold a lock on its cache
+folder while it compiles; the others wait for it and then load the result. A rank waits at most
+``WAIT_S`` seconds (then compiles itself), so a rank that dies or keeps a failed compile's lock
+cannot hang the others.
+
+GPU backends install it (:func:`install`) unless the user has chosen a cache manager
+(TRITON_CACHE_MANAGER).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+
+from triton import knobs
+from triton.runtime.cache import FileCacheManager
+
+WAIT_S = 180.0
+
+
+class CompileOnceCacheManager(FileCacheManager):
+    """A :class:`FileCacheManager` that compiles a kernel in one process while the others wait."""
+
+    _lock = None
+
+    def get_group(self, filename: str):
+        group = super().get_group(filename)
+        if group is not None or not self.cache_dir:
+            return group
+        os.makedirs(self.cache_dir, exist_ok=True)
+        lock = open(os.path.join(self.cache_dir, "iris-compiling.lock"), "w")  # noqa: SIM115  (held across calls)
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:  # compile without the lock rather than hang
+                    lock.close()
+                    return super().get_group(filename)
+                time.sleep(0.05)
+        group = super().get_group(filename)  # another process may have compiled it meanwhile
+        if group is not None:
+            lock.close()
+        else:
+            self._lock = lock  # held while this process compiles; put_group (or this object's end) lets go
+        return group
+
+    def put_group(self, filename: str, group):
+        try:
+            return super().put_group(filename, group)
+        finally:
+            if self._lock is not None:
+                self._lock.close()
+                self._lock = None
+
+
+def install() -> None:
+    """Use :class:`CompileOnceCacheManager` for Triton's cache, unless another manager was chosen."""
+    if knobs.cache.manager_class is None:
+        knobs.cache.manager_class = CompileOnceCacheManager
