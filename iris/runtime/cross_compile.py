@@ -275,6 +275,17 @@ def install(targets: list[Target]) -> Gate:
     return _gate
 
 
+@contextlib.contextmanager
+def suspended():
+    """Launch without the gate inside this block (a test of what the interpreter itself does)."""
+    global _gate
+    gate, _gate = _gate, None
+    try:
+        yield
+    finally:
+        _gate = gate
+
+
 def install_from_environment() -> Gate | None:
     """:func:`install` with the targets ``IRIS_CROSS_COMPILE`` names, if it names any."""
     targets = parse_targets(os.environ.get(TARGETS_ENV, ""))
