@@ -109,3 +109,14 @@ def test_tox_docs_installs_the_docs_extra():
     extra = tomllib.loads(_text("pyproject.toml"))["project"]["optional-dependencies"]["docs"]
     deps = _tox()["testenv:docs"]["deps"].split()
     assert sorted(deps) == sorted(extra), f"tox.ini's [testenv:docs] deps {deps} differ from the docs extra {extra}"
+
+
+def test_the_version_matrix_starts_at_pyprojects_lower_bound():
+    """pyproject's oldest Triton is one CI tests (.ci/run and tox), and CI runs the suites cross-compiled."""
+    lower = re.search(r'"triton>=([\d.]+)"', _text("pyproject.toml")).group(1)
+    ci = _text(".ci/run")
+    tested = re.search(r"for triton_version in ([\d. ]+);", ci).group(1).split()
+    assert min(tested, key=lambda v: tuple(map(int, v.split(".")))).startswith(lower), (lower, tested)
+    assert f"triton=={lower}" in " ".join(_tox()["testenv:cpu-triton{36,371,39}"]["deps"].split()).replace(
+        ": ", ":"), "tox has no environment at the lowest supported Triton"
+    assert "IRIS_CROSS_COMPILE=cuda:90,hip:gfx942" in ci

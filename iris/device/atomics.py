@@ -93,10 +93,36 @@ def atomic_or(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None,
 
 
 @triton.jit
+def _float_min(target, val, INT: tl.constexpr, UINT: tl.constexpr, mask, sem, scope):
+    """Float minimum as two integer atomics, as Triton itself lowers it: where the operand's sign bit is
+    clear, a signed-integer min on the word's bits; where it is set, an unsigned-integer max. Spelled
+    out because Triton 3.6/3.7 type the unsigned half as a pointer, and their interpreter then returns
+    float64 old values converted instead of bit-cast (4.6e18 for 21.25). Compiled, this is the same
+    instruction sequence as ``tl.atomic_min`` (checked bit for bit on an H100, Triton 3.6)."""
+    bits = val.to(INT, bitcast=True)
+    negative = bits < 0
+    if mask is None:
+        lower, upper = negative == 0, negative
+    else:
+        lower, upper = mask & (negative == 0), mask & negative
+    low_old = tl.atomic_min(target.to(tl.pointer_type(INT)), bits, mask=lower, sem=sem, scope=scope)
+    high_old = tl.atomic_max(target.to(tl.pointer_type(UINT)), bits.to(UINT, bitcast=True), mask=upper, sem=sem,
+                             scope=scope)
+    return tl.where(negative, high_old.to(val.dtype, bitcast=True), low_old.to(val.dtype, bitcast=True))
+
+
+@triton.jit
 def atomic_min(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomic minimum on ``to_rank``'s ``pointer``; returns the old values."""
     target = translate(pointer, from_rank, to_rank, heap_bases, mask)
-    return tl.atomic_min(target, as_element(val, pointer), mask=mask, sem=sem, scope=scope)
+    val = as_element(val, pointer)
+    if pointer.dtype.element_ty == tl.float32:
+        old = _float_min(target, val, tl.int32, tl.uint32, mask, sem, scope)
+    elif pointer.dtype.element_ty == tl.float64:
+        old = _float_min(target, val, tl.int64, tl.uint64, mask, sem, scope)
+    else:
+        old = tl.atomic_min(target, val, mask=mask, sem=sem, scope=scope)
+    return old
 
 
 @triton.jit

@@ -69,6 +69,36 @@ def prepare_interpreter(name: str) -> None:
     before any ``@triton.jit`` function is defined (not in a cross-compile worker, which compiles them)."""
     if name == "cpu" and not compile_target():
         os.environ["TRITON_INTERPRET"] = "1"
+        _mend_interpreter_index()
+
+
+def _mend_interpreter_index() -> None:
+    """Triton before 3.7 makes a tensor's ``__index__`` ``int(data)`` of the interpreter's shape-(1,)
+    arrays, which NumPy 2.4 refuses: every ``range()`` with a run-time bound fails ("only 0-dimensional
+    arrays can be converted to Python scalars"). Triton 3.7 squeezes first; do the same on older
+    releases (the interpreter only; compiled kernels never see it)."""
+    import triton
+
+    if tuple(int(p) for p in triton.__version__.split(".")[:2]) >= (3, 7):
+        return
+    from triton.runtime import interpreter
+
+    patch = getattr(interpreter, "_patch_lang_tensor", None)
+    if patch is None or getattr(patch, "_iris_index_mended", False):
+        return
+
+    def index(self):
+        return int(self.handle.data.squeeze())
+
+    def _patch_lang_tensor(tensor, *scope):  # Triton 3.6 passes a scope that undoes the patches later
+        patch(tensor, *scope)
+        if scope:
+            scope[0].set_attr(tensor, "__index__", index)
+        else:
+            tensor.__index__ = index
+
+    _patch_lang_tensor._iris_index_mended = True
+    interpreter._patch_lang_tensor = _patch_lang_tensor
 
 
 def create_backend(name: str):
