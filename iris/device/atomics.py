@@ -99,6 +99,8 @@ def _float_min(target, val, INT: tl.constexpr, UINT: tl.constexpr, mask, sem, sc
     out because Triton 3.6/3.7 type the unsigned half as a pointer, and their interpreter then returns
     float64 old values converted instead of bit-cast (4.6e18 for 21.25). Compiled, this is the same
     instruction sequence as ``tl.atomic_min`` (checked bit for bit on an H100, Triton 3.6)."""
+    if target.type.is_block():  # a scalar operand: one per lane, so that both halves' masks are blocks
+        val = tl.broadcast_to(val, target.shape)
     bits = val.to(INT, bitcast=True)
     negative = bits < 0
     if mask is None:
