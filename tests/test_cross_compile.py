@@ -101,3 +101,17 @@ def test_specializations_are_told_apart(tmp_path):
     finally:
         gate.close()
     assert summary(tmp_path) == ["cuda:90: 3 specializations of 1 kernels compiled"]
+
+
+def test_a_launched_script_gives_its_definitions_without_running(tmp_path):
+    """A kernel in a script (``__main__``) is found by running only the script's definitions."""
+    from iris.runtime.cross_compile import _definitions_of
+
+    script = tmp_path / "script.py"
+    script.write_text("import triton.language as tl\nBLOCK = tl.constexpr(64)\n"
+                      "def kernel(x):\n    return x\n"
+                      "ctx = open('/nonexistent/iris-must-not-run-this')\n"
+                      "rank = ctx.rank\nprev = (rank - 1) % 2\n")
+    module = _definitions_of(str(script))
+    assert module.kernel(3) == 3 and module.BLOCK.value == 64
+    assert not hasattr(module, "ctx") and not hasattr(module, "prev")

@@ -364,19 +364,26 @@ def _definitions_of(path: str):
 
     tree = ast.parse(Path(path).read_text(), path)
 
-    def harmless(node) -> bool:
-        if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)):
-            return True
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-            calls = [n for n in ast.walk(node.value) if isinstance(n, ast.Call)]
-            return all(ast.unparse(c.func).endswith("constexpr") for c in calls)
-        return False
+    def definition(node) -> bool:
+        return isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef))
 
-    tree.body = [node for node in tree.body if harmless(node)]
+    def constant(node) -> bool:  # an assignment that calls nothing but tl.constexpr (BLOCK = tl.constexpr(64))
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+            return False
+        calls = [n for n in ast.walk(node.value) if isinstance(n, ast.Call)]
+        return all(ast.unparse(c.func).endswith("constexpr") for c in calls)
+
     module = types.ModuleType("__iris_script__", doc=f"definitions of {path}")
     module.__file__ = path
     sys.modules[f"__iris_script__{path}"] = module
-    exec(compile(tree, path, "exec"), module.__dict__)
+    for node in tree.body:
+        if definition(node) or constant(node):
+            code = compile(ast.Module(body=[node], type_ignores=[]), path, "exec")
+            try:
+                exec(code, module.__dict__)
+            except NameError:  # an assignment from the script's run-time values (rank = ctx.get_rank() ...)
+                if definition(node):
+                    raise
     return module
 
 
