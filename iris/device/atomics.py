@@ -39,7 +39,10 @@ def atomic_cas(pointer, cmp, val, from_rank, to_rank, heap_bases, sem=None, scop
     """Where ``to_rank``'s ``pointer`` equals ``cmp``, store ``val``; returns the old values.
 
     ``cmp`` and ``val`` are converted to the word's dtype (and broadcast to the pointer's shape),
-    so ``atomic_cas(p, 1 << 33, 7, ...)`` on an int64 word compares all 8 bytes.
+    so ``atomic_cas(p, 1 << 33, 7, ...)`` on an int64 word compares all 8 bytes. Float words are
+    compared and swapped as integers of the same width, bit for bit, as the GPUs' compare-and-swap
+    does (-0.0 is not 0.0; a NaN matches its own bits): Triton 3.6 cannot compile a float
+    compare-and-swap for AMD at all ('llvm.cmpxchg' takes integers only).
     """
     # Unlike the other atomics, Triton's compare-and-swap does not broadcast its operands.
     cmp = as_element(cmp, pointer)
@@ -47,7 +50,22 @@ def atomic_cas(pointer, cmp, val, from_rank, to_rank, heap_bases, sem=None, scop
     if pointer.type.is_block():
         cmp = tl.broadcast_to(cmp, pointer.shape)
         val = tl.broadcast_to(val, pointer.shape)
-    return tl.atomic_cas(translate(pointer, from_rank, to_rank, heap_bases), cmp, val, sem=sem, scope=scope)
+    target = translate(pointer, from_rank, to_rank, heap_bases)
+    if pointer.dtype.element_ty == tl.float32:
+        old = _bitwise_cas(target, cmp, val, tl.int32, sem, scope)
+    elif pointer.dtype.element_ty == tl.float64:
+        old = _bitwise_cas(target, cmp, val, tl.int64, sem, scope)
+    else:
+        old = tl.atomic_cas(target, cmp, val, sem=sem, scope=scope)
+    return old
+
+
+@triton.jit
+def _bitwise_cas(target, cmp, val, INT: tl.constexpr, sem, scope):
+    """Compare-and-swap of float words as integers of the same width (see atomic_cas)."""
+    bits = tl.atomic_cas(target.to(tl.pointer_type(INT)), cmp.to(INT, bitcast=True), val.to(INT, bitcast=True),
+                         sem=sem, scope=scope)
+    return bits.to(val.dtype, bitcast=True)
 
 
 @triton.jit
