@@ -74,7 +74,11 @@ class Iris(TensorFactories):
         self.gpu_id = device.index or 0
         self.heap_size = int(heap_size)
         reserved = reserved_bytes(self.num_ranks) + ccl_reserved_bytes()  # device barrier, then collectives
-        self.heap = SymmetricHeap(backend, self.heap_size, device, comm, reserved=reserved)
+        try:
+            self.heap = SymmetricHeap(backend, self.heap_size, device, comm, reserved=reserved)
+        except MemoryError as error:
+            raise MemoryError(f"heap_size={self.heap_size} bytes per rank (plus {reserved} reserved) cannot be "
+                              f"allocated on {device}: {error}. Pass a smaller heap_size to iris.iris().") from error
         self.heap_bases = torch.tensor(self.heap.bases, dtype=torch.int64, device=device)
         self._device_barrier = DeviceBarrier(self.heap, self.cur_rank, self.num_ranks, self.heap_bases)
         self.ccl = CCL(self)  # collectives: ctx.ccl.all_reduce(...), see iris.ccl
@@ -92,7 +96,13 @@ class Iris(TensorFactories):
     def close(self) -> None:
         """Collective: wait for every rank, unmap the peers' heaps, wait again.
 
-        The heap's memory itself is released once no tensor views it any more.
+        The heap's memory itself is released as soon as neither the context nor a tensor views it
+        any more (``ctx.ccl`` and ``ctx.ops`` hold the context weakly: no garbage-collector pass is
+        needed).
+
+        Example:
+            >>> ctx.close()
+            >>> del ctx, buf   # this rank's heap memory is returned now
         """
         heap = getattr(self, "heap", None)
         if heap is not None:

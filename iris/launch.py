@@ -4,16 +4,23 @@ Each rank gets the environment Iris's bootstrap reads (RANK, LOCAL_RANK,
 WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) plus IRIS_JOB_ID.
 Output lines are prefixed with ``[rank R]``. When a rank fails, the others are
 stopped and the launcher exits with that rank's exit code (128 + N for a rank
-killed by signal N); after ``--timeout`` seconds each rank still running prints
-every thread's Python stack (ranks that imported iris: see :func:`enable_stack_dumps`),
-then every rank is stopped and the exit code is 124. Shared-memory segments of the
-job are removed at the end, also when a rank crashed.
+killed by signal N; a segmentation fault prints the rank's Python stack and a hint);
+after ``--timeout`` seconds each rank still running prints every thread's Python
+stack (ranks that imported iris: see :func:`enable_stack_dumps`), then every rank is
+stopped and the exit code is 124.
+
+Nothing outlives the launcher: SIGTERM, SIGHUP and SIGINT (what ``timeout``, Slurm
+and Ctrl-C send) are forwarded to every rank's process group, which gets
+``STOP_GRACE_SECONDS`` to exit before it is killed, and the launcher exits with
+128 + the signal's number. A rank dies with its launcher even when the launcher is
+SIGKILLed (Linux: the parent-death signal). Shared-memory segments of the job are
+removed at the end, also when a rank crashed.
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
+import ctypes
 import os
 import signal
 import socket
@@ -23,12 +30,15 @@ import threading
 import time
 import uuid
 
-from iris.runtime.cpu import SEGMENT_PREFIX
+from iris.runtime.shm import remove_job_segments, remove_stale_segments
 
 TIMEOUT_EXIT_CODE = 124
 STOP_GRACE_SECONDS = 5.0
 STACK_DUMP_SECONDS = 2.0  # how long a timed-out rank gets to print its stacks
 STACKS_ENV = "IRIS_STACKS_ON_SIGUSR1"
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+CRASH_SIGNALS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def enable_stack_dumps() -> None:
@@ -56,7 +66,40 @@ def rank_environment(rank: int, world: int, port: int, job: str) -> dict[str, st
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), IRIS_JOB_ID=job, PYTHONUNBUFFERED="1",
     )
     env[STACKS_ENV] = "1"
+    env["PYTHONFAULTHANDLER"] = "1"  # a segmentation fault prints the rank's Python stack
     return env
+
+
+class _Stopped(Exception):
+    """The launcher received one of FORWARDED_SIGNALS."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_stopped(signum, frame):
+    for s in FORWARDED_SIGNALS:  # a second signal must not interrupt the stopping
+        signal.signal(s, signal.SIG_IGN)
+    raise _Stopped(signum)
+
+
+def _die_with_launcher_hook():
+    """A ``preexec_fn``: the rank gets SIGKILL when the launcher dies, however it dies (Linux only).
+
+    libc's ``prctl`` is looked up here, before any fork, so the child only makes the call."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: ranks are stopped by the signal handlers only
+        return None
+    launcher = os.getpid()
+
+    def hook():
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != launcher:  # the launcher died before the call
+            os._exit(1)
+
+    return hook
 
 
 def _pump(stream, rank: int, sink, lock) -> None:
@@ -82,11 +125,12 @@ def _dump_stacks(procs) -> None:
     time.sleep(STACK_DUMP_SECONDS)
 
 
-def _stop(procs) -> None:
+def _stop(procs, signum: int = signal.SIGTERM) -> None:
+    """``signum`` to every rank's process group, STOP_GRACE_SECONDS to exit, then SIGKILL."""
     for p in procs:
         if p.poll() is None:
             try:
-                os.killpg(p.pid, signal.SIGTERM)
+                os.killpg(p.pid, signum)
             except ProcessLookupError:
                 pass
     deadline = time.monotonic() + STOP_GRACE_SECONDS
@@ -101,61 +145,79 @@ def _stop(procs) -> None:
             p.wait()
 
 
-def remove_job_segments(job: str) -> list[str]:
-    """Delete the job's shared-memory segments that a crashed rank left behind."""
-    removed = []
-    for path in glob.glob(f"/dev/shm/{SEGMENT_PREFIX}{job}_*"):
-        try:
-            os.unlink(path)
-            removed.append(path)
-        except FileNotFoundError:
-            pass
-    return removed
+def _failure_message(rank: int, returncode: int) -> str:
+    code = _exit_code(returncode)
+    message = f"[iris run] rank {rank} exited with code {code}"
+    if -returncode in CRASH_SIGNALS:
+        message += (f" ({signal.Signals(-returncode).name}; its Python stack is above; a device access outside the "
+                    "heap or the world ends like this: rerun with IRIS_DEBUG=1 to have it named)")
+    return message + "; stopping the other ranks\n"
+
+
+def _watch(procs, timeout, sink, lock) -> int:
+    """Wait for the ranks; the exit code of the job (the first failure, the timeout or 0)."""
+    start = time.monotonic()
+    while True:
+        states = [p.poll() for p in procs]
+        failed = [(r, c) for r, c in enumerate(states) if c not in (None, 0)]
+        if failed:
+            rank, returncode = failed[0]
+            with lock:
+                sink.write(_failure_message(rank, returncode))
+            return _exit_code(returncode)
+        if all(c == 0 for c in states):
+            return 0
+        if timeout is not None and time.monotonic() - start > timeout:
+            with lock:
+                waiting = [r for r, c in enumerate(states) if c is None]
+                sink.write(f"[iris run] timeout after {timeout:g} s; ranks {waiting} still running: their stacks "
+                           "follow, then they are stopped\n")
+            _dump_stacks([procs[r] for r in waiting])
+            return TIMEOUT_EXIT_CODE
+        time.sleep(0.05)
 
 
 def run(nprocs: int, command: list[str], timeout: float | None = None, sink=None) -> int:
-    """Run ``command`` (``[script, args...]`` or ``[-m, module, ...]``) as ``nprocs`` ranks; returns the exit code."""
+    """Run ``command`` (``[script, args...]`` or ``[-m, module, ...]``) as ``nprocs`` ranks; returns the exit code.
+
+    Example:
+        >>> run(2, ["examples/00_hello/example.py", "--validate"], timeout=300)
+        0
+    """
     if nprocs < 1:
         raise ValueError(f"-n {nprocs}: need at least one rank")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"--timeout {timeout:g}: must be positive (seconds)")
     sink = sink or sys.stdout
     job, port, lock = uuid.uuid4().hex[:8], free_port(), threading.Lock()
-    procs, pumps = [], []
-    for rank in range(nprocs):
-        p = subprocess.Popen([sys.executable, *command], env=rank_environment(rank, nprocs, port, job),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-        t = threading.Thread(target=_pump, args=(p.stdout, rank, sink, lock), daemon=True)
-        t.start()
-        procs.append(p)
-        pumps.append(t)
-    start, code = time.monotonic(), 0
+    handling = threading.current_thread() is threading.main_thread()  # only there can Python handle signals
+    previous = {s: signal.signal(s, _raise_stopped) for s in FORWARDED_SIGNALS} if handling else {}
+    procs, pumps, stop_with, code = [], [], signal.SIGTERM, 0
     try:
-        while True:
-            states = [p.poll() for p in procs]
-            failed = [(r, c) for r, c in enumerate(states) if c not in (None, 0)]
-            if failed:
-                rank, returncode = failed[0]
-                code = _exit_code(returncode)
-                with lock:
-                    sink.write(f"[iris run] rank {rank} exited with code {code}; stopping the other ranks\n")
-                break
-            if all(c == 0 for c in states):
-                break
-            if timeout is not None and time.monotonic() - start > timeout:
-                code = TIMEOUT_EXIT_CODE
-                with lock:
-                    waiting = [r for r, c in enumerate(states) if c is None]
-                    sink.write(f"[iris run] timeout after {timeout:g} s; ranks {waiting} still running: their stacks "
-                               "follow, then they are stopped\n")
-                _dump_stacks([procs[r] for r in waiting])
-                break
-            time.sleep(0.05)
-    except KeyboardInterrupt:
-        code = 130
+        hook = _die_with_launcher_hook()
+        for rank in range(nprocs):  # every rank before any pump thread: preexec_fn wants no other thread
+            procs.append(subprocess.Popen([sys.executable, *command], env=rank_environment(rank, nprocs, port, job),
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                                          preexec_fn=hook))
+        for rank, p in enumerate(procs):
+            pumps.append(threading.Thread(target=_pump, args=(p.stdout, rank, sink, lock), daemon=True))
+            pumps[-1].start()
+        code = _watch(procs, timeout, sink, lock)
+    except (_Stopped, KeyboardInterrupt) as stop:
+        stop_with = stop.signum if isinstance(stop, _Stopped) else signal.SIGINT
+        code = 128 + stop_with
+        with lock:
+            sink.write(f"[iris run] {signal.Signals(stop_with).name} received: forwarding it to the ranks, "
+                       f"killing those still running after {STOP_GRACE_SECONDS:g} s\n")
     finally:
-        _stop(procs)
+        for s in previous:  # a signal must not interrupt the cleanup below
+            signal.signal(s, signal.SIG_IGN)
+        _stop(procs, stop_with)
         for t in pumps:
             t.join(timeout=5)
         remove_job_segments(job)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     return code
 
 
@@ -167,9 +229,18 @@ def main(argv=None) -> int:
     run_parser.add_argument("--timeout", type=float, default=None, help="stop every rank after this many seconds")
     run_parser.add_argument("script", help="Python script to run (or -m module)")
     run_parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the script")
+    sub.add_parser("cleanup", help="remove the shared-memory segments that killed ranks left in /dev/shm")
     args = parser.parse_args(argv)
+    if args.command == "cleanup":
+        removed = remove_stale_segments()
+        for path in removed:
+            print(f"removed {path}")
+        print(f"{len(removed)} stale segment(s) removed; segments of running jobs are kept")
+        return 0
     if args.nprocs < 1:
         parser.error(f"-n {args.nprocs}: need at least one rank")
+    if args.timeout is not None and not args.timeout > 0:
+        parser.error(f"--timeout {args.timeout:g}: must be positive (seconds)")
     return run(args.nprocs, [args.script, *args.args], timeout=args.timeout)
 
 

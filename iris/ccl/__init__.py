@@ -22,6 +22,8 @@ Example:
     >>> ctx.ccl.all_gather(out, x)
 """
 
+import weakref
+
 import torch
 
 from iris import debug as debug_mode
@@ -66,7 +68,7 @@ class CCL:
     """The collectives of one Iris context (``ctx.ccl``); see :mod:`iris.ccl`."""
 
     def __init__(self, ctx):
-        self._ctx = ctx
+        self._ctx = weakref.proxy(ctx)  # held weakly: the context, and with it the heap, dies with its last user
         self._locks = lock_words(ctx)  # the heap's reserved tail is not zeroed by the allocator
         self._locks.zero_()
         self._ring_flags = ring_flags(ctx)  # a program's counter: its left neighbour adds 1 per step

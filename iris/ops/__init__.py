@@ -24,6 +24,8 @@ Example:
     >>> iris.ops.matmul_all_reduce(ctx, out, a_shard, b_shard)  # the same, the original's standalone form
 """
 
+import weakref
+
 from iris.ops import gather_matmul as _gather_matmul
 from iris.ops import matmul_gather as _matmul_gather
 from iris.ops import matmul_reduce as _matmul_reduce
@@ -39,7 +41,7 @@ class Ops:
     """The fused operations of one Iris context (``ctx.ops``); see :mod:`iris.ops`."""
 
     def __init__(self, ctx):
-        self._ctx = ctx
+        self._ctx = weakref.proxy(ctx)  # held weakly: the context, and with it the heap, dies with its last user
         self._workspaces: dict = {}
 
     def _workspace(self, key, make):

@@ -30,6 +30,19 @@ class HeapMemory:
     release_peers: Callable[[], None] = field(default=lambda: None)
 
 
+def raise_if_any_rank_failed(comm, failure: str | None) -> None:
+    """Collective: every rank passes what went wrong in its part of a setup (or None); if any rank
+    failed, every rank raises MemoryError with that message, so none waits for a peer that gave up.
+
+    Example:
+        >>> raise_if_any_rank_failed(comm, None if ok else "cudaMalloc of 1 PiB failed")
+    """
+    failures = comm.all_gather_object(failure)
+    if any(failures):
+        rank = next(r for r, f in enumerate(failures) if f)
+        raise MemoryError(failure or f"rank {rank} could not make its heap: {failures[rank]}")
+
+
 class Backend(ABC):
     """A place Iris runs: CUDA GPUs, HIP GPUs or CPUs under Triton's interpreter."""
 

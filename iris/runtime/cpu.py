@@ -7,9 +7,11 @@ interpreter's atomics are CPU atomic instructions on that shared memory, so
 32- and 64-bit atomics are atomic across processes (see iris.capabilities for
 what is not).
 
-Segments are named ``/iris_<job>_<context>_<rank>``, created with mode 0600
-and unlinked as soon as every rank has mapped them, so a crash afterwards
-leaks nothing; ``iris run`` removes the ones a crash left before that point.
+Segments are named ``/iris_<job>_<context>_<rank>`` (see :mod:`iris.runtime.shm`),
+created with mode 0600 and unlinked as soon as every rank has mapped them, so a
+crash afterwards leaks nothing; a segment a killed rank left before that point is
+removed by the next heap's creation on this machine, by ``iris cleanup``, or by
+``iris run`` at the end of its job.
 """
 
 from __future__ import annotations
@@ -19,12 +21,10 @@ import mmap
 import os
 import uuid
 
-import _posixshmem
 import torch
 
-from iris.runtime.base import Backend, HeapMemory
-
-SEGMENT_PREFIX = "iris_"
+from iris.runtime.base import Backend, HeapMemory, raise_if_any_rank_failed
+from iris.runtime.shm import SEGMENT_PREFIX, create_segment, open_segment, remove_stale_segments
 
 
 def job_id() -> str:
@@ -34,17 +34,6 @@ def job_id() -> str:
 
 def segment_name(job: str, context: str, rank: int) -> str:
     return f"/{SEGMENT_PREFIX}{job}_{context}_{rank}"
-
-
-def _map_segment(name: str, nbytes: int, create: bool) -> mmap.mmap:
-    flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-    fd = _posixshmem.shm_open(name, flags, mode=0o600)
-    try:
-        if create:
-            os.ftruncate(fd, nbytes)
-        return mmap.mmap(fd, nbytes)
-    finally:
-        os.close(fd)
 
 
 def _address(mapping: mmap.mmap) -> int:
@@ -72,19 +61,24 @@ class CpuBackend(Backend):
         # Rank 0 names the context so that all ranks agree without a shared counter.
         context = comm.broadcast_object(uuid.uuid4().hex[:8] if comm.rank == 0 else None, src=0)
         job = comm.broadcast_object(job_id() or uuid.uuid4().hex[:8], src=0)
-        own_name = segment_name(job, context, comm.rank)
-        own = _map_segment(own_name, nbytes, create=True)
+        remove_stale_segments()  # what killed ranks of earlier jobs left
         try:
-            comm.barrier()
+            own, failure = create_segment(segment_name(job, context, comm.rank), nbytes), None
+        except MemoryError as error:
+            own, failure = None, str(error)
+        try:
+            raise_if_any_rank_failed(comm, failure)
             peers = {
-                r: _map_segment(segment_name(job, context, r), nbytes, create=False)
+                r: open_segment(segment_name(job, context, r), nbytes)
                 for r in range(comm.world_size)
                 if r != comm.rank
             }
             comm.barrier()
         finally:
             # Every rank has mapped every segment (or failed): the names are no longer needed.
-            _posixshmem.shm_unlink(own_name)
+            if own is not None:
+                own.unlink()
+        own = own.mapping
         bases = [_address(own) if r == comm.rank else _address(peers[r]) for r in range(comm.world_size)]
         local = torch.frombuffer(own, dtype=torch.uint8)
 

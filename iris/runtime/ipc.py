@@ -21,10 +21,11 @@ import os
 
 import torch
 
-from iris.runtime.base import Backend, HeapMemory
+from iris.runtime.base import Backend, HeapMemory, raise_if_any_rank_failed
 
 IPC_HANDLE_BYTES = 64  # CUDA_IPC_HANDLE_SIZE; hipIpcMemHandle_t has the same 64 reserved bytes
 IPC_LAZY_ENABLE_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess == hipIpcMemLazyEnablePeerAccess
+OUT_OF_MEMORY = 2  # cudaErrorMemoryAllocation == hipErrorOutOfMemory
 
 
 class IpcMemHandle(ctypes.Structure):
@@ -92,8 +93,12 @@ class GpuRuntime:
             raise RuntimeApiError(f"{self.prefix}{call} failed with error {status}: {message}")
 
     def malloc(self, nbytes: int) -> int:
+        """Device memory of ``nbytes``; MemoryError when the device has not that much free."""
         ptr = ctypes.c_void_p()
-        self.check(self._malloc(ctypes.byref(ptr), nbytes), "Malloc")
+        status = self._malloc(ctypes.byref(ptr), nbytes)
+        if status == OUT_OF_MEMORY:
+            raise MemoryError(f"{self.prefix}Malloc of {nbytes} bytes failed: out of memory")
+        self.check(status, "Malloc")
         return ptr.value
 
     def free(self, ptr: int) -> None:
@@ -171,6 +176,11 @@ class IpcBackend(Backend):
     def activate(self, device) -> None:
         torch.cuda.set_device(device)
 
+    @staticmethod
+    def _free_memory(device) -> str:
+        free, total = torch.cuda.mem_get_info(device)
+        return f"{device} has {free} of {total} bytes free"
+
     def synchronize(self, device, stream=None) -> None:
         if stream is None:
             torch.cuda.synchronize(device)
@@ -182,7 +192,11 @@ class IpcBackend(Backend):
 
     def create_heap(self, nbytes: int, device, comm) -> HeapMemory:
         self.activate(device)
-        allocation = _DeviceAllocation(self.runtime, nbytes)
+        try:
+            allocation, failure = _DeviceAllocation(self.runtime, nbytes), None
+        except MemoryError as error:
+            allocation, failure = None, f"{error}; {self._free_memory(device)}"
+        raise_if_any_rank_failed(comm, failure)
         local = torch.as_tensor(allocation, device=device)
         handles = comm.all_gather_object(self.runtime.ipc_handle(allocation.ptr))
         opened: dict[int, int] = {}
