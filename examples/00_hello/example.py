@@ -46,6 +46,10 @@ def hello(validate: bool) -> int:
         grid = (triton.cdiv(buffer_size, block_size),)
         kernel[grid](buffer, buffer_size, block_size, ctx.get_heap_bases())
     ctx.barrier()
+    if rank == 0:
+        print(f"rank 0: stored {buffer_size} ones into rank 1's buffer")
+    elif rank > 1:
+        print(f"rank {rank}: idle (the example stores from rank 0 to rank 1)")
     status = 0
     if rank == 1:
         expected = torch.ones(buffer_size, dtype=torch.float32, device=buffer.device)
