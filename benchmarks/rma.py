@@ -29,7 +29,7 @@ default under benchmarks/results/.
 
 import os
 
-# NVLink multicast stays off (see DESIGN.md); these must be set before torch is imported.
+# NVLink multicast stays off (CONTRIBUTING.md, "On GPUs"); these must be set before torch is imported.
 for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
                       ("NVSHMEM_DISABLE_NVLS", "1")):
     os.environ.setdefault(_name, _value)

@@ -1,1 +1,1 @@
-"""The conformance suite: properties every backend must honour (see conformance/README.md)."""
+"""The conformance suite: properties every backend must honour (see docs/conformance.md)."""

@@ -8,16 +8,13 @@ import numbers
 import torch
 
 from iris import runtime, sim
-from iris.ccl import CCL
-from iris.ops import Ops
-from iris.ccl._common import reserved_bytes as ccl_reserved_bytes
 from iris.device.context import build_context_tensor
 from iris import debug as debug_mode
-from iris.device_barrier import DeviceBarrier, reserved_bytes
 from iris.distributed import init_distributed
 from iris.logging import log
 from iris.memory.heap import SymmetricHeap
 from iris.memory.tensors import TensorFactories
+from iris.team import Team, reserved_layout
 
 ALLOCATORS = ("torch",)
 
@@ -73,16 +70,15 @@ class Iris(TensorFactories):
         self.device = device
         self.gpu_id = device.index or 0
         self.heap_size = int(heap_size)
-        reserved = reserved_bytes(self.num_ranks) + ccl_reserved_bytes()  # device barrier, then collectives
+        layout = reserved_layout(self.num_ranks)  # device barrier, then collectives
         try:
-            self.heap = SymmetricHeap(backend, self.heap_size, device, comm, reserved=reserved)
+            self.heap = SymmetricHeap(backend, self.heap_size, device, comm, layout=layout)
         except MemoryError as error:
-            raise MemoryError(f"heap_size={self.heap_size} bytes per rank (plus {reserved} reserved) cannot be "
+            raise MemoryError(f"heap_size={self.heap_size} bytes per rank (plus {layout.nbytes} reserved) cannot be "
                               f"allocated on {device}: {error}. Pass a smaller heap_size to iris.iris().") from error
         self.heap_bases = torch.tensor(self.heap.bases, dtype=torch.int64, device=device)
-        self._device_barrier = DeviceBarrier(self.heap, self.cur_rank, self.num_ranks, self.heap_bases)
-        self.ccl = CCL(self)  # collectives: ctx.ccl.all_reduce(...), see iris.ccl
-        self.ops = Ops(self)  # GEMM + communication: ctx.ops.matmul_all_reduce(...), see iris.ops
+        self.team = Team(self.heap, self.cur_rank, self.num_ranks, backend, self.heap_bases)
+        self._ccl = self._ops = None  # made on first use (ctx.ccl, ctx.ops)
         if debug or debug_mode.requested_by_environment():
             debug_mode.enable(device, self.num_ranks, self.heap.size + self.heap.reserved)
         self._device_context = build_context_tensor(self.cur_rank, self.num_ranks, self.heap.bases, device)
@@ -122,6 +118,26 @@ class Iris(TensorFactories):
                 heap.close(collective=False)
             except Exception:  # interpreter shutdown
                 pass
+
+    # -- collectives and fused ops ----------------------------------------------------------
+
+    @property
+    def ccl(self):
+        """The collectives of this context: ``ctx.ccl.all_reduce(out, x)``; see :mod:`iris.ccl`."""
+        if self._ccl is None:
+            from iris.ccl import CCL  # imported on first use: the facade does not depend on its plug-ins
+
+            self._ccl = CCL(self)
+        return self._ccl
+
+    @property
+    def ops(self):
+        """GEMM + communication: ``ctx.ops.matmul_all_reduce(out, a, b)``; see :mod:`iris.ops`."""
+        if self._ops is None:
+            from iris.ops import Ops
+
+            self._ops = Ops(self)
+        return self._ops
 
     # -- identity ----------------------------------------------------------------------------
 
@@ -171,18 +187,8 @@ class Iris(TensorFactories):
         """
         self.backend.synchronize(self.device, stream)
         self.comm.barrier(group)
-        self._raise_if_a_wait_timed_out()
+        self.team.raise_if_a_wait_timed_out()
 
-    def _raise_if_a_wait_timed_out(self) -> None:
-        if debug_mode.enabled():
-            debug_mode.raise_if_reported(self.cur_rank, self.heap)
-
-    def _diagnose_now_in_debug(self) -> None:
-        """In debug mode, wait for this device and raise what its kernels reported: the host trades its
-        freedom for an immediate diagnosis (device_barrier and the collectives call this after launching)."""
-        if debug_mode.enabled():
-            self.backend.synchronize(self.device)
-            self._raise_if_a_wait_timed_out()
 
     def device_barrier(self, group=None) -> None:
         """Every rank of ``group`` (default: all) waits here, on the device, in stream order.
@@ -204,8 +210,8 @@ class Iris(TensorFactories):
             >>> ctx.device_barrier()
             >>> kernel_that_reads[grid](...)
         """
-        self._device_barrier(group)
-        self._diagnose_now_in_debug()
+        self.team.barrier(group)
+        self.team.diagnose_now_in_debug()
 
     def broadcast(self, value, src: int = 0):
         """Send ``value`` from rank ``src`` to every rank and return it.

@@ -8,35 +8,30 @@ from __future__ import annotations
 
 import torch
 
+from iris.device.barrier import FUSED_PROGRAMS
 from iris.device.sync import barrier_kernel
 from iris.kernel_launch import BoundLaunch, bind
-
-
-# Barrier slots: slot 0 is device_barrier's own; a fused collective's program p uses slot p
-# (see iris.ccl._device), so a fused launch has at most this many programs.
-FUSED_PROGRAMS = 128
-
-
-def reserved_bytes(world_size: int) -> int:
-    """Heap bytes the barrier needs past the user's heap: per slot, one int64 arrival counter per rank."""
-    return 8 * world_size * FUSED_PROGRAMS
 
 
 class DeviceBarrier:
     """Per-context state of the device barrier.
 
     Args:
-        heap: the context's SymmetricHeap, with :func:`reserved_bytes` reserved.
+        arrivals: ``world_size * FUSED_PROGRAMS`` int64 counters on the heap, at the same offset on
+            every rank ([slot][rank]; the heap's reserved region ``barrier.arrivals``, see iris.team).
         rank, world_size: this rank and the job's size.
         heap_bases: the int64 heap-bases tensor on the device.
     """
 
-    def __init__(self, heap, rank: int, world_size: int, heap_bases: torch.Tensor):
+    def __init__(self, arrivals: torch.Tensor, rank: int, world_size: int, heap_bases: torch.Tensor):
+        if arrivals.numel() != world_size * FUSED_PROGRAMS or arrivals.dtype != torch.int64:
+            raise ValueError(f"the barrier needs {world_size * FUSED_PROGRAMS} int64 arrival counters, "
+                             f"got {arrivals.numel()} {arrivals.dtype}")
         self._rank, self._world = rank, world_size
         self._heap_bases = heap_bases
-        self._arrivals = heap.internal(0, world_size * FUSED_PROGRAMS, torch.int64)  # [slot][rank]
+        self._arrivals = arrivals
         self._arrivals.zero_()
-        self._expected = torch.zeros(world_size * FUSED_PROGRAMS, dtype=torch.int64, device=heap.device)
+        self._expected = torch.zeros(world_size * FUSED_PROGRAMS, dtype=torch.int64, device=arrivals.device)
         self._members: dict[tuple[int, ...], torch.Tensor] = {}
         self._ranks_by_group: dict = {}  # group (None: all) -> its checked global ranks
         self._launches: dict = {}  # group -> its BoundLaunch

@@ -61,7 +61,7 @@ def _barrier_orders_writes_on_rank(rounds):
     """Each round, every rank writes its value into every peer's slot, then barrier, then checks all slots."""
     import triton
 
-    from tests_kernels import write_slot_kernel
+    from shared_kernels import write_slot_kernel
 
     ctx = iris.iris(1 << 20)
     rank, world = ctx.get_rank(), ctx.get_num_ranks()

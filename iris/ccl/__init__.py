@@ -27,7 +27,6 @@ import weakref
 import torch
 
 from iris import debug as debug_mode
-from iris.ccl._common import lock_words, ring_flags
 from iris.ccl.config import Config, ReduceOp
 
 # The collectives, imported once here rather than in every call (an import statement costs about
@@ -69,17 +68,11 @@ class CCL:
 
     def __init__(self, ctx):
         self._ctx = weakref.proxy(ctx)  # held weakly: the context, and with it the heap, dies with its last user
-        self._locks = lock_words(ctx)  # the heap's reserved tail is not zeroed by the allocator
-        self._locks.zero_()
-        self._ring_flags = ring_flags(ctx)  # a program's counter: its left neighbour adds 1 per step
-        self._ring_flags.zero_()
-        self._ring_counts = torch.zeros_like(self._ring_flags)  # local: what each program has seen so far
         self._plans: dict = {}
-        self._participants: dict = {}  # ranks -> Participants (see iris.ccl._common.participants)
-        self._recorded = None
 
     def _call(self, key, function, *args, **kwargs) -> None:
-        """``function(*args, **kwargs)``, or a replay of the launches it made for the same ``key``."""
+        """``function(*args, **kwargs)``, which launches and returns its bound launches, or a replay of the
+        launches it returned for the same ``key``."""
         try:
             plan = self._plans.get(key)
         except TypeError:  # an unhashable argument: the call itself says what is wrong with it
@@ -88,20 +81,11 @@ class CCL:
             for launch in plan:
                 launch()
             return
-        self._recorded = None
-        function(*args, **kwargs)
-        if self._recorded is not None and _UNKEYED not in key and not debug_mode.enabled():
+        launches = function(*args, **kwargs)
+        if launches and _UNKEYED not in key and not debug_mode.enabled():
             if len(self._plans) >= MAX_PLANS:
                 self._plans.clear()
-            self._plans[key] = self._recorded
-        self._recorded = None
-
-    def _launch(self, launches) -> None:
-        """Run a collective's bound launches (from :func:`iris.ccl._common.run`) and remember them."""
-        for launch in launches:
-            launch()
-        self._recorded = launches
-        self._ctx._diagnose_now_in_debug()
+            self._plans[key] = launches
 
     def all_gather(self, output_tensor, input_tensor, group=None, async_op=False, config=None):
         """(W*M, N) output from each member's (M, N) input; see :func:`iris.ccl.all_gather.all_gather`."""

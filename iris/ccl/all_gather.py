@@ -5,10 +5,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-import iris
+from iris.device import rma
 from iris.ccl import _common
-from iris.ccl._common import GROUP_ARGS
-from iris.ccl._device import enter, leave
+from iris.device.barrier import GROUP_ARGS, enter, leave
 
 
 @triton.jit
@@ -19,7 +18,7 @@ def _all_gather_piece(pid, src, dst, numel, members, count, index, cur, heap_bas
     slot = dst + tl.cast(index, tl.int64) * numel + offs
     for i in range(0, count):
         peer = tl.load(members + (index + i) % count)  # start at a different peer on every rank
-        iris.store(slot, data, cur, peer, heap_bases, mask=mask)
+        rma.store(slot, data, cur, peer, heap_bases, mask=mask)
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
@@ -54,14 +53,14 @@ def all_gather(output, input, ctx, group=None, async_op=False, config=None):
     """
     config = _common.config_or_default(config)
     what = "all_gather"
-    _common.check_tensor(ctx, what, "input", input, _common.MOVE_DTYPES, symmetric=False)
-    _common.check_tensor(ctx, what, "output", output, _common.MOVE_DTYPES, symmetric=True)
-    members = _common.participants(ctx, group)
+    ctx.team.check_tensor(what, "input", input, _common.MOVE_DTYPES, symmetric=False)
+    ctx.team.check_tensor(what, "output", output, _common.MOVE_DTYPES, symmetric=True)
+    members = ctx.team.participants(group)
     if output.dtype != input.dtype or output.numel() != members.size * input.numel():
         raise ValueError(f"{what}: output must hold {members.size} x input ({members.size * input.numel()} "
                          f"{input.dtype} elements, shape ({members.size}*M, N)); got {tuple(output.shape)} "
                          f"{output.dtype} for input {tuple(input.shape)}")
     numel = input.numel()
-    _common.run(ctx, group, async_op, _common.fuse(config, input.nbytes), _all_gather_kernel,
-                triton.cdiv(numel, config.block_size), input, output, numel, members.tensor, members.size,
-                members.index, ctx.get_rank(), ctx.get_heap_bases(), BLOCK=config.block_size)
+    return _common.run(ctx, group, async_op, _common.fuse(config, input.nbytes), _all_gather_kernel,
+                       triton.cdiv(numel, config.block_size), input, output, numel, members.tensor, members.size,
+                       members.index, ctx.get_rank(), ctx.get_heap_bases(), BLOCK=config.block_size)

@@ -33,10 +33,10 @@ import torch
 import triton
 import triton.language as tl
 
-import iris
+from iris.device import atomics, rma, sync
 from iris.ccl import _common
-from iris.ccl._device import enter, leave
-from iris.ccl._common import GROUP_ARGS, LOCK_WORDS
+from iris.team import LOCK_WORDS
+from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.ccl.config import ReduceOp
 from iris.capabilities import find_limitation
 
@@ -79,9 +79,9 @@ def _reduce_block(src, offs, mask, members, count, first, cur, heap_bases, OP: t
     queue every reader on one member's links at a time. Where every member reduces the block
     itself (one_shot) they all pass 0, so every member gets the same bits.
     """
-    acc = iris.load(src + offs, cur, tl.load(members + first), heap_bases, mask=mask).to(ACC)
+    acc = rma.load(src + offs, cur, tl.load(members + first), heap_bases, mask=mask).to(ACC)
     for i in range(1, count):
-        x = iris.load(src + offs, cur, tl.load(members + (first + i) % count), heap_bases, mask=mask).to(ACC)
+        x = rma.load(src + offs, cur, tl.load(members + (first + i) % count), heap_bases, mask=mask).to(ACC)
         acc = _combine(acc, x, OP)
     return acc
 
@@ -104,7 +104,7 @@ def _two_shot_piece(pid, src, dst, numel, members, count, index, cur, heap_bases
     acc = _reduce_block(src, offs, mask, members, count, index, cur, heap_bases, OP, ACC).to(dst.dtype.element_ty)
     for i in range(0, count):
         peer = tl.load(members + (index + i) % count)
-        iris.store(dst + offs, acc, cur, peer, heap_bases, mask=mask)
+        rma.store(dst + offs, acc, cur, peer, heap_bases, mask=mask)
 
 
 @triton.jit
@@ -126,20 +126,20 @@ def _accumulate_piece(pid, src, dst, numel, members, count, index, cur, heap_bas
         peer = tl.load(members + (index + i) % count)  # start at a different peer on every rank
         if SPINLOCK:
             lock = locks + tl.cast(pid, tl.int64) % LOCK_WORDS
-            while iris.atomic_cas(lock, 0, 1, cur, peer, heap_bases, sem="acquire", scope="sys") != 0:
+            while atomics.atomic_cas(lock, 0, 1, cur, peer, heap_bases, sem="acquire", scope="sys") != 0:
                 pass
             tl.debug_barrier()  # the acquire before any thread reads the block
-            theirs = iris.load(dst + offs, cur, peer, heap_bases, mask=mask, volatile=True)
+            theirs = rma.load(dst + offs, cur, peer, heap_bases, mask=mask, volatile=True)
             combined = _combine(theirs.to(ACC), x.to(ACC), OP).to(dst.dtype.element_ty)
-            iris.store(dst + offs, combined, cur, peer, heap_bases, mask=mask)
+            rma.store(dst + offs, combined, cur, peer, heap_bases, mask=mask)
             tl.debug_barrier()  # every thread's store before the release
-            iris.atomic_xchg(lock, 0, cur, peer, heap_bases, sem="release", scope="sys")
+            atomics.atomic_xchg(lock, 0, cur, peer, heap_bases, sem="release", scope="sys")
         elif OP == "sum":
-            iris.atomic_add(dst + offs, x, cur, peer, heap_bases, mask=mask, sem="relaxed", scope="sys")
+            atomics.atomic_add(dst + offs, x, cur, peer, heap_bases, mask=mask, sem="relaxed", scope="sys")
         elif OP == "max":
-            iris.atomic_max(dst + offs, x, cur, peer, heap_bases, mask=mask, sem="relaxed", scope="sys")
+            atomics.atomic_max(dst + offs, x, cur, peer, heap_bases, mask=mask, sem="relaxed", scope="sys")
         else:
-            iris.atomic_min(dst + offs, x, cur, peer, heap_bases, mask=mask, sem="relaxed", scope="sys")
+            atomics.atomic_min(dst + offs, x, cur, peer, heap_bases, mask=mask, sem="relaxed", scope="sys")
 
 
 @triton.jit
@@ -169,11 +169,11 @@ def _ring_piece(pid, src, dst, numel, chunk, members, count, index, cur, heap_ba
             out = tl.load(src + offs, mask=mask)
         else:
             out = tl.load(dst + offs, mask=mask, volatile=True)  # computed here, or stored by the left neighbour
-        iris.store(dst + offs, out, cur, right, heap_bases, mask=mask)
+        rma.store(dst + offs, out, cur, right, heap_bases, mask=mask)
         tl.debug_barrier()  # every thread's store before the flag
-        iris.signal(flag, 1, cur, right, heap_bases, op="add")
+        sync.signal(flag, 1, cur, right, heap_bases, op="add")
         seen += 1
-        iris.wait_until(flag, ">=", seen)
+        sync.wait_until(flag, ">=", seen)
         tl.debug_barrier()  # the acquire before any thread reads what arrived
         if step < count - 1:  # arrived: chunk c - 1 summed over step + 1 members; add this member's part
             offs = ((c - 1 + count) % count) * chunk + within
@@ -271,19 +271,19 @@ def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=N
     """Check the tensors and resolve the variant once; pass the result as ``workspace=`` to reuse it."""
     config = _common.config_or_default(config)
     what = "all_reduce"
-    _common.check_tensor(ctx, what, "input", input, _common.REDUCE_DTYPES, symmetric=True)
+    ctx.team.check_tensor(what, "input", input, _common.REDUCE_DTYPES, symmetric=True)
     if output.shape != input.shape or output.dtype != input.dtype:
         raise ValueError(f"{what}: output must match input's shape and dtype; got output {tuple(output.shape)} "
                          f"{output.dtype}, input {tuple(input.shape)} {input.dtype}")
     if workspace is not None:
         group = workspace.group
-    members = _common.participants(ctx, group)
+    members = ctx.team.participants(group)
     in_place = input.numel() > 0 and output.data_ptr() == input.data_ptr()
     variant = config.all_reduce_variant or choose_variant(input.nbytes, in_place, members.size)
     if in_place and variant != "two_shot":
         raise ValueError(f"all_reduce: {variant} cannot run in place (other members still read input while it "
                          "would be overwritten); use Config(all_reduce_variant=\"two_shot\") or a separate output")
-    _common.check_tensor(ctx, what, "output", output, _common.REDUCE_DTYPES, symmetric=variant != "one_shot")
+    ctx.team.check_tensor(what, "output", output, _common.REDUCE_DTYPES, symmetric=variant != "one_shot")
     return Workspace(variant, group, members)
 
 
@@ -326,8 +326,8 @@ def all_reduce(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, 
         pieces = triton.cdiv(blocks, members.size)
     else:
         pieces = blocks
-    ccl = ctx.ccl
-    _common.run(ctx, group, async_op, fuse, _all_reduce_kernel, pieces, input, output, numel, chunk, members.tensor,
-                members.size, members.index, ctx.get_rank(), ctx.get_heap_bases(), ccl._locks, ccl._ring_flags,
-                ccl._ring_counts, VARIANT=variant, OP=op.value,
-                ACC=tl.float32 if input.dtype.is_floating_point else tl.int32, BLOCK=config.block_size)
+    team = ctx.team
+    return _common.run(ctx, group, async_op, fuse, _all_reduce_kernel, pieces, input, output, numel, chunk,
+                       members.tensor, members.size, members.index, ctx.get_rank(), ctx.get_heap_bases(),
+                       team.lock_words, team.ring_flags, team.ring_counts, VARIANT=variant, OP=op.value,
+                       ACC=tl.float32 if input.dtype.is_floating_point else tl.int32, BLOCK=config.block_size)

@@ -5,10 +5,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-import iris
+from iris.device import rma
 from iris.ccl import _common
-from iris.ccl._common import GROUP_ARGS
-from iris.ccl._device import enter, leave
+from iris.device.barrier import GROUP_ARGS, enter, leave
 
 
 @triton.jit
@@ -22,7 +21,7 @@ def _all_to_all_piece(pid, src, dst, rows, width, column_blocks, members, count,
         j = (index + i) % count  # start at a different peer on every rank
         peer = tl.load(members + j)
         data = tl.load(src + r[:, None] * stride + (j * width + c)[None, :], mask=mask)
-        iris.store(dst + r[:, None] * stride + (index * width + c)[None, :], data, cur, peer, heap_bases, mask=mask)
+        rma.store(dst + r[:, None] * stride + (index * width + c)[None, :], data, cur, peer, heap_bases, mask=mask)
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
@@ -56,9 +55,9 @@ def all_to_all(output, input, ctx, group=None, async_op=False, config=None):
     """
     config = _common.config_or_default(config)
     what = "all_to_all"
-    _common.check_tensor(ctx, what, "input", input, _common.MOVE_DTYPES, symmetric=False)
-    _common.check_tensor(ctx, what, "output", output, _common.MOVE_DTYPES, symmetric=True)
-    members = _common.participants(ctx, group)
+    ctx.team.check_tensor(what, "input", input, _common.MOVE_DTYPES, symmetric=False)
+    ctx.team.check_tensor(what, "output", output, _common.MOVE_DTYPES, symmetric=True)
+    members = ctx.team.participants(group)
     if (input.dim() != 2 or output.shape != input.shape or output.dtype != input.dtype
             or input.shape[1] % members.size):
         raise ValueError(f"{what}: input and output must both be (M, {members.size}*N) of one dtype; got input "
@@ -66,6 +65,6 @@ def all_to_all(output, input, ctx, group=None, async_op=False, config=None):
     rows, width = input.shape[0], input.shape[1] // members.size
     column_blocks = triton.cdiv(width, config.block_size_n)
     programs = triton.cdiv(rows, config.block_size_m) * column_blocks if rows and width else 0
-    _common.run(ctx, group, async_op, _common.fuse(config, input.nbytes), _all_to_all_kernel, programs,
-                input, output, rows, width, column_blocks, members.tensor, members.size, members.index,
-                ctx.get_rank(), ctx.get_heap_bases(), BLOCK_M=config.block_size_m, BLOCK_N=config.block_size_n)
+    return _common.run(ctx, group, async_op, _common.fuse(config, input.nbytes), _all_to_all_kernel, programs,
+                       input, output, rows, width, column_blocks, members.tensor, members.size, members.index,
+                       ctx.get_rank(), ctx.get_heap_bases(), BLOCK_M=config.block_size_m, BLOCK_N=config.block_size_n)

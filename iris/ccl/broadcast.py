@@ -22,14 +22,14 @@ def broadcast(tensor, ctx, src=0, group=None, async_op=False, config=None):
         >>> ctx.ccl.broadcast(weights, src=0)
     """
     config = _common.config_or_default(config)
-    _common.check_tensor(ctx, "broadcast", "tensor", tensor, _common.MOVE_DTYPES, symmetric=True)
-    members = _common.participants(ctx, group)
+    ctx.team.check_tensor("broadcast", "tensor", tensor, _common.MOVE_DTYPES, symmetric=True)
+    members = ctx.team.participants(group)
     if src not in members.ranks:
         raise ValueError(f"broadcast: src={src!r} is not a member of the group {list(members.ranks)}")
     numel = tensor.numel()
     # all_gather's kernel with index 0 (the same slot of every member), with work only on the source;
     # the others take part in the barriers (inside the kernel when fused).
     pieces = triton.cdiv(numel, config.block_size)
-    _common.run(ctx, group, async_op, _common.fuse(config, tensor.nbytes), _all_gather_kernel,
-                pieces if ctx.get_rank() == src else 0, tensor, tensor, numel, members.tensor, members.size, 0,
-                ctx.get_rank(), ctx.get_heap_bases(), fused_programs=pieces, BLOCK=config.block_size)
+    return _common.run(ctx, group, async_op, _common.fuse(config, tensor.nbytes), _all_gather_kernel,
+                       pieces if ctx.get_rank() == src else 0, tensor, tensor, numel, members.tensor, members.size, 0,
+                       ctx.get_rank(), ctx.get_heap_bases(), fused_programs=pieces, BLOCK=config.block_size)

@@ -14,8 +14,7 @@ import triton
 import triton.language as tl
 
 from iris.ccl import _common
-from iris.ccl._common import GROUP_ARGS
-from iris.ccl._device import enter, leave
+from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.ccl.all_reduce import _reduce_block
 from iris.ccl.config import ReduceOp
 
@@ -74,9 +73,9 @@ def reduce_scatter(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=Fal
     op = ReduceOp(op) if not isinstance(op, ReduceOp) else op
     config = _common.config_or_default(config)
     what = "reduce_scatter"
-    _common.check_tensor(ctx, what, "input", input, _common.REDUCE_DTYPES, symmetric=True)
-    _common.check_tensor(ctx, what, "output", output, _common.REDUCE_DTYPES, symmetric=False)
-    members = _common.participants(ctx, group)
+    ctx.team.check_tensor(what, "input", input, _common.REDUCE_DTYPES, symmetric=True)
+    ctx.team.check_tensor(what, "output", output, _common.REDUCE_DTYPES, symmetric=False)
+    members = ctx.team.participants(group)
     interleaved = output.shape == input.shape and members.size > 1
     if output.dtype != input.dtype or not (interleaved or output.numel() * members.size == input.numel()):
         raise ValueError(f"{what}: output must be 1/{members.size} of input ((W*M, N) -> (M, N)) or input's "
@@ -87,7 +86,7 @@ def reduce_scatter(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=Fal
     numel = input.numel() if interleaved else output.numel()
     blocks = triton.cdiv(numel, config.block_size)
     programs = triton.cdiv(blocks, members.size) if interleaved else blocks
-    _common.run(ctx, group, async_op, _common.fuse(config, input.nbytes), _reduce_scatter_kernel, programs,
-                input, output, numel, members.tensor, members.size, members.index, ctx.get_rank(),
-                ctx.get_heap_bases(), INTERLEAVED=interleaved, OP=op.value,
-                ACC=tl.float32 if input.dtype.is_floating_point else tl.int32, BLOCK=config.block_size)
+    return _common.run(ctx, group, async_op, _common.fuse(config, input.nbytes), _reduce_scatter_kernel, programs,
+                       input, output, numel, members.tensor, members.size, members.index, ctx.get_rank(),
+                       ctx.get_heap_bases(), INTERLEAVED=interleaved, OP=op.value,
+                       ACC=tl.float32 if input.dtype.is_floating_point else tl.int32, BLOCK=config.block_size)

@@ -11,6 +11,8 @@ import math
 
 import torch
 
+from iris.memory.reserved import ReservedLayout
+
 MIN_ALIGNMENT = 256
 
 
@@ -26,12 +28,14 @@ class SymmetricHeap:
         nbytes: bytes of heap per rank that allocations may use.
         device: the heap's device.
         comm: the job's Communicator (creation is collective).
-        reserved: bytes past ``nbytes`` that Iris itself uses (barrier counters); see :meth:`internal`.
+        layout: the regions past ``nbytes`` that Iris itself uses (:mod:`iris.memory.reserved`);
+            see :meth:`region`.
     """
 
-    def __init__(self, backend, nbytes: int, device: torch.device, comm, reserved: int = 0):
+    def __init__(self, backend, nbytes: int, device: torch.device, comm, layout: ReservedLayout | None = None):
         self.size = nbytes
-        self.reserved = -(-reserved // MIN_ALIGNMENT) * MIN_ALIGNMENT
+        self.layout = layout or ReservedLayout([])
+        self.reserved = -(-self.layout.nbytes // MIN_ALIGNMENT) * MIN_ALIGNMENT
         self.device = device
         self._comm = comm
         self._memory = backend.create_heap(nbytes + self.reserved, device, comm)
@@ -47,10 +51,6 @@ class SymmetricHeap:
     @property
     def base(self) -> int:
         return self._memory.bases[self._comm.rank]
-
-    @property
-    def free_bytes(self) -> int:
-        return self.size - self._offset
 
     def allocate(self, shape: tuple[int, ...], dtype: torch.dtype, alignment: int = MIN_ALIGNMENT) -> torch.Tensor:
         """A new uninitialized tensor of ``shape`` and ``dtype`` on the heap.
@@ -71,13 +71,15 @@ class SymmetricHeap:
         region = self._memory.local[start : start + nbytes]
         return region.view(dtype).view(shape)
 
-    def internal(self, offset: int, count: int, dtype: torch.dtype) -> torch.Tensor:
-        """``count`` elements at ``offset`` of the reserved tail (the same place on every rank)."""
-        nbytes = count * _element_size(dtype)
-        if offset < 0 or offset + nbytes > self.reserved:
-            raise ValueError(f"internal region [{offset}, +{nbytes}) is outside the {self.reserved} reserved bytes")
+    def region(self, name: str) -> torch.Tensor:
+        """Reserved region ``name`` of the layout (the same offset on every rank), as a tensor.
+
+        Example:
+            >>> arrivals = heap.region("barrier.arrivals")
+        """
+        offset, count, dtype = self.layout.place(name)
         start = self.size + offset
-        return self._memory.local[start : start + nbytes].view(dtype)
+        return self._memory.local[start : start + count * _element_size(dtype)].view(dtype)
 
     def locate(self, address: int) -> tuple[int, int] | None:
         """(owning rank, heap offset) of an address in this process's view of any rank's heap, or None."""

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from iris.ccl import _common
-from iris.device_barrier import FUSED_PROGRAMS
+from iris.device.barrier import FUSED_PROGRAMS
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import INTERPRETED_TILE, check_operands
 from iris.runtime import interpreted
@@ -104,7 +103,7 @@ def check(what: str, ctx, output, A, B, bias, output_shape, symmetric_output: bo
         raise ValueError(f"{what}: bias must be 1-D of length {B.shape[1]} (B's columns) on {A.device}; got "
                          f"{tuple(getattr(bias, 'shape', ()))} on {getattr(bias, 'device', None)}")
     if symmetric_output:
-        _common.check_tensor(ctx, what, "output", output, (torch.float32, torch.bfloat16, torch.float16), True)
+        ctx.team.check_tensor(what, "output", output, (torch.float32, torch.bfloat16, torch.float16), True)
 
 
 def workspace_for(ctx, what: str, key: tuple, spec: dict[str, Buffer], workspace) -> Workspace:
@@ -120,6 +119,6 @@ def workspace_for(ctx, what: str, key: tuple, spec: dict[str, Buffer], workspace
 
 def barrier_arguments(ctx) -> tuple:
     """(members, count, index, cur, heap_bases, arrivals, expected) of every fused kernel: all ranks."""
-    members = _common.participants(ctx, None)
-    arrivals, expected, _, _ = ctx._device_barrier.arguments(None)
+    members = ctx.team.participants(None)
+    arrivals, expected, _, _ = ctx.team.barrier.arguments(None)
     return (members.tensor, members.size, members.index, ctx.get_rank(), ctx.get_heap_bases(), arrivals, expected)

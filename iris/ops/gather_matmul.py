@@ -31,9 +31,8 @@ import torch
 import triton
 import triton.language as tl
 
-import iris
-from iris.ccl import _common
-from iris.ccl._device import enter
+from iris.device import rma, sync
+from iris.device.barrier import GROUP_ARGS, enter
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import accumulate, add_bias, tile_count, tile_of
@@ -74,14 +73,14 @@ def _push_due(step, a, gathered, flags, M, K_r, split, stride_am, stride_ak, til
                 x = tl.load(a + rows[:, None].to(tl.int64) * stride_am + ks[None, :] * stride_ak, mask=mask)
                 place = index * slot + rows[:, None].to(tl.int64) * K_r + ks[None, :]
                 for i in range(1, count):
-                    iris.store(gathered + place, x, cur, tl.load(members + (index + i) % count), heap_bases,
+                    rma.store(gathered + place, x, cur, tl.load(members + (index + i) % count), heap_bases,
                                mask=mask)
             tl.debug_barrier()  # every thread's stores of the piece before the flags
             for i in range(1, count):
-                iris.signal(flags + row_block, 1, cur, tl.load(members + (index + i) % count), heap_bases, op="add")
+                sync.signal(flags + row_block, 1, cur, tl.load(members + (index + i) % count), heap_bases, op="add")
 
 
-@triton.jit(do_not_specialize=_common.GROUP_ARGS)
+@triton.jit(do_not_specialize=GROUP_ARGS)
 def _all_gather_matmul_kernel(a, b, out, bias, gathered, flags, calls, M, N, K_r, split, stride_am, stride_ak,
                               stride_bk, stride_bn, stride_om, stride_on, members, count, index, cur, heap_bases,
                               arrivals, expected, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, WORLD: tl.constexpr,
@@ -103,7 +102,7 @@ def _all_gather_matmul_kernel(a, b, out, bias, gathered, flags, calls, M, N, K_r
         acc = accumulate(acc, a, b + index * K_r * stride_bk, M, N, K_r, stride_am, stride_ak, stride_bk, stride_bn,
                          rows, cols, UPCAST, BLOCK_K)  # this rank's own slice: no wait
         if count > 1:
-            iris.wait_until(flags + tile_m, ">=", want)
+            sync.wait_until(flags + tile_m, ">=", want)
             tl.debug_barrier()  # the acquire before any thread reads the gathered slices
         for i in range(1, count):
             position = (index + i) % count
@@ -178,6 +177,6 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
         A_shard, B, output, bias if bias is not None else output, workspace.gathered, workspace.flags,
         workspace.calls, M, N, K_r, split, A_shard.stride(0), A_shard.stride(1), B.stride(0), B.stride(1),
         output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), HAS_BIAS=bias is not None,
-        UPCAST=interpreted(), WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx._device_barrier.block,
+        UPCAST=interpreted(), WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block,
         num_warps=config.num_warps, num_stages=config.num_stages, **tile)
     workspace.calls.add_(1)  # on the stream, after the launch: the next call waits for one more round

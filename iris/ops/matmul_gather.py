@@ -28,16 +28,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-import iris
-from iris.ccl import _common
-from iris.ccl._device import enter, leave
+from iris.device import rma
+from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import add_bias, tile_count, tile_of, tile_product
 from iris.runtime import interpreted
 
 
-@triton.jit(do_not_specialize=_common.GROUP_ARGS)
+@triton.jit(do_not_specialize=GROUP_ARGS)
 def _matmul_gather_kernel(a, b, out, bias, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
                           members, count, index, cur, heap_bases, arrivals, expected, ALONG_M: tl.constexpr,
                           HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, WORLD: tl.constexpr,
@@ -58,7 +57,7 @@ def _matmul_gather_kernel(a, b, out, bias, M, N, K, stride_am, stride_ak, stride
         else:
             place = rows[:, None].to(tl.int64) * stride_om + (cols[None, :] + index * N) * stride_on
         for i in range(0, count):  # start at a different member on every rank
-            iris.store(out + place, value, cur, tl.load(members + (index + i) % count), heap_bases, mask=mask)
+            rma.store(out + place, value, cur, tl.load(members + (index + i) % count), heap_bases, mask=mask)
     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK)
 
 
@@ -84,4 +83,4 @@ def run(what: str, along_m: bool, ctx, output, A, B, bias=None, async_op=False, 
         A, B, output, bias if bias is not None else output, M, N, A.shape[1], A.stride(0), A.stride(1), B.stride(0),
         B.stride(1), output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), ALONG_M=along_m,
         HAS_BIAS=bias is not None, UPCAST=interpreted(), WORLD=ctx.get_num_ranks(), EXIT_BARRIER=not async_op,
-        BARRIER_BLOCK=ctx._device_barrier.block, num_warps=config.num_warps, num_stages=config.num_stages, **tile)
+        BARRIER_BLOCK=ctx.team.barrier.block, num_warps=config.num_warps, num_stages=config.num_stages, **tile)

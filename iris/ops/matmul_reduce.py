@@ -19,7 +19,7 @@ same id on another rank. Per output tile, each program:
    bias and writes the output.
 
 Before its first store a program passes a barrier with the programs of the same id on the other
-ranks (:func:`iris.ccl._device.enter`): every member's previous call has ended, so nobody still
+ranks (:func:`iris.device.barrier.enter`): every member's previous call has ended, so nobody still
 reads a slot about to be overwritten. Nothing waits after the last tile: each rank's output is
 complete when its kernel ends.
 
@@ -44,9 +44,8 @@ import torch
 import triton
 import triton.language as tl
 
-import iris
-from iris.ccl import _common
-from iris.ccl._device import enter
+from iris.device import rma, sync
+from iris.device.barrier import GROUP_ARGS, enter
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import add_bias, tile_count, tile_of, tile_product
@@ -76,7 +75,7 @@ def _announce(tile, tiles_m, tiles_n, flags, N, width, members, count, index, cu
         position = (index + i) % count
         lo, own = _owned(position, N, width, SCATTER)
         if _meets(tile_n, lo, own, BLOCK_N):
-            iris.signal(flags + tile, 1, cur, tl.load(members + position), heap_bases, op="add")
+            sync.signal(flags + tile, 1, cur, tl.load(members + position), heap_bases, op="add")
 
 
 @triton.jit
@@ -88,7 +87,7 @@ def _finish(tile, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, widt
     lo, own = _owned(index, N, width, SCATTER)
     if _meets(tile_n, lo, own, BLOCK_N):
         want = tl.load(seen + tile) + count - 1
-        iris.wait_until(flags + tile, ">=", want)
+        sync.wait_until(flags + tile, ">=", want)
         tl.store(seen + tile, want)
         tl.debug_barrier()  # the acquire before any thread reads the slots
         rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -114,10 +113,10 @@ def _push(part, rows, cols, tile_n, partials, M, N, width, members, count, index
         if _meets(tile_n, lo, own, BLOCK_N):
             mask = (rows[:, None] < M) & (cols[None, :] >= lo) & (cols[None, :] < lo + own)
             place = index * (tl.cast(M, tl.int64) * own) + rows[:, None].to(tl.int64) * own + (cols[None, :] - lo)
-            iris.store(partials + place, part, cur, tl.load(members + position), heap_bases, mask=mask)
+            rma.store(partials + place, part, cur, tl.load(members + position), heap_bases, mask=mask)
 
 
-@triton.jit(do_not_specialize=_common.GROUP_ARGS)
+@triton.jit(do_not_specialize=GROUP_ARGS)
 def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, stage, ready, calls, M, N, K, width, stride_am,
                           stride_ak, stride_bk, stride_bn, stride_om, stride_on, members, count, index, cur,
                           heap_bases, arrivals, expected, SCATTER: tl.constexpr, HAS_BIAS: tl.constexpr,
@@ -169,7 +168,7 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, stage, ready, 
             tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
             rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
             cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-            iris.wait_until(ready + tile, "==", epoch, scope="gpu")
+            sync.wait_until(ready + tile, "==", epoch, scope="gpu")
             tl.debug_barrier()  # the acquire before any thread reads the staged tile
             part = tl.load(stage + rows[:, None].to(tl.int64) * N + cols[None, :],
                            mask=(rows[:, None] < M) & (cols[None, :] < N))
@@ -244,7 +243,7 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
         stage, ready, calls, M, N, A.shape[1], width, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
         output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), SCATTER=scatter,
         HAS_BIAS=bias is not None, UPCAST=interpreted(), WORLD=ctx.get_num_ranks(),
-        BARRIER_BLOCK=ctx._device_barrier.block, COMM_PROGRAMS=comm, num_warps=config.num_warps,
+        BARRIER_BLOCK=ctx.team.barrier.block, COMM_PROGRAMS=comm, num_warps=config.num_warps,
         num_stages=config.num_stages, **tile)
     if comm:
         calls.add_(1)  # on the stream, after the launch: the next call's tiles carry the next epoch

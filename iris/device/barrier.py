@@ -1,8 +1,8 @@
-"""Device helpers every collective kernel shares: the fused form's barriers.
+"""The fused barrier every collective and fused-op kernel shares (device side).
 
 A collective kernel runs either as many programs between two ``device_barrier`` launches, or
 ``FUSED``: one launch instead of three, for small messages. There each of its programs (at most
-:data:`iris.device_barrier.FUSED_PROGRAMS`) enters a barrier with the programs of the same id on
+:data:`FUSED_PROGRAMS`) enters a barrier with the programs of the same id on
 the other members, does its share of the pieces, and leaves through that barrier again.
 
 Why program-wise barriers suffice: program p of every member uses barrier slot p. Entering, it
@@ -12,12 +12,31 @@ done with all of its reads and writes. Once every program of a member has left, 
 every other member is done touching that member's memory. No program waits for another program
 of its own launch, so the programs need not run at the same time. Every member must launch the
 same number of programs.
+
+Example (a kernel's skeleton; the host passes the team's barrier arguments):
+    >>> @triton.jit(do_not_specialize=GROUP_ARGS)
+    ... def kernel(..., members, count, index, cur, heap_bases, arrivals, expected, pieces,
+    ...            FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr):
+    ...     if FUSED:
+    ...         enter(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
+    ...     ...  # this program's pieces
+    ...     if FUSED:
+    ...         leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK)
 """
 
 import triton
 import triton.language as tl
 
 from iris.device.sync import barrier_round
+
+# Barrier slots: slot 0 is device_barrier's own; a fused kernel's program p uses slot p, so a fused
+# launch has at most this many programs.
+FUSED_PROGRAMS = 128
+
+# Kernel arguments that name ranks or the group's size: kept generic, so one compilation serves every
+# rank and group (Triton would otherwise specialize on a value of 1). Use as
+# ``@triton.jit(do_not_specialize=GROUP_ARGS)``.
+GROUP_ARGS = ("count", "index", "cur")
 
 
 @triton.jit

@@ -1,0 +1,112 @@
+"""The team handle: what collectives and fused ops need of a context, and nothing more.
+
+In the spirit of torch's symmetric-memory handle: this rank, the world, the heap and its bases,
+the device barrier's state, the collectives' reserved regions (lock words, ring flags) and the
+groups' member tensors. ``Iris`` composes a heap and a team (``ctx.team``); ``iris.ccl`` and
+``iris.ops`` reach the job through it, never through the context's private attributes.
+
+Example:
+    >>> team = ctx.team
+    >>> members = team.participants(None)          # all ranks: .ranks, .index, .size, .tensor
+    >>> arrivals, expected, _, _ = team.barrier.arguments(None)
+    >>> team.lock_words.shape                      # torch.Size([4096]), int32, on the heap
+"""
+
+from __future__ import annotations
+
+import torch
+import triton.language as tl
+
+from iris import debug as debug_mode
+from iris.device.barrier import FUSED_PROGRAMS
+from iris.device_barrier import DeviceBarrier
+from iris.memory.reserved import ReservedLayout
+
+# all_reduce's spinlock words (int32) per rank: block b of an output is guarded by word b % LOCK_WORDS
+# of its member.
+LOCK_WORDS = tl.constexpr(4096)
+
+
+def reserved_layout(world_size: int) -> ReservedLayout:
+    """The heap's reserved tail of a team of ``world_size`` ranks (the same on every rank)."""
+    return ReservedLayout([
+        ("barrier.arrivals", world_size * FUSED_PROGRAMS, torch.int64),  # [slot][rank], see iris.device_barrier
+        ("ccl.locks", LOCK_WORDS.value, torch.int32),
+        ("ccl.ring_flags", FUSED_PROGRAMS, torch.int64),  # a program's counter: its left neighbour adds 1 per step
+    ])
+
+
+class Participants:
+    """This rank's view of a group: the member ranks, its index, their device tensor.
+
+    Made once per group and team (:meth:`Team.participants`): a collective then copies nothing from
+    the host, so it can be captured in a CUDA graph.
+    """
+
+    def __init__(self, rank: int, ranks: tuple[int, ...], tensor: torch.Tensor):
+        self.ranks = ranks
+        self.index = ranks.index(rank)
+        self.size = len(ranks)
+        self.tensor = tensor
+
+
+class Team:
+    """One rank's handle on the job's ranks and their heaps (``ctx.team``); see :mod:`iris.team`.
+
+    Args:
+        heap: this rank's SymmetricHeap, laid out with :func:`reserved_layout`.
+        rank, world_size: this rank and the job's size.
+        backend: the runtime Backend (device count, synchronize).
+        heap_bases: every rank's heap base, int64, on the heap's device.
+    """
+
+    def __init__(self, heap, rank: int, world_size: int, backend, heap_bases: torch.Tensor):
+        self.heap = heap
+        self.rank = rank
+        self.world_size = world_size
+        self.backend = backend
+        self.device = heap.device
+        self.heap_bases = heap_bases
+        self.barrier = DeviceBarrier(heap.region("barrier.arrivals"), rank, world_size, heap_bases)
+        self.lock_words = heap.region("ccl.locks")
+        self.ring_flags = heap.region("ccl.ring_flags")
+        self.lock_words.zero_()  # the reserved tail is not zeroed by the allocator
+        self.ring_flags.zero_()
+        self.ring_counts = torch.zeros_like(self.ring_flags)  # local: what each ring program has seen so far
+        self._participants: dict[tuple[int, ...], Participants] = {}
+
+    def participants(self, group) -> Participants:
+        """The (cached) :class:`Participants` of ``group`` (None: all ranks); checks membership first."""
+        ranks = self.barrier.members_of(group)  # checked: torch.distributed, membership
+        found = self._participants.get(ranks)
+        if found is None:  # the device barrier's own member tensor: the same ranks in the same order
+            found = self._participants[ranks] = Participants(self.rank, ranks, self.barrier.arguments(group)[2])
+        return found
+
+    def check_tensor(self, what: str, name: str, tensor: torch.Tensor, dtypes, symmetric: bool) -> None:
+        """Errors before any launch: wrong type, dtype, device, layout, or not on the heap."""
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{what}: {name} must be a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.dtype not in dtypes:
+            names = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+            raise TypeError(f"{what}: {name} has dtype {str(tensor.dtype).removeprefix('torch.')}; supported: {names}")
+        if tensor.device != self.device:
+            raise ValueError(f"{what}: {name} is on {tensor.device}, this rank's heap is on {self.device}")
+        if not tensor.is_contiguous():
+            raise ValueError(f"{what}: {name} must be contiguous (call .contiguous() on it first)")
+        if symmetric and tensor.numel() and not self.heap.contains(tensor):  # an empty tensor is never reached
+            raise ValueError(f"{what}: {name} is not on the symmetric heap, so other ranks cannot reach it; "
+                             "allocate it with ctx.empty/ctx.zeros(...), or copy it into a heap buffer made once "
+                             "(stage = ctx.empty_like(tensor); stage.copy_(tensor)) and pass that")
+
+    def raise_if_a_wait_timed_out(self) -> None:
+        """In debug mode, raise what this rank's kernels reported (a wait that gave up, a bad access)."""
+        if debug_mode.enabled():
+            debug_mode.raise_if_reported(self.rank, self.heap)
+
+    def diagnose_now_in_debug(self) -> None:
+        """In debug mode, wait for this device and raise what its kernels reported: the host trades its
+        freedom for an immediate diagnosis (device_barrier, collectives and fused ops call this after launching)."""
+        if debug_mode.enabled():
+            self.backend.synchronize(self.device)
+            self.raise_if_a_wait_timed_out()

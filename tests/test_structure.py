@@ -1,0 +1,122 @@
+"""The import rules of the package, read from the source (module-level imports):
+
+- no import cycle between Iris's modules;
+- no module imports another package's private module (``iris.ccl._common`` from ``iris.ops``);
+- plug-ins (``iris.ccl``, ``iris.ops``) import what they use by name, never the ``iris`` root,
+  and the context facade (``iris.context``) imports neither plug-in (``ctx.ccl`` / ``ctx.ops`` are
+  imported when first used).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "iris"
+PLUG_INS = ("iris.ccl", "iris.ops")
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+MODULES = _modules()
+
+
+def _module_level_nodes(tree: ast.Module):
+    """Statements run at import: the module's body, including inside its if/try blocks (not functions)."""
+    pending = list(tree.body)
+    while pending:
+        node = pending.pop()
+        yield node
+        if isinstance(node, (ast.If, ast.Try)):
+            pending.extend(node.body + node.orelse + getattr(node, "finalbody", []))
+            for handler in getattr(node, "handlers", []):
+                pending.extend(handler.body)
+
+
+def imports_of(name: str) -> set[str]:
+    """The Iris modules ``name`` imports when it is imported."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in _module_level_nodes(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                found.add(full if full in MODULES else base)
+    return {m for m in found if m in MODULES and m != name}
+
+
+GRAPH = {name: imports_of(name) for name in MODULES}
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, cycles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(GRAPH[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(GRAPH):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_the_rules_see_imports():
+    """The reader finds what it must (else the rules below would pass on nothing)."""
+    assert "iris.runtime" in GRAPH["iris"] and "iris.device.sync" in GRAPH["iris.device_barrier"]
+
+
+def test_no_import_cycle():
+    assert _cycles() == []
+
+
+def test_no_module_imports_another_packages_private_module():
+    offences = []
+    for name, imported in GRAPH.items():
+        for target in imported:
+            owner, _, leaf = target.rpartition(".")
+            if leaf.startswith("_") and not leaf.startswith("__") and not (name == owner or
+                                                                          name.startswith(owner + ".")):
+                offences.append(f"{name} imports {target}")
+    assert offences == []
+
+
+def test_plug_ins_import_by_name_and_the_facade_imports_no_plug_in():
+    offences = [f"{name} imports the iris root" for name in GRAPH
+                if name.startswith(PLUG_INS) and "iris" in GRAPH[name]]
+    offences += [f"iris.context imports {m}" for m in GRAPH["iris.context"] if m.startswith(PLUG_INS)]
+    assert offences == []
