@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 
-from iris.runtime.shm import remove_job_segments, remove_stale_segments
+from iris.runtime.shm import remove_stale_segments
 
 TIMEOUT_EXIT_CODE = 124
 STOP_GRACE_SECONDS = 5.0
@@ -215,7 +215,7 @@ def run(nprocs: int, command: list[str], timeout: float | None = None, sink=None
         _stop(procs, stop_with)
         for t in pumps:
             t.join(timeout=5)
-        remove_job_segments(job)
+        remove_stale_segments(f"{job}_*")  # every rank has exited: the job's segments are stale
         for s, handler in previous.items():
             signal.signal(s, handler)
     return code

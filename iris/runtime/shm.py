@@ -154,15 +154,3 @@ def remove_stale_segments(pattern: str = "*") -> list[str]:
         finally:
             os.close(fd)
     return removed
-
-
-def remove_job_segments(job: str) -> list[str]:
-    """Delete every segment of job ``job`` (its ranks have all exited), locked or not; returns their paths."""
-    removed = []
-    for path in glob.glob(os.path.join(SHM_DIRECTORY, f"{SEGMENT_PREFIX}{job}_*")):
-        try:
-            os.unlink(path)
-            removed.append(path)
-        except FileNotFoundError:
-            pass
-    return removed

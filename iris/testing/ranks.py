@@ -110,7 +110,7 @@ class RankPool:
 
     def close(self) -> None:
         """Stop every rank (politely, then by force) and remove the job's shared memory."""
-        from iris.launch import remove_job_segments
+        from iris.runtime.shm import remove_stale_segments
 
         for conn in self._conns:
             try:
@@ -126,7 +126,7 @@ class RankPool:
         for conn in self._conns:
             conn.close()
         if self.job:
-            remove_job_segments(self.job)
+            remove_stale_segments(f"{self.job}_*")  # the ranks have exited: their segments are stale
             for rank in range(self.world_size):
                 try:
                     os.remove(_stack_file(self.job, rank))
