@@ -25,13 +25,10 @@ def _all_gather_piece(pid, src, dst, numel, members, count, index, cur, heap_bas
 def _all_gather_kernel(src, dst, numel, members, count, index, cur, heap_bases, arrivals, expected, programs,
                        FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr,
                        BARRIER_BLOCK: tl.constexpr, BLOCK: tl.constexpr):
-    if FUSED:
-        enter(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
-        for pid in range(tl.program_id(0), programs, tl.num_programs(0)):
-            _all_gather_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, BLOCK)
-        leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK)
-    else:
-        _all_gather_piece(tl.program_id(0), src, dst, numel, members, count, index, cur, heap_bases, BLOCK)
+    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK)
+    for pid in range(tl.program_id(0), programs, tl.num_programs(0)):  # skeleton: iris.device.barrier
+        _all_gather_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, BLOCK)
+    leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK)
 
 
 def all_gather(output, input, ctx, group=None, async_op=False, config=None):

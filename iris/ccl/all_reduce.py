@@ -201,25 +201,21 @@ def _all_reduce_kernel(src, dst, numel, chunk, members, count, index, cur, heap_
                        expected, programs, FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr,
                        BARRIER_BLOCK: tl.constexpr, VARIANT: tl.constexpr, OP: tl.constexpr, ACC: tl.constexpr,
                        BLOCK: tl.constexpr):
-    if FUSED:
-        if (VARIANT == "atomic") or (VARIANT == "spinlock"):
-            for pid in range(tl.program_id(0), programs, tl.num_programs(0)):
-                _seed_piece(pid, src, dst, numel, BLOCK)
-        enter(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
-        if VARIANT == "ring":
-            seen = tl.load(counts + tl.program_id(0))  # this program's flag count before this call
-            for pid in range(tl.program_id(0), programs, tl.num_programs(0)):
-                seen = _ring_piece(pid, src, dst, numel, chunk, members, count, index, cur, heap_bases, flags, seen,
-                                   OP, ACC, BLOCK)
-            tl.store(counts + tl.program_id(0), seen)
-        else:
-            for pid in range(tl.program_id(0), programs, tl.num_programs(0)):
-                _all_reduce_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, locks, VARIANT, OP,
-                                  ACC, BLOCK)
-        leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK)
+    if (VARIANT == "atomic") or (VARIANT == "spinlock"):  # fused only: seed the output, then enter
+        for pid in range(tl.program_id(0), programs, tl.num_programs(0)):
+            _seed_piece(pid, src, dst, numel, BLOCK)
+    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK)
+    if VARIANT == "ring":  # fused only
+        seen = tl.load(counts + tl.program_id(0))  # this program's flag count before this call
+        for pid in range(tl.program_id(0), programs, tl.num_programs(0)):
+            seen = _ring_piece(pid, src, dst, numel, chunk, members, count, index, cur, heap_bases, flags, seen,
+                               OP, ACC, BLOCK)
+        tl.store(counts + tl.program_id(0), seen)
     else:
-        _all_reduce_piece(tl.program_id(0), src, dst, numel, members, count, index, cur, heap_bases, locks, VARIANT,
-                          OP, ACC, BLOCK)
+        for pid in range(tl.program_id(0), programs, tl.num_programs(0)):  # skeleton: iris.device.barrier
+            _all_reduce_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, locks, VARIANT, OP,
+                              ACC, BLOCK)
+    leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK)
 
 
 def choose_variant(nbytes: int, in_place: bool, world_size: int) -> str:

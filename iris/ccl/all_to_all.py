@@ -28,15 +28,11 @@ def _all_to_all_piece(pid, src, dst, rows, width, column_blocks, members, count,
 def _all_to_all_kernel(src, dst, rows, width, column_blocks, members, count, index, cur, heap_bases, arrivals,
                        expected, programs, FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr,
                        WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    if FUSED:
-        enter(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
-        for pid in range(tl.program_id(0), programs, tl.num_programs(0)):
-            _all_to_all_piece(pid, src, dst, rows, width, column_blocks, members, count, index, cur, heap_bases,
-                              BLOCK_M, BLOCK_N)
-        leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK)
-    else:
-        _all_to_all_piece(tl.program_id(0), src, dst, rows, width, column_blocks, members, count, index, cur,
-                          heap_bases, BLOCK_M, BLOCK_N)
+    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK)
+    for pid in range(tl.program_id(0), programs, tl.num_programs(0)):  # skeleton: iris.device.barrier
+        _all_to_all_piece(pid, src, dst, rows, width, column_blocks, members, count, index, cur, heap_bases,
+                          BLOCK_M, BLOCK_N)
+    leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK)
 
 
 def all_to_all(output, input, ctx, group=None, async_op=False, config=None):

@@ -40,15 +40,11 @@ def _reduce_scatter_kernel(src, dst, numel, members, count, index, cur, heap_bas
                            FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr,
                            BARRIER_BLOCK: tl.constexpr, INTERLEAVED: tl.constexpr, OP: tl.constexpr,
                            ACC: tl.constexpr, BLOCK: tl.constexpr):
-    if FUSED:
-        enter(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
-        for pid in range(tl.program_id(0), programs, tl.num_programs(0)):
-            _reduce_scatter_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, INTERLEAVED, OP,
-                                  ACC, BLOCK)
-        leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK)
-    else:
-        _reduce_scatter_piece(tl.program_id(0), src, dst, numel, members, count, index, cur, heap_bases,
-                              INTERLEAVED, OP, ACC, BLOCK)
+    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK)
+    for pid in range(tl.program_id(0), programs, tl.num_programs(0)):  # skeleton: iris.device.barrier
+        _reduce_scatter_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, INTERLEAVED, OP, ACC,
+                              BLOCK)
+    leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK)
 
 
 def reduce_scatter(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, config=None):

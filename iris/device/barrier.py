@@ -13,15 +13,19 @@ every other member is done touching that member's memory. No program waits for a
 of its own launch, so the programs need not run at the same time. Every member must launch the
 same number of programs.
 
-Example (a kernel's skeleton; the host passes the team's barrier arguments):
+Every collective's kernel has the one skeleton below, fused or not (``iris.ccl._common.run``
+launches it): unfused, the grid has one program per piece, so the loop runs once and both
+barriers are compiled out; fused, at most FUSED_PROGRAMS programs share the pieces between the
+barriers.
+
+Example:
     >>> @triton.jit(do_not_specialize=GROUP_ARGS)
     ... def kernel(..., members, count, index, cur, heap_bases, arrivals, expected, pieces,
     ...            FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr):
-    ...     if FUSED:
-    ...         enter(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
-    ...     ...  # this program's pieces
-    ...     if FUSED:
-    ...         leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK)
+    ...     enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK)
+    ...     for pid in range(tl.program_id(0), pieces, tl.num_programs(0)):
+    ...         ...  # piece pid
+    ...     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK)
 """
 
 import triton
@@ -40,11 +44,14 @@ GROUP_ARGS = ("count", "index", "cur")
 
 
 @triton.jit
-def enter(arrivals, expected, members, count, cur, heap_bases, WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr):
-    """This program's entry barrier (slot ``program_id``): every member's buffers are ready."""
-    slot = tl.program_id(0) * WORLD  # the slots' counters lie one world's worth apart
-    barrier_round(arrivals + slot, expected + slot, members, count, cur, heap_bases, BARRIER_BLOCK)
-    tl.debug_barrier()  # the waiting lanes' acquire, before any thread of the program touches a peer
+def enter(arrivals, expected, members, count, cur, heap_bases, WORLD: tl.constexpr, ENTER_BARRIER: tl.constexpr,
+          BARRIER_BLOCK: tl.constexpr):
+    """This program's entry barrier (slot ``program_id``), when ``ENTER_BARRIER`` (a fused launch):
+    every member's buffers are ready."""
+    if ENTER_BARRIER:
+        slot = tl.program_id(0) * WORLD  # the slots' counters lie one world's worth apart
+        barrier_round(arrivals + slot, expected + slot, members, count, cur, heap_bases, BARRIER_BLOCK)
+        tl.debug_barrier()  # the waiting lanes' acquire, before any thread of the program touches a peer
 
 
 @triton.jit

@@ -88,7 +88,7 @@ def _all_gather_matmul_kernel(a, b, out, bias, gathered, flags, calls, M, N, K_r
                               BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
-    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
+    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK)
     want = (tl.load(calls) + 1) * (count - 1) * split  # every piece of a row block, from every other member
     slot = tl.cast(M, tl.int64) * K_r
     step = 0

@@ -44,7 +44,7 @@ def _matmul_gather_kernel(a, b, out, bias, M, N, K, stride_am, stride_ak, stride
                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
-    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
+    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK)
     for tile in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
         tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
         acc, rows, cols = tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m, tile_n,

@@ -140,7 +140,7 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, stage, ready, 
                 tl.debug_barrier()  # every thread's stores of the tile before its flag
                 tl.atomic_xchg(ready + tile, epoch, sem="release", scope="gpu")
         else:  # compute and communicate: push each tile, count and sum it one tile later
-            enter(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
+            enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK)
             previous = -1
             for tile in range(pid, tiles, compute):
                 tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
@@ -161,7 +161,7 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, stage, ready, 
                 _finish(previous, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om,
                         stride_on, count, index, SCATTER, HAS_BIAS, BLOCK_M, BLOCK_N, GROUP_M)
     else:  # communicate only (workgroup specialization): wait for staged tiles, push, count and sum them
-        enter(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
+        enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK)
         epoch = tl.load(calls) + 1
         previous = -1
         for tile in range(pid - compute, tiles, COMM_PROGRAMS):
