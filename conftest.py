@@ -5,14 +5,14 @@ backend launches for those GPU targets before running it (iris.runtime.cross_com
 session ends with a count of what was compiled per target.
 """
 
-import os
 import time
 
-from iris.runtime.cross_compile import TARGETS_ENV, enable, summary
+from iris.config import cross_compile_targets
+from iris.runtime.cross_compile import enable, summary
 
 
 def pytest_addoption(parser):
-    parser.addoption("--cross-compile", default=os.environ.get(TARGETS_ENV, ""), metavar="TARGETS",
+    parser.addoption("--cross-compile", default=cross_compile_targets(), metavar="TARGETS",
                      help="compile every kernel launched on the CPU backend for these GPU targets first, e.g. "
                           "cuda:90,hip:gfx942 (default: $IRIS_CROSS_COMPILE)")
 

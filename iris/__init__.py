@@ -7,7 +7,10 @@ or the same through :class:`iris.DeviceContext`.
 
 Importing iris picks the backend (IRIS_BACKEND=cuda|hip|cpu, else what torch
 sees) and, on the CPU backend, turns on Triton's interpreter: import iris
-before defining kernels.
+before defining kernels. That switch (and the cross-compile gate, where
+IRIS_CROSS_COMPILE asks for it) is all an import changes outside iris; the rest
+(Triton's compile cache, the logger, the launcher's stack dumps) is set up by the
+first ``iris.iris(...)``.
 """
 
 from iris import runtime as _runtime  # noqa: F401  (must come first: may enable the interpreter)
@@ -35,9 +38,6 @@ from iris.device import (
 )
 from iris.debug import DeviceAccessError, WaitTimeoutError
 from iris.logging import DEBUG, ERROR, INFO, WARNING, set_logger_level
-from iris.launch import enable_stack_dumps as _enable_stack_dumps
-
-_enable_stack_dumps()  # under `iris run` only: SIGUSR1 prints the stacks (the launcher's timeout sends it)
 
 __version__ = "0.1.0"
 

@@ -7,10 +7,11 @@ import numbers
 
 import torch
 
-from iris import runtime, sim
+from iris import config, runtime, sim
 from iris.device.context import build_context_tensor
 from iris import debug as debug_mode
 from iris.distributed import init_distributed
+from iris.launch import enable_stack_dumps
 from iris.logging import log
 from iris.memory.heap import SymmetricHeap
 from iris.memory.tensors import TensorFactories
@@ -56,6 +57,7 @@ class Iris(TensorFactories):
 
     def __init__(self, heap_size: int = 1 << 30, allocator_type: str = "torch", debug: bool = False):
         _validate(heap_size, allocator_type, debug)
+        enable_stack_dumps()  # under `iris run` only: SIGUSR1 prints the stacks (the launcher's timeout sends it)
         backend = runtime.get_backend()
         comm = init_distributed(backend.name, backend.device_for)
         sizes = comm.all_gather_object(int(heap_size))
@@ -79,10 +81,10 @@ class Iris(TensorFactories):
         self.heap_bases = torch.tensor(self.heap.bases, dtype=torch.int64, device=device)
         self.team = Team(self.heap, self.cur_rank, self.num_ranks, backend, self.heap_bases)
         self._ccl = self._ops = None  # made on first use (ctx.ccl, ctx.ops)
-        if debug or debug_mode.requested_by_environment():
+        if debug or config.debug_requested():
             debug_mode.enable(device, self.num_ranks, self.heap.size + self.heap.reserved)
         self._device_context = build_context_tensor(self.cur_rank, self.num_ranks, self.heap.bases, device)
-        if sim.simulation_enabled():
+        if config.simulation():
             sim.write_heap_bases(self.cur_rank, self.num_ranks, self.heap.bases)
         self.debug(f"{backend.name} heap of {self.heap_size} bytes at {hex(self.heap.base)} on {device}")
         comm.barrier()

@@ -25,11 +25,10 @@ Record layout (int64[16], one per process, never freed so its address stays cons
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton.language as tl
 
+from iris import config
 from iris.device import rma, sync
 
 _record: torch.Tensor | None = None
@@ -41,21 +40,6 @@ class WaitTimeoutError(RuntimeError):
 
 class DeviceAccessError(RuntimeError):
     """Debug mode caught a device access to a rank outside the world or outside the heap."""
-
-
-def requested_by_environment() -> bool:
-    return os.environ.get("IRIS_DEBUG", "0").strip().lower() in ("1", "true", "yes", "on")
-
-
-def wait_timeout_s() -> float:
-    text = os.environ.get("IRIS_WAIT_TIMEOUT", "10")
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"IRIS_WAIT_TIMEOUT={text!r} must be a number of seconds") from None
-    if value <= 0:
-        raise ValueError(f"IRIS_WAIT_TIMEOUT={text!r} must be positive")
-    return value
 
 
 def enabled() -> bool:
@@ -76,7 +60,7 @@ def enable(device: torch.device, world_size: int, heap_bytes: int) -> None:
 
 
 def _set_constants(on: bool, record_address: int) -> None:
-    sync.WAIT_TIMEOUT_NS = tl.constexpr(int(wait_timeout_s() * 1e9))
+    sync.WAIT_TIMEOUT_NS = tl.constexpr(int(config.wait_timeout_s() * 1e9))
     rma.RECORD_ADDRESS = tl.constexpr(record_address if on else 0)
     rma.DEBUG = tl.constexpr(on)
     sync.DEBUG = tl.constexpr(on)

@@ -15,13 +15,12 @@ barrier. ``init_distributed`` finds the right source, in this order:
 from __future__ import annotations
 
 import atexit
-import os
 from typing import Any
 
 import torch.distributed as dist
 
-_TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-_MPI_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE")
+from iris import config
+
 
 
 class Communicator:
@@ -134,14 +133,7 @@ def job_world_size() -> int:
     """
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size()
-    for name in ("WORLD_SIZE",) + _MPI_SIZE_VARS:
-        if name in os.environ:
-            return int(os.environ[name])
-    return 1
-
-
-def launched_by_mpi() -> bool:
-    return any(v in os.environ for v in _MPI_SIZE_VARS)
+    return config.launcher_world_size() or 1
 
 
 def _destroy_process_group() -> None:
@@ -160,8 +152,9 @@ def init_distributed(backend_name: str, device_for_rank) -> Communicator:
     """
     if dist.is_available() and dist.is_initialized():
         return TorchCommunicator()
-    if all(v in os.environ for v in _TORCHRUN_VARS):
-        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    launched = config.launcher_rank_and_world()
+    if launched:
+        rank, world = launched
         device = device_for_rank(rank)
         shares_devices = len({device_for_rank(r) for r in range(world)}) < world
         if device.type == "cpu" or shares_devices:
@@ -174,6 +167,6 @@ def init_distributed(backend_name: str, device_for_rank) -> Communicator:
         # active exception"), and NCCL warns that the group was never destroyed.
         atexit.register(_destroy_process_group)
         return TorchCommunicator()
-    if launched_by_mpi():
+    if config.launched_by_mpi():
         return MpiCommunicator()
     return SoloCommunicator()

@@ -30,24 +30,24 @@ import threading
 import time
 import uuid
 
+from iris import config
 from iris.runtime.shm import remove_stale_segments
 
 TIMEOUT_EXIT_CODE = 124
 STOP_GRACE_SECONDS = 5.0
 STACK_DUMP_SECONDS = 2.0  # how long a timed-out rank gets to print its stacks
-STACKS_ENV = "IRIS_STACKS_ON_SIGUSR1"
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 CRASH_SIGNALS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def enable_stack_dumps() -> None:
-    """Under ``iris run``, make SIGUSR1 print every thread's Python stack to stderr (called by ``import iris``).
+    """Under ``iris run``, make SIGUSR1 print every thread's Python stack to stderr (called by ``iris.iris()``).
 
     The launcher sends SIGUSR1 to the ranks still running at its timeout, so a hang says where
     each rank waits. faulthandler writes from its signal handler, also while the rank blocks in C.
     """
-    if os.environ.get(STACKS_ENV) == "1":
+    if config.stack_dumps_requested():
         import faulthandler
 
         faulthandler.register(signal.SIGUSR1, all_threads=True)
@@ -60,14 +60,12 @@ def free_port() -> int:
 
 
 def rank_environment(rank: int, world: int, port: int, job: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
+    return config.child_environment(
         RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), IRIS_JOB_ID=job, PYTHONUNBUFFERED="1",
+        IRIS_STACKS_ON_SIGUSR1="1",
+        PYTHONFAULTHANDLER="1",  # a segmentation fault prints the rank's Python stack
     )
-    env[STACKS_ENV] = "1"
-    env["PYTHONFAULTHANDLER"] = "1"  # a segmentation fault prints the rank's Python stack
-    return env
 
 
 class _Stopped(Exception):

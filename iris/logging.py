@@ -1,14 +1,16 @@
 """Rank-aware logging: every line reads ``[Iris] [rank/world] message``.
 
 The level comes from IRIS_LOG_LEVEL (DEBUG, INFO, WARNING, ERROR; default
-WARNING) and can be changed with :func:`set_logger_level`.
+WARNING) and can be changed with :func:`set_logger_level`. The ``iris`` logger is set
+up when Iris first logs or :func:`set_logger_level` is called, not at import.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import sys
+
+from iris import config
 
 DEBUG, INFO, WARNING, ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
 
@@ -23,7 +25,7 @@ class _RankFormatter(logging.Formatter):
 
 
 def _level_from_env() -> int:
-    name = os.environ.get("IRIS_LOG_LEVEL", "WARNING").strip().upper()
+    name = config.log_level_name()
     level = logging.getLevelName(name)
     if not isinstance(level, int):
         raise ValueError(f"IRIS_LOG_LEVEL={name!r} is not a level; use DEBUG, INFO, WARNING or ERROR")
@@ -42,12 +44,22 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
-if not logger.handlers:
-    _handler = _StderrHandler()
-    _handler.setFormatter(_RankFormatter())
-    logger.addHandler(_handler)
-    logger.propagate = False
-logger.setLevel(_level_from_env())
+_configured = False
+
+
+def _configure() -> None:
+    """Give the ``iris`` logger its rank-tagged stderr handler and IRIS_LOG_LEVEL's level (once)."""
+    global _configured
+    if _configured:
+        return
+    _configured = True
+    if not logger.handlers:
+        handler = _StderrHandler()
+        handler.setFormatter(_RankFormatter())
+        logger.addHandler(handler)
+        logger.propagate = False
+    if logger.level == logging.NOTSET:  # a level the application set itself is kept
+        logger.setLevel(_level_from_env())
 
 
 def set_logger_level(level) -> None:
@@ -65,10 +77,12 @@ def set_logger_level(level) -> None:
         if not isinstance(resolved, int):
             raise ValueError(f"unknown log level {level!r}; use DEBUG, INFO, WARNING or ERROR")
         level = resolved
+    _configure()
     logger.setLevel(level)
 
 
 def log(level: int, message: str, rank, num_ranks) -> None:
     """Emit ``message`` at ``level`` tagged with the rank and world size."""
+    _configure()
     if logger.isEnabledFor(level):
         logger.log(level, message, extra={"iris_rank": rank, "iris_num_ranks": num_ranks})

@@ -49,7 +49,9 @@ def test_timeout_stops_every_rank(tmp_path):
 def test_timeout_prints_where_each_rank_hangs(tmp_path):
     proc, _ = _launch(tmp_path, """
         import time
-        import iris  # under `iris run`, iris makes SIGUSR1 print every thread's stack
+        import iris
+
+        ctx = iris.iris(1 << 20)  # under `iris run`, a context makes SIGUSR1 print every thread's stack
 
         def waiting_for_a_peer():
             time.sleep(600)

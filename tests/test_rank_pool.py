@@ -62,6 +62,7 @@ def test_exit_code_reaches_the_runner_and_the_pool_restarts(pool):
 
 
 def test_hang_fails_after_the_timeout_and_the_pool_restarts(pool):
+    pool.run(_pid)  # every rank up (a restarted rank still importing torch under load would eat the 3 s)
     started = time.monotonic()
     with pytest.raises(RankFailure) as info:
         pool.run(_hang_on_rank_1, timeout=3)

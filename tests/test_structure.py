@@ -4,12 +4,18 @@
 - no module imports another package's private module (``iris.ccl._common`` from ``iris.ops``);
 - plug-ins (``iris.ccl``, ``iris.ops``) import what they use by name, never the ``iris`` root,
   and the context facade (``iris.context``) imports neither plug-in (``ctx.ccl`` / ``ctx.ops`` are
-  imported when first used).
+  imported when first used);
+- only ``iris.config`` reads or sets environment variables;
+- importing iris changes nothing outside iris but Triton's interpreter switch (on the CPU backend).
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "iris"
@@ -120,3 +126,52 @@ def test_plug_ins_import_by_name_and_the_facade_imports_no_plug_in():
                 if name.startswith(PLUG_INS) and "iris" in GRAPH[name]]
     offences += [f"iris.context imports {m}" for m in GRAPH["iris.context"] if m.startswith(PLUG_INS)]
     assert offences == []
+
+
+def _environment_uses(path: Path) -> list[int]:
+    """Lines of ``path`` that name ``os.environ``, ``os.getenv``, ``os.putenv`` or ``os.unsetenv`` (or import them)."""
+    names = {"environ", "getenv", "putenv", "unsetenv", "environb"}
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr in names:
+            lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module == "os" and any(a.name in names for a in node.names):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_config_module_touches_the_environment():
+    offences = [f"{MODULES[name].relative_to(PACKAGE.parent)}:{line}" for name in sorted(MODULES)
+                if name != "iris.config" for line in _environment_uses(MODULES[name])]
+    assert offences == []
+    assert _environment_uses(MODULES["iris.config"]), "the reader must see the config module's own reads"
+
+
+def test_importing_iris_changes_only_the_interpreter_switch():
+    """A process that imports iris (as under ``iris run``, with stack dumps asked for) keeps its signal
+    handlers, its loggers, Triton's cache manager and its environment but for TRITON_INTERPRET."""
+    probe = textwrap.dedent("""
+        import faulthandler, json, logging, os, signal
+        from triton import knobs
+        before_env = dict(os.environ)
+        import iris
+        changed = sorted(k for k in set(before_env) | set(os.environ) if before_env.get(k) != os.environ.get(k))
+        print(json.dumps(dict(
+            env=changed,
+            sigusr1=faulthandler.unregister(signal.SIGUSR1),
+            handlers=len(logging.getLogger("iris").handlers),
+            level=logging.getLogger("iris").level,
+            cache_manager=repr(knobs.cache.manager_class),
+            backend=iris.runtime.SELECTED,
+        )))
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "IRIS_CROSS_COMPILE")}
+    env.update(IRIS_STACKS_ON_SIGUSR1="1", IRIS_LOG_LEVEL="DEBUG")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    import json
+
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found["env"] == (["TRITON_INTERPRET"] if found["backend"] == "cpu" else [])
+    assert found["sigusr1"] is False
+    assert found["handlers"] == 0 and found["level"] == 0
+    assert found["cache_manager"] == "None"

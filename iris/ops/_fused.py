@@ -16,7 +16,6 @@ import torch
 from iris.device.barrier import FUSED_PROGRAMS
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import INTERPRETED_TILE, check_operands
-from iris.runtime import interpreted
 
 
 @dataclass(frozen=True)
@@ -54,9 +53,9 @@ class Workspace:
         return cls(key, tensors)
 
 
-def tile(config: FusedConfig) -> dict:
+def tile(ctx, config: FusedConfig) -> dict:
     """The GEMM tile of ``config`` on a GPU; the interpreter's own small tile on the CPU backend."""
-    if interpreted():
+    if ctx.team.backend.interpreted:
         return dict(INTERPRETED_TILE)
     return dict(BLOCK_M=config.block_size_m, BLOCK_N=config.block_size_n, BLOCK_K=config.block_size_k,
                 GROUP_M=config.group_size_m)
@@ -77,7 +76,7 @@ def concurrent_programs(ctx) -> int:
     FUSED_PROGRAMS (one barrier slot each). Triton's interpreter runs a launch's programs one after
     another: 1.
     """
-    return 1 if interpreted() else min(FUSED_PROGRAMS, sm_share(ctx))
+    return 1 if ctx.team.backend.interpreted else min(FUSED_PROGRAMS, sm_share(ctx))
 
 
 def launch_size(ctx, tiles: int) -> int:

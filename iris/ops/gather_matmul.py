@@ -36,7 +36,6 @@ from iris.device.barrier import GROUP_ARGS, enter
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import accumulate, add_bias, tile_count, tile_of
-from iris.runtime import interpreted
 
 LEAD = tl.constexpr(2)  # steps between a piece's push and the first tile that needs it
 COPY_K = tl.constexpr(128)  # columns copied per load/store of a piece
@@ -138,7 +137,7 @@ def problem(ctx, output, A_shard, config):
     world = ctx.get_num_ranks()
     M, K_r = A_shard.shape
     N = output.shape[1]
-    tile = _fused.tile(config)
+    tile = _fused.tile(ctx, config)
     key = (WHAT, M, K_r, N, A_shard.dtype, tuple(tile.values()))
     tiles_m = triton.cdiv(M, tile["BLOCK_M"])
     spec = {"gathered": _fused.Buffer(world * M * K_r, A_shard.dtype, heap=True),
@@ -177,6 +176,6 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
         A_shard, B, output, bias if bias is not None else output, workspace.gathered, workspace.flags,
         workspace.calls, M, N, K_r, split, A_shard.stride(0), A_shard.stride(1), B.stride(0), B.stride(1),
         output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), HAS_BIAS=bias is not None,
-        UPCAST=interpreted(), WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block,
+        UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block,
         num_warps=config.num_warps, num_stages=config.num_stages, **tile)
     workspace.calls.add_(1)  # on the stream, after the launch: the next call waits for one more round

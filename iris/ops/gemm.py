@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from iris.runtime import interpreted
+from iris.runtime import get_backend
 
 OPERAND_DTYPES = (torch.bfloat16, torch.float16)
 OUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -167,11 +167,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, bi
         return out
     args = (a, b, out, bias if bias is not None else out, M, N, K, a.stride(0), a.stride(1), b.stride(0),
             b.stride(1), out.stride(0), out.stride(1))
-    if interpreted():
+    backend = get_backend()
+    if backend.interpreted:
         programs = min(tile_count(M, N, INTERPRETED_TILE), 4)
         _gemm_kernel[(programs,)](*args, HAS_BIAS=bias is not None, UPCAST=True, **INTERPRETED_TILE)
         return out
-    programs = torch.cuda.get_device_properties(a.device).multi_processor_count
+    programs = backend.compute_unit_count(a.device)
 
     def grid(meta):
         return (min(programs, tile_count(M, N, meta)),)

@@ -49,7 +49,6 @@ from iris.device.barrier import GROUP_ARGS, enter
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import add_bias, tile_count, tile_of, tile_product
-from iris.runtime import interpreted
 
 
 @triton.jit
@@ -190,7 +189,7 @@ def problem(what: str, scatter: bool, ctx, output, A, B, config):
     world = ctx.get_num_ranks()
     M, N = A.shape[0], B.shape[1]
     width = N // world if scatter else N
-    tile = _fused.tile(config)
+    tile = _fused.tile(ctx, config)
     key = (what, M, N, output.dtype, tuple(tile.values()), config.comm_programs)
     tiles = tile_count(M, N, tile)
     spec = {"partials": _fused.Buffer(world * M * width, output.dtype, heap=True),
@@ -232,7 +231,7 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
     tiles = tile_count(M, N, tile)
     comm = config.comm_programs
     if comm:  # every program may wait only on lower ids of its own launch: the communicators come last
-        compute = 1 if interpreted() else max(1, _fused.concurrent_programs(ctx) - comm)
+        compute = 1 if ctx.team.backend.interpreted else max(1, _fused.concurrent_programs(ctx) - comm)
         programs = min(compute, tiles) + comm
         stage, ready, calls = workspace.stage, workspace.ready, workspace.calls
     else:
@@ -242,7 +241,7 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
         A, B, output, bias if bias is not None else output, workspace.partials, workspace.flags, workspace.seen,
         stage, ready, calls, M, N, A.shape[1], width, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
         output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), SCATTER=scatter,
-        HAS_BIAS=bias is not None, UPCAST=interpreted(), WORLD=ctx.get_num_ranks(),
+        HAS_BIAS=bias is not None, UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(),
         BARRIER_BLOCK=ctx.team.barrier.block, COMM_PROGRAMS=comm, num_warps=config.num_warps,
         num_stages=config.num_stages, **tile)
     if comm:

@@ -4,10 +4,9 @@ The choice is made once, when ``iris`` is imported, because the CPU backend
 must switch Triton to its interpreter before any kernel is defined.
 """
 
-import os as _os
-
+from iris import config as _config
 from iris.runtime.base import Backend, HeapMemory
-from iris.runtime.select import (BACKENDS, BackendError, backend_name, create_backend, gpu_vendor, interpreted,
+from iris.runtime.select import (BACKENDS, BackendError, backend_name, compile_target, create_backend, interpreted,
                                  prepare_interpreter)
 
 try:
@@ -17,15 +16,11 @@ except (ValueError, BackendError) as exc:  # reported when a context is created,
     SELECTED, _SELECTION_ERROR = None, exc
 if SELECTED:
     prepare_interpreter(SELECTED)
-if not interpreted():
-    from iris.runtime.compile_cache import install as _install_compile_cache
-
-    _install_compile_cache()  # the ranks of a job compile each kernel once, not once each
-if gpu_vendor() == "hip":
+if compile_target().startswith("hip"):  # a cross-compile worker for an AMD target (it makes no backend)
     from iris.runtime.hip import configure_compiler as _configure_hip_compiler
 
     _configure_hip_compiler()
-if interpreted() and _os.environ.get("IRIS_CROSS_COMPILE"):
+if interpreted() and _config.cross_compile_targets():
     from iris.runtime.cross_compile import install_from_environment as _install_cross_compile
 
     _install_cross_compile()  # compile every interpreted launch for the GPU targets it names first
@@ -45,6 +40,10 @@ def get_backend() -> Backend:
         raise _SELECTION_ERROR
     if _instance is None:
         _instance = create_backend(SELECTED)
+        if not _instance.interpreted:
+            from iris.runtime.compile_cache import install as _install_compile_cache
+
+            _install_compile_cache()  # the ranks of a job compile each kernel once, not once each
     return _instance
 
 

@@ -23,13 +23,9 @@ import uuid
 
 import torch
 
+from iris import config
 from iris.runtime.base import Backend, HeapMemory, raise_if_any_rank_failed
 from iris.runtime.shm import SEGMENT_PREFIX, create_segment, open_segment, remove_stale_segments
-
-
-def job_id() -> str:
-    """Identifier shared by all ranks of one launch (``iris run`` sets IRIS_JOB_ID)."""
-    return os.environ.get("IRIS_JOB_ID", "")
 
 
 def segment_name(job: str, context: str, rank: int) -> str:
@@ -60,7 +56,7 @@ class CpuBackend(Backend):
     def create_heap(self, nbytes: int, device, comm) -> HeapMemory:
         # Rank 0 names the context so that all ranks agree without a shared counter.
         context = comm.broadcast_object(uuid.uuid4().hex[:8] if comm.rank == 0 else None, src=0)
-        job = comm.broadcast_object(job_id() or uuid.uuid4().hex[:8], src=0)
+        job = comm.broadcast_object(config.job_id() or uuid.uuid4().hex[:8], src=0)
         remove_stale_segments()  # what killed ranks of earlier jobs left
         try:
             own, failure = create_segment(segment_name(job, context, comm.rank), nbytes), None

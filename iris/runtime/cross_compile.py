@@ -46,10 +46,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from iris.runtime.select import COMPILE_TARGET_ENV
+from iris import config
 
 TARGETS_ENV = "IRIS_CROSS_COMPILE"
-CACHE_ENV = "IRIS_CROSS_COMPILE_CACHE"
 WORKER_TIMEOUT_S = 600
 
 
@@ -97,7 +96,7 @@ def parse_targets(spec: str) -> list[Target]:
 
 def cache_dir() -> Path:
     default = Path.home() / ".cache" / "iris" / "cross-compile"
-    return Path(os.environ.get(CACHE_ENV) or default)
+    return Path(config.cross_compile_cache() or default)
 
 
 # ------------------------------------------------------------------------------- launching side
@@ -115,9 +114,8 @@ class _Worker:
     """One compiler process for one target, spoken to in pickled frames over its stdin and stdout."""
 
     def __init__(self, target: Target):
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-        env[COMPILE_TARGET_ENV] = target.name
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # find the kernels' modules as we do
+        env = config.child_environment(drop=("TRITON_INTERPRET",), IRIS_COMPILE_TARGET=target.name,
+                                       PYTHONPATH=os.pathsep.join(p for p in sys.path if p))  # the kernels' modules
         self.proc = subprocess.Popen([sys.executable, "-m", "iris.runtime.cross_compile", "--worker", target.name],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
 
@@ -288,7 +286,7 @@ def suspended():
 
 def install_from_environment() -> Gate | None:
     """:func:`install` with the targets ``IRIS_CROSS_COMPILE`` names, if it names any."""
-    targets = parse_targets(os.environ.get(TARGETS_ENV, ""))
+    targets = parse_targets(config.cross_compile_targets())
     return install(targets) if targets else None
 
 
@@ -303,7 +301,7 @@ def enable(spec: str) -> Gate | None:
     targets = parse_targets(spec)
     if not targets or not interpreted():
         return None
-    os.environ[TARGETS_ENV] = ",".join(t.name for t in targets)
+    config.set_cross_compile_targets(",".join(t.name for t in targets))
     return install(targets)
 
 

@@ -26,3 +26,7 @@ class HipBackend(IpcBackend):
     runtime_prefix = "hip"
     library_fragment = "libamdhip64.so"
     fallback_libraries = ("libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so")
+
+    def __init__(self):
+        super().__init__()
+        configure_compiler()  # made with the backend: before the first kernel compiles

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import os
+from iris import config
 
 BACKENDS = ("cuda", "hip", "cpu")
-# Set in a worker of the cross-compile gate (iris.runtime.cross_compile) to the target it compiles for,
-# e.g. "hip:gfx942": that process compiles kernels for a GPU it does not have and launches none.
-COMPILE_TARGET_ENV = "IRIS_COMPILE_TARGET"
 
 
 class BackendError(RuntimeError):
@@ -29,7 +26,7 @@ def backend_name() -> str:
         ValueError: IRIS_BACKEND names no known backend.
         BackendError: IRIS_BACKEND asks for a GPU backend this machine cannot run.
     """
-    requested = os.environ.get("IRIS_BACKEND", "").strip().lower()
+    requested = config.backend_request()
     if requested and requested not in BACKENDS:
         raise ValueError(f"IRIS_BACKEND={requested!r} is not a backend; use one of {', '.join(BACKENDS)}")
     gpu = _torch_gpu_kind()
@@ -45,12 +42,13 @@ def backend_name() -> str:
 
 def interpreted() -> bool:
     """Whether Triton's interpreter runs the kernels (the CPU backend turns it on at import)."""
-    return os.environ.get("TRITON_INTERPRET") == "1"
+    return config.interpreter_on()
 
 
 def compile_target() -> str:
-    """The target a cross-compile worker compiles for ("cuda:90", "hip:gfx942"), or "" in any other process."""
-    return os.environ.get(COMPILE_TARGET_ENV, "")
+    """The target a cross-compile worker compiles for ("cuda:90", "hip:gfx942"), or "" in any other process:
+    that process compiles kernels for a GPU it does not have and launches none."""
+    return config.compile_target()
 
 
 def gpu_vendor() -> str | None:
@@ -68,7 +66,7 @@ def prepare_interpreter(name: str) -> None:
     """Kernels on the CPU backend run under Triton's interpreter, which must be on
     before any ``@triton.jit`` function is defined (not in a cross-compile worker, which compiles them)."""
     if name == "cpu" and not compile_target():
-        os.environ["TRITON_INTERPRET"] = "1"
+        config.turn_interpreter_on()
         _mend_interpreter_index()
 
 

@@ -10,16 +10,12 @@ or inspect a run.
 from __future__ import annotations
 
 import json
-import os
 
-
-def simulation_enabled() -> bool:
-    return os.environ.get("IRIS_SIMULATION", "").strip().lower() in ("1", "true", "yes")
+from iris import config
 
 
 def heap_bases_path(rank: int) -> str:
-    prefix = os.environ.get("IRIS_HEAP_BASES_PREFIX", "iris")
-    return f"{prefix}_rank_{rank}_heap_bases.json"
+    return f"{config.heap_bases_prefix()}_rank_{rank}_heap_bases.json"
 
 
 def write_heap_bases(rank: int, num_ranks: int, bases: list[int]) -> str:

@@ -29,7 +29,9 @@ import traceback
 import uuid
 from multiprocessing.connection import wait
 
-DEFAULT_TIMEOUT = float(os.environ.get("IRIS_TEST_TIMEOUT", "300"))
+from iris import config
+
+DEFAULT_TIMEOUT = config.test_timeout_s()
 
 
 class RankFailure(AssertionError):
@@ -46,11 +48,11 @@ def _stack_file(job: str, rank: int) -> str:
 
 
 def _worker(rank: int, world: int, port: int, job: str, conn) -> None:
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), IRIS_JOB_ID=job)
+    # iris must not point SIGUSR1 back at stderr (IRIS_STACKS_ON_SIGUSR1): the driver reads the stacks from a file
+    config.export(drop=("IRIS_STACKS_ON_SIGUSR1",), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                  LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), IRIS_JOB_ID=job)
     # SIGUSR1 writes every thread's Python stack here: how the driver shows where a hung rank is stuck
     # (this works while the rank blocks in C, e.g. in a CUDA synchronize).
-    os.environ.pop("IRIS_STACKS_ON_SIGUSR1", None)  # iris must not point SIGUSR1 back at stderr
     stacks = open(_stack_file(job, rank), "a")  # noqa: SIM115  (open for the life of the process)
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     import iris  # noqa: F401  (backend choice and interpreter switch before any test kernel is imported)

@@ -1,0 +1,161 @@
+"""Every environment variable Iris reads or sets, in one place (no other module touches ``os.environ``).
+
+==========================  =========================================================================
+variable                    meaning
+==========================  =========================================================================
+IRIS_BACKEND                ``cuda``, ``hip`` or ``cpu``; default: what torch sees (CPU where no GPU)
+IRIS_SIMULATION             ``1``: several ranks per GPU on purpose, heap bases written to JSON
+IRIS_HEAP_BASES_PREFIX      prefix of those JSON files (default ``iris``)
+IRIS_DEBUG                  ``1``: every context starts in debug mode (bounded waits, checked accesses)
+IRIS_WAIT_TIMEOUT           seconds a wait may last in debug mode (default 10)
+IRIS_LOG_LEVEL              level of the ``[Iris] [rank/world]`` lines (default WARNING)
+IRIS_CROSS_COMPILE          CPU backend: also compile every launched kernel for these GPU targets
+IRIS_CROSS_COMPILE_CACHE    where those compilations are cached (default ~/.cache/iris/cross-compile)
+IRIS_COMPILE_TARGET         set by the cross-compile gate in its workers: the target they compile for
+IRIS_JOB_ID                 set by ``iris run`` and the test harness: names one launch's heap segments
+IRIS_STACKS_ON_SIGUSR1      set by ``iris run``: SIGUSR1 prints the rank's Python stacks
+IRIS_TEST_TIMEOUT           seconds a test's rank may take before the test fails (default 300)
+TRITON_INTERPRET            Triton's own switch; the CPU backend sets it to ``1``
+RANK, WORLD_SIZE, ...       the launcher's (torchrun, ``iris run``; mpirun's size variables)
+==========================  =========================================================================
+
+Values are read when asked for, not cached: a test may change one between contexts.
+
+Example:
+    >>> from iris import config
+    >>> config.wait_timeout_s()
+    10.0
+"""
+
+from __future__ import annotations
+
+import os
+
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+MPI_SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE")
+_TRUE = ("1", "true", "yes", "on")
+
+
+def text(name: str, default: str = "") -> str:
+    """The variable ``name`` as set, else ``default``."""
+    return os.environ.get(name, default)
+
+
+def flag(name: str) -> bool:
+    """Whether ``name`` is set to 1, true, yes or on (any case)."""
+    return text(name).strip().lower() in _TRUE
+
+
+def backend_request() -> str:
+    """IRIS_BACKEND, lower case ("" when unset)."""
+    return text("IRIS_BACKEND").strip().lower()
+
+
+def interpreter_on() -> bool:
+    """Whether Triton's interpreter runs the kernels of this process (TRITON_INTERPRET=1)."""
+    return text("TRITON_INTERPRET") == "1"
+
+
+def turn_interpreter_on() -> None:
+    """Set TRITON_INTERPRET=1 (read by ``@triton.jit`` when a kernel is defined)."""
+    os.environ["TRITON_INTERPRET"] = "1"
+
+
+def compile_target() -> str:
+    """IRIS_COMPILE_TARGET: in a cross-compile worker, its target ("cuda:90", "hip:gfx942"); else ""."""
+    return text("IRIS_COMPILE_TARGET")
+
+
+def cross_compile_targets() -> str:
+    """IRIS_CROSS_COMPILE, e.g. "cuda:90,hip:gfx942" ("" when unset)."""
+    return text("IRIS_CROSS_COMPILE")
+
+
+def set_cross_compile_targets(spec: str) -> None:
+    """Set IRIS_CROSS_COMPILE, for this process's rank processes to inherit."""
+    os.environ["IRIS_CROSS_COMPILE"] = spec
+
+
+def cross_compile_cache() -> str:
+    return text("IRIS_CROSS_COMPILE_CACHE")
+
+
+def debug_requested() -> bool:
+    """IRIS_DEBUG: contexts start in debug mode."""
+    return flag("IRIS_DEBUG")
+
+
+def wait_timeout_s() -> float:
+    """IRIS_WAIT_TIMEOUT in seconds (default 10).
+
+    Raises:
+        ValueError: it is not a positive number.
+    """
+    value_text = text("IRIS_WAIT_TIMEOUT", "10")
+    try:
+        value = float(value_text)
+    except ValueError:
+        raise ValueError(f"IRIS_WAIT_TIMEOUT={value_text!r} must be a number of seconds") from None
+    if value <= 0:
+        raise ValueError(f"IRIS_WAIT_TIMEOUT={value_text!r} must be positive")
+    return value
+
+
+def log_level_name() -> str:
+    return text("IRIS_LOG_LEVEL", "WARNING").strip().upper()
+
+
+def simulation() -> bool:
+    """IRIS_SIMULATION: several ranks may share a GPU on purpose."""
+    return flag("IRIS_SIMULATION")
+
+
+def heap_bases_prefix() -> str:
+    return text("IRIS_HEAP_BASES_PREFIX", "iris")
+
+
+def job_id() -> str:
+    """IRIS_JOB_ID: shared by all ranks of one launch ("" outside ``iris run`` and the test harness)."""
+    return text("IRIS_JOB_ID")
+
+
+def stack_dumps_requested() -> bool:
+    return text("IRIS_STACKS_ON_SIGUSR1") == "1"
+
+
+def test_timeout_s() -> float:
+    return float(text("IRIS_TEST_TIMEOUT", "300"))
+
+
+def launcher_rank_and_world() -> tuple[int, int] | None:
+    """(RANK, WORLD_SIZE) when a torchrun-style launcher set every variable it sets, else None."""
+    if all(name in os.environ for name in TORCHRUN_VARIABLES):
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return None
+
+
+def launcher_world_size() -> int | None:
+    """WORLD_SIZE, else an MPI launcher's size variable, else None."""
+    for name in ("WORLD_SIZE",) + MPI_SIZE_VARIABLES:
+        if name in os.environ:
+            return int(os.environ[name])
+    return None
+
+
+def launched_by_mpi() -> bool:
+    return any(name in os.environ for name in MPI_SIZE_VARIABLES)
+
+
+def child_environment(drop: tuple[str, ...] = (), **values: str) -> dict[str, str]:
+    """This process's environment with ``values`` set and ``drop`` removed, for a process it starts."""
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update(values)
+    return env
+
+
+def export(drop: tuple[str, ...] = (), **values: str) -> None:
+    """Set ``values`` and remove ``drop`` in this process's own environment (a rank process of the
+    test harness becomes a rank before it imports iris)."""
+    for name in drop:
+        os.environ.pop(name, None)
+    os.environ.update(values)
