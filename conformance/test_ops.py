@@ -53,7 +53,7 @@ def _fused_op_on_rank(case):
         out = torch.full(out_shape, float("nan"), dtype=dtype, device=device)
     a, b = (t.to(device) for t in _shards(case, rank, a_shape, b_shape))
     config = FusedConfig(comm_programs=case["comm_programs"])
-    key, spec = ctx.ops._spec(op, out, a, b, config)
+    key, spec = ctx.ops.workspace_layout(op, out, a, b, config)
     tensors = {}
     for name, buf in spec.items():
         tensors[name] = carve.take(max(buf.numel, 1), buf.dtype) if buf.heap else \

@@ -243,8 +243,9 @@ def choose_variant(nbytes: int, in_place: bool, world_size: int) -> str:
     return next((variant for below, variant in table if nbytes < below), "two_shot")
 
 
-class Workspace:
-    """What all_reduce_preamble prepares: the resolved variant, the group and its members."""
+class AllReduceWorkspace:
+    """What all_reduce_preamble prepares: the resolved variant, the group and its members
+    (no memory: the collectives' state lives in the heap's reserved regions, see iris.team)."""
 
     def __init__(self, variant: str, group, members):
         self.variant = variant
@@ -280,7 +281,7 @@ def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=N
         raise ValueError(f"all_reduce: {variant} cannot run in place (other members still read input while it "
                          "would be overwritten); use Config(all_reduce_variant=\"two_shot\") or a separate output")
     ctx.team.check_tensor(what, "output", output, _common.REDUCE_DTYPES, symmetric=variant != "one_shot")
-    return Workspace(variant, group, members)
+    return AllReduceWorkspace(variant, group, members)
 
 
 def all_reduce(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, config=None, workspace=None):

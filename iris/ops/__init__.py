@@ -44,14 +44,17 @@ class Ops:
         self._ctx = weakref.proxy(ctx)  # held weakly: the context, and with it the heap, dies with its last user
         self._workspaces: dict = {}
 
-    def _workspace(self, key, make):
-        """The workspace kept for this problem (made on first use: every rank at once)."""
+    def kept_workspace(self, key, make):
+        """The workspace this context keeps for problem ``key``, made by ``make()`` on first use (collective:
+        every rank calls it for the same problems in the same order)."""
         if key not in self._workspaces:
             self._workspaces[key] = make()
         return self._workspaces[key]
 
-    def _spec(self, op: str, output, A, B, config=None) -> tuple:
-        """(key, {name: Buffer}) of ``op``'s workspace for these tensors (for workspaces laid out by hand)."""
+    def workspace_layout(self, op: str, output, A, B, config=None) -> tuple:
+        """(key, {name: Buffer}) of ``op``'s workspace for these tensors, to lay one out by hand:
+        ``Workspace(key, tensors)`` with a tensor of each Buffer's size and dtype (on the heap where
+        ``Buffer.heap``)."""
         config = FusedConfig() if config is None else config
         if op in ("matmul_all_reduce", "matmul_reduce_scatter"):
             return _matmul_reduce.problem(op, op == "matmul_reduce_scatter", self._ctx, output, A, B, config)[:2]

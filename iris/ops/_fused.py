@@ -108,7 +108,7 @@ def check(what: str, ctx, output, A, B, bias, output_shape, symmetric_output: bo
 def workspace_for(ctx, what: str, key: tuple, spec: dict[str, Buffer], workspace) -> Workspace:
     """``workspace`` if it was made for ``key``; the one ``ctx.ops`` keeps for ``key`` when None."""
     if workspace is None:
-        return ctx.ops._workspace(key, lambda: Workspace.allocate(ctx, key, spec))
+        return ctx.ops.kept_workspace(key, lambda: Workspace.allocate(ctx, key, spec))
     if not isinstance(workspace, Workspace) or workspace.key != key:
         raise ValueError(f"{what}: this workspace was made for another problem ({getattr(workspace, 'key', None)}); "
                          f"this call needs {key}: make it with ctx.ops.{what}_preamble(...) with the same "
