@@ -15,7 +15,7 @@ first ``iris.iris(...)``.
 
 from iris import runtime as _runtime  # noqa: F401  (must come first: may enable the interpreter)
 from iris.context import Iris, iris
-from iris import ops
+from iris import ccl, ops
 from iris.device import (
     DeviceContext,
     atomic_add,
@@ -44,6 +44,6 @@ __version__ = "0.1.0"
 __all__ = [
     "DEBUG", "ERROR", "INFO", "WARNING", "DeviceAccessError", "DeviceContext", "Iris", "WaitTimeoutError",
     "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or", "atomic_sub", "atomic_xchg",
-    "atomic_xor", "copy", "get",
+    "atomic_xor", "ccl", "copy", "get",
     "iris", "load", "ops", "put", "set_logger_level", "signal", "store", "translate", "wait_until",
 ]

@@ -1,5 +1,8 @@
 """Every public name exists and says what it does."""
 
+import subprocess
+import sys
+
 import iris
 
 
@@ -13,3 +16,11 @@ def test_every_public_name_exists_and_is_documented():
         if not doc or len(doc.strip()) < 20:
             undocumented.append(name)
     assert not undocumented, f"public names without a docstring: {undocumented}"
+
+
+def test_the_plug_ins_are_there_after_a_bare_import():
+    """``import iris`` alone gives ``iris.ccl`` and ``iris.ops`` (code written for the original uses
+    ``iris.ccl.Config`` so); in a fresh process, where no test imported them first."""
+    probe = "import iris; print(iris.ccl.Config.__name__, iris.ccl.ReduceOp.__name__, iris.ops.FusedConfig.__name__)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.split() == ["Config", "ReduceOp", "FusedConfig"], out.stderr
