@@ -18,7 +18,9 @@ from conformance import harness
 from conformance.dtypes import LOAD_STORE_DTYPES, element_size, values
 from conformance.profiles import current
 
-OPS = ("load", "store", "get", "put", "copy")
+# load and get also as code written for the original calls them (its implementation's order: the current
+# rank first, then the rank read; its docstrings say the opposite): both orders read the other rank.
+OPS = ("load", "store", "get", "put", "copy", "load, current rank first", "get, current rank first")
 
 
 def _other(dtype: torch.dtype):
@@ -48,8 +50,15 @@ def _move_kernel(src, dst, lane_mask, n, cur, peer_a, peer_b, heap_bases, op_id,
         iris.get(src + offs, dst + offs, peer_a, cur, heap_bases, mask=mask)
     elif op_id == 3:
         iris.put(src + offs, dst + offs, cur, peer_a, heap_bases, mask=mask)
-    else:
+    elif op_id == 4:
         iris.copy(src + offs, dst + offs, peer_a, peer_b, cur, heap_bases, mask=mask)
+    elif op_id == 5:  # load(pointer, to_rank, from_rank) with the current rank as from_rank
+        if use_other:
+            tl.store(dst + offs, iris.load(src + offs, peer_a, cur, heap_bases, mask=mask, other=OTHER), mask=inside)
+        else:
+            tl.store(dst + offs, iris.load(src + offs, peer_a, cur, heap_bases, mask=mask), mask=mask)
+    else:  # get(from_ptr, to_ptr, from_rank, to_rank) with the current rank as from_rank
+        iris.get(src + offs, dst + offs, cur, peer_a, heap_bases, mask=mask)
 
 
 @st.composite
@@ -70,7 +79,7 @@ def move_cases(draw, world_size: int):
         op=op, dtype=dtype, n=n, block=64, src_offset=src_offset,
         dst_offset=dst_offset, actor=draw(ranks), peer_a=draw(ranks), peer_b=draw(ranks),
         mask=draw(st.sampled_from(("all", "none", "random", "prefix"))),
-        use_other=op == "load" and draw(st.booleans()), seed=draw(harness.seeds()),
+        use_other=op.startswith("load") and draw(st.booleans()), seed=draw(harness.seeds()),
     )
 
 
@@ -86,7 +95,7 @@ def _lane_mask(kind: str, n: int, seed: int) -> torch.Tensor:
 
 def _roles(case) -> tuple[int, int]:
     """(rank whose source is read, rank whose destination is written)."""
-    if case["op"] in ("load", "get"):
+    if case["op"].startswith(("load", "get")):
         return case["peer_a"], case["actor"]
     if case["op"] in ("store", "put"):
         return case["actor"], case["peer_a"]

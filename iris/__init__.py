@@ -28,6 +28,7 @@ from iris.device import (
     atomic_xchg,
     atomic_xor,
     copy,
+    current_rank,
     get,
     load,
     put,
@@ -44,6 +45,6 @@ __version__ = "0.1.0"
 __all__ = [
     "DEBUG", "ERROR", "INFO", "WARNING", "DeviceAccessError", "DeviceContext", "Iris", "WaitTimeoutError",
     "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or", "atomic_sub", "atomic_xchg",
-    "atomic_xor", "ccl", "copy", "get",
+    "atomic_xor", "ccl", "copy", "current_rank", "get",
     "iris", "load", "ops", "put", "set_logger_level", "signal", "store", "translate", "wait_until",
 ]

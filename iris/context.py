@@ -9,6 +9,7 @@ import torch
 
 from iris import config, runtime, sim
 from iris.device.context import build_context_tensor
+from iris.device.rma import HEAP_BASES_SLOT
 from iris import debug as debug_mode
 from iris.distributed import init_distributed
 from iris.launch import enable_stack_dumps
@@ -78,12 +79,13 @@ class Iris(TensorFactories):
         except MemoryError as error:
             raise MemoryError(f"heap_size={self.heap_size} bytes per rank (plus {layout.nbytes} reserved) cannot be "
                               f"allocated on {device}: {error}. Pass a smaller heap_size to iris.iris().") from error
-        self.heap_bases = torch.tensor(self.heap.bases, dtype=torch.int64, device=device)
+        self._device_context = build_context_tensor(self.cur_rank, self.num_ranks, self.heap.bases, device)
+        # a view of the context tensor's bases: device ops find the current rank just before them
+        self.heap_bases = self._device_context[HEAP_BASES_SLOT.value:HEAP_BASES_SLOT.value + self.num_ranks]
         self.team = Team(self.heap, self.cur_rank, self.num_ranks, backend, self.heap_bases)
         self._ccl = self._ops = None  # made on first use (ctx.ccl, ctx.ops)
         if debug or config.debug_requested():
             debug_mode.enable(device, self.num_ranks, self.heap.size + self.heap.reserved)
-        self._device_context = build_context_tensor(self.cur_rank, self.num_ranks, self.heap.bases, device)
         if config.simulation():
             sim.write_heap_bases(self.cur_rank, self.num_ranks, self.heap.bases)
         self.debug(f"{backend.name} heap of {self.heap_size} bytes at {hex(self.heap.base)} on {device}")

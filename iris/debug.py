@@ -15,7 +15,8 @@ lane is pointed at a scratch word instead of faulting, and the host raises
 
 Record layout (int64[16], one per process, never freed so its address stays constant):
 
-    [0] kind (0 none, 1 wait_until, 2 device_barrier, 3 rank out of range, 4 outside the heap)
+    [0] kind (0 none, 1 wait_until, 2 device_barrier, 3 rank out of range, 4 outside the heap,
+        5 a load or get naming two ranks, neither of them the current rank: [3], [4] those ranks, [5] the current)
     [1] program id   [2] address (awaited word, or the lowest bad pointer)
     [3] expected (waits) or from_rank   [4] last seen (waits) or to_rank
     [5] comparison index (wait_until), late rank (device_barrier) or world size
@@ -92,6 +93,10 @@ def raise_if_reported(rank: int, heap) -> None:
     if kind == rma.RANK_OUT_OF_RANGE_RECORD.value:
         raise DeviceAccessError(f"rank {rank} program {pid}: an access from rank {expected} to rank {seen} in a "
                                 f"world of {detail} ranks (valid ranks are 0..{detail - 1}); pointer {where}")
+    if kind == rma.NOT_THE_CURRENT_RANK_RECORD.value:
+        raise DeviceAccessError(f"rank {rank} program {pid}: a load or get named ranks {expected} and {seen}, neither "
+                                f"of them the current rank {detail}; its pointer is local to the current rank, so one "
+                                "of the two ranks must be the current one (the other is read)")
     if kind == rma.OUTSIDE_HEAP_RECORD.value:
         raise DeviceAccessError(f"rank {rank} program {pid}: pointer {address:#x} is outside the heap of rank "
                                 f"{expected} (an access from rank {expected} to rank {seen}); pass tensors made "

@@ -82,6 +82,11 @@ def access(buf, n, rank, peer, heap_bases, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     iris.store(buf + offs, offs, rank, peer, heap_bases, mask=offs < n)
 
+@triton.jit
+def read(buf, n, rank_a, rank_b, heap_bases, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    iris.get(buf + offs, buf + offs, rank_a, rank_b, heap_bases, mask=offs < n)
+
 ctx = iris.iris(1 << 16, debug=True)
 rank = ctx.get_rank()
 tail = ctx.zeros(100, dtype=torch.int32)
@@ -93,6 +98,8 @@ case = "{case}"
 if rank == 0:
     if case == "rank":
         access[(1,)](tail, 100, rank, 2, ctx.get_heap_bases(), BLOCK=128)      # there is no rank 2
+    elif case == "neither":
+        read[(1,)](tail, 100, 1, 1, ctx.get_heap_bases(), BLOCK=128)           # rank 0 is neither of them
     else:
         off_heap = torch.zeros(128, dtype=torch.int32, device=ctx.get_device())
         access[(1,)](off_heap, 100, rank, 1, ctx.get_heap_bases(), BLOCK=128)  # not a heap pointer
@@ -105,7 +112,7 @@ print("no error", flush=True)
 """
 
 
-@pytest.mark.parametrize("case", ["rank", "pointer"])
+@pytest.mark.parametrize("case", ["rank", "pointer", "neither"])
 def test_debug_reports_rank_out_of_range_and_pointer_outside_the_heap(tmp_path, case):
     proc = _launch(tmp_path, BAD_ACCESS.replace("{case}", case), {})
     out = proc.stdout + proc.stderr
@@ -115,5 +122,7 @@ def test_debug_reports_rank_out_of_range_and_pointer_outside_the_heap(tmp_path, 
     assert line.startswith("[rank 0]") and "rank 0 program 0" in line, line
     if case == "rank":
         assert "to rank 2" in line and "world of 2 ranks" in line, line
+    elif case == "neither":
+        assert "named ranks 1 and 1, neither of them the current rank 0" in line, line
     else:
         assert "outside the heap" in line and "rank 0" in line, line

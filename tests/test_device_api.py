@@ -31,8 +31,13 @@ def _rma_kernel(src, dst, n_valid, peer_a, peer_b, rank, heap_bases, OP: tl.cons
     elif OP == "load":
         data = iris.load(src + offs, rank, peer_a, heap_bases, mask=mask, other=-7)
         tl.store(dst + offs, data, mask=offs < n_valid + 8)  # lanes past n_valid must hold `other`
+    elif OP == "load, ranks as the original's code passes them":  # load(pointer, peer, current)
+        data = iris.load(src + offs, peer_a, rank, heap_bases, mask=mask, other=-7)
+        tl.store(dst + offs, data, mask=offs < n_valid + 8)
     elif OP == "get":
         iris.get(src + offs, dst + offs, peer_a, rank, heap_bases, mask=mask)
+    elif OP == "get, ranks as the original's code passes them":  # get(src, dst, current, peer)
+        iris.get(src + offs, dst + offs, rank, peer_a, heap_bases, mask=mask)
     elif OP == "put":
         iris.put(src + offs, dst + offs, rank, peer_a, heap_bases, mask=mask)
     elif OP == "copy":
@@ -53,9 +58,9 @@ def _rma_on_rank(op: str, seed: int, n_valid: int):
     expected = torch.full((N,), POISON, dtype=torch.int32)
     if op in ("store", "put"):  # prev wrote its source into my dst
         expected[:n_valid] = _data(seed, prev)[:n_valid]
-    elif op in ("load", "get"):  # I read nxt's source
+    elif op.startswith(("load", "get")):  # I read nxt's source, whatever the order of the two ranks
         expected[:n_valid] = _data(seed, nxt)[:n_valid]
-        if op == "load":
+        if op.startswith("load"):
             expected[n_valid : n_valid + 8] = POISON  # `other` is POISON too: loaded masked lanes
     elif op == "copy":  # rank prev2 moved rank prev's source into my dst (with 2 ranks prev2 is me)
         expected[:n_valid] = _data(seed, prev)[:n_valid]
@@ -67,6 +72,8 @@ def _rma_on_rank(op: str, seed: int, n_valid: int):
 
 @pytest.mark.parametrize("op,seed,n_valid", [
     ("store", 1, N - 13), ("load", 2, N - 29), ("get", 3, N - 5), ("put", 4, N - 64), ("copy", 5, N - 1),
+    ("load, ranks as the original's code passes them", 6, N - 3),
+    ("get, ranks as the original's code passes them", 7, N - 17),
 ])
 def test_rma(ranks, op, seed, n_valid):
     ranks.run(_rma_on_rank, op, seed=seed, n_valid=n_valid)

@@ -1,7 +1,8 @@
 """DeviceContext: the device API with the current rank implicit.
 
-The context tensor (``ctx.get_device_context()``) is an int64 tensor whose
-layout is defined here and only here::
+The context tensor (``ctx.get_device_context()``) is an int64 tensor laid out as
+below (the slots are :mod:`iris.device.rma`'s, which finds the current rank there;
+``ctx.get_heap_bases()`` is a view of its bases)::
 
     [RANK_SLOT] current rank
     [WORLD_SLOT] world size
@@ -25,9 +26,7 @@ from triton.language.core import _aggregate as aggregate
 from iris.device import atomics, rma, sync
 from iris.runtime import interpreted
 
-RANK_SLOT = tl.constexpr(0)
-WORLD_SLOT = tl.constexpr(1)
-HEAP_BASES_SLOT = tl.constexpr(2)
+RANK_SLOT, WORLD_SLOT, HEAP_BASES_SLOT = rma.RANK_SLOT, rma.WORLD_SLOT, rma.HEAP_BASES_SLOT
 
 
 def build_context_tensor(rank: int, world_size: int, heap_bases: list[int], device) -> torch.Tensor:

@@ -5,14 +5,19 @@ Rank arguments name the direction the data flows, from ``from_rank`` to
 
 | function | current rank    | what moves                                             |
 |----------|-----------------|--------------------------------------------------------|
-| load     | ``to_rank``     | ``from_rank``'s memory -> the returned block           |
+| load     | either rank (*) | the other rank's memory -> the returned block          |
 | store    | ``from_rank``   | ``value`` -> ``to_rank``'s memory                      |
-| get      | ``to_rank``     | ``from_rank``'s ``from_ptr`` -> local ``to_ptr``       |
+| get      | either rank (*) | the other rank's ``from_ptr`` -> local ``to_ptr``      |
 | put      | ``from_rank``   | local ``from_ptr`` -> ``to_rank``'s ``to_ptr``         |
 | copy     | ``cur_rank``    | ``from_rank``'s ``src_ptr`` -> ``to_rank``'s ``dst_ptr`` |
 
 ``heap_bases`` is ``ctx.get_heap_bases()``. When both ranks are the same the
 access is an ordinary local one.
+
+(*) The original's docstrings name ``to_rank`` the current rank of a load or get, its
+implementation ``from_rank``: here one of the two must be the current rank (found by
+:func:`current_rank`), and the other is read. docs/programming-model.md has the table of
+every op's convention, the original's and ours.
 
 Compatibility note: an early form of the original API (seed 002) spelled
 ``store`` as ``put(pointer, value, from_rank, to_rank, heap_bases, mask)``.
@@ -31,12 +36,31 @@ ON_HIP = tl.constexpr(gpu_vendor() == "hip")
 # The host checks that every heap base is a multiple of this many bytes.
 _CHUNK_BYTES = tl.constexpr(16)
 
+# The context tensor (ctx.get_device_context(), int64): [RANK_SLOT] current rank, [WORLD_SLOT] world
+# size, [HEAP_BASES_SLOT + r] heap base of rank r. ctx.get_heap_bases() is a view of its bases, so
+# every device op finds the current rank just before the bases (see current_rank).
+RANK_SLOT = tl.constexpr(0)
+WORLD_SLOT = tl.constexpr(1)
+HEAP_BASES_SLOT = tl.constexpr(2)
+
 # Debug mode (iris.debug.enable, from IRIS_DEBUG=1 or iris.iris(debug=True)): translate checks its
 # ranks and pointers, and waits are bounded. Compile-time constants: without debug nothing is added.
 DEBUG = tl.constexpr(False)
 RECORD_ADDRESS = tl.constexpr(0)  # the int64 debug record, layout in iris/debug.py
 RANK_OUT_OF_RANGE_RECORD = tl.constexpr(3)
 OUTSIDE_HEAP_RECORD = tl.constexpr(4)
+NOT_THE_CURRENT_RANK_RECORD = tl.constexpr(5)
+
+
+@triton.jit
+def current_rank(heap_bases):
+    """The rank this kernel runs on, read from the context tensor that ``heap_bases`` lies in
+    (``ctx.get_heap_bases()`` and ``DeviceContext``'s bases both do).
+
+    Example:
+        >>> cur = iris.current_rank(heap_bases)
+    """
+    return tl.load(heap_bases + (RANK_SLOT - HEAP_BASES_SLOT))
 
 
 @triton.jit
@@ -146,13 +170,32 @@ def _store(ptr, value, mask, cache_modifier):
 
 
 @triton.jit
+def _peer_of(rank_a, rank_b, heap_bases):
+    """(current rank, the other one) of two ranks of which one is the current rank: the order in which a
+    read names them does not matter (the original's docstrings and implementation name them in
+    opposite orders). In debug mode, two ranks that are both not the current rank are reported."""
+    cur = current_rank(heap_bases)
+    if DEBUG:
+        wrong = ((rank_a != cur) & (rank_b != cur)) | tl.zeros([1], tl.int1)  # ranks may be blocks
+        if tl.max(wrong.to(tl.int32)) > 0:
+            first = tl.min(tl.where(wrong, rank_a, 0x7FFFFFFF))
+            second = tl.min(tl.where(wrong, rank_b, 0x7FFFFFFF))
+            debug_report(NOT_THE_CURRENT_RANK_RECORD, 0, first, second, cur, 0)
+    return cur, tl.where(rank_a == cur, rank_b, rank_a)
+
+
+@triton.jit
 def load(pointer, to_rank, from_rank, heap_bases, mask=None, other=None, cache_modifier=None, volatile=False):
     """Read ``from_rank``'s memory at ``pointer`` into the current rank (``to_rank``).
 
+    The two ranks may come in either order: one of them is the current rank (the pointer is local
+    to it), the other is read (the original's implementation reads ``to_rank`` from ``from_rank``;
+    its docstring says the opposite: both run as meant).
+
     Args:
-        pointer: block of pointers, local to the current rank ``to_rank``.
-        to_rank: the current rank.
-        from_rank: the rank whose memory is read.
+        pointer: block of pointers, local to the current rank.
+        to_rank: the current rank (or the rank read, with ``from_rank`` the current one).
+        from_rank: the rank whose memory is read (or the current rank).
         heap_bases: ``ctx.get_heap_bases()``.
         mask: lanes where ``mask`` is false are not read.
         other: value of masked-out lanes.
@@ -165,7 +208,8 @@ def load(pointer, to_rank, from_rank, heap_bases, mask=None, other=None, cache_m
     Example:
         >>> data = iris.load(buf + offs, cur_rank, peer, heap_bases, mask=offs < n)
     """
-    return _load(translate(pointer, to_rank, from_rank, heap_bases, mask), mask, other, cache_modifier, volatile)
+    cur, peer = _peer_of(to_rank, from_rank, heap_bases)
+    return _load(translate(pointer, cur, peer, heap_bases, mask), mask, other, cache_modifier, volatile)
 
 
 @triton.jit
@@ -180,14 +224,18 @@ def store(pointer, value, from_rank, to_rank, heap_bases, mask=None, cache_modif
 
 @triton.jit
 def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
-    """Copy ``from_rank``'s ``from_ptr`` into the current rank's (``to_rank``) ``to_ptr``.
+    """Copy the other rank's ``from_ptr`` into the current rank's ``to_ptr``.
 
-    Both pointers are in the current rank's address space.
+    Both pointers are in the current rank's address space. One of the two ranks is the current
+    rank, the other is read, in either order: ``get(src, dst, peer, cur_rank, ...)`` (the original's
+    docstring) and ``get(src, dst, cur_rank, peer, ...)`` (its implementation, and the code
+    written for it) both copy ``peer``'s ``src`` into the local ``dst``.
 
     Example:
         >>> iris.get(src + offs, dst + offs, peer, cur_rank, heap_bases, mask=offs < n)
     """
-    data = tl.load(translate(from_ptr, to_rank, from_rank, heap_bases, mask), mask=mask)
+    cur, peer = _peer_of(from_rank, to_rank, heap_bases)
+    data = tl.load(translate(from_ptr, cur, peer, heap_bases, mask), mask=mask)
     tl.store(to_ptr, data, mask=mask)
 
 
