@@ -82,7 +82,7 @@ class Iris(TensorFactories):
         self._device_context = build_context_tensor(self.cur_rank, self.num_ranks, self.heap.bases, device)
         # a view of the context tensor's bases: device ops find the current rank just before them
         self.heap_bases = self._device_context[HEAP_BASES_SLOT.value:HEAP_BASES_SLOT.value + self.num_ranks]
-        self.team = Team(self.heap, self.cur_rank, self.num_ranks, backend, self.heap_bases)
+        self.team = Team(self.heap, self.cur_rank, self.num_ranks, backend, self.heap_bases, comm=comm)
         self._ccl = self._ops = None  # made on first use (ctx.ccl, ctx.ops)
         if debug or config.debug_requested():
             debug_mode.enable(device, self.num_ranks, self.heap.size + self.heap.reserved)

@@ -14,7 +14,13 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import functools
+import inspect
+
 import torch
+import torch.distributed as dist
 import triton.language as tl
 
 from iris import debug as debug_mode
@@ -60,8 +66,9 @@ class Team:
         heap_bases: every rank's heap base, int64, on the heap's device.
     """
 
-    def __init__(self, heap, rank: int, world_size: int, backend, heap_bases: torch.Tensor):
+    def __init__(self, heap, rank: int, world_size: int, backend, heap_bases: torch.Tensor, comm=None):
         self.heap = heap
+        self.comm = comm  # the host communicator (iris.distributed), for debug mode's cross-rank checks
         self.rank = rank
         self.world_size = world_size
         self.backend = backend
@@ -110,3 +117,65 @@ class Team:
         if debug_mode.enabled():
             self.backend.synchronize(self.device)
             self.raise_if_a_wait_timed_out()
+
+
+def describe(value) -> str:
+    """How a collective's argument is compared across ranks: a tensor by shape and dtype (not address),
+    a group by its ranks, a config by its fields, anything else without a readable value by its type."""
+    if isinstance(value, torch.Tensor):
+        return f"{tuple(value.shape)} {str(value.dtype).removeprefix('torch.')}"
+    if value is None or isinstance(value, (bool, int, float, str, enum.Enum, torch.dtype)):
+        return repr(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return repr(value)
+    if dist.is_available() and isinstance(value, dist.ProcessGroup):
+        return f"group of ranks {dist.get_process_group_ranks(value)}"
+    variant = getattr(value, "variant", None)  # an all_reduce workspace
+    return type(value).__name__ + (f"({variant})" if variant else "")
+
+
+def check_agreement(team: Team, what: str, group, call: dict[str, str]) -> None:
+    """Debug mode: raise on every member of ``group`` unless all of them made the same ``call``
+    (collective over the group's members, on the host; ``call`` as :func:`describe` gives it).
+
+    Raises:
+        ValueError: naming each argument that differs and what every member passed.
+    """
+    members = team.barrier.members_of(group)
+    if group is None:
+        calls = team.comm.all_gather_object(call)
+    else:
+        calls = [None] * len(members)
+        dist.all_gather_object(calls, call, group=group)
+    names = list(dict.fromkeys(name for c in calls for name in c))
+    differing = [name for name in names if len({c.get(name) for c in calls}) > 1]
+    if differing:
+        lines = "; ".join(f"{name}: " + ", ".join(f"rank {r} {c.get(name, '(not called)')}"
+                                                  for r, c in zip(members, calls)) for name in differing)
+        raise ValueError(f"{what}: the ranks of the group called it differently ({lines}); every member must make "
+                         "the same collective calls in the same order, with the same shapes, dtypes and settings "
+                         "(checked because debug mode is on)")
+
+
+def checked_across_ranks(method):
+    """Decorate a ``ctx.ccl`` / ``ctx.ops`` method: in debug mode, first check that every member of the
+    call's group made the same call (:func:`check_agreement`); nothing is done when debug mode is off.
+
+    Example:
+        >>> class CCL:
+        ...     @checked_across_ranks
+        ...     def all_reduce(self, output_tensor, input_tensor, op=None, group=None, ...): ...
+    """
+    signature = inspect.signature(method)
+
+    @functools.wraps(method)
+    def checked(self, *args, **kwargs):
+        if debug_mode.enabled():
+            bound = signature.bind(self, *args, **kwargs)
+            bound.apply_defaults()
+            call = {"call": method.__name__}
+            call.update((name, describe(value)) for name, value in bound.arguments.items() if name != "self")
+            check_agreement(self._ctx.team, method.__name__, bound.arguments.get("group"), call)
+        return method(self, *args, **kwargs)
+
+    return checked

@@ -126,3 +126,36 @@ def test_debug_reports_rank_out_of_range_and_pointer_outside_the_heap(tmp_path, 
         assert "named ranks 1 and 1, neither of them the current rank 0" in line, line
     else:
         assert "outside the heap" in line and "rank 0" in line, line
+
+
+MISMATCHED_COLLECTIVE = """
+import iris
+from iris.ccl import ReduceOp
+
+ctx = iris.iris(1 << 20, debug=True)
+rank = ctx.get_rank()
+if "{case}" == "shape":
+    x, op = ctx.ones(16 if rank == 0 else 8), ReduceOp.SUM      # rank 1 passes half the elements
+else:
+    x, op = ctx.ones(8), ReduceOp.MAX if rank == 0 else ReduceOp.SUM
+try:
+    ctx.ccl.all_reduce(x, x, op=op)
+except ValueError as exc:
+    print("CAUGHT", exc, flush=True)
+    raise SystemExit(7)
+"""
+
+
+@pytest.mark.parametrize("case", ["shape", "op"])
+def test_debug_mode_catches_a_collective_called_differently_on_each_rank(tmp_path, case):
+    proc = _launch(tmp_path, MISMATCHED_COLLECTIVE.replace("{case}", case), {})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 7, out
+    caught = [line for line in out.splitlines() if "CAUGHT" in line]
+    assert len(caught) == 2, out  # on both ranks, before any kernel ran
+    for line in caught:
+        assert "all_reduce: the ranks of the group called it differently" in line, line
+        if case == "shape":
+            assert "input_tensor: rank 0 (16,) float32, rank 1 (8,) float32" in line, line
+        else:
+            assert "op: rank 0 <ReduceOp.MAX" in line and "rank 1 <ReduceOp.SUM" in line, line

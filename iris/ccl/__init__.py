@@ -28,6 +28,7 @@ import torch
 
 from iris import debug as debug_mode
 from iris.ccl.config import Config, ReduceOp
+from iris.team import checked_across_ranks
 
 # The collectives, imported once here rather than in every call (an import statement costs about
 # 1-2 us per call, a fair part of a small collective's host time).
@@ -87,6 +88,7 @@ class CCL:
                 self._plans.clear()
             self._plans[key] = launches
 
+    @checked_across_ranks
     def all_gather(self, output_tensor, input_tensor, group=None, async_op=False, config=None):
         """(W*M, N) output from each member's (M, N) input; see :func:`iris.ccl.all_gather.all_gather`."""
         key = ("all_gather", _tensor_key(output_tensor), _tensor_key(input_tensor), group, async_op,
@@ -94,6 +96,7 @@ class CCL:
         self._call(key, _all_gather.all_gather, output_tensor, input_tensor, self._ctx, group=group,
                    async_op=async_op, config=config)
 
+    @checked_across_ranks
     def all_to_all(self, output_tensor, input_tensor, group=None, async_op=False, config=None):
         """(M, W*N) chunks exchanged between members; see :func:`iris.ccl.all_to_all.all_to_all`."""
         key = ("all_to_all", _tensor_key(output_tensor), _tensor_key(input_tensor), group, async_op,
@@ -101,11 +104,13 @@ class CCL:
         self._call(key, _all_to_all.all_to_all, output_tensor, input_tensor, self._ctx, group=group,
                    async_op=async_op, config=config)
 
+    @checked_across_ranks
     def broadcast(self, tensor, src=0, group=None, async_op=False, config=None):
         """Rank ``src``'s tensor into every member's; see :func:`iris.ccl.broadcast.broadcast`."""
         key = ("broadcast", _tensor_key(tensor), src, group, async_op, _config_key(config))
         self._call(key, _broadcast.broadcast, tensor, self._ctx, src=src, group=group, async_op=async_op, config=config)
 
+    @checked_across_ranks
     def reduce_scatter(self, output_tensor, input_tensor, op=None, group=None, async_op=False, config=None):
         """Each member's part of the reduction over members; see :mod:`iris.ccl.reduce_scatter`."""
         op = ReduceOp.SUM if op is None else op
@@ -119,6 +124,7 @@ class CCL:
         return _all_reduce.all_reduce_preamble(output_tensor, input_tensor, self._ctx, config=config,
                                                workspace=workspace, group=group)
 
+    @checked_across_ranks
     def all_reduce(self, output_tensor, input_tensor, op=None, group=None, async_op=False, config=None,
                    workspace=None):
         """Elementwise SUM/MAX/MIN over members, on every member; see :func:`iris.ccl.all_reduce.all_reduce`."""

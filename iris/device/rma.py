@@ -176,12 +176,12 @@ def _peer_of(rank_a, rank_b, heap_bases):
     opposite orders). In debug mode, two ranks that are both not the current rank are reported."""
     cur = current_rank(heap_bases)
     if DEBUG:
-        wrong = ((rank_a != cur) & (rank_b != cur)) | tl.zeros([1], tl.int1)  # ranks may be blocks
+        wrong = ((cur != rank_a) & (cur != rank_b)) | tl.zeros([1], tl.int1)  # ranks may be blocks or constexprs
         if tl.max(wrong.to(tl.int32)) > 0:
             first = tl.min(tl.where(wrong, rank_a, 0x7FFFFFFF))
             second = tl.min(tl.where(wrong, rank_b, 0x7FFFFFFF))
             debug_report(NOT_THE_CURRENT_RANK_RECORD, 0, first, second, cur, 0)
-    return cur, tl.where(rank_a == cur, rank_b, rank_a)
+    return cur, tl.where(cur == rank_a, rank_b, rank_a)  # cur first: a constexpr rank compares as a tensor
 
 
 @triton.jit

@@ -32,6 +32,7 @@ from iris.ops import matmul_reduce as _matmul_reduce
 from iris.ops._fused import Workspace, sm_share
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import matmul
+from iris.team import checked_across_ranks
 
 __all__ = ["FusedConfig", "Ops", "Workspace", "all_gather_matmul", "gemm_all_scatter", "matmul", "matmul_all_gather",
            "matmul_all_reduce", "matmul_reduce_scatter", "sm_share"]
@@ -62,6 +63,7 @@ class Ops:
             return _gather_matmul.problem(self._ctx, output, A, config)[:2]
         return (op,), {}
 
+    @checked_across_ranks
     def matmul_all_reduce(self, output, A, B, bias=None, async_op=False, config=None, workspace=None):
         """``output = sum over ranks of A @ B (+ bias)``; see :mod:`iris.ops.matmul_reduce`.
 
@@ -72,6 +74,7 @@ class Ops:
     def matmul_all_reduce_preamble(self, output, A, B, config=None) -> Workspace:
         return _matmul_reduce.preamble("matmul_all_reduce", False, self._ctx, output, A, B, config)
 
+    @checked_across_ranks
     def matmul_reduce_scatter(self, output, A, B, bias=None, async_op=False, config=None, workspace=None):
         """This rank's (M, N/W) columns of the sum over ranks of A @ B (+ bias); see :mod:`iris.ops.matmul_reduce`."""
         _matmul_reduce.run("matmul_reduce_scatter", True, self._ctx, output, A, B, bias, config, workspace)
@@ -79,6 +82,7 @@ class Ops:
     def matmul_reduce_scatter_preamble(self, output, A, B, config=None) -> Workspace:
         return _matmul_reduce.preamble("matmul_reduce_scatter", True, self._ctx, output, A, B, config)
 
+    @checked_across_ranks
     def all_gather_matmul(self, output, A_shard, B, bias=None, async_op=False, config=None, workspace=None):
         """``output = [A_shard of every rank, side by side] @ B (+ bias)``; see :mod:`iris.ops.gather_matmul`."""
         _gather_matmul.all_gather_matmul(self._ctx, output, A_shard, B, bias, async_op, config, workspace)
@@ -86,6 +90,7 @@ class Ops:
     def all_gather_matmul_preamble(self, output, A_shard, B, config=None) -> Workspace:
         return _gather_matmul.preamble(self._ctx, output, A_shard, B, config)
 
+    @checked_across_ranks
     def matmul_all_gather(self, output, A, B, bias=None, async_op=False, config=None, workspace=None):
         """Every rank's ``A @ B (+ bias)`` stacked by rank in rows; see :mod:`iris.ops.matmul_gather`."""
         _matmul_gather.run("matmul_all_gather", True, self._ctx, output, A, B, bias, async_op, config, workspace)
@@ -93,6 +98,7 @@ class Ops:
     def matmul_all_gather_preamble(self, output, A, B, config=None) -> Workspace:
         return _matmul_gather.preamble("matmul_all_gather", True, self._ctx, output, A, B, config)
 
+    @checked_across_ranks
     def gemm_all_scatter(self, output, A, B, bias=None, async_op=False, config=None, workspace=None):
         """Every rank's ``A @ B (+ bias)`` side by side in columns; see :mod:`iris.ops.matmul_gather`."""
         _matmul_gather.run("gemm_all_scatter", False, self._ctx, output, A, B, bias, async_op, config, workspace)
