@@ -153,3 +153,5 @@ for _name, _member in vars(_DeviceContext).items():
             setattr(DeviceContext, _name, _InterpretedMethod(_member))
         elif not hasattr(DeviceContext, _name):
             setattr(DeviceContext, _name, _member)
+
+TritonContext = DeviceContext  # the original's earlier name for it

@@ -92,9 +92,9 @@ class SymmetricHeap:
         """True when every byte ``tensor`` can address lies inside this rank's heap."""
         if self._memory is None or tensor.device != self._memory.local.device:
             return False
+        if tensor.numel() == 0:  # torch reports address 0 for every empty tensor: its storage tells
+            return tensor.untyped_storage().data_ptr() == self._memory.local.untyped_storage().data_ptr()
         start = tensor.data_ptr()
-        if tensor.numel() == 0:
-            return self.base <= start <= self.base + self.size + self.reserved
         extent = sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride())) + 1
         return self.base <= start and start + extent * tensor.element_size() <= self.base + self.size + self.reserved
 

@@ -14,13 +14,13 @@ import torch
 
 
 def normalize_size(size) -> tuple[int, ...]:
-    """``(2, 3)``, ``((2, 3),)``, ``([2, 3],)`` and ``(torch.Size([2, 3]),)`` all give ``(2, 3)``.
+    """``(2, 3)``, ``((2, 3),)``, ``([2, 3],)``, ``(torch.Size([2, 3]),)`` and ``(((2, 3),),)`` all give ``(2, 3)``.
 
     Raises:
         TypeError: a dimension is not an integer.
         ValueError: a dimension is negative.
     """
-    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+    while len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):  # the original unwraps any depth
         size = tuple(size[0])
     dims = []
     for dim in size:
@@ -87,6 +87,15 @@ class TensorFactories:
         """
         dtype = dtype or torch.get_default_dtype()
         return self._finish(self._new(size, dtype, device, layout, out), requires_grad)
+
+    def allocate(self, num_elements: int, dtype: torch.dtype) -> torch.Tensor:
+        """An uninitialized 1-D heap tensor of ``num_elements`` (the original's low-level allocator;
+        the same as ``ctx.empty(num_elements, dtype=dtype)``).
+
+        Example:
+            >>> flags = ctx.allocate(64, torch.int32)
+        """
+        return self._new((num_elements,), dtype, None)
 
     def zeros(self, *size, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False):
         """Heap tensor of zeros, like ``torch.zeros``.
