@@ -5,6 +5,7 @@ The device-side argument orders of load and get are in tests/test_device_api.py;
 cross-rank check of collectives in tests/test_debug.py.
 """
 
+import pytest
 import torch
 
 import iris
@@ -35,3 +36,53 @@ def test_host_names_of_the_original(ranks):
 
 def test_triton_context_is_the_device_context():
     assert iris.TritonContext is iris.DeviceContext
+
+
+def test_the_originals_config_fields_are_accepted():
+    from iris.ccl import AUTOTUNE, Config
+    from iris.ops import FusedConfig
+
+    config = Config(comm_sms=48, swizzle_size=3, use_gluon=True, all_gather_variant="partitioned",
+                    reduce_scatter_variant="ring_chunked", all_reduce_num_rings=2, num_warps=8, threads_per_warp=32)
+    assert (config.num_xcds, config.chunk_size, config.all_reduce_ring_slice_n) == (1, 9, config.block_size_n)
+    tuned = Config.autotune(comm_sms=64)
+    assert tuned.comm_sms == 64 and tuned.block_size == Config().block_size and tuned.all_reduce_variant is None
+    assert Config(block_size_m=AUTOTUNE).block_size_m == Config().block_size_m
+    assert FusedConfig(all_reduce_variant="two_shot").all_reduce_variant == "two_shot"
+    for bad in (dict(all_gather_variant="tree"), dict(threads_per_warp=48), dict(all_reduce_ring_slice_n=48),
+                dict(comm_sms=0)):
+        with pytest.raises(ValueError):
+            Config(**bad)
+    with pytest.raises(ValueError):
+        FusedConfig(all_reduce_variant="tree")
+
+
+def _original_variants_on_rank():
+    from iris.ccl import Config
+
+    ctx = iris.iris(1 << 22)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    x = ctx.full((64, 32), float(rank + 1))
+    gathered = ctx.zeros(64 * world, 32)
+    ctx.ccl.all_gather(gathered, x, config=Config(all_gather_variant="partitioned"))
+    scattered = ctx.zeros(64 // world, 32)
+    ctx.ccl.reduce_scatter(scattered, x, config=Config(reduce_scatter_variant="ring_chunked"))
+    a, b = ctx.ones(32, 16, dtype=torch.bfloat16), ctx.ones(16, 32, dtype=torch.bfloat16)
+    out = ctx.zeros(32, 32)
+    prepared = iris.ops.matmul_all_reduce_preamble(ctx, out, a, b)
+    used = iris.ops.matmul_all_reduce(ctx, out, a, b)  # the original's standalone form returns its workspace
+    ctx.barrier()
+    found = dict(gathered=gathered[::64, 0].tolist(), scattered=scattered.unique().tolist(),
+                 workspace=type(used).__name__, same_key=used.key == prepared.key, out=out.unique().tolist())
+    ctx.close()
+    return found
+
+
+def test_the_originals_variants_and_standalone_forms_run(ranks):
+    world = ranks.world_size
+    total = world * (world + 1) / 2
+    for found in ranks.run(_original_variants_on_rank):
+        assert found["gathered"] == [float(r + 1) for r in range(world)]
+        assert found["scattered"] == [total]
+        assert found["workspace"] == "Workspace" and found["same_key"]
+        assert found["out"] == [16.0 * world]

@@ -27,7 +27,7 @@ import weakref
 import torch
 
 from iris import debug as debug_mode
-from iris.ccl.config import Config, ReduceOp
+from iris.ccl.config import AUTOTUNE, Config, ReduceOp
 from iris.team import checked_across_ranks
 
 # The collectives, imported once here rather than in every call (an import statement costs about
@@ -38,7 +38,7 @@ from iris.ccl import all_to_all as _all_to_all
 from iris.ccl import broadcast as _broadcast
 from iris.ccl import reduce_scatter as _reduce_scatter
 
-__all__ = ["CCL", "Config", "ReduceOp"]
+__all__ = ["AUTOTUNE", "CCL", "Config", "ReduceOp"]
 
 # Remembered calls per context; past this many the memory starts again (a program that keeps
 # making new tensors for its collectives gains nothing from it anyway).

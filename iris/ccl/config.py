@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 
 ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "atomic", "spinlock", "ring")
-REDUCE_SCATTER_VARIANTS = ("two_shot",)
+# The original's variants, all run by Iris's one kernel per collective (see Config's docstring for why).
+ALL_GATHER_VARIANTS = ("persistent", "partitioned")
+REDUCE_SCATTER_VARIANTS = ("two_shot", "ring_chunked")
+
+
+class _Autotune:
+    """``iris.ccl.AUTOTUNE``: a Config field "to be tuned" (the original's API). Iris does not tune its
+    collectives' knobs yet: such a field takes its default (the value measured best on 2 x H200)."""
+
+    def __repr__(self):
+        return "AUTOTUNE"
+
+
+AUTOTUNE = _Autotune()
 
 
 class ReduceOp(enum.Enum):
@@ -37,7 +51,24 @@ class Config:
         fused_bytes: a collective of at most this many bytes per rank (4 MiB) runs as one launch
             whose programs run the group's barriers themselves, instead of three launches (0:
             never). Measured on 2 x H200: fused is ahead up to 4 MiB, three launches from 64 MiB.
-        reduce_scatter_variant: "two_shot", the only one.
+        reduce_scatter_variant: "two_shot", or the original's "ring_chunked", run as two_shot
+            (every member reads its part from every other directly: one step on NVLink's all-to-all
+            links, where a ring takes W - 1).
+
+    Accepted for code written for the original, with no effect on how Iris runs (each says why):
+        all_gather_variant: "persistent" (default) or "partitioned"; Iris's all_gather has one
+            kernel, whose programs each write their piece to every member (so both are it).
+        swizzle_size, chunk_size: the original's tile grouping; Iris's pieces are 1-D blocks.
+            ``chunk_size`` None becomes ``min(swizzle_size ** 2, comm_sms // num_xcds)`` as there.
+        comm_sms: the original's communication grid; Iris sizes each launch by the message.
+        num_xcds: AMD's accelerator dies, for the original's swizzle; None becomes 1.
+        use_gluon: the original's Gluon kernels; Iris runs its Triton kernels either way.
+        all_reduce_num_rings, all_reduce_ring_slice_n: the original's ring shape (positive; the
+            slice a power of two dividing block_size_n, default block_size_n); Iris's ring runs one
+            ring per program.
+        num_stages, num_warps, threads_per_warp (32 or 64), waves_per_eu: launch hints; Iris's
+            collective kernels keep Triton's defaults.
+    A field set to :data:`AUTOTUNE` takes its default; :meth:`autotune` makes such a Config.
 
     Example:
         >>> from iris.ccl import Config
@@ -51,8 +82,58 @@ class Config:
     all_reduce_distribution: int = 0
     reduce_scatter_variant: str = "two_shot"
     fused_bytes: int = 4 << 20
+    all_gather_variant: str = "persistent"
+    swizzle_size: int = 4
+    comm_sms: int = 64
+    num_xcds: int | None = None
+    chunk_size: int | None = None
+    use_gluon: bool = False
+    all_reduce_num_rings: int = 1
+    all_reduce_ring_slice_n: int | None = None
+    num_stages: int = 1
+    num_warps: int = 4
+    threads_per_warp: int = 64
+    waves_per_eu: int = 0
+
+    @classmethod
+    def autotune(cls, **fixed) -> Config:
+        """A Config with every field but ``fixed`` set to :data:`AUTOTUNE` (the original's API; see there).
+
+        Example:
+            >>> Config.autotune(comm_sms=64).block_size   # 1024: Iris does not tune yet
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(fixed) - names
+        if unknown:
+            raise TypeError(f"Config.autotune: no such field {sorted(unknown)}")
+        return cls(**{name: fixed.get(name, AUTOTUNE) for name in names})
+
+    def _resolve_compat_fields(self) -> None:
+        for f in dataclasses.fields(self):
+            if getattr(self, f.name) is AUTOTUNE:
+                setattr(self, f.name, f.default)
+        if self.num_xcds is None:
+            self.num_xcds = 1
+        for name in ("swizzle_size", "comm_sms", "num_xcds", "all_reduce_num_rings", "num_warps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"Config.{name}={value!r}: must be a positive int")
+        if self.chunk_size is None:
+            self.chunk_size = min(self.swizzle_size ** 2, max(1, self.comm_sms // self.num_xcds))
+        if self.all_reduce_ring_slice_n is None:
+            self.all_reduce_ring_slice_n = self.block_size_n
+        _power_of_two("all_reduce_ring_slice_n", self.all_reduce_ring_slice_n)
+        if self.block_size_n % self.all_reduce_ring_slice_n:
+            raise ValueError(f"Config.all_reduce_ring_slice_n={self.all_reduce_ring_slice_n}: must divide "
+                             f"block_size_n={self.block_size_n}")
+        if self.all_gather_variant not in ALL_GATHER_VARIANTS:
+            raise ValueError(f"Config.all_gather_variant={self.all_gather_variant!r}: use one of "
+                             f"{', '.join(ALL_GATHER_VARIANTS)}")
+        if self.threads_per_warp not in (32, 64):
+            raise ValueError(f"Config.threads_per_warp={self.threads_per_warp!r}: must be 32 or 64")
 
     def __post_init__(self):
+        self._resolve_compat_fields()
         for name in ("block_size", "block_size_m", "block_size_n"):
             _power_of_two(name, getattr(self, name))
         if self.all_reduce_variant is not None and self.all_reduce_variant not in ALL_REDUCE_VARIANTS:

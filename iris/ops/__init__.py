@@ -34,8 +34,10 @@ from iris.ops.config import FusedConfig
 from iris.ops.gemm import matmul
 from iris.team import checked_across_ranks
 
-__all__ = ["FusedConfig", "Ops", "Workspace", "all_gather_matmul", "gemm_all_scatter", "matmul", "matmul_all_gather",
-           "matmul_all_reduce", "matmul_reduce_scatter", "sm_share"]
+__all__ = ["FusedConfig", "Ops", "Workspace", "all_gather_matmul", "all_gather_matmul_preamble", "gemm_all_scatter",
+           "gemm_all_scatter_preamble", "matmul", "matmul_all_gather", "matmul_all_gather_preamble",
+           "matmul_all_reduce", "matmul_all_reduce_preamble", "matmul_reduce_scatter",
+           "matmul_reduce_scatter_preamble", "sm_share"]
 
 
 class Ops:
@@ -69,7 +71,7 @@ class Ops:
 
         ``async_op`` is accepted for the original API: each rank's output is complete when its kernel
         ends, so nothing waits after it (the same for matmul_reduce_scatter)."""
-        _matmul_reduce.run("matmul_all_reduce", False, self._ctx, output, A, B, bias, config, workspace)
+        return _matmul_reduce.run("matmul_all_reduce", False, self._ctx, output, A, B, bias, config, workspace)
 
     def matmul_all_reduce_preamble(self, output, A, B, config=None) -> Workspace:
         return _matmul_reduce.preamble("matmul_all_reduce", False, self._ctx, output, A, B, config)
@@ -77,7 +79,7 @@ class Ops:
     @checked_across_ranks
     def matmul_reduce_scatter(self, output, A, B, bias=None, async_op=False, config=None, workspace=None):
         """This rank's (M, N/W) columns of the sum over ranks of A @ B (+ bias); see :mod:`iris.ops.matmul_reduce`."""
-        _matmul_reduce.run("matmul_reduce_scatter", True, self._ctx, output, A, B, bias, config, workspace)
+        return _matmul_reduce.run("matmul_reduce_scatter", True, self._ctx, output, A, B, bias, config, workspace)
 
     def matmul_reduce_scatter_preamble(self, output, A, B, config=None) -> Workspace:
         return _matmul_reduce.preamble("matmul_reduce_scatter", True, self._ctx, output, A, B, config)
@@ -85,7 +87,7 @@ class Ops:
     @checked_across_ranks
     def all_gather_matmul(self, output, A_shard, B, bias=None, async_op=False, config=None, workspace=None):
         """``output = [A_shard of every rank, side by side] @ B (+ bias)``; see :mod:`iris.ops.gather_matmul`."""
-        _gather_matmul.all_gather_matmul(self._ctx, output, A_shard, B, bias, async_op, config, workspace)
+        return _gather_matmul.all_gather_matmul(self._ctx, output, A_shard, B, bias, async_op, config, workspace)
 
     def all_gather_matmul_preamble(self, output, A_shard, B, config=None) -> Workspace:
         return _gather_matmul.preamble(self._ctx, output, A_shard, B, config)
@@ -93,7 +95,7 @@ class Ops:
     @checked_across_ranks
     def matmul_all_gather(self, output, A, B, bias=None, async_op=False, config=None, workspace=None):
         """Every rank's ``A @ B (+ bias)`` stacked by rank in rows; see :mod:`iris.ops.matmul_gather`."""
-        _matmul_gather.run("matmul_all_gather", True, self._ctx, output, A, B, bias, async_op, config, workspace)
+        return _matmul_gather.run("matmul_all_gather", True, self._ctx, output, A, B, bias, async_op, config, workspace)
 
     def matmul_all_gather_preamble(self, output, A, B, config=None) -> Workspace:
         return _matmul_gather.preamble("matmul_all_gather", True, self._ctx, output, A, B, config)
@@ -101,7 +103,8 @@ class Ops:
     @checked_across_ranks
     def gemm_all_scatter(self, output, A, B, bias=None, async_op=False, config=None, workspace=None):
         """Every rank's ``A @ B (+ bias)`` side by side in columns; see :mod:`iris.ops.matmul_gather`."""
-        _matmul_gather.run("gemm_all_scatter", False, self._ctx, output, A, B, bias, async_op, config, workspace)
+        return _matmul_gather.run("gemm_all_scatter", False, self._ctx, output, A, B, bias, async_op, config,
+                                  workspace)
 
     def gemm_all_scatter_preamble(self, output, A, B, config=None) -> Workspace:
         return _matmul_gather.preamble("gemm_all_scatter", False, self._ctx, output, A, B, config)
@@ -109,24 +112,49 @@ class Ops:
 
 def matmul_all_reduce(ctx, output, A, B, bias=None, async_op=False, config=None, workspace=None):
     """``ctx.ops.matmul_all_reduce(...)`` with the context first (the original's standalone form)."""
-    ctx.ops.matmul_all_reduce(output, A, B, bias, async_op, config, workspace)
+    return ctx.ops.matmul_all_reduce(output, A, B, bias, async_op, config, workspace)
 
 
 def matmul_reduce_scatter(ctx, output, A, B, bias=None, async_op=False, config=None, workspace=None):
     """``ctx.ops.matmul_reduce_scatter(...)`` with the context first."""
-    ctx.ops.matmul_reduce_scatter(output, A, B, bias, async_op, config, workspace)
+    return ctx.ops.matmul_reduce_scatter(output, A, B, bias, async_op, config, workspace)
 
 
 def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config=None, workspace=None):
     """``ctx.ops.all_gather_matmul(...)`` with the context first."""
-    ctx.ops.all_gather_matmul(output, A_shard, B, bias, async_op, config, workspace)
+    return ctx.ops.all_gather_matmul(output, A_shard, B, bias, async_op, config, workspace)
 
 
 def matmul_all_gather(ctx, output, A, B, bias=None, async_op=False, config=None, workspace=None):
     """``ctx.ops.matmul_all_gather(...)`` with the context first."""
-    ctx.ops.matmul_all_gather(output, A, B, bias, async_op, config, workspace)
+    return ctx.ops.matmul_all_gather(output, A, B, bias, async_op, config, workspace)
 
 
 def gemm_all_scatter(ctx, output, A, B, bias=None, async_op=False, config=None, workspace=None):
     """``ctx.ops.gemm_all_scatter(...)`` with the context first."""
-    ctx.ops.gemm_all_scatter(output, A, B, bias, async_op, config, workspace)
+    return ctx.ops.gemm_all_scatter(output, A, B, bias, async_op, config, workspace)
+
+
+def matmul_all_reduce_preamble(ctx, output, A, B, config=None) -> Workspace:
+    """``ctx.ops.matmul_all_reduce_preamble(...)`` with the context first (the original's standalone form)."""
+    return ctx.ops.matmul_all_reduce_preamble(output, A, B, config)
+
+
+def matmul_reduce_scatter_preamble(ctx, output, A, B, config=None) -> Workspace:
+    """``ctx.ops.matmul_reduce_scatter_preamble(...)`` with the context first."""
+    return ctx.ops.matmul_reduce_scatter_preamble(output, A, B, config)
+
+
+def all_gather_matmul_preamble(ctx, output, A_shard, B, config=None) -> Workspace:
+    """``ctx.ops.all_gather_matmul_preamble(...)`` with the context first."""
+    return ctx.ops.all_gather_matmul_preamble(output, A_shard, B, config)
+
+
+def matmul_all_gather_preamble(ctx, output, A, B, config=None) -> Workspace:
+    """``ctx.ops.matmul_all_gather_preamble(...)`` with the context first."""
+    return ctx.ops.matmul_all_gather_preamble(output, A, B, config)
+
+
+def gemm_all_scatter_preamble(ctx, output, A, B, config=None) -> Workspace:
+    """``ctx.ops.gemm_all_scatter_preamble(...)`` with the context first."""
+    return ctx.ops.gemm_all_scatter_preamble(output, A, B, config)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from iris.ccl.config import ALL_REDUCE_VARIANTS
+
 
 @dataclass
 class FusedConfig:
@@ -18,6 +20,9 @@ class FusedConfig:
         comm_programs: matmul_all_reduce and matmul_reduce_scatter only. 0 (default): every program
             computes its tiles and exchanges them itself. N > 0: workgroup specialization, N programs
             only exchange and sum the tiles the others compute and stage (not yet measured on a GPU).
+        all_reduce_variant: accepted for code written for the original (its choice of the all-reduce
+            inside matmul_all_reduce: None or one of iris.ccl's variants); Iris's fused kernel
+            exchanges its tiles itself, so it has no effect.
 
     Example:
         >>> from iris.ops import FusedConfig
@@ -31,8 +36,12 @@ class FusedConfig:
     num_warps: int = 8
     num_stages: int = 3
     comm_programs: int = 0
+    all_reduce_variant: str | None = None
 
     def __post_init__(self):
+        if self.all_reduce_variant is not None and self.all_reduce_variant not in ALL_REDUCE_VARIANTS:
+            raise ValueError(f"FusedConfig.all_reduce_variant={self.all_reduce_variant!r}: use None or one of "
+                             f"{', '.join(ALL_REDUCE_VARIANTS)}")
         for name in ("block_size_m", "block_size_n", "block_size_k"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 16 or value & (value - 1):

@@ -154,7 +154,8 @@ def preamble(ctx, output, A_shard, B, config=None) -> _fused.Workspace:
     return _fused.Workspace.allocate(ctx, key, spec)
 
 
-def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config=None, workspace=None) -> None:
+def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config=None,
+                      workspace=None) -> _fused.Workspace:
     """``output = all_gather(A_shard, dim=1) @ B (+ bias)``; every rank calls it (see the module).
 
     Args:
@@ -179,3 +180,4 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
         UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block,
         num_warps=config.num_warps, num_stages=config.num_stages, **tile)
     workspace.calls.add_(1)  # on the stream, after the launch: the next call waits for one more round
+    return workspace

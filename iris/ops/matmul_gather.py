@@ -70,11 +70,12 @@ def preamble(what: str, along_m: bool, ctx, output, A, B, config=None) -> _fused
     return _fused.Workspace((what,), {})
 
 
-def run(what: str, along_m: bool, ctx, output, A, B, bias=None, async_op=False, config=None, workspace=None) -> None:
-    """One call of ``what`` (see the module): checks, then one launch."""
+def run(what: str, along_m: bool, ctx, output, A, B, bias=None, async_op=False, config=None,
+        workspace=None) -> _fused.Workspace:
+    """One call of ``what`` (see the module): checks, then one launch; returns the workspace it used."""
     config = FusedConfig() if config is None else config
     _fused.check(what, ctx, output, A, B, bias, _output_shape(along_m, ctx.get_num_ranks()), symmetric_output=True)
-    _fused.workspace_for(ctx, what, (what,), {}, workspace)
+    workspace = _fused.workspace_for(ctx, what, (what,), {}, workspace)
     M, N = A.shape[0], B.shape[1]
     tile = _fused.tile(ctx, config)
     programs = _fused.launch_size(ctx, tile_count(M, N, tile))
@@ -84,3 +85,4 @@ def run(what: str, along_m: bool, ctx, output, A, B, bias=None, async_op=False, 
         HAS_BIAS=bias is not None, UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(),
         EXIT_BARRIER=not async_op, BARRIER_BLOCK=ctx.team.barrier.block, num_warps=config.num_warps,
         num_stages=config.num_stages, **tile)
+    return workspace

@@ -221,8 +221,8 @@ def preamble(what: str, scatter: bool, ctx, output, A, B, config=None) -> _fused
     return _fused.Workspace.allocate(ctx, key, spec)
 
 
-def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, workspace=None) -> None:
-    """One call of ``what`` (see the module): checks, then one launch."""
+def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, workspace=None) -> _fused.Workspace:
+    """One call of ``what`` (see the module): checks, then one launch; returns the workspace it used."""
     config = FusedConfig() if config is None else config
     _check(what, ctx, output, A, B, bias, scatter)
     key, spec, width, tile = problem(what, scatter, ctx, output, A, B, config)
@@ -246,3 +246,4 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
         num_stages=config.num_stages, **tile)
     if comm:
         calls.add_(1)  # on the stream, after the launch: the next call's tiles carry the next epoch
+    return workspace
