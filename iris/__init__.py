@@ -18,6 +18,8 @@ from iris.context import Iris, iris
 from iris import ccl, ops
 from iris.device import (
     DeviceContext,
+    DeviceTracing,
+    TraceEvent,
     TritonContext,
     atomic_add,
     atomic_and,
@@ -44,8 +46,8 @@ from iris.logging import DEBUG, ERROR, INFO, WARNING, set_logger_level
 __version__ = "0.1.0"
 
 __all__ = [
-    "DEBUG", "ERROR", "INFO", "WARNING", "DeviceAccessError", "DeviceContext", "Iris", "TritonContext",
-    "WaitTimeoutError",
+    "DEBUG", "ERROR", "INFO", "WARNING", "DeviceAccessError", "DeviceContext", "DeviceTracing", "Iris", "TraceEvent",
+    "TritonContext", "WaitTimeoutError",
     "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or", "atomic_sub", "atomic_xchg",
     "atomic_xor", "ccl", "copy", "current_rank", "get",
     "iris", "load", "ops", "put", "set_logger_level", "signal", "store", "translate", "wait_until",

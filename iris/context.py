@@ -83,7 +83,7 @@ class Iris(TensorFactories):
         # a view of the context tensor's bases: device ops find the current rank just before them
         self.heap_bases = self._device_context[HEAP_BASES_SLOT.value:HEAP_BASES_SLOT.value + self.num_ranks]
         self.team = Team(self.heap, self.cur_rank, self.num_ranks, backend, self.heap_bases, comm=comm)
-        self._ccl = self._ops = None  # made on first use (ctx.ccl, ctx.ops)
+        self._ccl = self._ops = self._tracing = None  # made on first use (ctx.ccl, ctx.ops, ctx.tracing)
         if debug or config.debug_requested():
             debug_mode.enable(device, self.num_ranks, self.heap.size + self.heap.reserved)
         if config.simulation():
@@ -133,6 +133,15 @@ class Iris(TensorFactories):
 
             self._ccl = CCL(self)
         return self._ccl
+
+    @property
+    def tracing(self):
+        """Device-side event tracing: ``ctx.tracing.enable()``, ``ctx.tracing.export(...)``; see :mod:`iris.tracing`."""
+        if self._tracing is None:
+            from iris.tracing import Tracing
+
+            self._tracing = Tracing(self)
+        return self._tracing
 
     @property
     def ops(self):

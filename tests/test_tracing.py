@@ -1,0 +1,140 @@
+"""Device tracing (iris.tracing): what a traced kernel records, the exported timeline, and that a kernel
+built without tracing is the kernel it was before tracing existed."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import iris
+
+BLOCK = 64
+
+
+@triton.jit
+def _ring_handoff(context, data, flag, rank: tl.constexpr, world: tl.constexpr, BLOCK: tl.constexpr):
+    """Each rank puts its block into the next rank's and signals it, then waits for its own signal."""
+    ctx = iris.DeviceContext.initialize(context, rank, world, tracing=True)
+    offs = tl.arange(0, BLOCK)
+    nxt = (rank + 1) % world
+    ctx.put(data + offs, data + offs + BLOCK, nxt)
+    ctx.signal(flag, 1, nxt)
+    ctx.wait_until(flag, "==", 1)
+
+
+def _traced_on_rank(tmp: str, max_events: int):
+    ctx = iris.iris(1 << 20)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    ctx.tracing.enable(max_events=max_events)
+    data = ctx.full((2 * BLOCK,), float(rank))
+    flag = ctx.zeros(1, dtype=torch.int32)
+    ctx.barrier()
+    _ring_handoff[(1,)](ctx.get_device_context(), data, flag, rank=rank, world=world, BLOCK=BLOCK)
+    ctx.barrier()
+    events = ctx.tracing.events()
+    merged = ctx.tracing.export(os.path.join(tmp, "trace.json"), merge=True)
+    received = data[BLOCK:].unique().tolist()
+    ctx.close()
+    return dict(events=events, merged=merged, received=received)
+
+
+def test_a_traced_handoff_records_every_op_and_the_flows(ranks, tmp_path):
+    world = ranks.world_size
+    results = ranks.run(_traced_on_rank, str(tmp_path), 100)
+    for rank, found in enumerate(results):
+        assert found["received"] == [float((rank - 1) % world)]  # tracing changed nothing the kernel did
+        events = found["events"]
+        assert [e["name"] for e in events] == ["put", "signal", "wait"]
+        assert all(e["cur_rank"] == rank for e in events)
+        assert [e["target_rank"] for e in events] == [(rank + 1) % world, (rank + 1) % world, rank]
+        assert events[0]["payload_size"] == BLOCK * 4 and events[0]["offset"] is not None
+        stamps = [e["timestamp"] for e in events]
+        assert stamps == sorted(stamps) and all(e["end"] >= e["timestamp"] for e in events)
+    merged = results[0]["merged"]["traceEvents"]
+    assert {e["pid"] for e in merged if e.get("ph") == "X"} == set(range(world))
+    starts = {e["id"]: e for e in merged if e.get("ph") == "s"}
+    finishes = {e["id"]: e for e in merged if e.get("ph") == "f"}
+    put_flows = {(starts[i]["pid"], finishes[i]["pid"]) for i in starts if starts[i]["name"] == "put -> wait"}
+    assert put_flows == {(r, (r + 1) % world) for r in range(world)}  # from each put to the wait it released
+    assert (tmp_path / "trace.json").exists() and (tmp_path / "trace_rank0.json").exists()
+
+
+def test_events_past_max_events_are_dropped(ranks, tmp_path):
+    for found in ranks.run(_traced_on_rank, str(tmp_path), 2):
+        assert [e["name"] for e in found["events"]] == ["put", "signal"]
+
+
+PROBE = '''
+import re
+import triton, triton.language as tl
+from triton.compiler import ASTSource
+from triton.backends.compiler import GPUTarget
+import iris
+
+
+@triton.jit
+def through_context(context, data, flag, rank: tl.constexpr, world: tl.constexpr, TRACED: tl.constexpr):
+    ctx = iris.DeviceContext.initialize(context, rank, world, tracing=TRACED)
+    offs = tl.arange(0, 64)
+    ctx.put(data + offs, data + offs, 1)
+    ctx.signal(flag, 1, 1)
+    ctx.wait_until(flag, "==", 1)
+    x = ctx.load(data + offs, 1)
+    ctx.atomic_add(flag, 1, 1)
+    ctx.atomic_cas(flag, 0, 1, 1)
+    tl.store(data + offs, x)
+
+
+@triton.jit
+def without_tracing(context, data, flag, rank: tl.constexpr, world: tl.constexpr, TRACED: tl.constexpr):
+    heap_bases = context + 2
+    offs = tl.arange(0, 64)
+    iris.put(data + offs, data + offs, rank, 1, heap_bases)
+    iris.signal(flag, 1, rank, 1, heap_bases)
+    iris.wait_until(flag, "==", 1)
+    x = iris.load(data + offs, rank, 1, heap_bases)
+    iris.atomic_add(flag, 1, rank, 1, heap_bases)
+    iris.atomic_cas(flag, 0, 1, rank, 1, heap_bases)
+    tl.store(data + offs, x)
+
+
+def ttir(kernel, target, traced):
+    """The kernel's Triton IR with names that only say where a value came from taken out."""
+    sig = {"context": "*i64", "data": "*fp32", "flag": "*i32", "rank": "constexpr", "world": "constexpr",
+           "TRACED": "constexpr"}
+    compiled = triton.compile(ASTSource(kernel, sig, {"rank": 0, "world": 2, "TRACED": traced}), target=target)
+    text = re.sub(r"\\s*loc\\([^()]*(\\([^()]*\\)[^()]*)*\\)", "", compiled.asm["ttir"])
+    text = "\\n".join(line for line in text.splitlines() if not line.startswith("#loc"))
+    text = text.replace(kernel.__name__, "KERNEL")
+    constants = dict(re.findall(r"^\\s*(%[\\w.]+) = arith.constant (.+)$", text, re.MULTILINE))
+    body = [line for line in text.splitlines() if " = arith.constant " not in line]
+    names = {name: f"%const<{value}>" for name, value in constants.items()}
+    body = [re.sub(r"%[\\w.]+", lambda m: names.setdefault(m.group(0), f"%v{len(names)}"), line) for line in body]
+    return "\\n".join(sorted(set(constants.values())) + body)
+
+
+backend, _, arch = TARGET.partition(":")
+target = GPUTarget(backend, int(arch) if arch.isdigit() else arch, 32 if backend == "cuda" else 64)
+plain = ttir(without_tracing, target, False)
+print("off", "IDENTICAL" if ttir(through_context, target, False) == plain else "DIFFERENT")
+print("on", "IDENTICAL" if ttir(through_context, target, True) == plain else "DIFFERENT")
+'''
+
+
+@pytest.mark.parametrize("target", ["cuda:90", "hip:gfx942"])
+def test_without_tracing_the_kernel_compiles_to_what_it_was(tmp_path, target):
+    """A DeviceContext kernel built without tracing has the Triton IR of the same kernel written with the
+    functional ops (which record nothing), for each GPU target; with tracing it differs (the check can fail)."""
+    probe = tmp_path / "ttir_probe.py"
+    probe.write_text(f"TARGET = {target!r}\n" + textwrap.dedent(PROBE))
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "IRIS_CROSS_COMPILE")}
+    env["IRIS_COMPILE_TARGET"] = target  # kernels become that target's code here, as in a cross-compile worker
+    out = subprocess.run([sys.executable, str(probe)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["off", "IDENTICAL", "on", "DIFFERENT"], out.stdout + out.stderr[-2000:]
