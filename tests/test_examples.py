@@ -40,6 +40,21 @@ def test_gemm_all_scatter_example_validates(pattern):
     assert output.count(": ok") == 2, output[-4000:]
 
 
+def test_traced_gemm_all_scatter_validates_and_writes_every_ranks_timeline(tmp_path):
+    import json
+
+    trace = tmp_path / "trace.json"
+    code, output = _iris_run(2, EXAMPLES / "traced.py", "--validate", "--trace", str(trace))
+    assert code == 0, output[-4000:]
+    assert output.count(": ok") == 2, output[-4000:]
+    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"]
+    for rank in (0, 1):
+        names = {e["name"] for e in events if e["pid"] == rank}
+        assert names == {"compute", "store"}, names
+        stores = [e for e in events if e["pid"] == rank and e["name"] == "store"]
+        assert {e["args"]["target_rank"] for e in stores} == {0, 1}
+
+
 def _first_kernel(tmp_path):
     """README's "A first kernel", as a user pastes it into script.py."""
     readme = (ROOT.parent / "README.md").read_text()

@@ -30,7 +30,9 @@ def test_identity_and_heap_bases(ranks):
         assert info["bases_dtype"] == "torch.int64" and info["bases_device"] == info["device"]
         assert len(info["bases"]) == world and len(set(info["bases"])) == world
         assert all(b % 256 == 0 for b in info["bases"])
-        assert info["context"] == [info["rank"], world, *info["bases"]]
+        # [rank, world, bases...], then the tracing fields: all zeros while tracing is off (iris.device.tracing)
+        assert info["context"][: 2 + world] == [info["rank"], world, *info["bases"]]
+        assert len(info["context"]) == 2 + world + 4 + 13 and not any(info["context"][2 + world:])
         assert info["cus"] >= 1 and info["device_id"] >= 0
 
 

@@ -74,6 +74,8 @@ def parse_args(doc: str) -> argparse.Namespace:
     parser.add_argument("--validate", action="store_true", help="exit non-zero when C is wrong")
     parser.add_argument("--benchmark", action="store_true", help="time it beside torch.matmul + NCCL all_gather")
     parser.add_argument("--iters", type=int, default=20 if gpu else 2)
+    parser.add_argument("--trace", default=None, metavar="FILE",
+                        help="traced.py: write the first call's timeline, all ranks, to FILE (Chrome trace JSON)")
     return parser.parse_args()
 
 

@@ -108,10 +108,12 @@ class Config:
             raise TypeError(f"Config.autotune: no such field {sorted(unknown)}")
         return cls(**{name: fixed.get(name, AUTOTUNE) for name in names})
 
-    def _resolve_compat_fields(self) -> None:
+    def _resolve_autotune(self) -> None:
         for f in dataclasses.fields(self):
             if getattr(self, f.name) is AUTOTUNE:
                 setattr(self, f.name, f.default)
+
+    def _check_compat_fields(self) -> None:
         if self.num_xcds is None:
             self.num_xcds = 1
         for name in ("swizzle_size", "comm_sms", "num_xcds", "all_reduce_num_rings", "num_warps"):
@@ -133,7 +135,7 @@ class Config:
             raise ValueError(f"Config.threads_per_warp={self.threads_per_warp!r}: must be 32 or 64")
 
     def __post_init__(self):
-        self._resolve_compat_fields()
+        self._resolve_autotune()
         for name in ("block_size", "block_size_m", "block_size_n"):
             _power_of_two(name, getattr(self, name))
         if self.all_reduce_variant is not None and self.all_reduce_variant not in ALL_REDUCE_VARIANTS:
@@ -146,3 +148,4 @@ class Config:
         if self.reduce_scatter_variant not in REDUCE_SCATTER_VARIANTS:
             raise ValueError(f"Config.reduce_scatter_variant={self.reduce_scatter_variant!r}: use one of "
                              f"{', '.join(REDUCE_SCATTER_VARIANTS)}")
+        self._check_compat_fields()
