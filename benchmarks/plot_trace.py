@@ -16,11 +16,13 @@ COLORS = {"compute": "#4c72b0", "store": "#dd8452", "put": "#dd8452", "get": "#5
           "signal": "#c44e52", "wait": "#8172b3", "copy": "#937860"}
 
 
-def rows_of(events: list[dict]) -> dict[tuple[int, str], int]:
-    """Row index of each (rank, track), ranks in order, tracks in order of first appearance."""
+def rows_of(events: list[dict], tracks_per_rank: int) -> dict[tuple[int, str], int]:
+    """Row index of each (rank, track) shown: ranks in order, each rank's first ``tracks_per_rank`` tracks
+    by number."""
     keys = sorted({(e["pid"], e["tid"]) for e in events if e.get("ph") in ("X", "i")},
                   key=lambda key: (key[0], _track_number(key[1])))
-    return {key: i for i, key in enumerate(keys)}
+    shown = [key for key in keys if sum(1 for k in keys if k[0] == key[0] and k <= key) <= tracks_per_rank]
+    return {key: i for i, key in enumerate(shown)}
 
 
 def _track_number(track: str) -> int:
@@ -33,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("trace")
     parser.add_argument("png")
     parser.add_argument("--title", default="")
+    parser.add_argument("--tracks", type=int, default=8, help="tracks (SMs or programs) shown per rank")
     args = parser.parse_args(argv)
     try:
         import matplotlib
@@ -44,14 +47,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with open(args.trace) as file:
         events = json.load(file)["traceEvents"]
-    rows = rows_of(events)
+    rows = rows_of(events, args.tracks)
     if not rows:
         print(f"plot_trace: {args.trace} has no events", file=sys.stderr)
         return 1
     fig, ax = plt.subplots(figsize=(12, 1.2 + 0.35 * len(rows)))
     seen = set()
     for e in events:
-        if e.get("ph") not in ("X", "i"):
+        if e.get("ph") not in ("X", "i") or (e["pid"], e["tid"]) not in rows:
             continue
         row, color = rows[(e["pid"], e["tid"])], COLORS.get(e["name"], "#999999")
         label = None if e["name"] in seen else e["name"]
@@ -63,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     starts = {e["id"]: e for e in events if e.get("ph") == "s"}
     for finish in (e for e in events if e.get("ph") == "f" and e["id"] in starts):
         start = starts[finish["id"]]
+        if (start["pid"], start["tid"]) not in rows or (finish["pid"], finish["tid"]) not in rows:
+            continue
         ax.annotate("", xy=(finish["ts"], rows[(finish["pid"], finish["tid"])]),
                     xytext=(start["ts"], rows[(start["pid"], start["tid"])]),
                     arrowprops=dict(arrowstyle="->", color="#444444", lw=0.8))

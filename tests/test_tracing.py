@@ -64,6 +64,24 @@ def test_a_traced_handoff_records_every_op_and_the_flows(ranks, tmp_path):
     assert (tmp_path / "trace.json").exists() and (tmp_path / "trace_rank0.json").exists()
 
 
+def _traced_kernel_with_tracing_off_on_rank():
+    ctx = iris.iris(1 << 20)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    data = ctx.full((2 * BLOCK,), float(rank))
+    flag = ctx.zeros(1, dtype=torch.int32)
+    ctx.barrier()  # tracing never enabled: the context tensor's tracing fields are zeros
+    _ring_handoff[(1,)](ctx.get_device_context(), data, flag, rank=rank, world=world, BLOCK=BLOCK)
+    ctx.barrier()
+    found = dict(events=ctx.tracing.events(), received=data[BLOCK:].unique().tolist())
+    ctx.close()
+    return found
+
+
+def test_a_kernel_built_with_tracing_runs_and_records_nothing_until_tracing_is_enabled(ranks):
+    for rank, found in enumerate(ranks.run(_traced_kernel_with_tracing_off_on_rank)):
+        assert found == dict(events=[], received=[float((rank - 1) % ranks.world_size)])
+
+
 def test_events_past_max_events_are_dropped(ranks, tmp_path):
     for found in ranks.run(_traced_on_rank, str(tmp_path), 2):
         assert [e["name"] for e in found["events"]] == ["put", "signal"]

@@ -161,8 +161,9 @@ class _DeviceTracing:
         """Record an event's start; returns its slot for :meth:`end` (-1 when nothing is recorded)."""
         slot = tl.full((), -1, tl.int64)
         if self.enabled:
-            slot = tl.atomic_add(self.counter, 1).to(tl.int64)
-            if slot < self.max_events:
+            if self.max_events > 0:  # 0 while the host has not enabled tracing: the counter is not there yet
+                slot = tl.atomic_add(self.counter, 1).to(tl.int64)
+            if (slot >= 0) & (slot < self.max_events):
                 fields = self.records
                 stride = self.max_events
                 tl.store(fields + F_EVENT_ID * stride + slot, event_id)
