@@ -45,8 +45,9 @@ def traced(p, args) -> None:
     _launch(p)  # the first launch compiles the kernel; recording is off until tracing.enable()
     if args.trace and not getattr(p, "traced", False):
         p.traced = True  # once: a --benchmark loop calls again
-        p.ctx.barrier()  # every rank has compiled: the traced launch starts on every rank together
         p.ctx.tracing.enable(max_events=1 << 20)
+        p.ctx.barrier()  # every rank has compiled and enabled tracing
+        p.ctx.device_barrier()  # on the stream: the traced launch starts right after it on every rank
         _launch(p)
         p.ctx.tracing.disable()
         merged = p.ctx.tracing.export(args.trace, merge=True)
