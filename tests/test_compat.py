@@ -86,3 +86,42 @@ def test_the_originals_variants_and_standalone_forms_run(ranks):
         assert found["scattered"] == [total]
         assert found["workspace"] == "Workspace" and found["same_key"]
         assert found["out"] == [16.0 * world]
+
+
+KERNELS_FIRST = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def plus_one(x):
+    return x + 1
+
+
+@triton.jit
+def kernel(x, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x + offs, plus_one(tl.load(x + offs, mask=offs < n)), mask=offs < n)
+
+
+import iris  # noqa: E402  (after the kernels: a module that imports triton first, then iris)
+
+ctx = iris.iris(1 << 20)
+x = ctx.zeros(5, dtype=torch.int32)
+kernel[(1,)](x, 5, BLOCK=8)
+print("RESULT", x.tolist())
+"""
+
+
+def test_kernels_defined_before_import_iris_run(tmp_path):
+    """The original's tests import triton (and define kernels) before iris: on the CPU backend those
+    kernels still run (under the interpreter), whatever the import order."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "kernels_first.py"
+    script.write_text(KERNELS_FIRST)
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert "RESULT [1, 1, 1, 1, 1]" in out.stdout, out.stdout + out.stderr[-3000:]

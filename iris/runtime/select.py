@@ -68,6 +68,28 @@ def prepare_interpreter(name: str) -> None:
     if name == "cpu" and not compile_target():
         config.turn_interpreter_on()
         _mend_interpreter_index()
+        _interpret_kernels_defined_earlier()
+
+
+def _interpret_kernels_defined_earlier() -> None:
+    """A ``@triton.jit`` kernel defined before ``import iris`` (a test module importing triton first, a
+    helper module) was made for a GPU: on the CPU backend, launching or calling it runs it under the
+    interpreter instead, as if it had been defined after the switch. The import order does not matter."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    if getattr(JITFunction, "_iris_interprets", False):
+        return
+
+    def interpreted(kernel):
+        found = kernel.__dict__.get("_iris_interpreted")
+        if found is None:
+            found = kernel.__dict__["_iris_interpreted"] = InterpretedFunction(kernel.fn)
+        return found
+
+    JITFunction.__getitem__ = lambda kernel, grid: interpreted(kernel)[grid]
+    JITFunction.__call__ = lambda kernel, *args, **kwargs: interpreted(kernel)(*args, **kwargs)
+    JITFunction._iris_interprets = True
 
 
 def _mend_interpreter_index() -> None:
