@@ -71,9 +71,14 @@ def _original_variants_on_rank():
     out = ctx.zeros(32, 32)
     prepared = iris.ops.matmul_all_reduce_preamble(ctx, out, a, b)
     used = iris.ops.matmul_all_reduce(ctx, out, a, b)  # the original's standalone form returns its workspace
+    full = ctx.zeros(32, 32)  # the original's matmul_reduce_scatter layout: this rank's columns of (M, N)
+    ctx.ops.matmul_reduce_scatter(full, a, b)
     ctx.barrier()
+    width = 32 // world
+    mine = full[:, rank * width:(rank + 1) * width]
     found = dict(gathered=gathered[::64, 0].tolist(), scattered=scattered.unique().tolist(),
-                 workspace=type(used).__name__, same_key=used.key == prepared.key, out=out.unique().tolist())
+                 workspace=type(used).__name__, same_key=used.key == prepared.key, out=out.unique().tolist(),
+                 full_mine=mine.unique().tolist(), full_rest=(full.sum() - mine.sum()).item())
     ctx.close()
     return found
 
@@ -86,6 +91,7 @@ def test_the_originals_variants_and_standalone_forms_run(ranks):
         assert found["scattered"] == [total]
         assert found["workspace"] == "Workspace" and found["same_key"]
         assert found["out"] == [16.0 * world]
+        assert found["full_mine"] == [16.0 * world] and found["full_rest"] == 0.0
 
 
 KERNELS_FIRST = """

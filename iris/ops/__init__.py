@@ -78,7 +78,8 @@ class Ops:
 
     @checked_across_ranks
     def matmul_reduce_scatter(self, output, A, B, bias=None, async_op=False, config=None, workspace=None):
-        """This rank's (M, N/W) columns of the sum over ranks of A @ B (+ bias); see :mod:`iris.ops.matmul_reduce`."""
+        """This rank's (M, N/W) columns of the sum over ranks of A @ B (+ bias), into an (M, N/W) output or
+        into those columns of an (M, N) one; see :mod:`iris.ops.matmul_reduce`."""
         return _matmul_reduce.run("matmul_reduce_scatter", True, self._ctx, output, A, B, bias, config, workspace)
 
     def matmul_reduce_scatter_preamble(self, output, A, B, config=None) -> Workspace:

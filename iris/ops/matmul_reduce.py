@@ -3,7 +3,8 @@
 The tensor-parallel row-split layer: every rank holds its K-shard, ``A`` (M, K_r) and ``B``
 (K_r, N), and the result is the sum over ranks of ``A_r @ B_r`` (+ ``bias`` once).
 ``matmul_all_reduce`` gives every rank the whole (M, N) sum; ``matmul_reduce_scatter`` gives rank
-``r`` columns ``[r * N / W, (r + 1) * N / W)``, an (M, N / W) output.
+``r`` columns ``[r * N / W, (r + 1) * N / W)``, an (M, N / W) output, or, as the original Iris,
+those columns of a full (M, N) output (the other columns are left as they are).
 
 One persistent kernel per rank; every rank walks the same tiles in the same order, and program
 ``p`` of every rank computes the same tiles, so a program only ever waits for the program of the
@@ -208,7 +209,8 @@ def _check(what, ctx, output, A, B, bias, scatter: bool) -> None:
     def output_shape(M, K, N):
         if scatter and N % world:
             raise ValueError(f"{what}: B has {N} columns, not divisible by the {world} ranks")
-        return (M, N // world if scatter else N)
+        full = tuple(getattr(output, "shape", ())) == (M, N)  # the original's layout: this rank's columns in place
+        return (M, N // world if scatter and not full else N)
 
     _fused.check(what, ctx, output, A, B, bias, output_shape, symmetric_output=False)
 
@@ -225,9 +227,12 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
     """One call of ``what`` (see the module): checks, then one launch; returns the workspace it used."""
     config = FusedConfig() if config is None else config
     _check(what, ctx, output, A, B, bias, scatter)
+    M, N = A.shape[0], B.shape[1]
+    if scatter and output.shape[1] == N:  # a full (M, N) output: write this rank's columns of it
+        width = N // ctx.get_num_ranks()
+        output = output[:, ctx.get_rank() * width:(ctx.get_rank() + 1) * width]
     key, spec, width, tile = problem(what, scatter, ctx, output, A, B, config)
     workspace = _fused.workspace_for(ctx, what, key, spec, workspace)
-    M, N = A.shape[0], B.shape[1]
     tiles = tile_count(M, N, tile)
     comm = config.comm_programs
     if comm:  # every program may wait only on lower ids of its own launch: the communicators come last
