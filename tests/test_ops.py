@@ -11,24 +11,24 @@ from iris.testing.fused_ops import ON_HEAP, OPS, magnitude, reference, shapes
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 
 
-def _shards(seed, rank, a_shape, b_shape):
+def _shards(seed, rank, a_shape, b_shape, dtype=torch.bfloat16):
     g = torch.Generator().manual_seed(seed * 1000 + rank)
-    return torch.randn(*a_shape, generator=g).to(torch.bfloat16), torch.randn(*b_shape, generator=g).to(torch.bfloat16)
+    return torch.randn(*a_shape, generator=g).to(dtype), torch.randn(*b_shape, generator=g).to(dtype)
 
 
-def _run_op(op, m, n, k, out_dtype, with_bias, seeds, config=None):
+def _run_op(op, m, n, k, out_dtype, with_bias, seeds, config=None, in_dtype=torch.bfloat16):
     ctx = iris.iris(1 << 24)
     rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     a_shape, b_shape, out_shape = shapes(op, m, n, k, world)
     errors = []
     for seed in seeds:  # the same problem again: the kept workspace, flags counted further
-        a, b = _shards(seed, rank, a_shape, b_shape)
+        a, b = _shards(seed, rank, a_shape, b_shape, in_dtype)
         bias = torch.randn(b_shape[1], generator=torch.Generator().manual_seed(seed)) if with_bias else None
         out = (ctx.full if op in ON_HEAP else torch.full)(out_shape, float("nan"), dtype=out_dtype, device=device)
         getattr(ctx.ops, op)(out, a.to(device), b.to(device), bias=None if bias is None else bias.to(device),
                              config=config)
         ctx.barrier()
-        shards = [_shards(seed, r, a_shape, b_shape) for r in range(world)]
+        shards = [_shards(seed, r, a_shape, b_shape, in_dtype) for r in range(world)]
         ref, scale = reference(op, shards, bias, rank), magnitude(op, shards, bias, rank)
         got = out.cpu().double()
         errors.append(float("inf") if got.isnan().any() else ((got - ref).norm() / scale.norm()).item())
@@ -42,6 +42,14 @@ def test_fused_op_matches_float64(ranks, op, shape, out_dtype):
     for rank, errors in enumerate(ranks.run(_run_op, op, *shape, out_dtype, out_dtype == torch.float32,
                                             seeds=[1, 2])):
         assert max(errors) <= TOLERANCE[out_dtype], f"{op}, rank {rank}: relative errors {errors}"
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_fused_op_takes_float32_operands(ranks, op):
+    """float32 A and B (the original's tests use them): TF32 on GPUs, so the bfloat16 tolerance."""
+    for rank, errors in enumerate(ranks.run(_run_op, op, 40, 70, 24, torch.float32, True, seeds=[3],
+                                            in_dtype=torch.float32)):
+        assert max(errors) <= TOLERANCE[torch.bfloat16], f"{op}, rank {rank}: relative errors {errors}"
 
 
 @pytest.mark.parametrize("op", ["matmul_all_reduce", "matmul_reduce_scatter"])
@@ -62,7 +70,7 @@ def _refusals():
     out = torch.zeros(8, 16, device=device)
     world = ctx.get_num_ranks()
     messages = refusals([lambda: ctx.ops.matmul_all_reduce(out, a, b[:3]),
-                         lambda: ctx.ops.matmul_all_reduce(out, a.float(), b.float()),
+                         lambda: ctx.ops.matmul_all_reduce(out, a.double(), b.double()),
                          lambda: ctx.ops.matmul_all_reduce(out, a, b, bias=torch.zeros(5, device=device)),
                          lambda: ctx.ops.matmul_all_gather(torch.zeros(world * 8, 16, device=device), a, b),
                          lambda: ctx.ops.matmul_reduce_scatter(out, a, b[:, :15]),
@@ -77,7 +85,7 @@ def _refusals():
 def test_fused_ops_refuse_bad_operands_before_any_launch(ranks):
     for messages in ranks.run(_refusals):
         assert "inner sizes differ" in messages[0]
-        assert "has dtype torch.float32; supported: bfloat16, float16" in messages[1]
+        assert "has dtype torch.float64; supported: bfloat16, float16, float32" in messages[1]
         assert "bias must be 1-D of length 16" in messages[2]
         assert "output is not on the symmetric heap" in messages[3]
         assert "B has 15 columns, not divisible by the" in messages[4]

@@ -53,11 +53,13 @@ class Workspace:
         return cls(key, tensors)
 
 
-def tile(ctx, config: FusedConfig) -> dict:
-    """The GEMM tile of ``config`` on a GPU; the interpreter's own small tile on the CPU backend."""
+def tile(ctx, config: FusedConfig, dtype: torch.dtype = torch.bfloat16) -> dict:
+    """The GEMM tile of ``config`` on a GPU (for float32 operands half its K depth, so that its stages take
+    the shared memory they take in 16 bits); the interpreter's own small tile on the CPU backend."""
     if ctx.team.backend.interpreted:
         return dict(INTERPRETED_TILE)
-    return dict(BLOCK_M=config.block_size_m, BLOCK_N=config.block_size_n, BLOCK_K=config.block_size_k,
+    depth = max(16, config.block_size_k // 2) if dtype == torch.float32 else config.block_size_k
+    return dict(BLOCK_M=config.block_size_m, BLOCK_N=config.block_size_n, BLOCK_K=depth,
                 GROUP_M=config.group_size_m)
 
 

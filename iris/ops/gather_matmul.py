@@ -137,7 +137,7 @@ def problem(ctx, output, A_shard, config):
     world = ctx.get_num_ranks()
     M, K_r = A_shard.shape
     N = output.shape[1]
-    tile = _fused.tile(ctx, config)
+    tile = _fused.tile(ctx, config, A_shard.dtype)
     key = (WHAT, M, K_r, N, A_shard.dtype, tuple(tile.values()))
     tiles_m = triton.cdiv(M, tile["BLOCK_M"])
     spec = {"gathered": _fused.Buffer(world * M * K_r, A_shard.dtype, heap=True),

@@ -26,7 +26,7 @@ import triton.language as tl
 
 from iris.runtime import get_backend
 
-OPERAND_DTYPES = (torch.bfloat16, torch.float16)
+OPERAND_DTYPES = (torch.bfloat16, torch.float16, torch.float32)  # float32: tl.dot's TF32 on GPUs
 OUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # The interpreter's one tile shape: tl.dot needs at least 16 in each dimension.
 INTERPRETED_TILE = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4)
@@ -127,7 +127,7 @@ def check_operands(what: str, a, b, out, bias, out_dtype) -> None:
         if not isinstance(t, torch.Tensor) or t.dim() != 2:
             raise ValueError(f"{what}: {name} must be a 2-D tensor, got {getattr(t, 'shape', type(t).__name__)}")
         if t.dtype not in OPERAND_DTYPES:
-            raise TypeError(f"{what}: {name} has dtype {t.dtype}; supported: bfloat16, float16")
+            raise TypeError(f"{what}: {name} has dtype {t.dtype}; supported: bfloat16, float16, float32")
     if a.dtype != b.dtype or a.device != b.device:
         raise TypeError(f"{what}: a and b must share dtype and device; got {a.dtype} on {a.device}, "
                         f"{b.dtype} on {b.device}")

@@ -77,7 +77,7 @@ def run(what: str, along_m: bool, ctx, output, A, B, bias=None, async_op=False, 
     _fused.check(what, ctx, output, A, B, bias, _output_shape(along_m, ctx.get_num_ranks()), symmetric_output=True)
     workspace = _fused.workspace_for(ctx, what, (what,), {}, workspace)
     M, N = A.shape[0], B.shape[1]
-    tile = _fused.tile(ctx, config)
+    tile = _fused.tile(ctx, config, A.dtype)
     programs = _fused.launch_size(ctx, tile_count(M, N, tile))
     _matmul_gather_kernel[(programs,)](
         A, B, output, bias if bias is not None else output, M, N, A.shape[1], A.stride(0), A.stride(1), B.stride(0),

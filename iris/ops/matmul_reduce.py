@@ -190,7 +190,7 @@ def problem(what: str, scatter: bool, ctx, output, A, B, config):
     world = ctx.get_num_ranks()
     M, N = A.shape[0], B.shape[1]
     width = N // world if scatter else N
-    tile = _fused.tile(ctx, config)
+    tile = _fused.tile(ctx, config, A.dtype)
     key = (what, M, N, output.dtype, tuple(tile.values()), config.comm_programs)
     tiles = tile_count(M, N, tile)
     spec = {"partials": _fused.Buffer(world * M * width, output.dtype, heap=True),
