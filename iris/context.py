@@ -70,7 +70,8 @@ class Iris(TensorFactories):
         self.num_ranks = comm.world_size
         device = backend.device_for(self.cur_rank)
         backend.activate(device)
-        self.device = device
+        self._device = device
+        self.device = str(device)  # a string, as the original's ("cuda:0"); get_device(): the torch.device
         self.gpu_id = device.index or 0
         self.heap_size = int(heap_size)
         layout = reserved_layout(self.num_ranks)  # device barrier, then collectives
@@ -106,7 +107,7 @@ class Iris(TensorFactories):
         """
         heap = getattr(self, "heap", None)
         if heap is not None:
-            self.backend.synchronize(self.device)
+            self.backend.synchronize(self._device)
             heap.close(collective=True)
 
     def __enter__(self):
@@ -164,7 +165,7 @@ class Iris(TensorFactories):
 
     def get_device(self) -> torch.device:
         """The heap's device (``cuda:N``, or ``cpu`` on the CPU backend). Example: ``ctx.get_device()``"""
-        return self.device
+        return self._device
 
     def get_device_id(self) -> int:
         """Index of this rank's device (ranks share devices in simulation). Example: ``ctx.get_device_id()``"""
@@ -172,7 +173,7 @@ class Iris(TensorFactories):
 
     def get_cu_count(self) -> int:
         """Streaming multiprocessors (NVIDIA), compute units (AMD) or cores (CPU). Example: ``ctx.get_cu_count()``"""
-        return self.backend.compute_unit_count(self.device)
+        return self.backend.compute_unit_count(self._device)
 
     def get_heap_bases(self) -> torch.Tensor:
         """int64 tensor of every rank's heap base, on the heap's device; pass it to kernels.
@@ -198,7 +199,7 @@ class Iris(TensorFactories):
         Example:
             >>> ctx.barrier()
         """
-        self.backend.synchronize(self.device, stream)
+        self.backend.synchronize(self._device, stream)
         self.comm.barrier(group)
         self.team.raise_if_a_wait_timed_out()
 

@@ -21,6 +21,7 @@ def _host_names_on_rank():
         nested=tuple(nested.shape),
         empty_on_heap=[ctx.is_symmetric(t) for t in empties],
         empty_elsewhere=ctx.is_symmetric(torch.zeros(0, device=ctx.get_device())),
+        device=(ctx.device, str(ctx.get_device()), type(ctx.get_device()).__name__),
     )
     ctx.close()
     return found
@@ -32,6 +33,7 @@ def test_host_names_of_the_original(ranks):
         assert found["nested"] == (2, 3, 4)
         assert found["empty_on_heap"] == [True, True, True]  # an empty tensor made by the heap is on it
         assert found["empty_elsewhere"] is False
+        assert found["device"][0] == found["device"][1] and found["device"][2] == "device"  # str, as the original's
 
 
 def test_triton_context_is_the_device_context():
