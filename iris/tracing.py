@@ -26,20 +26,10 @@ import weakref
 
 import torch
 
-from iris.device.rma import HEAP_BASES_SLOT
-from iris.device.tracing import EVENT_NAMES, FIELDS, HEADER
+from iris.device.tracing import EVENT_NAMES, FIELDS, HEADER, header_slot
 from iris.logging import INFO, log
 
 _DATA_MOVERS = ("put", "store", "copy")
-
-
-def trace_header_slot(world_size: int) -> int:
-    """Where the tracing fields start in the context tensor."""
-    return HEAP_BASES_SLOT.value + world_size
-
-
-def context_tensor_length(world_size: int) -> int:
-    return trace_header_slot(world_size) + HEADER + len(FIELDS)
 
 
 class Tracing:
@@ -85,7 +75,7 @@ class Tracing:
             header[:HEADER] = torch.tensor([1, self.max_events, self._counters.data_ptr(),
                                             self._counters.data_ptr() + 4])
             header[HEADER:] = torch.tensor([self._records.data_ptr() + f * row_bytes for f in range(len(FIELDS))])
-        start = trace_header_slot(self._ctx.get_num_ranks())
+        start = header_slot(self._ctx.get_num_ranks())
         self._ctx.get_device_context()[start:].copy_(header)  # in place: ctx.get_heap_bases() views this tensor
 
     def events(self) -> list[dict]:
@@ -116,30 +106,27 @@ class Tracing:
         """
         rank = self._ctx.get_rank()
         mine = self.events()
-        per_rank = _chrome_trace([(rank, mine)], self._ctx.get_num_ranks(), self._device_name())
+        per_rank = _chrome_trace([(rank, mine)], self._ctx.get_num_ranks(), self._ctx.team.backend)
         with open(filename.removesuffix(".json") + f"_rank{rank}.json", "w") as file:
             json.dump(per_rank, file)
         if not merge:
             return per_rank
         everyone = self._ctx.comm.all_gather_object(mine)
-        merged = _chrome_trace(list(enumerate(everyone)), self._ctx.get_num_ranks(), self._device_name())
+        merged = _chrome_trace(list(enumerate(everyone)), self._ctx.get_num_ranks(), self._ctx.team.backend)
         if rank == 0:
             with open(filename, "w") as file:
                 json.dump(merged, file)
         return merged
-
-    def _device_name(self) -> str:
-        device = self._ctx.get_device()
-        return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (Triton's interpreter)"
 
 
 def _track(event: dict, interpreted: bool) -> str:
     return f"program {event['pid']}" if interpreted else f"SM/CU {event['cu_id']} (XCC {event['xcc_id']})"
 
 
-def _chrome_trace(ranks: list[tuple[int, list[dict]]], world_size: int, device_name: str) -> dict:
-    """Chrome trace JSON of ``ranks``' events: complete or instant events, flows from signal to wait."""
-    interpreted = device_name.startswith("cpu")
+def _chrome_trace(ranks: list[tuple[int, list[dict]]], world_size: int, backend) -> dict:
+    """Chrome trace JSON of ``ranks``' events: complete or instant events, flows from signal to wait.
+    Tracks are programs where the backend interprets kernels (they run one after another), else SMs/CUs."""
+    interpreted = backend.interpreted
     stamps = [e["timestamp"] for _, events in ranks for e in events]
     origin = min(stamps) if stamps else 0
     trace = []
@@ -157,7 +144,7 @@ def _chrome_trace(ranks: list[tuple[int, list[dict]]], world_size: int, device_n
             trace.append(record)
     trace += _flows(ranks, origin, interpreted)
     return {"traceEvents": trace, "displayTimeUnit": "ns",
-            "metadata": {"world_size": world_size, "device": device_name, "time_origin_ns": origin,
+            "metadata": {"world_size": world_size, "backend": backend.name, "time_origin_ns": origin,
                          "ranks": [rank for rank, _ in ranks], "fields": list(FIELDS)}}
 
 

@@ -36,7 +36,7 @@ def build_context_tensor(rank: int, world_size: int, heap_bases: list[int], devi
     """The host side of the layout above, with the tracing fields after the bases (zeros: tracing off;
     see iris.device.tracing)."""
     bases_at = HEAP_BASES_SLOT.value
-    values = [0] * (bases_at + world_size + trace.HEADER + len(trace.FIELDS))
+    values = [0] * trace.context_length(world_size)
     values[RANK_SLOT.value] = rank
     values[WORLD_SLOT.value] = world_size
     values[bases_at : bases_at + world_size] = heap_bases

@@ -24,23 +24,28 @@ Example:
     ...     ctx.record_event_end(handle)
 """
 
-import time
-
 import triton
 import triton.language as tl
 from triton.language.core import _aggregate as aggregate
 
 from iris.device.rma import HEAP_BASES_SLOT, ON_HIP
-from iris.device.sync import _clock_ns
-from iris.runtime import interpreted
-
-_INTERPRETED = tl.constexpr(interpreted())
+from iris.device.sync import _INTERPRETED, _clock_ns
 
 # Per event, one int64 each, in the context tensor's order (the original's 13 fields). END holds the end
 # timestamp of an event with a duration (0: an instant); OP_INDEX is the event's place on its rank.
 FIELDS = ("event_id", "pid", "pid_m", "pid_n", "cur_rank", "target_rank", "xcc_id", "cu_id", "timestamp",
           "address", "end", "op_index", "payload_size")
-HEADER = 4  # enabled, max_events, event counter, op counter
+HEADER = 4  # enabled, max_events, event counter, op counter (the original's; op_index is the event's slot here)
+
+
+def header_slot(world_size: int) -> int:
+    """Where the tracing fields start in the context tensor of ``world_size`` ranks."""
+    return HEAP_BASES_SLOT.value + world_size
+
+
+def context_length(world_size: int) -> int:
+    """The context tensor's length: rank, world, bases, the tracing header and one address per field."""
+    return header_slot(world_size) + HEADER + len(FIELDS)
 F_EVENT_ID = tl.constexpr(0)
 F_PID = tl.constexpr(1)
 F_PID_M = tl.constexpr(2)
@@ -105,19 +110,12 @@ class _TraceEvent:
 TraceEvent = aggregate(_TraceEvent)
 
 
-def _host_core_id():
-    return 0
-
-
-_host_core_id.__triton_builtin__ = True
-
-
 @triton.jit
 def _core_id():
     """The SM (NVIDIA) or compute unit (AMD: shader engine and CU of HW_ID) this program runs on; 0 when
     interpreted."""
     if _INTERPRETED:
-        core = _host_core_id()
+        core = tl.full((), 0, tl.int32)
     elif ON_HIP:
         hw = tl.inline_asm_elementwise("s_getreg_b32 $0, hwreg(HW_REG_HW_ID)", "=s", [], dtype=tl.int32,
                                        is_pure=False, pack=1)
@@ -130,13 +128,11 @@ def _core_id():
 @triton.jit
 def _xcc_id():
     """The accelerator die (AMD XCC) this program runs on; 0 on NVIDIA and when interpreted."""
-    if _INTERPRETED:
-        xcc = _host_core_id()
-    elif ON_HIP:
+    if ON_HIP and not _INTERPRETED:
         xcc = tl.inline_asm_elementwise("s_getreg_b32 $0, hwreg(HW_REG_XCC_ID)", "=s", [], dtype=tl.int32,
                                         is_pure=False, pack=1) & 0xF
     else:
-        xcc = _host_core_id() * 0
+        xcc = tl.full((), 0, tl.int32)
     return xcc
 
 
@@ -216,8 +212,3 @@ def tracing_from_context(context_tensor, world_size: tl.constexpr, tracing: tl.c
     else:
         result = DeviceTracing(False, tl.full((), 0, tl.int64), context_tensor, context_tensor)
     return result
-
-
-def host_clock_ns() -> int:
-    """The clock the CPU backend's events use (the interpreter's _clock_ns): for tests aligning with it."""
-    return time.monotonic_ns()
