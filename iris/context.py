@@ -86,11 +86,37 @@ class Iris(TensorFactories):
         self.team = Team(self.heap, self.cur_rank, self.num_ranks, backend, self.heap_bases, comm=comm)
         self._ccl = self._ops = self._tracing = None  # made on first use (ctx.ccl, ctx.ops, ctx.tracing)
         if debug or config.debug_requested():
-            debug_mode.enable(device, self.num_ranks, self.heap.size + self.heap.reserved)
+            self.set_debug(True)
         if config.simulation():
             sim.write_heap_bases(self.cur_rank, self.num_ranks, self.heap.bases)
         self.debug(f"{backend.name} heap of {self.heap_size} bytes at {hex(self.heap.base)} on {device}")
         comm.barrier()
+
+    def set_debug(self, on: bool) -> None:
+        """Switch this context's debug mode (see :mod:`iris.debug`) on or off; other contexts keep theirs.
+
+        Switching it on compiles the device checks into this process's kernels from then on, so do
+        it (or pass ``debug=True``, or set IRIS_DEBUG=1) before the first kernel compiles; Triton
+        refuses to run a kernel compiled before. Once compiled in, the checks of this context can be
+        switched off and on again at any time, each rank for itself.
+
+        Example:
+            >>> ctx = iris.iris(1 << 30, debug=True)
+            >>> ctx.set_debug(False)   # the hot loop, unchecked
+            >>> ctx.set_debug(True)
+        """
+        if not isinstance(on, bool):
+            raise TypeError(f"set_debug({on!r}): pass True or False")
+        if on and not debug_mode.compiled_in():
+            debug_mode.enable(self._device, self.heap.size + self.heap.reserved)
+        self.backend.synchronize(self._device)  # kernels launched before keep the mode they were launched in
+        self._device_context[-1] = int(on)
+        self.team.debug = on
+
+    @property
+    def debug_enabled(self) -> bool:
+        """Whether this context is in debug mode (:meth:`set_debug`)."""
+        return self.team.debug
 
     # -- lifetime ----------------------------------------------------------------------------
 

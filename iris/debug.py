@@ -1,9 +1,13 @@
 """Debug mode: waits give up after IRIS_WAIT_TIMEOUT seconds, bad accesses are caught, and the host says why.
 
 Turn it on with IRIS_DEBUG=1 or ``iris.iris(..., debug=True)``, before the first kernel that
-waits is compiled: the switch is a compile-time constant of the device code, so kernels built
-without it carry no extra instruction (and Triton refuses to run a kernel compiled before the
-switch changed). A wait that times out fills in one record and returns; the next
+waits is compiled: the checks are compiled into the device code only then, so a process whose
+contexts never ask for debug mode runs kernels without an extra instruction (and Triton refuses
+to run a kernel compiled before the switch changed). Once compiled in, each context switches its
+own checks on and off at any time with ``ctx.set_debug(True/False)``: the cross-rank agreement
+checks of ``ctx.ccl`` and ``ctx.ops``, the diagnosis after each collective, and the access checks
+of kernels given that context's heap bases (its context tensor's debug word). Waits stay bounded
+in every context of a process that compiled the checks in. A wait that times out fills in one record and returns; the next
 ``ctx.barrier()`` (after every rank has reached it) or, in debug mode, ``ctx.device_barrier()``
 raises :class:`WaitTimeoutError` naming the rank, the program, the awaited word (heap offset and
 owning rank), the expected value and the last one seen.
@@ -21,7 +25,7 @@ Record layout (int64[16], one per process, never freed so its address stays cons
     [3] expected (waits) or from_rank   [4] last seen (waits) or to_rank
     [5] comparison index (wait_until), late rank (device_barrier) or world size
     [6] nanoseconds waited   [7] scratch word for redirected lanes
-    [8] world size   [9] heap bytes per rank (the largest of this process's contexts)
+    [9] heap bytes per rank (the largest of this process's contexts)
 """
 
 from __future__ import annotations
@@ -43,19 +47,18 @@ class DeviceAccessError(RuntimeError):
     """Debug mode caught a device access to a rank outside the world or outside the heap."""
 
 
-def enabled() -> bool:
+def compiled_in() -> bool:
+    """Whether this process compiles kernels with the debug checks (see the module's docstring)."""
     return bool(sync.DEBUG.value)
 
 
-def enable(device: torch.device, world_size: int, heap_bytes: int) -> None:
-    """Turn debug mode on for this process (idempotent); the record lives on ``device``.
-
-    ``world_size`` and ``heap_bytes`` (per rank, reserved tail included) bound the checked accesses.
+def enable(device: torch.device, heap_bytes: int) -> None:
+    """Compile the debug checks into this process's kernels from now on (idempotent); the record lives
+    on ``device``. ``heap_bytes`` (per rank, reserved tail included) bounds the checked accesses.
     """
     global _record
     if _record is None:
         _record = torch.zeros(16, dtype=torch.int64, device=device)
-    _record[8] = max(int(_record[8]), world_size)
     _record[9] = max(int(_record[9]), heap_bytes)
     _set_constants(True, _record.data_ptr())
 

@@ -81,6 +81,7 @@ class Team:
         self.ring_flags.zero_()
         self.ring_counts = torch.zeros_like(self.ring_flags)  # local: what each ring program has seen so far
         self._participants: dict[tuple[int, ...], Participants] = {}
+        self.debug = False  # this context's debug mode (ctx.set_debug): cross-rank checks and diagnoses
 
     def participants(self, group) -> Participants:
         """The (cached) :class:`Participants` of ``group`` (None: all ranks); checks membership first."""
@@ -108,13 +109,13 @@ class Team:
 
     def raise_if_a_wait_timed_out(self) -> None:
         """In debug mode, raise what this rank's kernels reported (a wait that gave up, a bad access)."""
-        if debug_mode.enabled():
+        if self.debug:
             debug_mode.raise_if_reported(self.rank, self.heap)
 
     def diagnose_now_in_debug(self) -> None:
         """In debug mode, wait for this device and raise what its kernels reported: the host trades its
         freedom for an immediate diagnosis (device_barrier, collectives and fused ops call this after launching)."""
-        if debug_mode.enabled():
+        if self.debug:
             self.backend.synchronize(self.device)
             self.raise_if_a_wait_timed_out()
 
@@ -170,7 +171,7 @@ def checked_across_ranks(method):
 
     @functools.wraps(method)
     def checked(self, *args, **kwargs):
-        if debug_mode.enabled():
+        if self._ctx.team.debug:
             bound = signature.bind(self, *args, **kwargs)
             bound.apply_defaults()
             call = {"call": method.__name__}

@@ -76,7 +76,7 @@ class Tracing:
                                             self._counters.data_ptr() + 4])
             header[HEADER:] = torch.tensor([self._records.data_ptr() + f * row_bytes for f in range(len(FIELDS))])
         start = header_slot(self._ctx.get_num_ranks())
-        self._ctx.get_device_context()[start:].copy_(header)  # in place: ctx.get_heap_bases() views this tensor
+        self._ctx.get_device_context()[start:start + len(header)].copy_(header)  # in place: heap_bases views it
 
     def events(self) -> list[dict]:
         """This rank's recorded events, in the order recorded: dicts with the fields of

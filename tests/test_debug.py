@@ -159,3 +159,54 @@ def test_debug_mode_catches_a_collective_called_differently_on_each_rank(tmp_pat
             assert "input_tensor: rank 0 (16,) float32, rank 1 (8,) float32" in line, line
         else:
             assert "op: rank 0 <ReduceOp.MAX" in line and "rank 1 <ReduceOp.SUM" in line, line
+
+
+PER_CONTEXT = """
+import torch, triton, triton.language as tl
+import iris
+
+@triton.jit
+def read_local(src, dst, rank, heap_bases, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(dst + offs, iris.load(src + offs, rank, rank, heap_bases))
+
+def off_heap_read(ctx):
+    # a pointer off the heap, read locally: harmless, but debug mode reports every access outside the heap
+    src = torch.arange(64, dtype=torch.int32, device=ctx.get_device())
+    dst = torch.zeros_like(src)
+    read_local[(1,)](src, dst, ctx.get_rank(), ctx.get_heap_bases(), BLOCK=64)
+    try:
+        ctx.barrier()
+    except iris.DeviceAccessError:
+        return "reported"
+    assert torch.equal(dst, src)
+    return "read"
+
+def mismatched_all_reduce(ctx):
+    x = ctx.ones(16 if ctx.get_rank() == 0 else 8)   # read within the heap either way
+    try:
+        ctx.ccl.all_reduce(x, x)
+    except ValueError:
+        return "refused"
+    ctx.barrier()
+    return "ran"
+
+checked = iris.iris(1 << 20, debug=True)
+plain = iris.iris(1 << 20)                  # a second context of the same process, not in debug mode
+seen = [checked.debug_enabled, plain.debug_enabled, off_heap_read(checked), off_heap_read(plain),
+        mismatched_all_reduce(checked), mismatched_all_reduce(plain)]
+checked.set_debug(False)
+seen += [off_heap_read(checked), mismatched_all_reduce(checked)]
+checked.set_debug(True)
+seen += [off_heap_read(checked), mismatched_all_reduce(checked)]
+print("SEEN", seen, flush=True)
+"""
+
+
+def test_debug_mode_is_switched_per_context(tmp_path):
+    proc = _launch(tmp_path, PER_CONTEXT, {})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    seen = [line.split("SEEN ", 1)[1] for line in out.splitlines() if "SEEN" in line]
+    expected = str([True, False, "reported", "read", "refused", "ran", "read", "ran", "reported", "refused"])
+    assert seen == [expected, expected], out

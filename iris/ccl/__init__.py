@@ -26,7 +26,6 @@ import weakref
 
 import torch
 
-from iris import debug as debug_mode
 from iris.ccl.config import AUTOTUNE, Config, ReduceOp
 from iris.team import checked_across_ranks
 
@@ -74,8 +73,9 @@ class CCL:
     def _call(self, key, function, *args, **kwargs) -> None:
         """``function(*args, **kwargs)``, which launches and returns its bound launches, or a replay of the
         launches it returned for the same ``key``."""
+        debug = self._ctx.team.debug  # each call diagnosed: no replay
         try:
-            plan = self._plans.get(key)
+            plan = None if debug else self._plans.get(key)
         except TypeError:  # an unhashable argument: the call itself says what is wrong with it
             plan, key = None, (_UNKEYED,)
         if plan is not None:
@@ -83,7 +83,7 @@ class CCL:
                 launch()
             return
         launches = function(*args, **kwargs)
-        if launches and _UNKEYED not in key and not debug_mode.enabled():
+        if launches and _UNKEYED not in key and not debug:
             if len(self._plans) >= MAX_PLANS:
                 self._plans.clear()
             self._plans[key] = launches

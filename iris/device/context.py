@@ -8,6 +8,7 @@ below (the slots are :mod:`iris.device.rma`'s, which finds the current rank ther
     [WORLD_SLOT] world size
     [HEAP_BASES_SLOT + r] heap base of rank r, for r in 0 .. world_size - 1
     [HEAP_BASES_SLOT + world_size ...] the tracing fields (iris.device.tracing)
+    [last] this context's debug word (1: checks on; read only by kernels compiled in debug mode)
 
 Example:
     >>> @triton.jit

@@ -45,7 +45,10 @@ HEAP_BASES_SLOT = tl.constexpr(2)
 
 # Debug mode (iris.debug.enable, from IRIS_DEBUG=1 or iris.iris(debug=True)): translate checks its
 # ranks and pointers, and waits are bounded. Compile-time constants: without debug nothing is added.
+# Compiled in, the checks of a context run only while its debug word is set (ctx.set_debug): the
+# context tensor's last word, CHECKS_AFTER_BASES slots after the bases (past the tracing fields).
 DEBUG = tl.constexpr(False)
+CHECKS_AFTER_BASES = tl.constexpr(17)  # iris.device.tracing's HEADER + len(FIELDS)
 RECORD_ADDRESS = tl.constexpr(0)  # the int64 debug record, layout in iris/debug.py
 RANK_OUT_OF_RANGE_RECORD = tl.constexpr(3)
 OUTSIDE_HEAP_RECORD = tl.constexpr(4)
@@ -64,6 +67,13 @@ def current_rank(heap_bases):
 
 
 @triton.jit
+def checks_on(heap_bases):
+    """Whether the context whose bases these are is in debug mode now (its debug word; see DEBUG)."""
+    world = tl.load(heap_bases + (WORLD_SLOT - HEAP_BASES_SLOT))
+    return tl.load(heap_bases + world + CHECKS_AFTER_BASES) != 0
+
+
+@triton.jit
 def debug_report(kind, address, expected, seen, detail, waited_ns):
     """Fill the debug record (the first report of a launch wins) for the host to raise from."""
     record = tl.full([], RECORD_ADDRESS, tl.int64).to(tl.pointer_type(tl.int64))
@@ -79,17 +89,19 @@ def debug_report(kind, address, expected, seen, detail, waited_ns):
 @triton.jit
 def _checked_translate(ptr, from_rank, to_rank, heap_bases, mask):
     """Debug mode's translate: a lane with a rank outside the world or a pointer outside the heap
-    (and not masked off) is reported in the record and redirected to its scratch word, so the
+    (and not masked off, and its context in debug mode) is reported in the record and redirected to its scratch word, so the
     access that follows cannot fault before the host reads the report."""
     record = tl.full([], RECORD_ADDRESS, tl.int64).to(tl.pointer_type(tl.int64))
-    world = tl.load(record + 8)
+    world = tl.load(heap_bases + (WORLD_SLOT - HEAP_BASES_SLOT))
     heap_bytes = tl.load(record + 9)
     rank_ok = (from_rank >= 0) & (from_rank < world) & (to_rank >= 0) & (to_rank < world)
     from_base = tl.load(heap_bases + tl.where(rank_ok, from_rank, 0))
     to_base = tl.load(heap_bases + tl.where(rank_ok, to_rank, 0))
     address = ptr.to(tl.int64)
     offset = address - from_base
-    ok = rank_ok & (offset >= 0) & (offset < heap_bytes)
+    # A context out of debug mode (ctx.set_debug(False)) passes every lane: no branch on it, since the
+    # AMD compiler rejects an if that yields a block of pointers.
+    ok = (rank_ok & (offset >= 0) & (offset < heap_bytes)) | (checks_on(heap_bases) == 0)
     if mask is not None:
         ok = ok | (mask == 0)  # a masked-off lane is never accessed
     bad = (ok == 0) | tl.zeros([1], tl.int1)  # at least one dimension, for the reductions
@@ -177,7 +189,7 @@ def _peer_of(rank_a, rank_b, heap_bases):
     cur = current_rank(heap_bases)
     if DEBUG:
         wrong = ((cur != rank_a) & (cur != rank_b)) | tl.zeros([1], tl.int1)  # ranks may be blocks or constexprs
-        if tl.max(wrong.to(tl.int32)) > 0:
+        if (tl.max(wrong.to(tl.int32)) > 0) & checks_on(heap_bases):
             first = tl.min(tl.where(wrong, rank_a, 0x7FFFFFFF))
             second = tl.min(tl.where(wrong, rank_b, 0x7FFFFFFF))
             debug_report(NOT_THE_CURRENT_RANK_RECORD, 0, first, second, cur, 0)

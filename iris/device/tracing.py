@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 from triton.language.core import _aggregate as aggregate
 
-from iris.device.rma import HEAP_BASES_SLOT, ON_HIP
+from iris.device.rma import CHECKS_AFTER_BASES, HEAP_BASES_SLOT, ON_HIP
 from iris.device.sync import _INTERPRETED, _clock_ns
 
 # Per event, one int64 each, in the context tensor's order (the original's 13 fields). END holds the end
@@ -44,8 +44,12 @@ def header_slot(world_size: int) -> int:
 
 
 def context_length(world_size: int) -> int:
-    """The context tensor's length: rank, world, bases, the tracing header and one address per field."""
-    return header_slot(world_size) + HEADER + len(FIELDS)
+    """The context tensor's length: rank, world, bases, the tracing header, one address per field and
+    the context's debug word (iris.device.rma.CHECKS_AFTER_BASES)."""
+    return header_slot(world_size) + HEADER + len(FIELDS) + 1
+
+
+assert HEADER + len(FIELDS) == CHECKS_AFTER_BASES.value, "the debug word follows the tracing fields"
 F_EVENT_ID = tl.constexpr(0)
 F_PID = tl.constexpr(1)
 F_PID_M = tl.constexpr(2)
