@@ -7,9 +7,10 @@ to run a kernel compiled before the switch changed). Once compiled in, each cont
 own checks on and off at any time with ``ctx.set_debug(True/False)``: the cross-rank agreement
 checks of ``ctx.ccl`` and ``ctx.ops``, the diagnosis after each collective, and the access checks
 of kernels given that context's heap bases (its context tensor's debug word). Waits stay bounded
-in every context of a process that compiled the checks in. A wait that times out fills in one record and returns; the next
-``ctx.barrier()`` (after every rank has reached it) or, in debug mode, ``ctx.device_barrier()``
-raises :class:`WaitTimeoutError` naming the rank, the program, the awaited word (heap offset and
+in every context of a process that compiled the checks in.
+
+A wait that times out fills in one record and returns; the next ``ctx.barrier()`` (after every
+rank has reached it) or, in debug mode, ``ctx.device_barrier()`` raises :class:`WaitTimeoutError` naming the rank, the program, the awaited word (heap offset and
 owning rank), the expected value and the last one seen.
 
 Every ``translate`` (so every load, store, get, put, copy, atomic and signal) also checks the

@@ -74,7 +74,9 @@ def _original_variants_on_rank():
     prepared = iris.ops.matmul_all_reduce_preamble(ctx, out, a, b)
     used = iris.ops.matmul_all_reduce(ctx, out, a, b)  # the original's standalone form returns its workspace
     full = ctx.zeros(32, 32)  # the original's matmul_reduce_scatter layout: this rank's columns of (M, N)
-    ctx.ops.matmul_reduce_scatter(full, a, b)
+    from iris.ops.matmul_reduce_scatter import matmul_reduce_scatter  # the original's module path
+
+    matmul_reduce_scatter(ctx, full, a, b)
     ctx.barrier()
     width = 32 // world
     mine = full[:, rank * width:(rank + 1) * width]
@@ -120,6 +122,17 @@ x = ctx.zeros(5, dtype=torch.int32)
 kernel[(1,)](x, 5, BLOCK=8)
 print("RESULT", x.tolist())
 """
+
+
+@pytest.mark.parametrize("op", ["matmul_all_reduce", "matmul_reduce_scatter", "all_gather_matmul",
+                                "matmul_all_gather", "gemm_all_scatter"])
+def test_each_fused_op_has_the_originals_module(op):
+    import importlib
+
+    module = importlib.import_module(f"iris.ops.{op}")
+    assert module.__name__ == f"iris.ops.{op}"
+    assert getattr(module, op) is getattr(iris.ops, op) and callable(getattr(iris.ops, op))  # not shadowed
+    assert getattr(module, f"{op}_preamble") is getattr(iris.ops, f"{op}_preamble")
 
 
 def test_kernels_defined_before_import_iris_run(tmp_path):

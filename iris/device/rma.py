@@ -89,8 +89,8 @@ def debug_report(kind, address, expected, seen, detail, waited_ns):
 @triton.jit
 def _checked_translate(ptr, from_rank, to_rank, heap_bases, mask):
     """Debug mode's translate: a lane with a rank outside the world or a pointer outside the heap
-    (and not masked off, and its context in debug mode) is reported in the record and redirected to its scratch word, so the
-    access that follows cannot fault before the host reads the report."""
+    (not masked off, in a context in debug mode) is reported in the record and redirected to its
+    scratch word, so the access that follows cannot fault before the host reads the report."""
     record = tl.full([], RECORD_ADDRESS, tl.int64).to(tl.pointer_type(tl.int64))
     world = tl.load(heap_bases + (WORLD_SLOT - HEAP_BASES_SLOT))
     heap_bytes = tl.load(record + 9)

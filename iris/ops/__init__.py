@@ -16,7 +16,8 @@ op                         every rank passes                      every rank get
 ``bias`` (N,) is added once to the result (B's columns). The outputs of matmul_all_gather and
 gemm_all_scatter are written by peers, so they must be on the heap (``ctx.empty``). Each op has a
 ``*_preamble(output, A, B, config=None)`` that makes its workspace up front (every rank at once);
-without one, ``ctx.ops`` makes it on first use and keeps it per problem.
+without one, ``ctx.ops`` makes it on first use and keeps it per problem. The original's standalone
+forms (context first) are here too, each in a module of the op's name (``iris.ops.matmul_reduce_scatter``).
 
 Example:
     >>> out = iris.ops.matmul(a, b, bias=bias)                  # one GPU: see iris.ops.gemm
@@ -30,8 +31,13 @@ from iris.ops import gather_matmul as _gather_matmul
 from iris.ops import matmul_gather as _matmul_gather
 from iris.ops import matmul_reduce as _matmul_reduce
 from iris.ops._fused import Workspace, sm_share
+from iris.ops.all_gather_matmul import all_gather_matmul, all_gather_matmul_preamble
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import matmul
+from iris.ops.gemm_all_scatter import gemm_all_scatter, gemm_all_scatter_preamble
+from iris.ops.matmul_all_gather import matmul_all_gather, matmul_all_gather_preamble
+from iris.ops.matmul_all_reduce import matmul_all_reduce, matmul_all_reduce_preamble
+from iris.ops.matmul_reduce_scatter import matmul_reduce_scatter, matmul_reduce_scatter_preamble
 from iris.team import checked_across_ranks
 
 __all__ = ["FusedConfig", "Ops", "Workspace", "all_gather_matmul", "all_gather_matmul_preamble", "gemm_all_scatter",
@@ -110,52 +116,3 @@ class Ops:
     def gemm_all_scatter_preamble(self, output, A, B, config=None) -> Workspace:
         return _matmul_gather.preamble("gemm_all_scatter", False, self._ctx, output, A, B, config)
 
-
-def matmul_all_reduce(ctx, output, A, B, bias=None, async_op=False, config=None, workspace=None):
-    """``ctx.ops.matmul_all_reduce(...)`` with the context first (the original's standalone form)."""
-    return ctx.ops.matmul_all_reduce(output, A, B, bias, async_op, config, workspace)
-
-
-def matmul_reduce_scatter(ctx, output, A, B, bias=None, async_op=False, config=None, workspace=None):
-    """``ctx.ops.matmul_reduce_scatter(...)`` with the context first."""
-    return ctx.ops.matmul_reduce_scatter(output, A, B, bias, async_op, config, workspace)
-
-
-def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config=None, workspace=None):
-    """``ctx.ops.all_gather_matmul(...)`` with the context first."""
-    return ctx.ops.all_gather_matmul(output, A_shard, B, bias, async_op, config, workspace)
-
-
-def matmul_all_gather(ctx, output, A, B, bias=None, async_op=False, config=None, workspace=None):
-    """``ctx.ops.matmul_all_gather(...)`` with the context first."""
-    return ctx.ops.matmul_all_gather(output, A, B, bias, async_op, config, workspace)
-
-
-def gemm_all_scatter(ctx, output, A, B, bias=None, async_op=False, config=None, workspace=None):
-    """``ctx.ops.gemm_all_scatter(...)`` with the context first."""
-    return ctx.ops.gemm_all_scatter(output, A, B, bias, async_op, config, workspace)
-
-
-def matmul_all_reduce_preamble(ctx, output, A, B, config=None) -> Workspace:
-    """``ctx.ops.matmul_all_reduce_preamble(...)`` with the context first (the original's standalone form)."""
-    return ctx.ops.matmul_all_reduce_preamble(output, A, B, config)
-
-
-def matmul_reduce_scatter_preamble(ctx, output, A, B, config=None) -> Workspace:
-    """``ctx.ops.matmul_reduce_scatter_preamble(...)`` with the context first."""
-    return ctx.ops.matmul_reduce_scatter_preamble(output, A, B, config)
-
-
-def all_gather_matmul_preamble(ctx, output, A_shard, B, config=None) -> Workspace:
-    """``ctx.ops.all_gather_matmul_preamble(...)`` with the context first."""
-    return ctx.ops.all_gather_matmul_preamble(output, A_shard, B, config)
-
-
-def matmul_all_gather_preamble(ctx, output, A, B, config=None) -> Workspace:
-    """``ctx.ops.matmul_all_gather_preamble(...)`` with the context first."""
-    return ctx.ops.matmul_all_gather_preamble(output, A, B, config)
-
-
-def gemm_all_scatter_preamble(ctx, output, A, B, config=None) -> Workspace:
-    """``ctx.ops.gemm_all_scatter_preamble(...)`` with the context first."""
-    return ctx.ops.gemm_all_scatter_preamble(output, A, B, config)
