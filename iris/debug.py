@@ -10,8 +10,9 @@ of kernels given that context's heap bases (its context tensor's debug word). Wa
 in every context of a process that compiled the checks in.
 
 A wait that times out fills in one record and returns; the next ``ctx.barrier()`` (after every
-rank has reached it) or, in debug mode, ``ctx.device_barrier()`` raises :class:`WaitTimeoutError` naming the rank, the program, the awaited word (heap offset and
-owning rank), the expected value and the last one seen.
+rank has reached it) or, in debug mode, ``ctx.device_barrier()`` raises :class:`WaitTimeoutError`
+naming the rank, the program, the awaited word (heap offset and owning rank), the expected value
+and the last one seen.
 
 Every ``translate`` (so every load, store, get, put, copy, atomic and signal) also checks the
 lanes it will access: a rank outside the world or a pointer outside the heap is recorded, the
