@@ -5,7 +5,7 @@ import torch
 
 import iris
 from iris.ops import FusedConfig
-from iris.testing import refusals
+from iris.testing import RankPool, refusals
 from iris.testing.fused_ops import ON_HEAP, OPS, magnitude, reference, shapes
 
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
@@ -62,6 +62,30 @@ def test_reduce_ops_with_communication_programs_match_float64(ranks, op, comm_pr
         assert max(errors) <= TOLERANCE[torch.float32], f"{op}, rank {rank}: relative errors {errors}"
 
 
+@pytest.fixture(scope="module")
+def three_ranks():
+    """A world that is neither 2 nor a power of two (tiles' owners wrap unevenly)."""
+    pool = RankPool(3)
+    yield pool
+    pool.close()
+
+
+@pytest.mark.parametrize("reduce_at_owner", [True, False, None])
+def test_matmul_all_reduce_with_and_without_owner_reduce_matches_float64(ranks, reduce_at_owner):
+    """Owner-reduce (each tile summed by one owner, which stores the sum on every member) and
+    push-to-all, forced either way and as picked by world size, over calls that reuse the workspace."""
+    config = FusedConfig(reduce_at_owner=reduce_at_owner)
+    for rank, errors in enumerate(ranks.run(_run_op, "matmul_all_reduce", 72, 80, 40, torch.float32, True,
+                                            seeds=[3, 4, 5], config=config)):
+        assert max(errors) <= TOLERANCE[torch.float32], f"rank {rank}: relative errors {errors}"
+
+
+@pytest.mark.parametrize("op", ["matmul_all_reduce", "matmul_reduce_scatter"])
+def test_reduce_ops_at_three_ranks_match_float64(three_ranks, op):
+    for rank, errors in enumerate(three_ranks.run(_run_op, op, 40, 72, 24, torch.bfloat16, True, seeds=[6, 7])):
+        assert max(errors) <= TOLERANCE[torch.bfloat16], f"{op}, rank {rank}: relative errors {errors}"
+
+
 def _refusals():
     ctx = iris.iris(1 << 20)
     device = ctx.get_device()
@@ -95,8 +119,14 @@ def test_fused_ops_refuse_bad_operands_before_any_launch(ranks):
 
 
 @pytest.mark.parametrize("field,value", [("block_size_m", 8), ("block_size_n", 100), ("group_size_m", 3),
-                                         ("num_warps", 0), ("num_stages", True), ("comm_programs", -1)])
+                                         ("num_warps", 0), ("num_stages", True), ("comm_programs", -1),
+                                         ("reduce_at_owner", 1)])
 def test_fused_config_names_the_bad_field_and_value(field, value):
     with pytest.raises(ValueError) as info:
         FusedConfig(**{field: value})
     assert f"FusedConfig.{field}={value!r}" in str(info.value)
+
+
+def test_owner_reduce_and_communication_programs_do_not_mix():
+    with pytest.raises(ValueError, match="reduce_at_owner=True and comm_programs=2"):
+        FusedConfig(reduce_at_owner=True, comm_programs=2)

@@ -20,6 +20,11 @@ class FusedConfig:
         comm_programs: matmul_all_reduce and matmul_reduce_scatter only. 0 (default): every program
             computes its tiles and exchanges them itself. N > 0: workgroup specialization, N programs
             only exchange and sum the tiles the others compute and stage (not yet measured on a GPU).
+        reduce_at_owner: matmul_all_reduce only, with comm_programs=0. True: owner-reduce: each
+            tile's partials go to one owner (tiles' owners rotate over the members), which sums
+            them and stores the sum on every member: about 2 (W - 1) / W tiles' bytes sent per rank
+            and tile instead of W - 1. False: push-to-all: every member sends its partial to every
+            other and each sums them all (one hop fewer). None (default): owner-reduce beyond 2 ranks.
         all_reduce_variant: accepted for code written for the original (its choice of the all-reduce
             inside matmul_all_reduce: None or one of iris.ccl's variants); Iris's fused kernel
             exchanges its tiles itself, so it has no effect.
@@ -36,6 +41,7 @@ class FusedConfig:
     num_warps: int = 8
     num_stages: int = 3
     comm_programs: int = 0
+    reduce_at_owner: bool | None = None
     all_reduce_variant: str | None = None
 
     def __post_init__(self):
@@ -54,3 +60,8 @@ class FusedConfig:
             value = getattr(self, name)
             if value & (value - 1):
                 raise ValueError(f"FusedConfig.{name}={value!r}: must be a power of two")
+        if not isinstance(self.reduce_at_owner, (bool, type(None))):
+            raise ValueError(f"FusedConfig.reduce_at_owner={self.reduce_at_owner!r}: must be None, True or False")
+        if self.reduce_at_owner and self.comm_programs:
+            raise ValueError(f"FusedConfig(reduce_at_owner=True and comm_programs={self.comm_programs}): "
+                             "communication programs push every tile to every member; pass one or the other")

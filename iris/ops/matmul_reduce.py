@@ -19,6 +19,14 @@ same id on another rank. Per output tile, each program:
    gets the same bits, like torch.matmul followed by NCCL's sum in the output dtype), adds the
    bias and writes the output.
 
+Owner-reduce (``matmul_all_reduce`` beyond 2 ranks, or ``FusedConfig(reduce_at_owner=True)``):
+instead of every member, step 2 stores the partial only into the slot of the tile's *owner* (the
+i-th tile of program p belongs to member (p + i) % W); the owner, in step 3, also stores its sum
+into its own slot on every other member and counts the tile there; two tiles later each other
+member waits for that count and copies the sum into its output. A rank sends about
+2 (W - 1) / W tiles' bytes per tile instead of W - 1 (docs/benchmarks.md has the model); at 2
+ranks both send one and push-to-all, a hop shorter, stays the default.
+
 Before its first store a program passes a barrier with the programs of the same id on the other
 ranks (:func:`iris.device.barrier.enter`): every member's previous call has ended, so nobody still
 reads a slot about to be overwritten. Nothing waits after the last tile: each rank's output is
@@ -66,26 +74,44 @@ def _meets(tile_n, lo, width, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _announce(tile, tiles_m, tiles_n, flags, N, width, members, count, index, cur, heap_bases,
-              SCATTER: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """Count ``tile`` on the flag of every other member that owns some of its columns."""
+def _owner(tile, programs, count):
+    """The member position that reduces ``tile`` under owner-reduce: rotating over a program's tiles
+    (its i-th tile goes to member (pid + i) % count), so every program and rank owns its share."""
+    return (tile % programs + tile // programs) % count
+
+
+@triton.jit
+def _receives(tile, tile_n, position, lo, own, programs, count, OWNER: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Whether the member at ``position`` (owning columns ``[lo, lo + own)``) gets partials of ``tile``."""
+    meets = _meets(tile_n, lo, own, BLOCK_N)
+    if OWNER:
+        meets = meets & (position == _owner(tile, programs, count))
+    return meets
+
+
+@triton.jit
+def _announce(tile, tiles_m, tiles_n, flags, N, width, members, count, index, cur, heap_bases, programs,
+              SCATTER: tl.constexpr, OWNER: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Count ``tile`` on the flag of every other member that gets partials of it."""
     tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)[1]
     tl.debug_barrier()  # every thread's stores of the tile before the flags
     for i in range(1, count):
         position = (index + i) % count
         lo, own = _owned(position, N, width, SCATTER)
-        if _meets(tile_n, lo, own, BLOCK_N):
+        if _receives(tile, tile_n, position, lo, own, programs, count, OWNER, BLOCK_N):
             sync.signal(flags + tile, 1, cur, tl.load(members + position), heap_bases, op="add")
 
 
 @triton.jit
-def _finish(tile, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om, stride_on, count, index,
-            SCATTER: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-            GROUP_M: tl.constexpr):
-    """If this rank owns columns of ``tile``: wait for every member's slot, sum them in member order, write."""
+def _finish(tile, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om, stride_on, members,
+            count, index, cur, heap_bases, programs, SCATTER: tl.constexpr, OWNER: tl.constexpr,
+            HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """If this rank gets partials of ``tile``: wait for every member's slot, sum them in member order,
+    write. Under owner-reduce the owner also stores the sum into its slot on every other member and
+    counts it there (:func:`_collect` copies it out)."""
     tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
     lo, own = _owned(index, N, width, SCATTER)
-    if _meets(tile_n, lo, own, BLOCK_N):
+    if _receives(tile, tile_n, index, lo, own, programs, count, OWNER, BLOCK_N):
         want = tl.load(seen + tile) + count - 1
         sync.wait_until(flags + tile, ">=", want)
         tl.store(seen + tile, want)
@@ -98,19 +124,46 @@ def _finish(tile, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, widt
         total = tl.load(partials + place, mask=mask, volatile=True).to(tl.float32)
         for j in range(1, count):
             total += tl.load(partials + j * slot + place, mask=mask, volatile=True).to(tl.float32)
-        total = add_bias(total, bias, cols, N, HAS_BIAS)
-        tl.store(out + rows[:, None].to(tl.int64) * stride_om + (cols[None, :] - lo) * stride_on,
+        total = add_bias(total, bias, cols, N, HAS_BIAS).to(out.dtype.element_ty)
+        tl.store(out + rows[:, None].to(tl.int64) * stride_om + (cols[None, :] - lo) * stride_on, total, mask=mask)
+        if OWNER:  # every member gets the same bits: the owner's sum, into the owner's slot there
+            for i in range(1, count):
+                member = tl.load(members + (index + i) % count)
+                rma.store(partials + index * slot + place, total.to(partials.dtype.element_ty), cur, member,
+                          heap_bases, mask=mask)
+            tl.debug_barrier()  # every thread's stores before the flags
+            for i in range(1, count):
+                sync.signal(flags + tile, 1, cur, tl.load(members + (index + i) % count), heap_bases, op="add")
+
+
+@triton.jit
+def _collect(tile, tiles_m, tiles_n, out, partials, flags, seen, M, N, stride_om, stride_on, count, index,
+             programs, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Owner-reduce, a tile this rank does not own: wait for its owner's sum, copy it to the output."""
+    owner = _owner(tile, programs, count)
+    if owner != index:
+        want = tl.load(seen + tile) + 1
+        sync.wait_until(flags + tile, ">=", want)
+        tl.store(seen + tile, want)
+        tl.debug_barrier()  # the acquire before any thread reads the slot
+        tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
+        rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        place = owner * (tl.cast(M, tl.int64) * N) + rows[:, None].to(tl.int64) * N + cols[None, :]
+        total = tl.load(partials + place, mask=mask, volatile=True)
+        tl.store(out + rows[:, None].to(tl.int64) * stride_om + cols[None, :] * stride_on,
                  total.to(out.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _push(part, rows, cols, tile_n, partials, M, N, width, members, count, index, cur, heap_bases,
-          SCATTER: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Store this rank's partial tile into slot ``index`` of every owner of its columns."""
+def _push(part, tile, rows, cols, tile_n, partials, M, N, width, members, count, index, cur, heap_bases, programs,
+          SCATTER: tl.constexpr, OWNER: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Store this rank's partial tile into slot ``index`` of every member that gets partials of it."""
     for i in range(0, count):  # start at a different member on every rank
         position = (index + i) % count
         lo, own = _owned(position, N, width, SCATTER)
-        if _meets(tile_n, lo, own, BLOCK_N):
+        if _receives(tile, tile_n, position, lo, own, programs, count, OWNER, BLOCK_N):
             mask = (rows[:, None] < M) & (cols[None, :] >= lo) & (cols[None, :] < lo + own)
             place = index * (tl.cast(M, tl.int64) * own) + rows[:, None].to(tl.int64) * own + (cols[None, :] - lo)
             rma.store(partials + place, part, cur, tl.load(members + position), heap_bases, mask=mask)
@@ -119,10 +172,10 @@ def _push(part, rows, cols, tile_n, partials, M, N, width, members, count, index
 @triton.jit(do_not_specialize=GROUP_ARGS)
 def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, stage, ready, calls, M, N, K, width, stride_am,
                           stride_ak, stride_bk, stride_bn, stride_om, stride_on, members, count, index, cur,
-                          heap_bases, arrivals, expected, SCATTER: tl.constexpr, HAS_BIAS: tl.constexpr,
-                          UPCAST: tl.constexpr, WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr,
-                          COMM_PROGRAMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                          BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                          heap_bases, arrivals, expected, SCATTER: tl.constexpr, OWNER: tl.constexpr,
+                          HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, WORLD: tl.constexpr,
+                          BARRIER_BLOCK: tl.constexpr, COMM_PROGRAMS: tl.constexpr, BLOCK_M: tl.constexpr,
+                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     tiles = tiles_m * tiles_n
@@ -139,27 +192,42 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, stage, ready, 
                          mask=(rows[:, None] < M) & (cols[None, :] < N))
                 tl.debug_barrier()  # every thread's stores of the tile before its flag
                 tl.atomic_xchg(ready + tile, epoch, sem="release", scope="gpu")
-        else:  # compute and communicate: push each tile, count and sum it one tile later
+        else:  # compute and communicate: push each tile, count and sum it one tile later (collect two later)
             enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK)
             previous = -1
+            older = -1
             for tile in range(pid, tiles, compute):
                 tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
                 acc, rows, cols = tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m,
                                                tile_n, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
                 if previous >= 0:
                     _announce(previous, tiles_m, tiles_n, flags, N, width, members, count, index, cur, heap_bases,
-                              SCATTER, BLOCK_N, GROUP_M)
-                _push(acc.to(partials.dtype.element_ty), rows, cols, tile_n, partials, M, N, width, members, count,
-                      index, cur, heap_bases, SCATTER, BLOCK_N)
+                              compute, SCATTER, OWNER, BLOCK_N, GROUP_M)
+                _push(acc.to(partials.dtype.element_ty), tile, rows, cols, tile_n, partials, M, N, width, members,
+                      count, index, cur, heap_bases, compute, SCATTER, OWNER, BLOCK_N)
                 if previous >= 0:
                     _finish(previous, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om,
-                            stride_on, count, index, SCATTER, HAS_BIAS, BLOCK_M, BLOCK_N, GROUP_M)
+                            stride_on, members, count, index, cur, heap_bases, compute, SCATTER, OWNER, HAS_BIAS,
+                            BLOCK_M, BLOCK_N, GROUP_M)
+                if OWNER:
+                    if older >= 0:
+                        _collect(older, tiles_m, tiles_n, out, partials, flags, seen, M, N, stride_om, stride_on,
+                                 count, index, compute, BLOCK_M, BLOCK_N, GROUP_M)
+                    older = previous
                 previous = tile
             if previous >= 0:
                 _announce(previous, tiles_m, tiles_n, flags, N, width, members, count, index, cur, heap_bases,
-                          SCATTER, BLOCK_N, GROUP_M)
+                          compute, SCATTER, OWNER, BLOCK_N, GROUP_M)
                 _finish(previous, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om,
-                        stride_on, count, index, SCATTER, HAS_BIAS, BLOCK_M, BLOCK_N, GROUP_M)
+                        stride_on, members, count, index, cur, heap_bases, compute, SCATTER, OWNER, HAS_BIAS,
+                        BLOCK_M, BLOCK_N, GROUP_M)
+            if OWNER:
+                if older >= 0:
+                    _collect(older, tiles_m, tiles_n, out, partials, flags, seen, M, N, stride_om, stride_on, count,
+                             index, compute, BLOCK_M, BLOCK_N, GROUP_M)
+                if previous >= 0:
+                    _collect(previous, tiles_m, tiles_n, out, partials, flags, seen, M, N, stride_om, stride_on,
+                             count, index, compute, BLOCK_M, BLOCK_N, GROUP_M)
     else:  # communicate only (workgroup specialization): wait for staged tiles, push, count and sum them
         enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK)
         epoch = tl.load(calls) + 1
@@ -172,17 +240,19 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, stage, ready, 
             tl.debug_barrier()  # the acquire before any thread reads the staged tile
             part = tl.load(stage + rows[:, None].to(tl.int64) * N + cols[None, :],
                            mask=(rows[:, None] < M) & (cols[None, :] < N))
-            _push(part, rows, cols, tile_n, partials, M, N, width, members, count, index, cur, heap_bases, SCATTER,
-                  BLOCK_N)
-            _announce(tile, tiles_m, tiles_n, flags, N, width, members, count, index, cur, heap_bases, SCATTER,
-                      BLOCK_N, GROUP_M)
+            _push(part, tile, rows, cols, tile_n, partials, M, N, width, members, count, index, cur, heap_bases,
+                  COMM_PROGRAMS, SCATTER, False, BLOCK_N)
+            _announce(tile, tiles_m, tiles_n, flags, N, width, members, count, index, cur, heap_bases, COMM_PROGRAMS,
+                      SCATTER, False, BLOCK_N, GROUP_M)
             if previous >= 0:
                 _finish(previous, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om,
-                        stride_on, count, index, SCATTER, HAS_BIAS, BLOCK_M, BLOCK_N, GROUP_M)
+                        stride_on, members, count, index, cur, heap_bases, COMM_PROGRAMS, SCATTER, False, HAS_BIAS,
+                        BLOCK_M, BLOCK_N, GROUP_M)
             previous = tile
         if previous >= 0:
             _finish(previous, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om, stride_on,
-                    count, index, SCATTER, HAS_BIAS, BLOCK_M, BLOCK_N, GROUP_M)
+                    members, count, index, cur, heap_bases, COMM_PROGRAMS, SCATTER, False, HAS_BIAS, BLOCK_M,
+                    BLOCK_N, GROUP_M)
 
 
 def problem(what: str, scatter: bool, ctx, output, A, B, config):
@@ -191,7 +261,8 @@ def problem(what: str, scatter: bool, ctx, output, A, B, config):
     M, N = A.shape[0], B.shape[1]
     width = N // world if scatter else N
     tile = _fused.tile(ctx, config, A.dtype)
-    key = (what, M, N, output.dtype, tuple(tile.values()), config.comm_programs)
+    owner = reduces_at_owner(scatter, ctx, config)  # its flags count differently: a workspace of its own
+    key = (what, M, N, output.dtype, tuple(tile.values()), config.comm_programs, owner)
     tiles = tile_count(M, N, tile)
     spec = {"partials": _fused.Buffer(world * M * width, output.dtype, heap=True),
             "flags": _fused.Buffer(tiles, torch.int64, heap=True, zeroed=True),
@@ -201,6 +272,15 @@ def problem(what: str, scatter: bool, ctx, output, A, B, config):
                     ready=_fused.Buffer(tiles, torch.int32, heap=False, zeroed=True),
                     calls=_fused.Buffer(1, torch.int64, heap=False, zeroed=True))
     return key, spec, width, tile
+
+
+def reduces_at_owner(scatter: bool, ctx, config: FusedConfig) -> bool:
+    """Whether matmul_all_reduce runs owner-reduce (FusedConfig.reduce_at_owner; by default beyond 2 ranks,
+    where it sends 2 (W - 1) / W tiles per tile instead of W - 1; at 2 ranks both send one and
+    push-to-all saves the owner's second hop). reduce_scatter already sends each tile only to its owners."""
+    if scatter or config.comm_programs:
+        return False
+    return ctx.get_num_ranks() > 2 if config.reduce_at_owner is None else config.reduce_at_owner
 
 
 def _check(what, ctx, output, A, B, bias, scatter: bool) -> None:
@@ -246,9 +326,9 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
         A, B, output, bias if bias is not None else output, workspace.partials, workspace.flags, workspace.seen,
         stage, ready, calls, M, N, A.shape[1], width, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
         output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), SCATTER=scatter,
-        HAS_BIAS=bias is not None, UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(),
-        BARRIER_BLOCK=ctx.team.barrier.block, COMM_PROGRAMS=comm, num_warps=config.num_warps,
-        num_stages=config.num_stages, **tile)
+        OWNER=reduces_at_owner(scatter, ctx, config), HAS_BIAS=bias is not None,
+        UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block,
+        COMM_PROGRAMS=comm, num_warps=config.num_warps, num_stages=config.num_stages, **tile)
     if comm:
         calls.add_(1)  # on the stream, after the launch: the next call's tiles carry the next epoch
     return workspace
