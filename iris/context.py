@@ -80,7 +80,9 @@ class Iris(TensorFactories):
         except MemoryError as error:
             raise MemoryError(f"heap_size={self.heap_size} bytes per rank (plus {layout.nbytes} reserved) cannot be "
                               f"allocated on {device}: {error}. Pass a smaller heap_size to iris.iris().") from error
-        self._device_context = build_context_tensor(self.cur_rank, self.num_ranks, self.heap.bases, device)
+        words = build_context_tensor(self.cur_rank, self.num_ranks, self.heap.bases, device)
+        self._debug_word = words[-1:]  # past the original's layout, which get_device_context() keeps
+        self._device_context = words[:-1]
         # a view of the context tensor's bases: device ops find the current rank just before them
         self.heap_bases = self._device_context[HEAP_BASES_SLOT.value:HEAP_BASES_SLOT.value + self.num_ranks]
         self.team = Team(self.heap, self.cur_rank, self.num_ranks, backend, self.heap_bases, comm=comm)
@@ -110,7 +112,7 @@ class Iris(TensorFactories):
         if on and not debug_mode.compiled_in():
             debug_mode.enable(self._device, self.heap.size + self.heap.reserved)
         self.backend.synchronize(self._device)  # kernels launched before keep the mode they were launched in
-        self._device_context[-1] = int(on)
+        self._debug_word.fill_(int(on))
         self.team.debug = on
 
     @property

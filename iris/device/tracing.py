@@ -44,12 +44,12 @@ def header_slot(world_size: int) -> int:
 
 
 def context_length(world_size: int) -> int:
-    """The context tensor's length: rank, world, bases, the tracing header, one address per field and
-    the context's debug word (iris.device.rma.CHECKS_AFTER_BASES)."""
-    return header_slot(world_size) + HEADER + len(FIELDS) + 1
+    """The context tensor's length (the original's): rank, world, bases, the tracing header and one
+    address per field."""
+    return header_slot(world_size) + HEADER + len(FIELDS)
 
 
-assert HEADER + len(FIELDS) == CHECKS_AFTER_BASES.value, "the debug word follows the tracing fields"
+assert HEADER + len(FIELDS) == CHECKS_AFTER_BASES.value, "the debug word follows the context tensor"
 F_EVENT_ID = tl.constexpr(0)
 F_PID = tl.constexpr(1)
 F_PID_M = tl.constexpr(2)
