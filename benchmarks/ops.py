@@ -1,9 +1,10 @@
 """Fused GEMM + communication side by side: iris.ops, torch.matmul then NCCL, the GEMM alone, the communication alone.
 
-    iris run -n 2 benchmarks/ops.py [--ops matmul_all_reduce ...] [--m 1024 4096 16384] [--n 8192 14336]
+    iris run -n 2 benchmarks/ops.py [--ops matmul_all_reduce ...] [--m 128 512 1024 4096 16384] [--n 8192 14336]
                                     [--k 8192] [--iters 10] [--warmup 3] [--csv PATH] [--validate]
 
-The shapes are a tensor-parallel MLP's (W ranks). For M, N, K from the command line, each rank's part:
+The shapes are a tensor-parallel MLP's (W ranks; M 128 and 512 are decode-like). For M, N, K from
+the command line, each rank's part:
 
     all_gather_matmul      A_shard (M, K/W), B (K, N)        A gathered along K, then the GEMM
     matmul_all_gather      A (M/W, K), B (K, N)              the GEMM, then rows gathered: (M, N)
@@ -16,10 +17,14 @@ For every op and shape, in one run, process group and on the same tensors:
     fused       ctx.ops.<op>
     torch+nccl  torch.matmul followed by the torch.distributed collective (with the layout copy
                 torch needs where NCCL gathers or scatters along rows and the op along columns)
+    torch fused torch's own fused symmetric-memory op where it has one (torch.ops.symm_mem):
+                fused_all_gather_matmul (gather_dim 1 for all_gather_matmul, 0 for
+                matmul_all_gather) and fused_matmul_reduce_scatter (scatter_dim 1); the other ops
+                and simulation (several ranks on one GPU) leave it empty, with the reason printed
     gemm        the GEMM alone: torch.matmul (cuBLAS), and iris.ops.matmul
     comm        the communication alone: NCCL, and the iris.ccl collective on heap buffers
 
-It prints each fused time's speedup over torch+nccl and its overlap efficiency,
+It prints each fused time's speedup over torch+nccl (and over torch fused) and its overlap efficiency,
 max(T_gemm, T_comm) / T_fused with the faster GEMM and the faster communication (1: the
 communication is completely hidden behind the faster GEMM). Each figure is the median of --iters
 calls between CUDA events after --warmup calls (the first calls autotune the GEMM). --validate
@@ -51,7 +56,7 @@ from iris.testing.fused_ops import OPS
 def parse_args(gpu: bool) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS))
-    parser.add_argument("--m", nargs="+", type=int, default=[1024, 4096, 16384] if gpu else [64])
+    parser.add_argument("--m", nargs="+", type=int, default=[128, 512, 1024, 4096, 16384] if gpu else [64])
     parser.add_argument("--n", nargs="+", type=int, default=[8192, 14336] if gpu else [64])
     parser.add_argument("--k", nargs="+", type=int, default=[8192] if gpu else [64])
     parser.add_argument("--iters", type=int, default=10 if gpu else 1)
@@ -137,6 +142,26 @@ class Problem:
             blocks = whole.view(whole.shape[0], W, -1).transpose(0, 1).contiguous()
             dist.reduce_scatter_tensor(self.ref, blocks.view(-1, blocks.shape[-1]))
 
+    def torch_fused(self):
+        """(call, why-not) for torch's own fused op; the call returns this op's result."""
+        if self.A.device.type != "cuda" or iris.config.simulation():
+            return None, "torch symmetric memory needs one GPU per rank"
+        if self.op not in ("all_gather_matmul", "matmul_all_gather", "matmul_reduce_scatter"):
+            return None, "torch has no fused op for it"
+        try:
+            import torch.distributed._symmetric_memory as symm_mem
+
+            group = dist.group.WORLD.group_name
+            symm_mem.enable_symm_mem_for_group(group)
+            ops = torch.ops.symm_mem
+            fused_ag, fused_rs = ops.fused_all_gather_matmul, ops.fused_matmul_reduce_scatter
+        except Exception as exc:  # a torch without it
+            return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
+        if self.op == "matmul_reduce_scatter":  # (M, N/W) columns: scatter along the product's last dim
+            return lambda: fused_rs(self.A, self.B, "sum", 1, group), ""
+        gather_dim = 1 if self.op == "all_gather_matmul" else 0  # along K, or along M
+        return lambda: fused_ag(self.A, [self.B], gather_dim, group, return_A=False)[1][0], ""
+
     def comm_calls(self, arena):
         """{label: call} of the communication alone: NCCL, and iris.ccl on heap views of the arena."""
         W, rows, cols, op = self.world, self.comm_rows, self.comm_cols, self.op
@@ -187,10 +212,11 @@ def main() -> int:
     base = {"gpu": gpu_name, "backend": iris.runtime.SELECTED, "world_size": world, "version": iris.__version__,
             "commit": git_commit(), "iters": args.iters,
             "config": " ".join(f"{k}={v}" for k, v in vars(args.config).items())}
-    rows, problems = [], []
+    rows, problems, reasons = [], [], set()
     if rank == 0:
-        print(f"{'op':22} {'M':>6} {'N':>6} {'K':>6} {'fused':>9} {'torch+nccl':>10} {'cublas':>9} {'iris gemm':>9} "
-              f"{'nccl':>9} {'iris.ccl':>9} {'speedup':>8} {'overlap':>8}  (us)", flush=True)
+        print(f"{'op':22} {'M':>6} {'N':>6} {'K':>6} {'fused':>9} {'torch+nccl':>10} {'torch fused':>11} "
+              f"{'cublas':>9} {'iris gemm':>9} {'nccl':>9} {'iris.ccl':>9} {'speedup':>8} {'vs fused':>8} "
+              f"{'overlap':>8}  (us)", flush=True)
 
     def timed(fn):
         ctx.barrier()
@@ -209,19 +235,38 @@ def main() -> int:
                         error = ((p.out.float() - p.ref.float()).norm() / p.ref.float().norm()).item()
                         if error > 2e-2:
                             problems.append(f"{op} {M}x{N}x{K}: relative error {error:.3g} against torch+nccl")
-                    t = {"fused": timed(p.fused), "torch+nccl": timed(p.torch_nccl),
-                         "cublas": timed(p.gemm_torch), "iris gemm": timed(p.gemm_iris)}
+                    t = {"fused": timed(p.fused), "torch+nccl": timed(p.torch_nccl)}
+                    torch_fused, why = p.torch_fused()
+                    t["torch fused"] = float("nan")
+                    if torch_fused is not None:
+                        try:
+                            if args.validate:
+                                theirs = torch_fused().float()
+                                error = ((p.out.float() - theirs).norm() / theirs.norm()).item()
+                                if error > 2e-2:
+                                    problems.append(f"{op} {M}x{N}x{K}: torch fused differs from iris by {error:.3g}")
+                            t["torch fused"] = timed(torch_fused)
+                        except Exception as exc:  # a shape or dtype torch refuses: say so, keep the rest
+                            why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
+                    if why and rank == 0 and (op, why) not in reasons:
+                        reasons.add((op, why))
+                        print(f"note: no torch fused figure for {op}: {why}", flush=True)
+                    t.update({"cublas": timed(p.gemm_torch), "iris gemm": timed(p.gemm_iris)})
                     for label, call in p.comm_calls(arena[biggest:]).items():
                         t[label] = timed(call)
                     gemm, comm = min(t["cublas"], t["iris gemm"]), min(t["nccl"], t["iris.ccl"])
                     row = {**base, "op": op, "M": M, "N": N, "K": K, **{f"{k}_us": v for k, v in t.items()},
-                           "speedup": t["torch+nccl"] / t["fused"], "overlap_efficiency": max(gemm, comm) / t["fused"],
+                           "speedup": t["torch+nccl"] / t["fused"],
+                           "speedup_over_torch_fused": t["torch fused"] / t["fused"],
+                           "overlap_efficiency": max(gemm, comm) / t["fused"],
                            "fused_tflops": p.flops / t["fused"] / 1e6}
                     rows.append(row)
                     if rank == 0:
-                        print(f"{op:22} {M:6} {N:6} {K:6} " + " ".join(f"{t[k]:9.1f}" for k in
-                              ("fused", "torch+nccl", "cublas", "iris gemm", "nccl", "iris.ccl")) +
-                              f" {row['speedup']:7.2f}x {row['overlap_efficiency']:8.2f}", flush=True)
+                        print(f"{op:22} {M:6} {N:6} {K:6} {t['fused']:9.1f} {t['torch+nccl']:10.1f} "
+                              f"{t['torch fused']:11.1f} " + " ".join(f"{t[k]:9.1f}" for k in
+                              ("cublas", "iris gemm", "nccl", "iris.ccl")) +
+                              f" {row['speedup']:7.2f}x {row['speedup_over_torch_fused']:7.2f}x "
+                              f"{row['overlap_efficiency']:8.2f}", flush=True)
                     del p
     ctx.barrier()
     if rank == 0:
@@ -248,9 +293,12 @@ def plot(rows, path) -> None:
     labels = [f"{r['op']}\n{r['M']}x{r['N']}x{r['K']}" for r in rows]
     fig, (speed, overlap) = plt.subplots(2, 1, figsize=(max(8, 0.55 * len(rows)), 8), sharex=True)
     x = range(len(rows))
-    speed.bar(x, [r["speedup"] for r in rows])
+    speed.bar(x, [r["speedup"] for r in rows], label="over torch.matmul + NCCL")
+    speed.plot(x, [r["speedup_over_torch_fused"] for r in rows], "D", color="tab:red",
+               label="over torch's fused op (where torch has one)")
     speed.axhline(1.0, color="k", lw=0.8)
-    speed.set_ylabel("speedup over torch.matmul + NCCL")
+    speed.set_ylabel("speedup of iris")
+    speed.legend(fontsize=8)
     overlap.bar(x, [r["overlap_efficiency"] for r in rows], color="tab:orange")
     overlap.axhline(0.9, color="k", lw=0.8, ls="--")
     overlap.set_ylabel("overlap efficiency\nmax(T_gemm, T_comm) / T_fused")
