@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -54,7 +55,17 @@ def enable_stack_dumps() -> None:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A port for the ranks' rendezvous, free now. Drawn below Linux's ephemeral range (32768-60999),
+    where the outgoing connections of other jobs get their ports, so one of them cannot take it
+    between now and rank 0's bind (EADDRINUSE, seen with many jobs starting side by side)."""
+    for port in random.sample(range(20000, 32768), 64):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # all taken: any port the system gives
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 

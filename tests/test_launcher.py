@@ -127,3 +127,16 @@ def test_process_group_iris_created_is_destroyed_before_interpreter_shutdown(tmp
     for r in range(2):
         assert f"[rank {r}] group alive after iris: True" in proc.stdout
         assert f"[rank {r}] group alive at exit: False" in proc.stdout, proc.stdout
+
+
+def test_rendezvous_port_is_free_and_outside_the_ephemeral_range():
+    """Other jobs' outgoing connections take ports from 32768 up: the rendezvous port stays below."""
+    import socket
+
+    from iris.launch import free_port
+
+    for _ in range(20):
+        port = free_port()
+        assert 20000 <= port < 32768
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", port))  # still free
