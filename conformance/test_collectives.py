@@ -14,6 +14,7 @@ rank knows every rank's input (seeded), so each member checks its own result:
   (a TypeError naming the variant, before any launch), per iris.capabilities.
 """
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -171,3 +172,74 @@ def collective_cases(draw, world_size: int):
 def test_collectives_match_the_float64_reference(world, data):
     """all_gather, all_to_all, broadcast, all_reduce and reduce_scatter (sum, max, min): any group and shape."""
     world.check(_collective_on_rank, data.draw(collective_cases(world.size), label="case"))
+
+
+def _replayed_on_rank(case):
+    """The collective captured once in a CUDA graph, then replayed on new inputs, checked after each replay."""
+    ctx = harness.context()
+    rank, device, op, dtype = ctx.get_rank(), ctx.get_device(), case["op"], case["dtype"]
+    harness.fill_arena(case["seed"])
+    config = Config(block_size=case["block"], block_size_m=16, block_size_n=32,
+                    all_reduce_variant=case.get("variant"), fused_bytes=case["fused_bytes"])
+    mine, expected = _input(case, rank), _expected(case, rank)
+    out = harness.region(0, expected.numel(), dtype).view(expected.shape)
+    x = harness.region((expected.numel() * element_size(dtype) // ALIGN + 1) * ALIGN, mine.numel(),
+                       dtype).view(mine.shape)
+    reduce = ReduceOp(case.get("reduce", "sum"))
+    calls = {"all_reduce": lambda: ctx.ccl.all_reduce(out, x, op=reduce, config=config),
+             "reduce_scatter": lambda: ctx.ccl.reduce_scatter(out, x, op=reduce, config=config),
+             "broadcast": lambda: ctx.ccl.broadcast(out, src=case["src"], config=config),
+             "all_gather": lambda: ctx.ccl.all_gather(out, x, config=config),
+             "all_to_all": lambda: ctx.ccl.all_to_all(out, x, config=config)}
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())  # a side stream does not follow the default one
+    graph, violations = None, []
+    for replay in range(case["replays"]):
+        this = dict(case, seed=case["seed"] + replay)  # new inputs on every rank, every replay
+        with torch.cuda.stream(stream):
+            (out if op == "broadcast" else x).copy_(harness.to_device(_input(this, rank), device))
+            if graph is None:  # the first call runs (and compiles) uncaptured, then the same call is captured
+                violations += harness.attempt(calls[op])
+                stream.synchronize()
+                if violations:
+                    break
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, stream=stream):
+                    calls[op]()
+            else:
+                graph.replay()
+            stream.synchronize()
+        got = harness.byte_view(harness.to_device(out, "cpu")).view(-1, element_size(dtype))
+        want = harness.byte_view(_expected(this, rank)).view(-1, element_size(dtype))
+        wrong = int((got != want).any(1).sum())
+        if wrong and len(violations) < 4:
+            violations.append(f"{'call' if replay == 0 else f'replay {replay}'}: {wrong} of {expected.numel()} "
+                              "elements wrong")
+    ctx.barrier()
+    return harness.Verdict(violations)
+
+
+@st.composite
+def replayed_cases(draw, world_size: int):
+    op = draw(st.sampled_from(("all_gather", "all_to_all", "broadcast", "all_reduce", "reduce_scatter")))
+    case = dict(op=op, dtype=draw(st.sampled_from(REDUCE_DTYPES)), members=tuple(range(world_size)),
+                m=draw(st.integers(1, 40)), n=draw(st.integers(1, 70)), block=draw(st.sampled_from((64, 256))),
+                seed=draw(harness.seeds()), fused_bytes=draw(st.sampled_from((0, 1 << 20))),
+                replays=draw(st.integers(2, 1 + current().barrier_rounds)))
+    if op == "broadcast":
+        case["src"] = draw(st.sampled_from(case["members"]))
+    if op in REDUCING:
+        case.update(reduce=draw(st.sampled_from(("sum", "max", "min"))), layout="torch")
+    if op == "all_reduce":
+        case["variant"] = draw(st.sampled_from(("one_shot", "two_shot") + STEPWISE))
+        if _atomic_refusal(case):
+            case["variant"] = "two_shot"
+    return case
+
+
+@pytest.mark.parametrize("graphs", [pytest.param("cuda_graph", marks=harness.marks_for("cuda_graph"))])
+@settings(max_examples=current().examples(2))
+@given(data=st.data())
+def test_collectives_replayed_in_a_cuda_graph_match_the_reference(world, graphs, data):
+    """Every collective, captured in a CUDA graph with its barriers, gives the reference result on every replay."""
+    world.check(_replayed_on_rank, data.draw(replayed_cases(world.size), label="case"))
