@@ -58,7 +58,9 @@ def free_port() -> int:
     """A port for the ranks' rendezvous, free now. Drawn below Linux's ephemeral range (32768-60999),
     where the outgoing connections of other jobs get their ports, so one of them cannot take it
     between now and rank 0's bind (EADDRINUSE, seen with many jobs starting side by side)."""
-    for port in random.sample(range(20000, 32768), 64):
+    # System randomness: Hypothesis (and users) seed the random module, and jobs started side by side
+    # with the same seed would all draw the same port.
+    for port in random.SystemRandom().sample(range(20000, 32768), 64):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("127.0.0.1", port))

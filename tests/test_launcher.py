@@ -131,12 +131,17 @@ def test_process_group_iris_created_is_destroyed_before_interpreter_shutdown(tmp
 
 def test_rendezvous_port_is_free_and_outside_the_ephemeral_range():
     """Other jobs' outgoing connections take ports from 32768 up: the rendezvous port stays below."""
+    import random
     import socket
 
     from iris.launch import free_port
 
+    drawn = []
     for _ in range(20):
+        random.seed(0)  # as Hypothesis does in every worker: jobs must still draw different ports
         port = free_port()
+        drawn.append(port)
         assert 20000 <= port < 32768
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", port))  # still free
+    assert len(set(drawn)) > 1
