@@ -77,15 +77,7 @@ def median_us(fn, warmup: int, iters: int, gpu: bool, sample_us: float = 50.0, a
             fn()
             times.append((time.perf_counter() - start) * 1e6)
         return statistics.median(times)
-    first, last = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    first.record()
-    for _ in range(3):
-        fn()
-    last.record()
-    torch.cuda.synchronize()
-    batch = max(1, min(100, math.ceil(sample_us / max(first.elapsed_time(last) * 1e3 / 3, 1e-3))))
-    if agree is not None:
-        batch = int(agree(batch))
+    batch = _batch_size(fn, sample_us, agree)
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
     for start, end in events:
         start.record()
@@ -94,3 +86,54 @@ def median_us(fn, warmup: int, iters: int, gpu: bool, sample_us: float = 50.0, a
         end.record()
     torch.cuda.synchronize()
     return statistics.median([start.elapsed_time(end) * 1e3 / batch for start, end in events])
+
+
+def _batch_size(fn, sample_us: float, agree) -> int:
+    """Calls of ``fn`` that last about ``sample_us`` back to back (1 to 100), the same on every rank."""
+    first, last = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    first.record()
+    for _ in range(3):
+        fn()
+    last.record()
+    torch.cuda.synchronize()
+    batch = max(1, min(100, math.ceil(sample_us / max(first.elapsed_time(last) * 1e3 / 3, 1e-3))))
+    return batch if agree is None else int(agree(batch))
+
+
+def graph_median_us(fn, warmup: int, iters: int, sample_us: float = 50.0, agree=None) -> float:
+    """Median microseconds per call of ``fn`` replayed from a CUDA graph (GPU only).
+
+    The graph holds a batch of calls sized as in :func:`median_us`, captured once on a side stream;
+    a sample is one replay between two CUDA events. This is how inference engines run small
+    collectives: no host work per call at all.
+    """
+    for _ in range(warmup):
+        fn()
+    batch = _batch_size(fn, sample_us, agree)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(batch):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for start, end in events:
+        start.record()
+        graph.replay()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median([start.elapsed_time(end) * 1e3 / batch for start, end in events])
+
+
+def host_us(fn, calls: int = 200) -> float:
+    """Host microseconds per call of ``fn`` issued back to back (what the CPU spends before the GPU
+    gets the work; the GPU is waited for once at the end, outside the figure)."""
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    seconds = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return seconds / calls * 1e6

@@ -15,6 +15,12 @@ process group and with the same buffers:
                       all_to_all_single); gloo on the CPU backend
     symm_mem          torch.ops.symm_mem one_shot_all_reduce / two_shot_all_reduce_ (all_reduce only,
                       where torch has them; otherwise the row says why)
+    <impl>+graph      with --graph, up to --graph-max bytes: iris (default variant), nccl and
+                      symm_mem replayed from a CUDA graph (a batch of calls captured once)
+    iris (host)       with --host: host microseconds per iris call issued back to back, beside the
+                      floor of launching an empty Triton kernel (``null (host)``: Triton's own
+                      launch, and ``null bound (host)``: iris's remembered launch, which a
+                      repeated collective uses)
 
 Each figure is the median over --iters samples after --warmup calls, per call, on rank 0. A
 sample is a batch of calls launched back to back from the host between CUDA events, as
@@ -42,7 +48,8 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _results import default_csv, git_commit, median_us, parse_size, write_csv
+import triton
+from _results import default_csv, git_commit, graph_median_us, host_us, median_us, parse_size, write_csv
 
 import iris
 from iris.distributed import job_world_size
@@ -67,6 +74,10 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=10 if gpu else 1, help="untimed calls first")
     parser.add_argument("--csv", type=Path, default=None, help="CSV path (default benchmarks/results/ccl_...)")
     parser.add_argument("--validate", action="store_true", help="check iris against NCCL once per size")
+    parser.add_argument("--graph", action="store_true", help="also time CUDA-graph replay (GPU only)")
+    parser.add_argument("--graph-max", type=parse_size, default=parse_size("1M"),
+                        help="largest size timed in graph replay (1M)")
+    parser.add_argument("--host", action="store_true", help="also time the host's share of each iris call")
     args = parser.parse_args()
     if args.min < 16 or args.max < args.min or args.iters < 1 or args.warmup < 0:
         parser.error(f"need 16 <= --min <= --max, --iters >= 1, --warmup >= 0; got {args.min}, {args.max}, "
@@ -130,6 +141,46 @@ def _iris_variants(ctx, name, inp, out, world):
         shape = all_to_all_shape(inp.numel(), world)
         return {"iris": lambda: ctx.ccl.all_to_all(out.view(shape), inp.view(shape))}
     return {"iris": lambda: getattr(ctx.ccl, name)(out, inp)}
+
+
+@triton.jit
+def _null_kernel(x):
+    pass
+
+
+def null_launch_rows(base, x) -> list[dict]:
+    """The host's floor for one launch: an empty Triton kernel, launched by Triton and by iris's
+    remembered launch (iris.kernel_launch.bind, what a repeated collective replays)."""
+    from iris.kernel_launch import bind
+
+    bound = bind(_null_kernel, (1,), x)
+    return [{**base, "collective": "null", "dtype": "", "bytes": 0, "impl": label, "us": host_us(call),
+             "busbw_gbps": "", "note": "host"}
+            for label, call in (("null (host)", lambda: _null_kernel[(1,)](x)), ("null bound (host)", bound))]
+
+
+def timed_rows(ctx, args, gpu, base, calls) -> list[dict]:
+    """Rows of the --graph and --host figures for one point; a call that cannot be captured says why."""
+    rows = []
+    agree = lambda batch: ctx.broadcast(batch, src=0)  # noqa: E731
+    if args.graph and gpu and base["bytes"] <= args.graph_max:
+        for label, call in calls.items():
+            if isinstance(call, str) or label not in ("iris", "nccl", "symm_mem.one_shot", "symm_mem.two_shot"):
+                continue
+            ctx.barrier()
+            try:
+                us, note = ctx.broadcast(graph_median_us(call, args.warmup, args.iters, agree=agree), src=0), ""
+            except Exception as exc:  # a call torch cannot capture: the row says why
+                us, note = "", f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
+            rows.append({**base, "impl": f"{label}+graph", "us": us,
+                         "busbw_gbps": "" if us == "" else base["bus"] / us / 1e3, "note": note})
+    if args.host and gpu:
+        ctx.barrier()
+        rows.append({**base, "impl": "iris (host)", "us": ctx.broadcast(host_us(calls["iris"]), src=0),
+                     "busbw_gbps": "", "note": "host"})
+    for row in rows:
+        row.pop("bus")
+    return rows
 
 
 def all_to_all_shape(numel: int, world: int) -> tuple[int, int]:
@@ -219,8 +270,12 @@ def main() -> int:
     base = {"gpu": gpu_name, "backend": iris.runtime.SELECTED, "world_size": world, "version": iris.__version__,
             "commit": git_commit(), "iters": args.iters}
     rows, problems = [], []
+    if args.host and gpu:
+        rows += null_launch_rows(base, buffers.heap)
     if rank == 0:
         print(HEADER, flush=True)
+        for row in rows:
+            print(f"{row['collective']:15} {'':8} {'':>10} {row['impl']:18} {row['us']:10.2f}")
     for name in args.collectives:
         for dtype_name in args.dtypes:
             dtype = DTYPES[dtype_name]
@@ -253,6 +308,9 @@ def main() -> int:
                     rows.append({**base, "collective": name, "dtype": dtype_name, "bytes": nbytes, "impl": label,
                                  "us": us, "busbw_gbps": bus_bytes(name, nbytes, world) * bus_factor(name, world)
                                  / seconds / 1e9, "note": ""})
+                point = {**base, "collective": name, "dtype": dtype_name, "bytes": nbytes,
+                         "bus": bus_bytes(name, nbytes, world) * bus_factor(name, world)}
+                rows += timed_rows(ctx, args, gpu, point, calls)
                 if rank == 0:
                     print_point(rows[first:])
     ctx.barrier()
@@ -271,7 +329,9 @@ def print_point(rows) -> None:
     """The rows of one collective, dtype and size, as soon as they are measured (nccl among them)."""
     nccl = next(r["us"] for r in rows if r["impl"] == "nccl")
     for r in rows:
-        if r["us"] == "":
+        if r["note"] == "host":
+            print(f"{r['collective']:15} {r['dtype']:8} {r['bytes']:>10} {r['impl']:18} {r['us']:10.2f}")
+        elif r["us"] == "":
             print(f"{r['collective']:15} {r['dtype']:8} {r['bytes']:>10} {r['impl']:18} {'-':>10}  {r['note']}")
         else:
             print(f"{r['collective']:15} {r['dtype']:8} {r['bytes']:>10} {r['impl']:18} {r['us']:10.2f} "
@@ -296,9 +356,9 @@ def plot(rows, path: Path, world: int) -> None:
     except ImportError:
         print("plots skipped: matplotlib is not installed (pip install matplotlib)")
         return
-    for name in dict.fromkeys(r["collective"] for r in rows):
+    for name in dict.fromkeys(r["collective"] for r in rows if r["note"] != "host"):
         fig, (lat, bw) = plt.subplots(1, 2, figsize=(13, 5))
-        timed = [r for r in rows if r["collective"] == name and r["us"] != ""]
+        timed = [r for r in rows if r["collective"] == name and r["us"] != "" and r["note"] != "host"]
         for key in dict.fromkeys((r["impl"], r["dtype"]) for r in timed):
             line = [r for r in timed if (r["impl"], r["dtype"]) == key]
             label = f"{key[0]} ({key[1]})"
