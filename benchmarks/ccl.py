@@ -29,6 +29,11 @@ perf_counter around single calls: a smoke test, not a figure.
 Bus bandwidth follows NCCL: all_reduce moves 2(W-1)/W of the data per rank, the others (W-1)/W.
 --validate first checks every iris row (each variant, copy-in) once per size against NCCL on
 small-integer data.
+Tuning: --tune, after a run whose CSV goes to its default place, writes iris/ccl/tuned.py, the
+default all_reduce variant by world size, dtype and size, from every
+benchmarks/results/ccl_<gpu>_<W>ranks.csv of that GPU (this run's among them): one_shot where its
+median time is at least --tune-margin (10%) below two_shot's, else two_shot. --tune-from CSV...
+writes it from given runs without running anything (several runs of one world size: the median).
 Output: a table, printed as each point is measured, with each time's ratio to NCCL (>1: faster
 than NCCL); at the end a CSV and, with matplotlib, one PNG per collective (latency and bus
 bandwidth against size) under benchmarks/results/.
@@ -61,6 +66,10 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 REDUCING = ("all_reduce", "reduce_scatter")
 ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "atomic", "spinlock", "ring")
+TUNED = Path(__file__).resolve().parents[1] / "iris" / "ccl" / "tuned.py"
+# The variants a default may be: both give every member the same bits in a fixed order (atomic,
+# spinlock and ring sum in arrival order); two_shot is the fallback, its traffic bounded in W.
+TUNED_VARIANTS = ("one_shot", "two_shot")
 
 
 def parse_args(gpu: bool) -> argparse.Namespace:
@@ -78,7 +87,15 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--graph-max", type=parse_size, default=parse_size("1M"),
                         help="largest size timed in graph replay (1M)")
     parser.add_argument("--host", action="store_true", help="also time the host's share of each iris call")
+    parser.add_argument("--tune", action="store_true", help="write iris/ccl/tuned.py from this GPU's runs")
+    parser.add_argument("--tune-from", nargs="+", type=Path, default=None, metavar="CSV",
+                        help="write the tuned table from these runs' CSVs, run nothing")
+    parser.add_argument("--tune-file", type=Path, default=TUNED, help="where the table goes (iris/ccl/tuned.py)")
+    parser.add_argument("--tune-margin", type=float, default=0.10,
+                        help="how much faster one_shot must be than two_shot to be chosen (0.10)")
     args = parser.parse_args()
+    if args.tune and args.csv is not None:
+        parser.error("--tune builds the table from benchmarks/results/: leave --csv out")
     if args.min < 16 or args.max < args.min or args.iters < 1 or args.warmup < 0:
         parser.error(f"need 16 <= --min <= --max, --iters >= 1, --warmup >= 0; got {args.min}, {args.max}, "
                      f"{args.iters}, {args.warmup}")
@@ -259,9 +276,73 @@ def validate(ctx, name, buffers, dtype, nbytes, world, rank) -> list[str]:
     return problems
 
 
+def tuned_table(paths, margin: float) -> dict:
+    """{(world, dtype): ((below bytes, variant), ...)} from ccl.py CSVs; see the module's docstring."""
+    import csv
+    import statistics
+
+    times = {}
+    for path in paths:
+        for row in csv.DictReader(open(path)):
+            impl = row["impl"].removeprefix("iris.")
+            if row["collective"] == "all_reduce" and impl in TUNED_VARIANTS and row["us"]:
+                key = (int(row["world_size"]), row["dtype"], int(row["bytes"]))
+                times.setdefault(key, {}).setdefault(impl, []).append(float(row["us"]))
+    winners = {}
+    for (world, dtype, nbytes), found in sorted(times.items()):
+        if len(found) == len(TUNED_VARIANTS):
+            one, two = (statistics.median(found[v]) for v in TUNED_VARIANTS)
+            winners.setdefault((world, dtype), []).append((nbytes, "one_shot" if one < two * (1 - margin) else
+                                                           "two_shot"))
+    table = {}
+    for key, points in winners.items():
+        entries = []
+        for i, (_, variant) in enumerate(points):  # sizes up to the next measured one take this one's variant
+            below = points[i + 1][0] if i + 1 < len(points) else 1 << 62
+            if entries and entries[-1][1] == variant:
+                entries[-1] = (below, variant)
+            else:
+                entries.append((below, variant))
+        while entries and entries[-1][1] == "two_shot":  # the fallback past the last entry
+            entries.pop()
+        if entries:
+            table[key] = tuple(entries)
+    return table
+
+
+def write_tuned(path: Path, paths, margin: float) -> None:
+    """Write the tuned table module (iris/ccl/tuned.py) from the runs at ``paths``."""
+    import csv
+
+    table = tuned_table(paths, margin)
+    runs = []
+    for run in paths:
+        commits = sorted({row["commit"] for row in csv.DictReader(open(run))})
+        runs.append(f"    {Path(run).name} (commit {', '.join(commits)})")
+    body = "".join(f"    {key!r}: (\n" + "".join(f"        {entry!r},\n" for entry in entries) + "    ),\n"
+                   for key, entries in sorted(table.items()))
+    path.write_text(f'''"""The default all_reduce variant by world size, dtype and bytes per rank (iris.ccl.all_reduce).
+
+Written by benchmarks/ccl.py (--tune after a run, or --tune-from CSV...), not by hand: at each size
+measured, one_shot where its median time over the runs is at least {margin:.0%} below two_shot's, else
+two_shot; a size between two measured ones takes the smaller one's variant. Runs:
+
+{chr(10).join(runs)}
+"""
+
+# (world size, dtype): ((below this many bytes per rank, variant), ...); two_shot past the last entry.
+ALL_REDUCE = {{
+{body}}}
+''')
+    print(f"tuned table: {path} ({len(table)} world size and dtype entries)")
+
+
 def main() -> int:
     gpu = iris.runtime.SELECTED != "cpu"
     args = parse_args(gpu)
+    if args.tune_from:
+        write_tuned(args.tune_file, args.tune_from, args.tune_margin)
+        return 0
     world = job_world_size()
     ctx = iris.iris((world + 3) * args.max + (64 << 20))  # the largest point: all_gather's input and output
     rank, device = ctx.get_rank(), ctx.get_device()
@@ -345,6 +426,9 @@ def report(rows, args, gpu, gpu_name, world) -> None:
     path = args.csv or default_csv("ccl", gpu_name, world)
     write_csv(rows, path)
     plot(rows, path, world)
+    if args.tune:
+        write_tuned(args.tune_file, sorted(path.parent.glob(path.name.replace(f"_{world}ranks", "_*ranks"))),
+                    args.tune_margin)
 
 
 def plot(rows, path: Path, world: int) -> None:

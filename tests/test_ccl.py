@@ -81,21 +81,27 @@ def test_repeated_calls_replay_their_launches_on_new_data(ranks):
         assert plans == 4  # all_reduce, all_gather, all_reduce MAX, all_reduce on the views
 
 
-def test_default_all_reduce_variant_follows_the_measured_table():
-    from iris.ccl.all_reduce import VARIANT_BY_SIZE, choose_variant
+def test_default_all_reduce_variant_follows_the_tuned_table():
+    """iris/ccl/tuned.py is written by benchmarks/ccl.py --tune (tests/test_ccl_benchmark.py checks it is
+    what the committed CSVs give); the default variant is its entry for the size, else two_shot."""
+    from iris.ccl.all_reduce import choose_variant
+    from iris.ccl.tuned import ALL_REDUCE
 
-    assert set(VARIANT_BY_SIZE) == {2, 4, 8}  # the world sizes measured (benchmarks/results/ccl_*)
-
-    assert choose_variant(1024, in_place=False, world_size=2) == "two_shot"
-    assert choose_variant(4 << 20, in_place=False, world_size=2) == "two_shot"
-    assert choose_variant(16 << 20, in_place=False, world_size=2) == "one_shot"
-    for world in (3, 4, 8, 16):  # measured at 4 and 8 ranks: two_shot; one_shot's traffic grows with W
-        for nbytes in (4096, 16 << 20, 256 << 20):
-            assert choose_variant(nbytes, in_place=False, world_size=world) == "two_shot", (world, nbytes)
-    assert choose_variant(2048, in_place=False, world_size=8) == "one_shot"  # ahead at 8 ranks up to 2 KiB
-    assert choose_variant(2048, in_place=False, world_size=4) == "two_shot"
-    assert choose_variant(256 << 20, in_place=False, world_size=2) == "two_shot"
-    assert choose_variant(1024, in_place=True, world_size=2) == "two_shot"  # one_shot cannot run in place
+    assert {world for world, _ in ALL_REDUCE} <= {2, 4, 8}  # the world sizes measured (benchmarks/results/ccl_*)
+    for (world, dtype), entries in ALL_REDUCE.items():
+        low = 16
+        for below, variant in entries:  # every size of a range gets the range's variant
+            for nbytes in {low, (low + below) // 2, below - 1}:
+                assert choose_variant(nbytes, False, world, dtype) == variant, (world, dtype, nbytes)
+            low = below
+        assert choose_variant(low, False, world, dtype) == "two_shot"  # past the last entry
+    dtype_of_table = next(iter(ALL_REDUCE))[1]
+    for (world, _), entries in ALL_REDUCE.items():  # a dtype not tuned takes the tuned one's table
+        assert choose_variant(entries[0][0] - 1, False, world, "fp32") == \
+            choose_variant(entries[0][0] - 1, False, world, dtype_of_table)
+    for nbytes in (1024, 16 << 20):
+        assert choose_variant(nbytes, in_place=False, world_size=3, dtype="bf16") == "two_shot"  # not measured
+        assert choose_variant(nbytes, in_place=True, world_size=8, dtype="bf16") == "two_shot"  # one_shot cannot
 
 
 def _every_all_reduce_variant():

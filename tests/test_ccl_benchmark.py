@@ -29,3 +29,46 @@ def test_ccl_benchmark_validates_and_writes_every_row(tmp_path):
         assert all(r["us"] or r["note"] for r in rows if r["impl"].endswith("+graph"))
     else:
         assert not any(impl.endswith(("+graph", "(host)")) for impl in impls)
+
+
+def _tune(tmp_path, *csvs, margin=None):
+    table = tmp_path / "tuned.py"
+    command = [sys.executable, str(ROOT / "benchmarks" / "ccl.py"), "--tune-from", *map(str, csvs), "--tune-file",
+               str(table)] + ([] if margin is None else ["--tune-margin", str(margin)])
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    namespace = {}
+    exec(table.read_text(), namespace)
+    return namespace["ALL_REDUCE"], table.read_text()
+
+
+def _run_csv(path, world, times):
+    """A ccl.py CSV of all_reduce rows: {bytes: (one_shot us, two_shot us)}."""
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["world_size", "commit", "collective", "dtype", "bytes", "impl", "us"])
+        writer.writeheader()
+        for nbytes, pair in times.items():
+            for impl, us in zip(("iris.one_shot", "iris.two_shot"), pair):
+                writer.writerow(dict(world_size=world, commit="abc1234", collective="all_reduce", dtype="bf16",
+                                     bytes=nbytes, impl=impl, us=us))
+    return path
+
+
+def test_tuning_takes_the_median_over_runs_and_a_margin(tmp_path):
+    first = _run_csv(tmp_path / "a.csv", 2, {1024: (5, 10), 2048: (5, 10), 4096: (10, 5), 8192: (9.8, 10)})
+    second = _run_csv(tmp_path / "b.csv", 2, {1024: (6, 10), 2048: (20, 10), 4096: (10, 5), 8192: (9.8, 10)})
+    third = _run_csv(tmp_path / "c.csv", 2, {1024: (7, 10), 2048: (6, 10), 4096: (10, 5), 8192: (9.8, 10)})
+    table, text = _tune(tmp_path, first, second, third)
+    # 1-2 KiB: one_shot's medians (6 and 6 against 10); 8 KiB: 2% ahead, inside the 5% margin
+    assert table == {(2, "bf16"): ((4096, "one_shot"),)}
+    assert "abc1234" in text and "a.csv" in text  # where the table came from
+    table, _ = _tune(tmp_path, first, second, third, margin=0.01)
+    assert table == {(2, "bf16"): ((4096, "one_shot"), (8192, "two_shot"), (1 << 62, "one_shot"))}
+
+
+def test_the_committed_table_is_what_the_committed_runs_give(tmp_path):
+    from iris.ccl import tuned
+
+    runs = sorted((ROOT / "benchmarks" / "results").glob("ccl_nvidia-h200_*ranks.csv"))
+    table, _ = _tune(tmp_path, *runs)
+    assert table == tuned.ALL_REDUCE

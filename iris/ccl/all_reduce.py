@@ -34,29 +34,16 @@ import triton
 import triton.language as tl
 
 from iris.device import atomics, rma, sync
-from iris.ccl import _common
+from iris.ccl import _common, tuned
 from iris.team import LOCK_WORDS
 from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.ccl.config import ReduceOp
 from iris.capabilities import find_limitation
 
+# The dtype names of benchmarks/ccl.py, which keys the tuned table by them.
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.int32: "int32"}
 # Variants whose programs synchronize inside the kernel (seeding before the barrier, ring flags).
 FUSED_ONLY = ("atomic", "spinlock", "ring")
-# The default variant by world size, then by bytes per rank: (below this many bytes, variant), in
-# order; two_shot past the last entry and for world sizes not measured. Measured on H200s with
-# benchmarks/ccl.py (batches of back-to-back calls; CSVs in benchmarks/results/ccl_nvidia-h200_*):
-#   2 ranks (two runs at 373b63c): two_shot ahead or even up to 4 MiB (1 KiB: 10.3 and 10.2 us against
-#     one_shot's 17.4 and 19.8), one_shot at 16 MiB (65.1 and 65.0 against 68.4 and 68.4), even from 64 MiB.
-#   4 and 8 ranks (one 8-GPU NVSwitch node; runs at 098bc0c and at aa6608f): two_shot, except one_shot
-#     up to 2 KiB at 8 ranks (1 KiB: 19.4 and 22.4 us against 26.8 and 25.6; 2 KiB: 21.8 and 21.4
-#     against 27.3 and 28.0). one_shot reads every input on every member, W times the traffic: from
-#     1-2 MiB it is 1.6x-3x slower (16 MiB, 8 ranks: 539.0 us against 179.3). Between 4 KiB and 512 KiB
-#     the variants trade places from run to run (two_shot itself: 12.3 and 20.7 us at 16 KiB, 4 ranks).
-VARIANT_BY_SIZE = {
-    2: (((4 << 20) + 1, "two_shot"), (32 << 20, "one_shot")),
-    4: (),
-    8: ((2048 + 1, "one_shot"),),
-}
 
 
 @triton.jit
@@ -218,28 +205,25 @@ def _all_reduce_kernel(src, dst, numel, chunk, members, count, index, cur, heap_
     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK)
 
 
-def choose_variant(nbytes: int, in_place: bool, world_size: int) -> str:
-    """The default variant for ``nbytes`` per rank among ``world_size`` members.
+def choose_variant(nbytes: int, in_place: bool, world_size: int, dtype=torch.bfloat16) -> str:
+    """The default variant for ``nbytes`` per rank of ``dtype`` among ``world_size`` members.
 
-    ============================  ==========
-    case                          variant
-    ============================  ==========
-    in place                      two_shot (one_shot would overwrite what other members still read)
-    2 members, 4 to 32 MiB        one_shot
-    8 members, up to 2 KiB        one_shot
-    otherwise (any world size)    two_shot
-    ============================  ==========
-
-    Measured at 2, 4 and 8 ranks on H200s (:data:`VARIANT_BY_SIZE`); other world sizes get two_shot,
+    In place: two_shot (one_shot would overwrite what other members still read). Otherwise the
+    entry of :data:`iris.ccl.tuned.ALL_REDUCE` for the world size and dtype (a dtype not tuned
+    takes the table of one that is): that table is written by ``benchmarks/ccl.py --tune`` from
+    the committed runs, not by hand. Past its entries, and for world sizes not measured: two_shot,
     whose traffic per member stays under twice the data while one_shot's grows with the members.
 
     Example:
-        >>> choose_variant(16 << 20, in_place=False, world_size=2), choose_variant(16 << 20, False, 8)
-        ('one_shot', 'two_shot')
+        >>> choose_variant(1024, in_place=False, world_size=8, dtype=torch.bfloat16)
+        'one_shot'
     """
     if in_place:
         return "two_shot"
-    table = VARIANT_BY_SIZE.get(world_size, ())
+    name = DTYPE_NAMES.get(dtype, dtype)
+    table = tuned.ALL_REDUCE.get((world_size, name))
+    if table is None:  # not tuned for this dtype: the first tuned dtype's table at this world size
+        table = next((entries for (world, _), entries in tuned.ALL_REDUCE.items() if world == world_size), ())
     return next((variant for below, variant in table if nbytes < below), "two_shot")
 
 
@@ -276,7 +260,7 @@ def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=N
         group = workspace.group
     members = ctx.team.participants(group)
     in_place = input.numel() > 0 and output.data_ptr() == input.data_ptr()
-    variant = config.all_reduce_variant or choose_variant(input.nbytes, in_place, members.size)
+    variant = config.all_reduce_variant or choose_variant(input.nbytes, in_place, members.size, input.dtype)
     if in_place and variant != "two_shot":
         raise ValueError(f"all_reduce: {variant} cannot run in place (other members still read input while it "
                          "would be overwritten); use Config(all_reduce_variant=\"two_shot\") or a separate output")
