@@ -87,6 +87,40 @@ def test_events_past_max_events_are_dropped(ranks, tmp_path):
         assert [e["name"] for e in found["events"]] == ["put", "signal"]
 
 
+def _traced_fused_op_on_rank(traced: bool):
+    ctx = iris.iris(1 << 22)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    if traced:
+        ctx.tracing.enable(max_events=10_000)
+    a = torch.full((40, 24), 0.5, dtype=torch.bfloat16, device=device)
+    b = torch.full((24, 70), 1.0, dtype=torch.bfloat16, device=device)
+    out = torch.empty(40, 70, dtype=torch.float32, device=device)
+    ctx.ops.matmul_all_reduce(out, a, b)
+    ctx.barrier()
+    events = ctx.tracing.events() if traced else []
+    tiles = {(e["pid_m"], e["pid_n"]) for e in events if e["name"] == "compute"}
+    found = dict(right=bool((out == 12.0 * world).all()), kinds=sorted({e["name"] for e in events}),
+                 computes=sum(e["name"] == "compute" for e in events), tiles=len(tiles),
+                 pushes=sum(e["name"] == "put" for e in events),
+                 spans=all(e["end"] >= e["timestamp"] > 0 for e in events if e["name"] == "compute"),
+                 ranks={e["cur_rank"] for e in events})
+    ctx.close()
+    return found
+
+
+@pytest.mark.parametrize("traced", [True, False])
+def test_a_fused_op_records_its_tiles_when_tracing_is_on(ranks, traced):
+    """ctx.ops kernels record each tile's compute span, its push, the reductions and the entry barrier."""
+    for rank, found in enumerate(ranks.run(_traced_fused_op_on_rank, traced)):
+        assert found["right"]
+        if not traced:
+            assert found["kinds"] == [] and found["computes"] == 0
+            continue
+        assert {"barrier", "compute", "put", "reduce"} <= set(found["kinds"]), found
+        assert found["computes"] == found["tiles"] == found["pushes"] > 1, found  # every tile, once, on every rank
+        assert found["spans"] and found["ranks"] == {rank}, found
+
+
 PROBE = '''
 import re
 import triton, triton.language as tl

@@ -53,7 +53,8 @@ import torch
 import triton
 import triton.language as tl
 
-from iris.device import rma, sync
+from iris.device import rma, sync, tracing
+from iris.device.tracing import tracing_from_context
 from iris.device.barrier import GROUP_ARGS, enter
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
@@ -173,7 +174,7 @@ def _push(part, tile, rows, cols, tile_n, partials, M, N, width, members, count,
 def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, stage, ready, calls, M, N, K, width, stride_am,
                           stride_ak, stride_bk, stride_bn, stride_om, stride_on, members, count, index, cur,
                           heap_bases, arrivals, expected, SCATTER: tl.constexpr, OWNER: tl.constexpr,
-                          HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, WORLD: tl.constexpr,
+                          TRACE: tl.constexpr, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, WORLD: tl.constexpr,
                           BARRIER_BLOCK: tl.constexpr, COMM_PROGRAMS: tl.constexpr, BLOCK_M: tl.constexpr,
                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     tiles_m = tl.cdiv(M, BLOCK_M)
@@ -193,26 +194,38 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, stage, ready, 
                 tl.debug_barrier()  # every thread's stores of the tile before its flag
                 tl.atomic_xchg(ready + tile, epoch, sem="release", scope="gpu")
         else:  # compute and communicate: push each tile, count and sum it one tile later (collect two later)
+            trace = tracing_from_context(heap_bases - rma.HEAP_BASES_SLOT, WORLD, TRACE)  # nothing unless TRACE
+            span = trace.start(tracing.BARRIER, cur, cur, arrivals, -1, -1, 0)
             enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK)
+            trace.end(span)
             previous = -1
             older = -1
             for tile in range(pid, tiles, compute):
                 tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
+                span = trace.start(tracing.COMPUTE, cur, cur, out, tile_m, tile_n, 0)
                 acc, rows, cols = tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m,
                                                tile_n, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
+                trace.end(span)
                 if previous >= 0:
                     _announce(previous, tiles_m, tiles_n, flags, N, width, members, count, index, cur, heap_bases,
                               compute, SCATTER, OWNER, BLOCK_N, GROUP_M)
+                span = trace.start(tracing.PUT, cur, cur, partials, tile_m, tile_n,
+                                   BLOCK_M * BLOCK_N * (partials.dtype.element_ty.primitive_bitwidth // 8))
                 _push(acc.to(partials.dtype.element_ty), tile, rows, cols, tile_n, partials, M, N, width, members,
                       count, index, cur, heap_bases, compute, SCATTER, OWNER, BLOCK_N)
+                trace.end(span)
                 if previous >= 0:
+                    span = trace.start(tracing.REDUCE, cur, cur, flags + previous, -1, -1, 0)
                     _finish(previous, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om,
                             stride_on, members, count, index, cur, heap_bases, compute, SCATTER, OWNER, HAS_BIAS,
                             BLOCK_M, BLOCK_N, GROUP_M)
+                    trace.end(span)
                 if OWNER:
                     if older >= 0:
+                        span = trace.start(tracing.WAIT, cur, cur, flags + older, -1, -1, 0)
                         _collect(older, tiles_m, tiles_n, out, partials, flags, seen, M, N, stride_om, stride_on,
                                  count, index, compute, BLOCK_M, BLOCK_N, GROUP_M)
+                        trace.end(span)
                     older = previous
                 previous = tile
             if previous >= 0:
@@ -326,7 +339,7 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
         A, B, output, bias if bias is not None else output, workspace.partials, workspace.flags, workspace.seen,
         stage, ready, calls, M, N, A.shape[1], width, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
         output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), SCATTER=scatter,
-        OWNER=reduces_at_owner(scatter, ctx, config), HAS_BIAS=bias is not None,
+        OWNER=reduces_at_owner(scatter, ctx, config), TRACE=ctx.tracing.enabled, HAS_BIAS=bias is not None,
         UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block,
         COMM_PROGRAMS=comm, num_warps=config.num_warps, num_stages=config.num_stages, **tile)
     if comm:
