@@ -12,16 +12,16 @@ in grouped order as iris.ops.gemm's:
     tma         A and B tiles loaded through TMA tensor descriptors (tl.make_tensor_descriptor)
 
 beside torch.matmul (cuBLAS) and iris.ops.matmul (autotuned), over a few tile shapes and
-pipeline depths. Each figure is the median of --iters calls between CUDA events.
+pipeline depths. Each figure is benchmarks/_results.median_us's (median of --iters samples).
 """
 
 import argparse
-import statistics
 import sys
 
 import torch
 import triton
 import triton.language as tl
+from _results import median_us
 
 from iris.ops.gemm import matmul, tile_of, tile_product
 
@@ -59,20 +59,6 @@ def _product(a, b, out, M, N, K, MODE: tl.constexpr, BLOCK_M: tl.constexpr, BLOC
         tl.store(out + rows[:, None].to(tl.int64) * N + cols[None, :], acc.to(out.dtype.element_ty))
 
 
-def median_us(fn, iters: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--m", nargs="+", type=int, default=[1024, 4096])
@@ -93,9 +79,9 @@ def main() -> int:
                 a = torch.randn(M, K, dtype=torch.bfloat16, device="cuda") / K ** 0.25
                 b = torch.randn(K, N, dtype=torch.bfloat16, device="cuda") / K ** 0.25
                 ref = torch.matmul(a, b)
-                cublas = median_us(lambda: torch.matmul(a, b), args.iters)
+                cublas = median_us(lambda: torch.matmul(a, b), 3, args.iters, True)
                 print(f"{M} x {N} x {K}: cublas {cublas:.1f}, iris.ops.matmul "
-                      f"{median_us(lambda: matmul(a, b), args.iters):.1f}")
+                      f"{median_us(lambda: matmul(a, b), 3, args.iters, True):.1f}")
                 out = torch.empty_like(ref)
                 for bm, bn, bk, warps, stages in TILES:
                     if M % bm or N % bn or K % bk:
@@ -106,7 +92,7 @@ def main() -> int:
                             _product[grid](a, b, out, M, N, K, MODE=mode, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
                                            STAGES=stages, GROUP_M=8, num_warps=warps, num_stages=stages)
                         try:
-                            us = median_us(run, args.iters)
+                            us = median_us(run, 3, args.iters, True)
                             error = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
                             print(f"  {name:9} {bm}x{bn}x{bk} w{warps} s{stages}: {us:8.1f}  {cublas / us:5.2f}"
                                   + ("" if error < 1e-2 else f"  WRONG (relative error {error:.2g})"), flush=True)

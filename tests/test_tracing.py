@@ -89,7 +89,7 @@ def test_events_past_max_events_are_dropped(ranks, tmp_path):
 
 def _traced_fused_op_on_rank(traced: bool):
     ctx = iris.iris(1 << 22)
-    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    world, device = ctx.get_num_ranks(), ctx.get_device()
     if traced:
         ctx.tracing.enable(max_events=10_000)
     a = torch.full((40, 24), 0.5, dtype=torch.bfloat16, device=device)

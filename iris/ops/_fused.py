@@ -123,3 +123,25 @@ def barrier_arguments(ctx) -> tuple:
     members = ctx.team.participants(None)
     arrivals, expected, _, _ = ctx.team.barrier.arguments(None)
     return (members.tensor, members.size, members.index, ctx.get_rank(), ctx.get_heap_bases(), arrivals, expected)
+
+
+def standalone(op: str, operand: str = "A"):
+    """(``op``, ``op``_preamble) with the context first, the original's standalone forms: each calls
+    ``ctx.ops.<op>`` (returning the workspace, as the original's does) or its preamble.
+
+    Example:
+        >>> matmul_all_reduce, matmul_all_reduce_preamble = standalone("matmul_all_reduce")
+    """
+
+    def call(ctx, output, A, B, bias=None, async_op=False, config=None, workspace=None) -> Workspace:
+        return getattr(ctx.ops, op)(output, A, B, bias, async_op, config, workspace)
+
+    def preamble(ctx, output, A, B, config=None) -> Workspace:
+        return getattr(ctx.ops, f"{op}_preamble")(output, A, B, config)
+
+    for function, name in ((call, op), (preamble, f"{op}_preamble")):
+        function.__name__ = function.__qualname__ = name
+        function.__module__ = f"iris.ops.{op}"
+        function.__doc__ = (f"``ctx.ops.{name}(ctx, output, {operand}, B, ...)`` with the context first (the "
+                            "original's standalone form); see :mod:`iris.ops`.")
+    return call, preamble

@@ -1,25 +1,12 @@
-"""``iris.ops.all_gather_matmul``: the op with the context first, at the original's module path.
+"""``iris.ops.all_gather_matmul(ctx, ...)``, at the original's module path.
 
-The kernel is in :mod:`iris.ops.gather_matmul`;
-``ctx.ops.all_gather_matmul`` is the same call (see :mod:`iris.ops`).
+The kernel is in :mod:`iris.ops.gather_matmul`.
 
 Example:
     >>> from iris.ops.all_gather_matmul import all_gather_matmul
-    >>> all_gather_matmul(ctx, out, a_shard, b)
+    >>> all_gather_matmul(ctx, out, a_shard, b)   # ctx.ops.all_gather_matmul(...), the same
 """
 
-from iris.ops._fused import Workspace
+from iris.ops._fused import standalone
 
-
-def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config=None, workspace=None) -> Workspace:
-    """``ctx.ops.all_gather_matmul(...)`` with the context first (the original's standalone form).
-
-    Returns:
-        The op's workspace, as the original's does.
-    """
-    return ctx.ops.all_gather_matmul(output, A_shard, B, bias, async_op, config, workspace)
-
-
-def all_gather_matmul_preamble(ctx, output, A_shard, B, config=None) -> Workspace:
-    """``ctx.ops.all_gather_matmul_preamble(...)`` with the context first."""
-    return ctx.ops.all_gather_matmul_preamble(output, A_shard, B, config)
+all_gather_matmul, all_gather_matmul_preamble = standalone("all_gather_matmul", "A_shard")

@@ -1,25 +1,12 @@
-"""``iris.ops.matmul_reduce_scatter``: the op with the context first, at the original's module path.
+"""``iris.ops.matmul_reduce_scatter(ctx, ...)``, at the original's module path.
 
-The kernel is in :mod:`iris.ops.matmul_reduce`;
-``ctx.ops.matmul_reduce_scatter`` is the same call (see :mod:`iris.ops`).
+The kernel is in :mod:`iris.ops.matmul_reduce`.
 
 Example:
     >>> from iris.ops.matmul_reduce_scatter import matmul_reduce_scatter
-    >>> matmul_reduce_scatter(ctx, out, a_shard, b_shard)
+    >>> matmul_reduce_scatter(ctx, out, a_shard, b_shard)   # ctx.ops.matmul_reduce_scatter(...), the same
 """
 
-from iris.ops._fused import Workspace
+from iris.ops._fused import standalone
 
-
-def matmul_reduce_scatter(ctx, output, A, B, bias=None, async_op=False, config=None, workspace=None) -> Workspace:
-    """``ctx.ops.matmul_reduce_scatter(...)`` with the context first (the original's standalone form).
-
-    Returns:
-        The op's workspace, as the original's does.
-    """
-    return ctx.ops.matmul_reduce_scatter(output, A, B, bias, async_op, config, workspace)
-
-
-def matmul_reduce_scatter_preamble(ctx, output, A, B, config=None) -> Workspace:
-    """``ctx.ops.matmul_reduce_scatter_preamble(...)`` with the context first."""
-    return ctx.ops.matmul_reduce_scatter_preamble(output, A, B, config)
+matmul_reduce_scatter, matmul_reduce_scatter_preamble = standalone("matmul_reduce_scatter")
