@@ -184,6 +184,8 @@ def timed_rows(ctx, args, gpu, base, calls) -> list[dict]:
         for label, call in calls.items():
             if isinstance(call, str) or label not in ("iris", "nccl", "symm_mem.one_shot", "symm_mem.two_shot"):
                 continue
+            if label == "nccl" and "nccl" not in str(dist.get_backend()):  # gloo (CPU backend, simulation) cannot be
+                continue  # captured, and a failed capture leaves torch's allocator mid-capture until exit
             ctx.barrier()
             try:
                 us, note = ctx.broadcast(graph_median_us(call, args.warmup, args.iters, agree=agree), src=0), ""

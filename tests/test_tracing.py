@@ -117,7 +117,7 @@ def test_a_fused_op_records_its_tiles_when_tracing_is_on(ranks, traced):
             assert found["kinds"] == [] and found["computes"] == 0
             continue
         assert {"barrier", "compute", "put", "reduce"} <= set(found["kinds"]), found
-        assert found["computes"] == found["tiles"] == found["pushes"] > 1, found  # every tile, once, on every rank
+        assert found["computes"] == found["tiles"] == found["pushes"] >= 1, found  # every tile, once, on every rank
         assert found["spans"] and found["ranks"] == {rank}, found
 
 

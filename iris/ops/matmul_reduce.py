@@ -231,16 +231,20 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, stage, ready, 
             if previous >= 0:
                 _announce(previous, tiles_m, tiles_n, flags, N, width, members, count, index, cur, heap_bases,
                           compute, SCATTER, OWNER, BLOCK_N, GROUP_M)
+                span = trace.start(tracing.REDUCE, cur, cur, flags + previous, -1, -1, 0)
                 _finish(previous, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om,
                         stride_on, members, count, index, cur, heap_bases, compute, SCATTER, OWNER, HAS_BIAS,
                         BLOCK_M, BLOCK_N, GROUP_M)
+                trace.end(span)
             if OWNER:
+                span = trace.start(tracing.WAIT, cur, cur, flags, -1, -1, 0)
                 if older >= 0:
                     _collect(older, tiles_m, tiles_n, out, partials, flags, seen, M, N, stride_om, stride_on, count,
                              index, compute, BLOCK_M, BLOCK_N, GROUP_M)
                 if previous >= 0:
                     _collect(previous, tiles_m, tiles_n, out, partials, flags, seen, M, N, stride_om, stride_on,
                              count, index, compute, BLOCK_M, BLOCK_N, GROUP_M)
+                trace.end(span)
     else:  # communicate only (workgroup specialization): wait for staged tiles, push, count and sum them
         enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK)
         epoch = tl.load(calls) + 1
