@@ -9,6 +9,7 @@ IRIS_HEAP_BASES_PREFIX      prefix of those JSON files (default ``iris``)
 IRIS_DEBUG                  ``1``: every context starts in debug mode (bounded waits, checked accesses)
 IRIS_WAIT_TIMEOUT           seconds a wait may last in debug mode (default 10)
 IRIS_LOG_LEVEL              level of the ``[Iris] [rank/world]`` lines (default WARNING)
+IRIS_NODE_MAP               the node of each rank, e.g. ``0,1`` (default: from the ranks' host names)
 IRIS_CROSS_COMPILE          CPU backend: also compile every launched kernel for these GPU targets
 IRIS_CROSS_COMPILE_CACHE    where those compilations are cached (default ~/.cache/iris/cross-compile)
 IRIS_COMPILE_TARGET         set by the cross-compile gate in its workers: the target they compile for
@@ -103,6 +104,23 @@ def wait_timeout_s() -> float:
 
 def log_level_name() -> str:
     return text("IRIS_LOG_LEVEL", "WARNING").strip().upper()
+
+
+def node_map(world_size: int) -> tuple[int, ...] | None:
+    """IRIS_NODE_MAP as one node number per rank (None when unset).
+
+    Raises:
+        ValueError: it is not ``world_size`` comma-separated non-negative integers.
+    """
+    value_text = text("IRIS_NODE_MAP").strip()
+    if not value_text:
+        return None
+    parts = [part.strip() for part in value_text.split(",")]
+    if not all(part.isdigit() for part in parts):
+        raise ValueError(f"IRIS_NODE_MAP={value_text!r}: give one node number per rank, e.g. 0,0,1,1")
+    if len(parts) != world_size:
+        raise ValueError(f"IRIS_NODE_MAP={value_text!r} names {len(parts)} ranks; this job has {world_size} ranks")
+    return tuple(int(part) for part in parts)
 
 
 def simulation() -> bool:

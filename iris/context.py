@@ -11,7 +11,7 @@ from iris import config, runtime, sim
 from iris.device.context import build_context_tensor
 from iris.device.rma import HEAP_BASES_SLOT
 from iris import debug as debug_mode
-from iris.distributed import init_distributed
+from iris.distributed import init_distributed, node_map
 from iris.launch import enable_stack_dumps
 from iris.logging import log
 from iris.memory.heap import SymmetricHeap
@@ -64,6 +64,12 @@ class Iris(TensorFactories):
         sizes = comm.all_gather_object(int(heap_size))
         if len(set(sizes)) != 1:
             raise ValueError(f"every rank must pass the same heap_size; got {sizes} (by rank)")
+        nodes = node_map(comm)  # the same on every rank, so every rank refuses alike
+        if len(set(nodes)) > 1:
+            raise RuntimeError(f"the {comm.world_size} ranks run on {len(set(nodes))} nodes (node map {nodes}, by "
+                               "rank); Iris's heap reaches its peers by CUDA/HIP IPC or shared memory, which work "
+                               "inside one node only: start one job per node")
+        self._node_map = nodes
         self.backend = backend
         self.comm = comm
         self.cur_rank = comm.rank
@@ -202,6 +208,10 @@ class Iris(TensorFactories):
     def get_cu_count(self) -> int:
         """Streaming multiprocessors (NVIDIA), compute units (AMD) or cores (CPU). Example: ``ctx.get_cu_count()``"""
         return self.backend.compute_unit_count(self._device)
+
+    def get_node_map(self) -> tuple[int, ...]:
+        """The node each rank runs on (IRIS_NODE_MAP, or the ranks' host names), e.g. ``(0, 0)``."""
+        return self._node_map
 
     def get_heap_bases(self) -> torch.Tensor:
         """int64 tensor of every rank's heap base, on the heap's device; pass it to kernels.

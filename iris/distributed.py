@@ -15,6 +15,7 @@ barrier. ``init_distributed`` finds the right source, in this order:
 from __future__ import annotations
 
 import atexit
+import socket
 from typing import Any
 
 import torch.distributed as dist
@@ -115,6 +116,24 @@ class MpiCommunicator(Communicator):
         if group is not None:
             raise ValueError("barrier(group=...) needs torch.distributed; this job was bootstrapped through MPI")
         self._comm.Barrier()
+
+
+def node_map(comm: Communicator) -> tuple[int, ...]:
+    """Collective: the node each rank runs on, numbered in rank order (IRIS_NODE_MAP overrides it).
+
+    Ranks whose host names are equal share a node. The map decides which peers a heap can reach by
+    pointer (IPC works inside a node only).
+
+    Example:
+        >>> node_map(comm)      # two hosts, two ranks each
+        (0, 0, 1, 1)
+    """
+    forced = config.node_map(comm.world_size)
+    if forced is not None:
+        return forced
+    hosts = comm.all_gather_object(socket.gethostname())
+    numbers = {}
+    return tuple(numbers.setdefault(host, len(numbers)) for host in hosts)
 
 
 def _check_src(src, world_size):

@@ -180,3 +180,35 @@ def _create_and_close_many_on_rank(times):
 def test_many_contexts_in_one_process(ranks):
     for leftovers in ranks.run(_create_and_close_many_on_rank, 25):
         assert leftovers == [], f"shared-memory segments left behind: {leftovers}"
+
+
+def _with_node_map(spec):
+    """iris.iris() with IRIS_NODE_MAP=spec (None: unset): (node map, or the error's type and message)."""
+    import os
+
+    saved = os.environ.pop("IRIS_NODE_MAP", None)
+    if spec is not None:
+        os.environ["IRIS_NODE_MAP"] = spec
+    try:
+        ctx = iris.iris(1 << 16)
+        found = ctx.get_node_map()
+        ctx.close()
+        return found
+    except (RuntimeError, ValueError) as exc:
+        return type(exc).__name__, str(exc)
+    finally:
+        os.environ.pop("IRIS_NODE_MAP", None)
+        if saved is not None:
+            os.environ["IRIS_NODE_MAP"] = saved
+
+
+def test_ranks_on_one_host_form_one_node_and_a_forced_map_is_checked(ranks):
+    world = ranks.world_size
+    assert ranks.run(_with_node_map, None) == [(0,) * world] * world  # one host: one node
+    assert ranks.run(_with_node_map, ",".join(["3"] * world)) == [(3,) * world] * world
+    for kind, message in ranks.run(_with_node_map, ",".join(str(r % 2) for r in range(world))):
+        assert kind == "RuntimeError" and "2 nodes" in message and "inside one node" in message, message
+    for kind, message in ranks.run(_with_node_map, "0,x"):
+        assert kind == "ValueError" and "IRIS_NODE_MAP='0,x'" in message, message
+    for kind, message in ranks.run(_with_node_map, "0"):
+        assert kind == "ValueError" and f"{world} ranks" in message, message
