@@ -47,7 +47,9 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
     os.environ.setdefault(_name, _value)
 
 import argparse
+import csv
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -176,11 +178,12 @@ def null_launch_rows(base, x) -> list[dict]:
             for label, call in (("null (host)", lambda: _null_kernel[(1,)](x)), ("null bound (host)", bound))]
 
 
-def timed_rows(ctx, args, gpu, base, calls) -> list[dict]:
-    """Rows of the --graph and --host figures for one point; a call that cannot be captured says why."""
+def timed_rows(ctx, args, gpu, point, bus, calls) -> list[dict]:
+    """Rows of the --graph and --host figures for one point (``bus``: its bus bytes); a call that cannot be
+    captured says why."""
     rows = []
     agree = lambda batch: ctx.broadcast(batch, src=0)  # noqa: E731
-    if args.graph and gpu and base["bytes"] <= args.graph_max:
+    if args.graph and gpu and point["bytes"] <= args.graph_max:
         for label, call in calls.items():
             if isinstance(call, str) or label not in ("iris", "nccl", "symm_mem.one_shot", "symm_mem.two_shot"):
                 continue
@@ -191,14 +194,12 @@ def timed_rows(ctx, args, gpu, base, calls) -> list[dict]:
                 us, note = ctx.broadcast(graph_median_us(call, args.warmup, args.iters, agree=agree), src=0), ""
             except Exception as exc:  # a call torch cannot capture: the row says why
                 us, note = "", f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
-            rows.append({**base, "impl": f"{label}+graph", "us": us,
-                         "busbw_gbps": "" if us == "" else base["bus"] / us / 1e3, "note": note})
+            rows.append({**point, "impl": f"{label}+graph", "us": us, "busbw_gbps": "" if us == "" else bus / us / 1e3,
+                         "note": note})
     if args.host and gpu:
         ctx.barrier()
-        rows.append({**base, "impl": "iris (host)", "us": ctx.broadcast(host_us(calls["iris"]), src=0),
+        rows.append({**point, "impl": "iris (host)", "us": ctx.broadcast(host_us(calls["iris"]), src=0),
                      "busbw_gbps": "", "note": "host"})
-    for row in rows:
-        row.pop("bus")
     return rows
 
 
@@ -278,18 +279,14 @@ def validate(ctx, name, buffers, dtype, nbytes, world, rank) -> list[str]:
     return problems
 
 
-def tuned_table(paths, margin: float) -> dict:
-    """{(world, dtype): ((below bytes, variant), ...)} from ccl.py CSVs; see the module's docstring."""
-    import csv
-    import statistics
-
+def tuned_table(rows, margin: float) -> dict:
+    """{(world, dtype): ((below bytes, variant), ...)} from the rows of ccl.py CSVs; see the module's docstring."""
     times = {}
-    for path in paths:
-        for row in csv.DictReader(open(path)):
-            impl = row["impl"].removeprefix("iris.")
-            if row["collective"] == "all_reduce" and impl in TUNED_VARIANTS and row["us"]:
-                key = (int(row["world_size"]), row["dtype"], int(row["bytes"]))
-                times.setdefault(key, {}).setdefault(impl, []).append(float(row["us"]))
+    for row in rows:
+        impl = row["impl"].removeprefix("iris.")
+        if row["collective"] == "all_reduce" and impl in TUNED_VARIANTS and row["us"]:
+            key = (int(row["world_size"]), row["dtype"], int(row["bytes"]))
+            times.setdefault(key, {}).setdefault(impl, []).append(float(row["us"]))
     winners = {}
     for (world, dtype, nbytes), found in sorted(times.items()):
         if len(found) == len(TUNED_VARIANTS):
@@ -314,13 +311,13 @@ def tuned_table(paths, margin: float) -> dict:
 
 def write_tuned(path: Path, paths, margin: float) -> None:
     """Write the tuned table module (iris/ccl/tuned.py) from the runs at ``paths``."""
-    import csv
-
-    table = tuned_table(paths, margin)
-    runs = []
+    rows, runs = [], []
     for run in paths:
-        commits = sorted({row["commit"] for row in csv.DictReader(open(run))})
-        runs.append(f"    {Path(run).name} (commit {', '.join(commits)})")
+        with open(run) as f:
+            found = list(csv.DictReader(f))
+        rows += found
+        runs.append(f"    {Path(run).name} (commit {', '.join(sorted({row['commit'] for row in found}))})")
+    table = tuned_table(rows, margin)
     body = "".join(f"    {key!r}: (\n" + "".join(f"        {entry!r},\n" for entry in entries) + "    ),\n"
                    for key, entries in sorted(table.items()))
     path.write_text(f'''"""The default all_reduce variant by world size, dtype and bytes per rank (iris.ccl.all_reduce).
@@ -379,21 +376,17 @@ def main() -> int:
                 if name == "all_reduce":
                     extra, why = symm_mem_calls(n_in, dtype, device)
                     calls.update(extra or {"symm_mem": why})
+                point = {**base, "collective": name, "dtype": dtype_name, "bytes": nbytes}
+                bus = bus_bytes(name, nbytes, world) * bus_factor(name, world)  # bytes: us -> GB/s is bus / us / 1e3
                 for label, call in calls.items():
                     if isinstance(call, str):  # this implementation cannot run here: the string says why
-                        rows.append({**base, "collective": name, "dtype": dtype_name, "bytes": nbytes,
-                                     "impl": label, "us": "", "busbw_gbps": "", "note": call})
+                        rows.append({**point, "impl": label, "us": "", "busbw_gbps": "", "note": call})
                         continue
                     ctx.barrier()
                     us = median_us(call, args.warmup, args.iters, gpu, agree=lambda batch: ctx.broadcast(batch, src=0))
                     us = ctx.broadcast(us, src=0)
-                    seconds = us / 1e6
-                    rows.append({**base, "collective": name, "dtype": dtype_name, "bytes": nbytes, "impl": label,
-                                 "us": us, "busbw_gbps": bus_bytes(name, nbytes, world) * bus_factor(name, world)
-                                 / seconds / 1e9, "note": ""})
-                point = {**base, "collective": name, "dtype": dtype_name, "bytes": nbytes,
-                         "bus": bus_bytes(name, nbytes, world) * bus_factor(name, world)}
-                rows += timed_rows(ctx, args, gpu, point, calls)
+                    rows.append({**point, "impl": label, "us": us, "busbw_gbps": bus / us / 1e3, "note": ""})
+                rows += timed_rows(ctx, args, gpu, point, bus, calls)
                 if rank == 0:
                     print_point(rows[first:])
     ctx.barrier()

@@ -50,19 +50,9 @@ def context_length(world_size: int) -> int:
 
 
 assert HEADER + len(FIELDS) == CHECKS_AFTER_BASES.value, "the debug word follows the context tensor"
-F_EVENT_ID = tl.constexpr(0)
-F_PID = tl.constexpr(1)
-F_PID_M = tl.constexpr(2)
-F_PID_N = tl.constexpr(3)
-F_CUR_RANK = tl.constexpr(4)
-F_TARGET_RANK = tl.constexpr(5)
-F_XCC_ID = tl.constexpr(6)
-F_CU_ID = tl.constexpr(7)
-F_TIMESTAMP = tl.constexpr(8)
-F_ADDRESS = tl.constexpr(9)
-F_END = tl.constexpr(10)
-F_OP_INDEX = tl.constexpr(11)
-F_PAYLOAD_SIZE = tl.constexpr(12)
+# Each field's row in the records (its place in FIELDS); the unpacking fails if the two disagree.
+(F_EVENT_ID, F_PID, F_PID_M, F_PID_N, F_CUR_RANK, F_TARGET_RANK, F_XCC_ID, F_CU_ID, F_TIMESTAMP, F_ADDRESS, F_END,
+ F_OP_INDEX, F_PAYLOAD_SIZE) = (tl.constexpr(row) for row in range(len(FIELDS)))
 
 # Event kinds (the original's numbers: 0-1023 Iris ops, 1024- user data movement, 2048- user compute,
 # 3072- synchronization; signal is ours). Each is also a constexpr of this module: tracing.PUT, ...
