@@ -40,6 +40,7 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
     os.environ.setdefault(_name, _value)
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -72,6 +73,18 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     except (TypeError, ValueError) as exc:
         parser.error(f"--config {args.config!r}: {exc}")
     return args
+
+
+@functools.cache
+def torch_fused_ops():
+    """(fused_all_gather_matmul, fused_matmul_reduce_scatter, group name) of torch symmetric memory, set up
+    once for the world group (older torch needs it enabled per group; newer torch warns that it need not)."""
+    import torch.distributed._symmetric_memory as symm_mem
+
+    group = dist.group.WORLD.group_name
+    symm_mem.enable_symm_mem_for_group(group)
+    ops = torch.ops.symm_mem
+    return ops.fused_all_gather_matmul, ops.fused_matmul_reduce_scatter, group
 
 
 class Problem:
@@ -149,13 +162,8 @@ class Problem:
         if self.op not in ("all_gather_matmul", "matmul_all_gather", "matmul_reduce_scatter"):
             return None, "torch has no fused op for it"
         try:
-            import torch.distributed._symmetric_memory as symm_mem
-
-            group = dist.group.WORLD.group_name
-            symm_mem.enable_symm_mem_for_group(group)
-            ops = torch.ops.symm_mem
-            fused_ag, fused_rs = ops.fused_all_gather_matmul, ops.fused_matmul_reduce_scatter
-        except Exception as exc:  # a torch without it
+            fused_ag, fused_rs, group = torch_fused_ops()
+        except Exception as exc:  # a torch without them
             return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
         if self.op == "matmul_reduce_scatter":  # (M, N/W) columns: scatter along the product's last dim
             return lambda: fused_rs(self.A, self.B, "sum", 1, group), ""
