@@ -62,6 +62,28 @@ def test_reduce_ops_with_communication_programs_match_float64(ranks, op, comm_pr
         assert max(errors) <= TOLERANCE[torch.float32], f"{op}, rank {rank}: relative errors {errors}"
 
 
+@pytest.mark.parametrize("op", ["matmul_all_reduce", "matmul_reduce_scatter", "matmul_all_gather",
+                                "gemm_all_scatter"])
+def test_fused_op_with_tma_loads_matches_float64(ranks, op):
+    """FusedConfig(tma_loads=True): operand tiles through tensor descriptors, ragged edges zero-filled."""
+    config = FusedConfig(tma_loads=True)
+    assert all(ranks.run(_takes_tma, op, 72, 80, 64, config))  # 16-byte rows: the descriptors are used
+    for rank, errors in enumerate(ranks.run(_run_op, op, 72, 80, 64, torch.float32, True, seeds=[8, 9],
+                                            config=config)):
+        assert max(errors) <= TOLERANCE[torch.float32], f"{op}, rank {rank}: relative errors {errors}"
+
+
+def _takes_tma(op, m, n, k, config):
+    from iris.ops._fused import tma_loads
+
+    ctx = iris.iris(1 << 20)
+    a_shape, b_shape, _ = shapes(op, m, n, k, ctx.get_num_ranks())
+    a, b = (torch.zeros(shape, dtype=torch.bfloat16, device=ctx.get_device()) for shape in (a_shape, b_shape))
+    taken = tma_loads(ctx, config, a, b) and not tma_loads(ctx, config, a.t().contiguous().t(), b)
+    ctx.close()
+    return taken
+
+
 @pytest.fixture(scope="module")
 def three_ranks():
     """A world that is neither 2 nor a power of two (tiles' owners wrap unevenly)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import triton
 
 from iris.device.barrier import FUSED_PROGRAMS
 from iris.ops.config import FusedConfig
@@ -61,6 +62,24 @@ def tile(ctx, config: FusedConfig, dtype: torch.dtype = torch.bfloat16) -> dict:
     depth = max(16, config.block_size_k // 2) if dtype == torch.float32 else config.block_size_k
     return dict(BLOCK_M=config.block_size_m, BLOCK_N=config.block_size_n, BLOCK_K=depth,
                 GROUP_M=config.group_size_m)
+
+
+def tma_loads(ctx, config: FusedConfig, A: torch.Tensor, B: torch.Tensor) -> bool:
+    """Whether this call loads its operand tiles through TMA descriptors (FusedConfig.tma_loads): asked
+    for, not on AMD, and both operands row-major with 16-byte aligned rows and base. Then Triton needs
+    an allocator for the descriptors; one on the context's device is installed unless one is set."""
+    if not config.tma_loads or ctx.team.backend.name == "hip":
+        return False
+    for t in (A, B):
+        if t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
+            return False
+    from triton.runtime import _allocation
+
+    current = getattr(_allocation, "_allocator", None)
+    if current is None or isinstance(current.get(), _allocation.NullAllocator):
+        device = ctx.get_device()
+        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=device))
+    return True
 
 
 def sm_share(ctx) -> int:

@@ -32,22 +32,24 @@ from iris.device import rma
 from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
-from iris.ops.gemm import add_bias, tile_count, tile_of, tile_product
+from iris.ops.gemm import add_bias, operand, tile_count, tile_of, tile_product
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
 def _matmul_gather_kernel(a, b, out, bias, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
                           members, count, index, cur, heap_bases, arrivals, expected, ALONG_M: tl.constexpr,
                           HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, WORLD: tl.constexpr,
-                          EXIT_BARRIER: tl.constexpr, BARRIER_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
-                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                          EXIT_BARRIER: tl.constexpr, BARRIER_BLOCK: tl.constexpr, TMA: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
+    a_tiles = operand(a, M, K, stride_am, TMA, BLOCK_M, BLOCK_K)
+    b_tiles = operand(b, K, N, stride_bk, TMA, BLOCK_K, BLOCK_N)
     enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK)
     for tile in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
         tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
-        acc, rows, cols = tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m, tile_n,
-                                       UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
+        acc, rows, cols = tile_product(a_tiles, b_tiles, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m,
+                                       tile_n, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
         acc = add_bias(acc, bias, cols, N, HAS_BIAS)
         value = acc.to(out.dtype.element_ty)
         mask = (rows[:, None] < M) & (cols[None, :] < N)
@@ -83,6 +85,7 @@ def run(what: str, along_m: bool, ctx, output, A, B, bias=None, async_op=False, 
         A, B, output, bias if bias is not None else output, M, N, A.shape[1], A.stride(0), A.stride(1), B.stride(0),
         B.stride(1), output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), ALONG_M=along_m,
         HAS_BIAS=bias is not None, UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(),
-        EXIT_BARRIER=not async_op, BARRIER_BLOCK=ctx.team.barrier.block, num_warps=config.num_warps,
+        EXIT_BARRIER=not async_op, BARRIER_BLOCK=ctx.team.barrier.block, TMA=_fused.tma_loads(ctx, config, A, B),
+        num_warps=config.num_warps,
         num_stages=config.num_stages, **tile)
     return workspace

@@ -58,7 +58,7 @@ from iris.device.tracing import tracing_from_context
 from iris.device.barrier import GROUP_ARGS, enter
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
-from iris.ops.gemm import add_bias, tile_count, tile_of, tile_product
+from iris.ops.gemm import add_bias, operand, tile_count, tile_of, tile_product
 
 
 @triton.jit
@@ -174,21 +174,23 @@ def _push(part, tile, rows, cols, tile_n, partials, M, N, width, members, count,
 def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, stage, ready, calls, M, N, K, width, stride_am,
                           stride_ak, stride_bk, stride_bn, stride_om, stride_on, members, count, index, cur,
                           heap_bases, arrivals, expected, SCATTER: tl.constexpr, OWNER: tl.constexpr,
-                          TRACE: tl.constexpr, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, WORLD: tl.constexpr,
-                          BARRIER_BLOCK: tl.constexpr, COMM_PROGRAMS: tl.constexpr, BLOCK_M: tl.constexpr,
-                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                          TRACE: tl.constexpr, TMA: tl.constexpr, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr,
+                          WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr, COMM_PROGRAMS: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     tiles = tiles_m * tiles_n
     pid = tl.program_id(0)
     compute = tl.num_programs(0) - COMM_PROGRAMS  # programs that compute tiles; the rest communicate
+    a_tiles = operand(a, M, K, stride_am, TMA, BLOCK_M, BLOCK_K)
+    b_tiles = operand(b, K, N, stride_bk, TMA, BLOCK_K, BLOCK_N)
     if pid < compute:
         if COMM_PROGRAMS > 0:  # compute only: stage each tile locally and raise its flag for the communicators
             epoch = tl.load(calls) + 1
             for tile in range(pid, tiles, compute):
                 tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
-                acc, rows, cols = tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m,
-                                               tile_n, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
+                acc, rows, cols = tile_product(a_tiles, b_tiles, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                               tile_m, tile_n, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
                 tl.store(stage + rows[:, None].to(tl.int64) * N + cols[None, :], acc.to(stage.dtype.element_ty),
                          mask=(rows[:, None] < M) & (cols[None, :] < N))
                 tl.debug_barrier()  # every thread's stores of the tile before its flag
@@ -203,8 +205,8 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, stage, ready, 
             for tile in range(pid, tiles, compute):
                 tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
                 span = trace.start(tracing.COMPUTE, cur, cur, out, tile_m, tile_n, 0)
-                acc, rows, cols = tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m,
-                                               tile_n, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
+                acc, rows, cols = tile_product(a_tiles, b_tiles, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                               tile_m, tile_n, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
                 trace.end(span)
                 if previous >= 0:
                     _announce(previous, tiles_m, tiles_n, flags, N, width, members, count, index, cur, heap_bases,
@@ -343,7 +345,8 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
         A, B, output, bias if bias is not None else output, workspace.partials, workspace.flags, workspace.seen,
         stage, ready, calls, M, N, A.shape[1], width, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
         output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), SCATTER=scatter,
-        OWNER=reduces_at_owner(scatter, ctx, config), TRACE=ctx.tracing.enabled, HAS_BIAS=bias is not None,
+        OWNER=reduces_at_owner(scatter, ctx, config), TRACE=ctx.tracing.enabled,
+        TMA=_fused.tma_loads(ctx, config, A, B), HAS_BIAS=bias is not None,
         UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block,
         COMM_PROGRAMS=comm, num_warps=config.num_warps, num_stages=config.num_stages, **tile)
     if comm:
