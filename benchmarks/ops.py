@@ -1,7 +1,7 @@
 """Fused GEMM + communication side by side: iris.ops, torch.matmul then NCCL, the GEMM alone, the communication alone.
 
     iris run -n 2 benchmarks/ops.py [--ops matmul_all_reduce ...] [--m 128 512 1024 4096 16384] [--n 8192 14336]
-                                    [--k 8192] [--iters 10] [--warmup 3] [--csv PATH] [--validate]
+                                    [--k 8192] [--iters 10] [--warmup 3] [--csv PATH] [--validate] [--trace]
 
 The shapes are a tensor-parallel MLP's (W ranks; M 128 and 512 are decode-like). For M, N, K from
 the command line, each rank's part:
@@ -65,6 +65,9 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--csv", type=Path, default=None,
                         help="CSV path (default benchmarks/results/ops_<gpu>_<W>ranks.csv)")
     parser.add_argument("--validate", action="store_true", help="compare each fused output with torch+nccl's")
+    parser.add_argument("--trace", action="store_true", help="tracing on (ctx.tracing.enable()) for the whole run: "
+                        "the fused ops that record events (matmul_all_reduce, matmul_reduce_scatter) record them, to "
+                        "compare their times with a run without it")
     parser.add_argument("--config", default="", help="FusedConfig fields for the fused ops, e.g. "
                         "block_size_n=128,num_stages=4 (default: FusedConfig())")
     args = parser.parse_args()
@@ -216,9 +219,11 @@ def main() -> int:
     ctx = iris.iris(heap_bytes(args, world, arena_numel))
     rank = ctx.get_rank()
     arena = ctx.empty(arena_numel, dtype=torch.bfloat16)
+    if args.trace:
+        ctx.tracing.enable(max_events=1_000_000)  # later events are dropped; the kernels still take the recording path
     gpu_name = torch.cuda.get_device_name(ctx.get_device()) if gpu else "cpu"
     base = {"gpu": gpu_name, "backend": iris.runtime.SELECTED, "world_size": world, "version": iris.__version__,
-            "commit": git_commit(), "iters": args.iters,
+            "commit": git_commit(), "iters": args.iters, "trace": int(args.trace),
             "config": " ".join(f"{k}={v}" for k, v in vars(args.config).items())}
     rows, problems, reasons = [], [], set()
     if rank == 0:
