@@ -69,13 +69,24 @@ def parse_args(gpu: bool) -> argparse.Namespace:
                         "the fused ops that record events (matmul_all_reduce, matmul_reduce_scatter) record them, to "
                         "compare their times with a run without it")
     parser.add_argument("--config", default="", help="FusedConfig fields for the fused ops, e.g. "
-                        "block_size_n=128,num_stages=4 (default: FusedConfig())")
+                        "block_size_n=128,num_stages=4 (default: FusedConfig()); switches as 0/1: tma_loads=1")
     args = parser.parse_args()
     try:
-        args.config = FusedConfig(**{k: int(v) for k, v in (kv.split("=") for kv in args.config.split(",") if kv)})
+        args.config = FusedConfig(**{k: config_value(k, v) for k, v in (kv.split("=") for kv in args.config.split(",")
+                                                                        if kv)})
     except (TypeError, ValueError) as exc:
         parser.error(f"--config {args.config!r}: {exc}")
     return args
+
+
+def config_value(field: str, text: str):
+    """A FusedConfig field's value from the command line: 0/1 (or false/true) for the switches, else an int."""
+    flag = {"0": False, "1": True, "false": False, "true": True}
+    if field in ("tma_loads", "reduce_at_owner"):
+        if text.lower() not in flag:
+            raise ValueError(f"{field}={text!r}: give 0 or 1")
+        return flag[text.lower()]
+    return int(text)
 
 
 @functools.cache
@@ -101,15 +112,18 @@ class Problem:
         self.op, self.world = op, world
         dt = torch.bfloat16
         g = torch.Generator(device=device).manual_seed(1234 + ctx.get_rank())
+        replicated = torch.Generator(device=device).manual_seed(4321)  # the same on every rank
 
-        def rand(*shape):
-            return torch.randn(*shape, generator=g, device=device, dtype=dt) / shape[-1] ** 0.25
+        def rand(*shape, generator=g):
+            return torch.randn(*shape, generator=generator, device=device, dtype=dt) / shape[-1] ** 0.25
 
         if op == "all_gather_matmul":
             self.A, self.B = rand(M, K // world), rand(K, N)
             out_shape, self.comm_rows, self.comm_cols = (M, N), M, K // world
         elif op == "matmul_all_gather":
-            self.A, self.B = rand(M // world, K), rand(K, N)
+            # B is one weight on every rank, as in a model: torch's fused op (gather A, then multiply by this
+            # rank's B) computes the same product only then
+            self.A, self.B = rand(M // world, K), rand(K, N, generator=replicated)
             out_shape, self.comm_rows, self.comm_cols = (M, N), M // world, N
         elif op == "gemm_all_scatter":
             self.A, self.B = rand(M, K), rand(K, N // world)
