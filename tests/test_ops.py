@@ -73,6 +73,24 @@ def test_fused_op_with_tma_loads_matches_float64(ranks, op):
         assert max(errors) <= TOLERANCE[torch.float32], f"{op}, rank {rank}: relative errors {errors}"
 
 
+def test_tma_loads_by_default_where_a_has_2048_rows_or_more():
+    """FusedConfig() (tma_loads None) takes the descriptors where this rank's A has at least
+    TMA_AUTO_ROWS rows, where they were measured faster on 2 x H200; True or False is obeyed."""
+    from iris.ops._fused import TMA_AUTO_ROWS, tma_loads
+
+    ctx = iris.iris(1 << 20)
+    try:
+        b = torch.zeros(64, 64, dtype=torch.bfloat16, device=ctx.get_device())
+        tall, short = (torch.zeros(rows, 64, dtype=torch.bfloat16, device=ctx.get_device())
+                       for rows in (TMA_AUTO_ROWS, TMA_AUTO_ROWS - 1))
+        assert TMA_AUTO_ROWS == 2048 and FusedConfig().tma_loads is None
+        assert tma_loads(ctx, FusedConfig(), tall, b) and not tma_loads(ctx, FusedConfig(), short, b)
+        assert tma_loads(ctx, FusedConfig(tma_loads=True), short, b)
+        assert not tma_loads(ctx, FusedConfig(tma_loads=False), tall, b)
+    finally:
+        ctx.close()
+
+
 def _takes_tma(op, m, n, k, config):
     from iris.ops._fused import tma_loads
 

@@ -64,11 +64,19 @@ def tile(ctx, config: FusedConfig, dtype: torch.dtype = torch.bfloat16) -> dict:
                 GROUP_M=config.group_size_m)
 
 
+# FusedConfig(tma_loads=None) takes the descriptors where this rank's A has at least this many rows: on
+# 2 x H200 they made the fused ops 7-18% faster at M >= 4096 (every op and N measured), mixed at M 1024
+# and slower at 128-512 (docs/benchmarks.md).
+TMA_AUTO_ROWS = 2048
+
+
 def tma_loads(ctx, config: FusedConfig, A: torch.Tensor, B: torch.Tensor) -> bool:
-    """Whether this call loads its operand tiles through TMA descriptors (FusedConfig.tma_loads): asked
-    for, not on AMD, and both operands row-major with 16-byte aligned rows and base. Then Triton needs
-    an allocator for the descriptors; one on the context's device is installed unless one is set."""
-    if not config.tma_loads or ctx.team.backend.name == "hip":
+    """Whether this call loads its operand tiles through TMA descriptors (FusedConfig.tma_loads, None:
+    where A has TMA_AUTO_ROWS rows or more): asked for, not on AMD, and both operands row-major with
+    16-byte aligned rows and base. Then Triton needs an allocator for the descriptors; one on the
+    context's device is installed unless one is set."""
+    wanted = config.tma_loads if config.tma_loads is not None else A.shape[0] >= TMA_AUTO_ROWS
+    if not wanted or ctx.team.backend.name == "hip":
         return False
     for t in (A, B):
         if t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:

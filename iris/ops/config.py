@@ -28,9 +28,9 @@ class FusedConfig:
         tma_loads: matmul_all_reduce, matmul_reduce_scatter, matmul_all_gather and gemm_all_scatter:
             load A and B tiles through TMA tensor descriptors (NVIDIA Hopper and newer; the
             interpreter too) where both are row-major with 16-byte aligned rows; else, and on AMD,
-            masked loads as by default. At one rank on an H200 the tile loop reaches 0.99 of cuBLAS
-            this way against 0.92 (benchmarks/gemm_probe.py); off by default until measured in the
-            fused ops on 2 GPUs.
+            masked loads. None (default): where this rank's A has at least 2048 rows
+            (``iris.ops._fused.TMA_AUTO_ROWS``): on 2 x H200 the descriptors made these ops 7-18%
+            faster at M >= 4096, and were mixed at M 1024 and slower at M 128-512.
         all_reduce_variant: accepted for code written for the original (its choice of the all-reduce
             inside matmul_all_reduce: None or one of iris.ccl's variants); Iris's fused kernel
             exchanges its tiles itself, so it has no effect.
@@ -48,7 +48,7 @@ class FusedConfig:
     num_stages: int = 3
     comm_programs: int = 0
     reduce_at_owner: bool | None = None
-    tma_loads: bool = False
+    tma_loads: bool | None = None
     all_reduce_variant: str | None = None
 
     def __post_init__(self):
@@ -67,8 +67,8 @@ class FusedConfig:
             value = getattr(self, name)
             if value & (value - 1):
                 raise ValueError(f"FusedConfig.{name}={value!r}: must be a power of two")
-        if not isinstance(self.tma_loads, bool):
-            raise ValueError(f"FusedConfig.tma_loads={self.tma_loads!r}: must be True or False")
+        if not isinstance(self.tma_loads, (bool, type(None))):
+            raise ValueError(f"FusedConfig.tma_loads={self.tma_loads!r}: must be None, True or False")
         if not isinstance(self.reduce_at_owner, (bool, type(None))):
             raise ValueError(f"FusedConfig.reduce_at_owner={self.reduce_at_owner!r}: must be None, True or False")
         if self.reduce_at_owner and self.comm_programs:
