@@ -56,6 +56,9 @@ LIMITATIONS: tuple[Limitation, ...] = (
                "Triton's interpreter runs the programs of a launch one after another, in program-id order: "
                "a race between programs of one launch never shows, and a program that waits on a program "
                "with a higher id hangs (on a GPU it may too: programs need not be resident together)"),
+    Limitation("cpu", "shmem_heap", None,
+               "NVSHMEM and rocSHMEM, the engines behind the shmem heap, run on GPUs only; the CPU backend's "
+               "heaps are POSIX shared memory, reached inside one machine"),
 )
 
 

@@ -10,6 +10,8 @@ IRIS_DEBUG                  ``1``: every context starts in debug mode (bounded w
 IRIS_WAIT_TIMEOUT           seconds a wait may last in debug mode (default 10)
 IRIS_LOG_LEVEL              level of the ``[Iris] [rank/world]`` lines (default WARNING)
 IRIS_NODE_MAP               the node of each rank, e.g. ``0,1`` (default: from the ranks' host names)
+IRIS_HEAP                   the heap provider, ``ipc`` (default) or ``shmem`` (see iris.memory.providers)
+NVSHMEM_SYMMETRIC_SIZE      NVSHMEM's own heap; set by the shmem heap provider when unset, to hold Iris's heap
 IRIS_CROSS_COMPILE          CPU backend: also compile every launched kernel for these GPU targets
 IRIS_CROSS_COMPILE_CACHE    where those compilations are cached (default ~/.cache/iris/cross-compile)
 IRIS_COMPILE_TARGET         set by the cross-compile gate in its workers: the target they compile for
@@ -121,6 +123,19 @@ def node_map(world_size: int) -> tuple[int, ...] | None:
     if len(parts) != world_size:
         raise ValueError(f"IRIS_NODE_MAP={value_text!r} names {len(parts)} ranks; this job has {world_size} ranks")
     return tuple(int(part) for part in parts)
+
+
+def heap_request() -> str:
+    """IRIS_HEAP as set ("" when unset)."""
+    return text("IRIS_HEAP").strip()
+
+
+def default_nvshmem_symmetric_size(heap_bytes: int) -> None:
+    """Size NVSHMEM's symmetric heap (read once, when torch first starts the engine in this process) to
+    hold a heap of ``heap_bytes`` and the engine's own allocations (torch's signal pads), unless the
+    user set NVSHMEM_SYMMETRIC_SIZE. Its default, 1 GiB, is smaller than Iris's default heap."""
+    if "NVSHMEM_SYMMETRIC_SIZE" not in os.environ:
+        os.environ["NVSHMEM_SYMMETRIC_SIZE"] = str(heap_bytes + heap_bytes // 8 + (256 << 20))
 
 
 def simulation() -> bool:

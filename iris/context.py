@@ -15,10 +15,23 @@ from iris.distributed import init_distributed, node_map
 from iris.launch import enable_stack_dumps
 from iris.logging import log
 from iris.memory.heap import SymmetricHeap
+from iris.memory.providers import JobFacts, create_provider, provider_name
 from iris.memory.tensors import TensorFactories
 from iris.team import Team, reserved_layout
 
 ALLOCATORS = ("torch",)
+
+
+def _job_facts(backend, comm, nodes, device) -> JobFacts:
+    """What the heap providers decide on, gathered from every rank (equal on every rank)."""
+    import torch.distributed as dist
+
+    from iris.memory.providers.shmem import engine_available
+
+    engine = backend.name != "cpu" and engine_available()
+    gathered = comm.all_gather_object((str(device), engine))
+    return JobFacts(backend=backend.name, nodes=nodes, devices=tuple(d for d, _ in gathered),
+                    distributed=dist.is_available() and dist.is_initialized(), engine=tuple(e for _, e in gathered))
 
 
 def _validate(heap_size, allocator_type, debug) -> None:
@@ -47,6 +60,10 @@ class Iris(TensorFactories):
             :class:`iris.WaitTimeoutError` naming what was awaited, and check every remote
             access's ranks and pointers (:class:`iris.DeviceAccessError`); also IRIS_DEBUG=1,
             see :mod:`iris.debug`. Turn it on before the first iris kernel compiles.
+        heap: where the heap's memory comes from: ``"ipc"`` (default: CUDA/HIP IPC, or shared
+            memory on the CPU backend) or ``"shmem"`` (one NVSHMEM/rocSHMEM allocation through
+            torch's symmetric memory; one rank per GPU, torch.distributed initialized); default
+            IRIS_HEAP, else ``"ipc"``. See :mod:`iris.memory.providers`.
 
     Example:
         >>> import iris, torch
@@ -56,25 +73,26 @@ class Iris(TensorFactories):
         >>> ctx.close()
     """
 
-    def __init__(self, heap_size: int = 1 << 30, allocator_type: str = "torch", debug: bool = False):
+    def __init__(self, heap_size: int = 1 << 30, allocator_type: str = "torch", debug: bool = False,
+                 heap: str | None = None):
         _validate(heap_size, allocator_type, debug)
+        provider = create_provider(provider_name(heap))
         enable_stack_dumps()  # under `iris run` only: SIGUSR1 prints the stacks (the launcher's timeout sends it)
         backend = runtime.get_backend()
         comm = init_distributed(backend.name, backend.device_for)
         sizes = comm.all_gather_object(int(heap_size))
         if len(set(sizes)) != 1:
             raise ValueError(f"every rank must pass the same heap_size; got {sizes} (by rank)")
-        nodes = node_map(comm)  # the same on every rank, so every rank refuses alike
-        if len(set(nodes)) > 1:
-            raise RuntimeError(f"the {comm.world_size} ranks run on {len(set(nodes))} nodes (node map {nodes}, by "
-                               "rank); Iris's heap reaches its peers by CUDA/HIP IPC or shared memory, which work "
-                               "inside one node only: start one job per node")
+        nodes = node_map(comm)
+        device = backend.device_for(comm.rank)
+        refusal = provider.refusal(_job_facts(backend, comm, nodes, device))  # the same on every rank
+        if refusal:
+            raise RuntimeError(refusal)
         self._node_map = nodes
         self.backend = backend
         self.comm = comm
         self.cur_rank = comm.rank
         self.num_ranks = comm.world_size
-        device = backend.device_for(self.cur_rank)
         backend.activate(device)
         self._device = device
         self.device = str(device)  # a string, as the original's ("cuda:0"); get_device(): the torch.device
@@ -82,7 +100,7 @@ class Iris(TensorFactories):
         self.heap_size = int(heap_size)
         layout = reserved_layout(self.num_ranks)  # device barrier, then collectives
         try:
-            self.heap = SymmetricHeap(backend, self.heap_size, device, comm, layout=layout)
+            self.heap = SymmetricHeap(backend, self.heap_size, device, comm, layout=layout, provider=provider)
         except MemoryError as error:
             raise MemoryError(f"heap_size={self.heap_size} bytes per rank (plus {layout.nbytes} reserved) cannot be "
                               f"allocated on {device}: {error}. Pass a smaller heap_size to iris.iris().") from error
@@ -209,6 +227,13 @@ class Iris(TensorFactories):
         """Streaming multiprocessors (NVIDIA), compute units (AMD) or cores (CPU). Example: ``ctx.get_cu_count()``"""
         return self.backend.compute_unit_count(self._device)
 
+    def get_heap_provider(self) -> str:
+        """Where this context's heap memory comes from: ``"ipc"`` or ``"shmem"`` (see :mod:`iris.memory.providers`).
+
+        Example: ``ctx.get_heap_provider()  # "ipc"``
+        """
+        return self.heap.provider
+
     def get_node_map(self) -> tuple[int, ...]:
         """The node each rank runs on (IRIS_NODE_MAP, or the ranks' host names), e.g. ``(0, 0)``."""
         return self._node_map
@@ -302,12 +327,14 @@ class Iris(TensorFactories):
         log(_logging.ERROR, message, self.cur_rank, self.num_ranks)
 
 
-def iris(heap_size: int = 1 << 30, allocator_type: str = "torch", debug: bool = False) -> Iris:
+def iris(heap_size: int = 1 << 30, allocator_type: str = "torch", debug: bool = False,
+         heap: str | None = None) -> Iris:
     """Create this rank's Iris context (collective; see :class:`Iris`).
 
     Example:
         >>> ctx = iris.iris(1 << 30)
+        >>> ctx = iris.iris(1 << 30, heap="shmem")   # an NVSHMEM heap, one rank per GPU
     """
-    return Iris(heap_size, allocator_type, debug)
+    return Iris(heap_size, allocator_type, debug, heap)
 
 

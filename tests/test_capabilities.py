@@ -103,12 +103,20 @@ def _programs_run_in_order():
     assert int(counter[0]) == programs  # no update lost: the programs did not overlap
 
 
+def _no_shmem_on_the_cpu():
+    from torch.distributed import _symmetric_memory as symm_mem
+
+    with pytest.raises(RuntimeError, match="does not support device type cpu"):
+        symm_mem.empty(16, dtype=torch.uint8, device="cpu")
+
+
 DEMONSTRATIONS = {
     ("cpu", "atomic", "bfloat16"): _bfloat16_atomics,
     ("cpu", "atomic", "float16"): _float16_concurrent_adds,
     ("cpu", "cuda_graph", None): _cuda_graphs,
     ("cpu", "inline_asm", None): _inline_asm,
     ("cpu", "concurrent_programs", None): _programs_run_in_order,
+    ("cpu", "shmem_heap", None): _no_shmem_on_the_cpu,
 }
 
 

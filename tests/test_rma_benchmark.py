@@ -20,7 +20,8 @@ def test_rma_benchmark_covers_every_ordered_pair(tmp_path):
     assert pairs == {(a, b) for a in range(3) for b in range(3) if a != b}, pairs
     for pair in pairs:  # the four device ops, and one copy-engine row: a link copy where the peer has its own
         ops = sorted(r["op"] for r in rows if (int(r["actor"]), int(r["peer"])) == pair)  # GPU, else a local one
-        assert ops[1:] == ["get", "load", "put", "store"] and ops[0] in ("copy_engine", "copy_engine_local"), (pair, ops)
+        assert ops[1:] == ["get", "load", "put", "store"], (pair, ops)
+        assert ops[0] in ("copy_engine", "copy_engine_local"), (pair, ops)
 
 
 def test_plot_with_many_pairs_draws_one_line_per_op_with_the_spread_of_the_pairs():

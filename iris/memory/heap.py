@@ -30,15 +30,23 @@ class SymmetricHeap:
         comm: the job's Communicator (creation is collective).
         layout: the regions past ``nbytes`` that Iris itself uses (:mod:`iris.memory.reserved`);
             see :meth:`region`.
+        provider: where the memory comes from (:mod:`iris.memory.providers`; default: ``ipc``,
+            the backend's own).
     """
 
-    def __init__(self, backend, nbytes: int, device: torch.device, comm, layout: ReservedLayout | None = None):
+    def __init__(self, backend, nbytes: int, device: torch.device, comm, layout: ReservedLayout | None = None,
+                 provider=None):
         self.size = nbytes
         self.layout = layout or ReservedLayout([])
         self.reserved = -(-self.layout.nbytes // MIN_ALIGNMENT) * MIN_ALIGNMENT
         self.device = device
         self._comm = comm
-        self._memory = backend.create_heap(nbytes + self.reserved, device, comm)
+        if provider is None:
+            from iris.memory.providers import create_provider
+
+            provider = create_provider("ipc")
+        self.provider = provider.name
+        self._memory = provider.create(backend, nbytes + self.reserved, device, comm)
         self._offset = 0
         misaligned = [hex(b) for b in self._memory.bases if b % MIN_ALIGNMENT]
         if misaligned:

@@ -1,0 +1,135 @@
+"""Heap providers (iris.memory.providers): which one a context takes, and what each refuses, before any heap.
+
+The ``ipc`` provider is the backend's own mapping of peers' memory (CUDA/HIP IPC, POSIX shared memory
+on the CPU backend); ``shmem`` is one NVSHMEM/rocSHMEM symmetric allocation made through torch's
+symmetric memory. The CPU backend has no shmem engine (a row of the capability table), so here the
+shmem provider is exercised for its choice and refusals; its allocation runs on a GPU (the last test).
+"""
+
+import os
+
+import pytest
+import torch
+
+import iris
+from iris.capabilities import limitation
+from iris.memory.providers import PROVIDERS, JobFacts, create_provider, provider_name
+from iris.runtime import SELECTED
+
+
+def _facts(**changes):
+    facts = dict(backend="cuda", nodes=(0, 0), devices=("cuda:0", "cuda:1"), distributed=True, engine=(True, True))
+    facts.update(changes)
+    return JobFacts(**facts)
+
+
+def test_the_provider_is_the_argument_else_iris_heap_else_ipc(monkeypatch):
+    monkeypatch.delenv("IRIS_HEAP", raising=False)
+    assert provider_name(None) == "ipc"
+    monkeypatch.setenv("IRIS_HEAP", "SHMEM")
+    assert provider_name(None) == "shmem"
+    assert provider_name("ipc") == "ipc"  # the argument wins over the variable
+    monkeypatch.setenv("IRIS_HEAP", "nvlink")
+    with pytest.raises(ValueError, match="IRIS_HEAP='nvlink'.*ipc, shmem"):
+        provider_name(None)
+    with pytest.raises(ValueError, match="heap='rdma'.*ipc, shmem"):
+        provider_name("rdma")
+    assert PROVIDERS == ("ipc", "shmem")
+
+
+def test_the_ipc_heap_refuses_ranks_on_several_nodes_and_takes_any_one_node():
+    ipc = create_provider("ipc")
+    assert ipc.refusal(_facts()) is None
+    assert ipc.refusal(_facts(backend="cpu", devices=("cpu", "cpu"))) is None
+    assert ipc.refusal(_facts(devices=("cuda:0", "cuda:0"))) is None  # simulation: ranks share a GPU
+    message = ipc.refusal(_facts(nodes=(0, 1)))
+    assert "2 nodes" in message and "(0, 1)" in message and "inside one node" in message, message
+
+
+def test_the_shmem_heap_says_why_it_cannot_run_before_any_allocation():
+    shmem = create_provider("shmem")
+    assert shmem.refusal(_facts()) is None
+    assert shmem.refusal(_facts(backend="hip")) is None
+    cpu = shmem.refusal(_facts(backend="cpu", devices=("cpu", "cpu")))
+    assert limitation("cpu", "shmem_heap") in cpu and "heap='ipc'" in cpu, cpu
+    shared = shmem.refusal(_facts(devices=("cuda:0", "cuda:0")))
+    assert "one rank per GPU" in shared and "ranks 0 and 1" in shared and "cuda:0" in shared, shared
+    alone = shmem.refusal(_facts(distributed=False))
+    assert "torch.distributed" in alone and "iris run" in alone, alone
+    missing = shmem.refusal(_facts(engine=(True, False)))
+    assert "rank 1" in missing and "NVSHMEM" in missing, missing
+    across = shmem.refusal(_facts(nodes=(0, 1)))
+    assert "2 nodes" in across and "not built yet" in across and "docs/multi-node.md" in across, across
+
+
+def _context_with_heap(heap, variable):
+    """iris.iris() with heap=heap and IRIS_HEAP=variable (None: unset): the provider taken, or the error."""
+    saved = os.environ.pop("IRIS_HEAP", None)
+    if variable is not None:
+        os.environ["IRIS_HEAP"] = variable
+    before = sorted(os.listdir("/dev/shm"))
+    try:
+        ctx = iris.iris(1 << 16, heap=heap) if heap is not None else iris.iris(1 << 16)
+        found = ctx.get_heap_provider()
+        x = ctx.full((4,), ctx.get_rank() + 7, dtype=torch.int32)
+        assert x.tolist() == [ctx.get_rank() + 7] * 4
+        ctx.close()
+        return found
+    except (RuntimeError, ValueError) as exc:
+        return type(exc).__name__, str(exc), sorted(os.listdir("/dev/shm")) == before
+    finally:
+        os.environ.pop("IRIS_HEAP", None)
+        if saved is not None:
+            os.environ["IRIS_HEAP"] = saved
+
+
+@pytest.mark.skipif(SELECTED != "cpu", reason="the CPU backend's refusal of the shmem heap; GPUs take it")
+def test_contexts_take_the_chosen_provider_and_refuse_shmem_on_every_rank_on_the_cpu(ranks):
+    world = ranks.world_size
+    assert ranks.run(_context_with_heap, None, None) == ["ipc"] * world
+    assert ranks.run(_context_with_heap, "ipc", "shmem") == ["ipc"] * world
+    for answers in (ranks.run(_context_with_heap, "shmem", None), ranks.run(_context_with_heap, None, "shmem")):
+        for kind, message, nothing_left in answers:
+            assert kind == "RuntimeError" and "heap='shmem'" in message and "CPU backend" in message, message
+            assert nothing_left, "a refused heap left a shared-memory segment behind"
+    for kind, message, _ in ranks.run(_context_with_heap, "rdma", None):
+        assert kind == "ValueError" and "heap='rdma'" in message, message
+
+
+def _context_across_nodes(world):
+    os.environ["IRIS_NODE_MAP"] = ",".join(str(r % 2) for r in range(world))
+    try:
+        return _context_with_heap("ipc", None)
+    finally:
+        del os.environ["IRIS_NODE_MAP"]
+
+
+def test_a_context_names_its_provider_in_the_error_of_a_job_across_nodes(ranks):
+    for kind, message, _ in ranks.run(_context_across_nodes, ranks.world_size):
+        assert kind == "RuntimeError" and "heap='ipc'" in message and "inside one node" in message, message
+
+
+@pytest.mark.skipif(limitation(SELECTED, "shmem_heap") is not None,
+                    reason=str(limitation(SELECTED, "shmem_heap")))
+def test_a_shmem_heap_of_one_rank_holds_data_and_bases_on_a_gpu(tmp_path):
+    """One rank, in this process: torch.distributed of one, then an NVSHMEM heap through torch."""
+    import torch.distributed as dist
+
+    from shared_kernels import put_block_kernel
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl", init_method=f"file://{tmp_path}/rendezvous", rank=0, world_size=1,
+                                device_id=torch.device("cuda", 0))
+    ctx = iris.iris(1 << 20, heap="shmem")
+    try:
+        assert ctx.get_heap_provider() == "shmem"
+        assert int(ctx.get_heap_bases()[0]) == ctx.heap.base
+        src = ctx.empty(1000, dtype=torch.int32)
+        src.copy_(torch.randint(-1000, 1000, (1000,), dtype=torch.int32))
+        dst = ctx.full((1000,), -1, dtype=torch.int32)
+        put_block_kernel[(4,)](src, dst, 1000, 0, 0, ctx.get_heap_bases(), BLOCK=256)
+        ctx.barrier()
+        assert torch.equal(dst, src)
+    finally:
+        ctx.close()
+        dist.destroy_process_group()
