@@ -99,8 +99,11 @@ class ShmemHeap(HeapProvider):
         except (RuntimeError, MemoryError) as error:
             failure = f"torch's {TORCH_BACKEND} symmetric memory could not allocate {nbytes} bytes on {device}: {error}"
         raise_if_any_rank_failed(comm, failure)  # before the collective rendezvous, which would wait for it
-        handle = symm_mem.rendezvous(local, dist.group.WORLD)
-        pointers = [int(p) for p in handle.buffer_ptrs]
+        if comm.world_size == 1:  # torch refuses the rendezvous of a group of one: there is no peer to map
+            handle, pointers = None, [local.data_ptr()]
+        else:
+            handle = symm_mem.rendezvous(local, dist.group.WORLD)
+            pointers = [int(p) for p in handle.buffer_ptrs]
         offset = local.data_ptr() - pointers[comm.rank]  # where our tensor starts in the engine's allocation
         bases = [p + offset if p else 0 for p in pointers]  # 0: a peer the engine maps no pointer to
 
