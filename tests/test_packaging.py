@@ -17,10 +17,10 @@ MULTICAST_OFF = ("NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1", "NV
 RECIPES = (
     "tox.ini", "docker/Dockerfile", "docker/Dockerfile.rocm", "docker/build.sh", "docker/run.sh",
     "docker-compose.yml", "apptainer/iris.def", "apptainer/iris-rocm.def", "apptainer/build.sh",
-    "apptainer/run.sh", "apptainer/conformance.slurm",
+    "apptainer/run.sh", "apptainer/conformance.slurm", "apptainer/multinode.slurm",
 )
 GPU_PROGRAMS = ("docker/Dockerfile", "docker/Dockerfile.rocm", "apptainer/iris.def", "apptainer/iris-rocm.def",
-                "apptainer/conformance.slurm")
+                "apptainer/conformance.slurm", "apptainer/multinode.slurm")
 
 
 def _text(path: str) -> str:
