@@ -15,8 +15,9 @@ process group and with the same buffers:
                       all_to_all_single); gloo on the CPU backend
     symm_mem          torch.ops.symm_mem one_shot_all_reduce / two_shot_all_reduce_ (all_reduce only,
                       where torch has them; otherwise the row says why)
-    <impl>+graph      with --graph, up to --graph-max bytes: iris (default variant), nccl and
-                      symm_mem replayed from a CUDA graph (a batch of calls captured once)
+    <impl>+graph      with --graph, up to --graph-max bytes: iris (default variant), iris.push (the
+                      barrier-free variant), nccl and symm_mem replayed from a CUDA graph (a batch of
+                      calls captured once)
     iris (host)       with --host: host microseconds per iris call issued back to back, beside the
                       floor of launching an empty Triton kernel (``null (host)``: Triton's own
                       launch, and ``null bound (host)``: iris's remembered launch, which a
@@ -62,12 +63,13 @@ import iris
 from iris.distributed import job_world_size
 from iris.capabilities import find_limitation
 from iris.ccl import Config
+from iris.ccl.config import ALL_REDUCE_VARIANTS
+from iris.team import PUSH_BYTES
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "int32": torch.int32,
           "fp8e4m3": torch.float8_e4m3fn, "fp8e5m2": torch.float8_e5m2}
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 REDUCING = ("all_reduce", "reduce_scatter")
-ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "atomic", "spinlock", "ring")
 TUNED = Path(__file__).resolve().parents[1] / "iris" / "ccl" / "tuned.py"
 # The variants a default may be: both give every member the same bits in a fixed order (atomic,
 # spinlock and ring sum in arrival order); two_shot is the fallback, its traffic bounded in W.
@@ -153,6 +155,9 @@ def _iris_variants(ctx, name, inp, out, world):
             if row is not None:
                 calls[f"iris.{variant}"] = row.reason
                 continue
+            if variant == "push" and inp.nbytes > PUSH_BYTES:
+                calls["iris.push"] = f"push takes at most {PUSH_BYTES} bytes per rank (its landing zones)"
+                continue
             config = Config(all_reduce_variant=variant)
             calls[f"iris.{variant}"] = lambda config=config: ctx.ccl.all_reduce(out, inp, config=config)
         return calls
@@ -185,7 +190,8 @@ def timed_rows(ctx, args, gpu, point, bus, calls) -> list[dict]:
     agree = lambda batch: ctx.broadcast(batch, src=0)  # noqa: E731
     if args.graph and gpu and point["bytes"] <= args.graph_max:
         for label, call in calls.items():
-            if isinstance(call, str) or label not in ("iris", "nccl", "symm_mem.one_shot", "symm_mem.two_shot"):
+            if isinstance(call, str) or label not in ("iris", "iris.push", "nccl", "symm_mem.one_shot",
+                                                       "symm_mem.two_shot"):
                 continue
             if label == "nccl" and "nccl" not in str(dist.get_backend()):  # gloo (CPU backend, simulation) cannot be
                 continue  # captured, and a failed capture leaves torch's allocator mid-capture until exit

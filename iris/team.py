@@ -31,6 +31,10 @@ from iris.memory.reserved import ReservedLayout
 # all_reduce's spinlock words (int32) per rank: block b of an output is guarded by word b % LOCK_WORDS
 # of its member.
 LOCK_WORDS = tl.constexpr(4096)
+# all_reduce's push variant (iris.ccl.all_reduce_push): the largest message it takes (bytes per rank), and
+# the most programs of one call (each with its own flags and counts per peer).
+PUSH_BYTES = 256 << 10
+PUSH_PROGRAMS = 32
 
 
 def reserved_layout(world_size: int) -> ReservedLayout:
@@ -39,6 +43,9 @@ def reserved_layout(world_size: int) -> ReservedLayout:
         ("barrier.arrivals", world_size * FUSED_PROGRAMS, torch.int64),  # [slot][rank], see iris.device_barrier
         ("ccl.locks", LOCK_WORDS.value, torch.int32),
         ("ccl.ring_flags", FUSED_PROGRAMS, torch.int64),  # a program's counter: its left neighbour adds 1 per step
+        # all_reduce's push variant (iris.ccl.all_reduce_push): [half][sender] landing zones and flags per program
+        ("ccl.push_landing", 2 * world_size * PUSH_BYTES // 8, torch.int64),
+        ("ccl.push_flags", 2 * world_size * PUSH_PROGRAMS, torch.int32),
     ])
 
 
@@ -80,6 +87,11 @@ class Team:
         self.lock_words.zero_()  # the reserved tail is not zeroed by the allocator
         self.ring_flags.zero_()
         self.ring_counts = torch.zeros_like(self.ring_flags)  # local: what each ring program has seen so far
+        self.push_landing = heap.region("ccl.push_landing").view(torch.uint8)
+        self.push_flags = heap.region("ccl.push_flags")
+        self.push_flags.zero_()
+        # local: pushes sent to and received from each rank, per program ([sent | received][rank][program])
+        self.push_counts = torch.zeros(2 * world_size * PUSH_PROGRAMS, dtype=torch.int32, device=heap.device)
         self._participants: dict[tuple[int, ...], Participants] = {}
         self.debug = False  # this context's debug mode (ctx.set_debug): cross-rank checks and diagnoses
 

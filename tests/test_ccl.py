@@ -5,6 +5,7 @@ import torch
 
 import iris
 from iris.ccl import Config, ReduceOp
+from iris.ccl.config import ALL_REDUCE_VARIANTS
 from iris.testing import refusals
 
 
@@ -108,7 +109,7 @@ def _every_all_reduce_variant():
     ctx = iris.iris(1 << 20)
     rank = ctx.get_rank()
     seen = {}
-    for variant in ("one_shot", "two_shot", "atomic", "spinlock", "ring"):
+    for variant in ALL_REDUCE_VARIANTS:
         for dtype in (torch.float32, torch.int32):
             for op in (ReduceOp.SUM, ReduceOp.MAX):
                 x = ctx.full((1000,), rank + 1, dtype=dtype)  # 16 blocks of 64: many programs, a ragged tail
@@ -133,7 +134,7 @@ def _every_variant_on_a_group_of_one():
     rank = ctx.get_rank()
     groups = [dist.new_group([r]) for r in range(ctx.get_num_ranks())]  # every rank makes every group
     results = {}
-    for variant in ("one_shot", "two_shot", "atomic", "spinlock", "ring"):
+    for variant in ALL_REDUCE_VARIANTS:
         x = ctx.full((100,), rank + 1.5, dtype=torch.float32)
         out = ctx.full((100,), float("nan"), dtype=torch.float32)
         ctx.ccl.all_reduce(out, x, group=groups[rank], config=Config(all_reduce_variant=variant, block_size=64))
@@ -147,3 +148,70 @@ def test_all_reduce_over_a_group_of_one_copies_the_input(ranks):
     for rank, results in enumerate(ranks.run(_every_variant_on_a_group_of_one)):
         for variant, values in results.items():
             assert values == [rank + 1.5], (rank, variant, values)
+
+
+def _push_all_reduce_many_times(rounds):
+    """The push variant called again and again, on new data each time, in place and not, with groups between:
+    its landing zones are reused every other call and its counters are per pair of ranks."""
+    import torch.distributed as dist
+
+    ctx = iris.iris(1 << 20)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    pairs = [dist.new_group([r, (r + 1) % world]) for r in range(world)]  # every rank makes every group
+    generator = torch.Generator().manual_seed(1234)
+    failures = []
+    config = Config(all_reduce_variant="push", block_size=64)
+    for step in range(rounds):
+        numel = (97, 1000, 4096)[step % 3]  # one program, ragged blocks, more blocks than programs
+        inputs = [torch.randint(-1000, 1000, (numel,), dtype=torch.int32, generator=generator) for _ in range(world)]
+        x = ctx.empty(numel, dtype=torch.int32)
+        x.copy_(inputs[rank])
+        out = x if step % 2 else ctx.full((numel,), -7, dtype=torch.int32)
+        ctx.ccl.all_reduce(out, x, config=config)
+        if not torch.equal(out, sum(inputs)):
+            failures.append((step, "world", int((out != sum(inputs)).sum())))
+        if step % 4 == 3:  # a pair group: rank r with r + 1, so each rank takes part in two of them
+            for r in range(world):
+                members = sorted({r, (r + 1) % world})
+                if rank in members:
+                    y = ctx.empty(numel, dtype=torch.int32)
+                    y.copy_(inputs[rank])
+                    ctx.ccl.all_reduce(y, y, group=pairs[r], config=config)
+                    want = sum(inputs[m] for m in members)
+                    if not torch.equal(y, want):
+                        failures.append((step, f"pair {members}", int((y != want).sum())))
+                ctx.barrier()
+    ctx.close()
+    return failures
+
+
+def test_the_push_variant_reuses_its_landing_zones_correctly(ranks):
+    for rank, failures in enumerate(ranks.run(_push_all_reduce_many_times, 12)):
+        assert failures == [], (rank, failures)
+
+
+def _push_all_reduce_back_to_back(calls):
+    """Calls issued back to back on new data each time: a member that finishes a call early pushes the next
+    one while the others still read the last (the landing zones' two halves keep them apart). One program:
+    the interpreter runs a rank's programs in order, so with several a peer's next push for a program comes
+    only after this rank read that program's blocks."""
+    ctx = iris.iris(1 << 20)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    x = ctx.arange(4096, dtype=torch.int32)
+    x.mul_(rank + 1)
+    out = ctx.empty(4096, dtype=torch.int32)
+    config = Config(all_reduce_variant="push", block_size=4096)
+    base = torch.arange(4096, dtype=torch.int32) * (world * (world + 1) // 2)
+    wrong = []
+    for call in range(calls):
+        ctx.ccl.all_reduce(out, x, config=config)
+        if not torch.equal(out, base + call * world):
+            wrong.append(call)
+        x.add_(1)
+    ctx.close()
+    return wrong
+
+
+def test_the_push_variant_keeps_back_to_back_calls_apart(ranks):
+    for rank, wrong in enumerate(ranks.run(_push_all_reduce_back_to_back, 60)):
+        assert wrong == [], (rank, wrong)

@@ -11,6 +11,10 @@ Variants (``Config.all_reduce_variant``):
   float16 and bfloat16 where the backend's atomics allow (see iris.capabilities).
 - spinlock: as atomic, but each update is a plain read-modify-write of a block under a lock
   word of that block on the receiving member: any dtype and op.
+- push: no barrier; each member pushes its input into every other member's landing zone (in the
+  heap's reserved tail) and sums its own input and what landed, in member order: one exchange of
+  flags per call instead of two barriers, for messages up to 256 KiB per rank; in place too. See
+  :mod:`iris.ccl.all_reduce_push`. Not a default until measured on GPUs.
 - ring: the members pass chunks around the ring (index i sends to i + 1) in W - 1 reduce steps
   and W - 1 gather steps, each a store into the neighbour's output and a flag; every member
   reads only its own memory and writes only its right neighbour's.
@@ -34,7 +38,8 @@ import triton
 import triton.language as tl
 
 from iris.device import atomics, rma, sync
-from iris.ccl import _common, tuned
+from iris.ccl import _common, all_reduce_push, tuned
+from iris.ccl.all_reduce_push import combine
 from iris.team import LOCK_WORDS
 from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.ccl.config import ReduceOp
@@ -44,17 +49,8 @@ from iris.capabilities import find_limitation
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.int32: "int32"}
 # Variants whose programs synchronize inside the kernel (seeding before the barrier, ring flags).
 FUSED_ONLY = ("atomic", "spinlock", "ring")
-
-
-@triton.jit
-def _combine(acc, x, OP: tl.constexpr):
-    if OP == "sum":
-        out = acc + x
-    elif OP == "max":
-        out = tl.maximum(acc, x)
-    else:
-        out = tl.minimum(acc, x)
-    return out
+# Variants that may write their output over their input (no other member reads it after the write).
+IN_PLACE = ("two_shot", "push")
 
 
 @triton.jit
@@ -69,7 +65,7 @@ def _reduce_block(src, offs, mask, members, count, first, cur, heap_bases, OP: t
     acc = rma.load(src + offs, cur, tl.load(members + first), heap_bases, mask=mask).to(ACC)
     for i in range(1, count):
         x = rma.load(src + offs, cur, tl.load(members + (first + i) % count), heap_bases, mask=mask).to(ACC)
-        acc = _combine(acc, x, OP)
+        acc = combine(acc, x, OP)
     return acc
 
 
@@ -117,7 +113,7 @@ def _accumulate_piece(pid, src, dst, numel, members, count, index, cur, heap_bas
                 pass
             tl.debug_barrier()  # the acquire before any thread reads the block
             theirs = rma.load(dst + offs, cur, peer, heap_bases, mask=mask, volatile=True)
-            combined = _combine(theirs.to(ACC), x.to(ACC), OP).to(dst.dtype.element_ty)
+            combined = combine(theirs.to(ACC), x.to(ACC), OP).to(dst.dtype.element_ty)
             rma.store(dst + offs, combined, cur, peer, heap_bases, mask=mask)
             tl.debug_barrier()  # every thread's store before the release
             atomics.atomic_xchg(lock, 0, cur, peer, heap_bases, sem="release", scope="sys")
@@ -167,7 +163,7 @@ def _ring_piece(pid, src, dst, numel, chunk, members, count, index, cur, heap_ba
             mask = (within < chunk) & (offs < numel)
             theirs = tl.load(dst + offs, mask=mask, volatile=True).to(ACC)
             mine = tl.load(src + offs, mask=mask).to(ACC)
-            tl.store(dst + offs, _combine(theirs, mine, OP).to(dst.dtype.element_ty), mask=mask)
+            tl.store(dst + offs, combine(theirs, mine, OP).to(dst.dtype.element_ty), mask=mask)
     return seen
 
 
@@ -261,10 +257,13 @@ def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=N
     members = ctx.team.participants(group)
     in_place = input.numel() > 0 and output.data_ptr() == input.data_ptr()
     variant = config.all_reduce_variant or choose_variant(input.nbytes, in_place, members.size, input.dtype)
-    if in_place and variant != "two_shot":
+    if in_place and variant not in IN_PLACE:
         raise ValueError(f"all_reduce: {variant} cannot run in place (other members still read input while it "
                          "would be overwritten); use Config(all_reduce_variant=\"two_shot\") or a separate output")
-    ctx.team.check_tensor(what, "output", output, _common.REDUCE_DTYPES, symmetric=variant != "one_shot")
+    if variant == "push":
+        all_reduce_push.check_capacity(input.nbytes)
+    # one_shot and push write only this member's output: it need not be on the heap
+    ctx.team.check_tensor(what, "output", output, _common.REDUCE_DTYPES, symmetric=variant not in ("one_shot", "push"))
     return AllReduceWorkspace(variant, group, members)
 
 
@@ -297,6 +296,9 @@ def all_reduce(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, 
     numel = input.numel()
     blocks = triton.cdiv(numel, config.block_size)
     variant = workspace.variant
+    acc = tl.float32 if input.dtype.is_floating_point else tl.int32
+    if variant == "push":  # its own kernel: no barrier to fuse or not
+        return all_reduce_push.launch(ctx, output, input, members, op.value, acc, config.block_size)
     if variant == "atomic":
         _check_atomic(ctx, input.dtype, op)
     fuse = variant in FUSED_ONLY or _common.fuse(config, input.nbytes)
@@ -311,4 +313,4 @@ def all_reduce(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, 
     return _common.run(ctx, group, async_op, fuse, _all_reduce_kernel, pieces, input, output, numel, chunk,
                        members.tensor, members.size, members.index, ctx.get_rank(), ctx.get_heap_bases(),
                        team.lock_words, team.ring_flags, team.ring_counts, VARIANT=variant, OP=op.value,
-                       ACC=tl.float32 if input.dtype.is_floating_point else tl.int32, BLOCK=config.block_size)
+                       ACC=acc, BLOCK=config.block_size)

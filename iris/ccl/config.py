@@ -6,7 +6,7 @@ import dataclasses
 import enum
 from dataclasses import dataclass
 
-ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "atomic", "spinlock", "ring")
+ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "atomic", "spinlock", "ring", "push")
 # The original's variants, all run by Iris's one kernel per collective (see Config's docstring for why).
 ALL_GATHER_VARIANTS = ("persistent", "partitioned")
 REDUCE_SCATTER_VARIANTS = ("two_shot", "ring_chunked")
@@ -45,8 +45,10 @@ class Config:
         block_size_m, block_size_n: the tile of all_to_all, over (rows, columns of one rank's chunk).
         all_reduce_variant: "one_shot" (each rank reads every input), "two_shot" (each rank
             reduces one slice and sends it to all), "atomic" (atomic adds into every output),
-            "spinlock" (locked read-modify-writes) or "ring" (neighbour to neighbour); None picks by
-            size (see :func:`iris.ccl.all_reduce.choose_variant`).
+            "spinlock" (locked read-modify-writes), "ring" (neighbour to neighbour) or "push" (no
+            barrier: inputs pushed into each member's landing zones, up to 256 KiB per rank; see
+            :mod:`iris.ccl.all_reduce_push`); None picks by size (see
+            :func:`iris.ccl.all_reduce.choose_variant`).
         all_reduce_distribution: accepted for compatibility with the original API (0 or 1); unused.
         fused_bytes: a collective of at most this many bytes per rank (4 MiB) runs as one launch
             whose programs run the group's barriers themselves, instead of three launches (0:

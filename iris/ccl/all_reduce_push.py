@@ -1,0 +1,116 @@
+"""all_reduce's push variant: one launch, no barrier; each member pushes its input into every other member's
+landing zone, then reduces what landed.
+
+The barrier variants spend two device barriers per call (one before: every member's input is
+ready; one after: nobody still reads it), each a round of flags over the link. Here a member never
+reads another's memory: program p of each member stores its blocks of the input into every other
+member's landing zone and sets a flag there (release), then waits for the flags of every other
+member's program p (acquire) and sums, in member order, its own input and what landed. One
+exchange of flags instead of two barriers, and nothing for the host to wait for: a call can be
+captured in a CUDA graph and replayed.
+
+The landing zones are reused, so they are double-buffered and counted per pair of members: for each
+peer and program, a member counts the pushes it sent (``counts[0]``) and received (``counts[1]``);
+push n goes to slot n % 2 with flag value n + 1. A member's push n + 2 to a peer comes after its
+call that received the peer's push n + 1, which the peer made in a call after the one that read
+push n: slot n % 2 is free again. Counting per pair, not per call, keeps members that also meet in
+other groups in step.
+
+Memory: the heap's reserved tail holds, per rank, 2 x world x PUSH_BYTES of landing zones and
+2 x world x PUSH_PROGRAMS flags (:func:`iris.team.reserved_layout`); a message may be at most
+PUSH_BYTES per rank. Not chosen by default until measured on GPUs (benchmarks/ccl.py times it).
+
+Example:
+    >>> ctx.ccl.all_reduce(out, x, config=Config(all_reduce_variant="push"))
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from iris.device import rma, sync
+from iris.device.barrier import GROUP_ARGS
+from iris.kernel_launch import bind
+from iris.team import PUSH_BYTES, PUSH_PROGRAMS
+
+
+@triton.jit
+def combine(acc, x, OP: tl.constexpr):
+    """``acc`` OP ``x`` elementwise, OP one of "sum", "max", "min" (compile-time)."""
+    if OP == "sum":
+        out = acc + x
+    elif OP == "max":
+        out = tl.maximum(acc, x)
+    else:
+        out = tl.minimum(acc, x)
+    return out
+
+
+@triton.jit
+def _slot(base, count_word, rank, WORLD: tl.constexpr, SIZE: tl.constexpr):
+    """The slot of ``rank`` in the buffer half (count % 2) a push numbered by ``count_word`` uses."""
+    return base + ((tl.load(count_word) % 2) * WORLD + rank) * SIZE
+
+
+@triton.jit(do_not_specialize=GROUP_ARGS)
+def _all_reduce_push_kernel(src, dst, numel, blocks, members, count, index, cur, heap_bases, landing, flags, counts,
+                            WORLD: tl.constexpr, PROGRAMS: tl.constexpr, CAPACITY: tl.constexpr, OP: tl.constexpr,
+                            ACC: tl.constexpr, BLOCK: tl.constexpr):
+    program = tl.program_id(0)
+    sent = counts + program  # sent[peer] at sent + peer * PROGRAMS; received after WORLD * PROGRAMS words
+    received = counts + WORLD * PROGRAMS + program
+    for i in range(1, count):  # push: this program's blocks into every other member's slot for this rank
+        peer = tl.load(members + (index + i) % count)
+        slot = _slot(landing, sent + peer * PROGRAMS, cur, WORLD, CAPACITY)
+        for block in range(program, blocks, tl.num_programs(0)):
+            offs = tl.cast(block, tl.int64) * BLOCK + tl.arange(0, BLOCK)
+            mask = offs < numel
+            rma.store(slot + offs, tl.load(src + offs, mask=mask), cur, peer, heap_bases, mask=mask)
+        tl.debug_barrier()  # every thread's stores before the flag
+        pushes = tl.load(sent + peer * PROGRAMS) + 1
+        sync.signal(_slot(flags, sent + peer * PROGRAMS, cur, WORLD, PROGRAMS) + program, pushes, cur, peer,
+                    heap_bases)
+        tl.store(sent + peer * PROGRAMS, pushes)
+    for i in range(1, count):  # wait for every other member's push of the same program
+        peer = tl.load(members + (index + i) % count)
+        expected = tl.load(received + peer * PROGRAMS) + 1
+        sync.wait_until(_slot(flags, received + peer * PROGRAMS, peer, WORLD, PROGRAMS) + program, "==", expected)
+    tl.debug_barrier()  # the acquire before any thread reads what landed
+    for block in range(program, blocks, tl.num_programs(0)):  # sum in member order: the same bits everywhere
+        offs = tl.cast(block, tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < numel
+        acc = tl.zeros([BLOCK], ACC)
+        for j in range(0, count):
+            member = tl.load(members + j)
+            mine = member == cur  # own input from src, a peer's from its slot here (no branch: two masked loads)
+            landed = _slot(landing, received + member * PROGRAMS, member, WORLD, CAPACITY)
+            x = tl.where(mine, tl.load(src + offs, mask=mask & mine),
+                         tl.load(landed + offs, mask=mask & (member != cur), volatile=True)).to(ACC)
+            acc = tl.where(j == 0, x, combine(acc, x, OP))
+        tl.store(dst + offs, acc.to(dst.dtype.element_ty), mask=mask)
+    for i in range(1, count):  # count the receipts only now: the reads above used the slot they arrived in
+        peer = tl.load(members + (index + i) % count)
+        tl.store(received + peer * PROGRAMS, tl.load(received + peer * PROGRAMS) + 1)
+
+
+def check_capacity(nbytes: int) -> None:
+    """A message larger than the landing zones is refused before any launch."""
+    if nbytes > PUSH_BYTES:
+        raise ValueError(f"all_reduce: the push variant holds at most {PUSH_BYTES} bytes per rank in its landing "
+                         f"zones, got {nbytes}; use one_shot or two_shot for larger messages")
+
+
+def launch(ctx, output, input, members, op: str, acc, block_size: int):
+    """Launch the push all_reduce of ``input`` into ``output`` on the current stream; returns the bound launches."""
+    team = ctx.team
+    blocks = triton.cdiv(input.numel(), block_size)
+    programs = max(1, min(blocks, PUSH_PROGRAMS))
+    landing = team.push_landing.view(input.dtype)
+    bound = bind(_all_reduce_push_kernel, (programs,), input, output, input.numel(), blocks, members.tensor,
+                 members.size, members.index, ctx.get_rank(), ctx.get_heap_bases(), landing, team.push_flags,
+                 team.push_counts, WORLD=ctx.get_num_ranks(), PROGRAMS=PUSH_PROGRAMS,
+                 CAPACITY=landing.numel() // (2 * ctx.get_num_ranks()), OP=op, ACC=acc, BLOCK=block_size)
+    bound()
+    team.diagnose_now_in_debug()
+    return [bound]
