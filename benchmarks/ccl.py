@@ -32,8 +32,8 @@ Bus bandwidth follows NCCL: all_reduce moves 2(W-1)/W of the data per rank, the 
 small-integer data.
 Tuning: --tune, after a run whose CSV goes to its default place, writes iris/ccl/tuned.py, the
 default all_reduce variant by world size, dtype and size, from every
-benchmarks/results/ccl_<gpu>_<W>ranks.csv of that GPU (this run's among them): one_shot where its
-median time is at least --tune-margin (10%) below two_shot's, else two_shot. --tune-from CSV...
+benchmarks/results/ccl_<gpu>_<W>ranks.csv of that GPU (this run's among them): the fastest of one_shot
+and push where its median time is at least --tune-margin (10%) below two_shot's, else two_shot. --tune-from CSV...
 writes it from given runs without running anything (several runs of one world size: the median).
 Output: a table, printed as each point is measured, with each time's ratio to NCCL (>1: faster
 than NCCL); at the end a CSV and, with matplotlib, one PNG per collective (latency and bus
@@ -71,9 +71,9 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 REDUCING = ("all_reduce", "reduce_scatter")
 TUNED = Path(__file__).resolve().parents[1] / "iris" / "ccl" / "tuned.py"
-# The variants a default may be: both give every member the same bits in a fixed order (atomic,
+# The variants a default may be: each gives every member the same bits in a fixed order (atomic,
 # spinlock and ring sum in arrival order); two_shot is the fallback, its traffic bounded in W.
-TUNED_VARIANTS = ("one_shot", "two_shot")
+TUNED_VARIANTS = ("one_shot", "two_shot", "push")
 
 
 def parse_args(gpu: bool) -> argparse.Namespace:
@@ -295,10 +295,12 @@ def tuned_table(rows, margin: float) -> dict:
             times.setdefault(key, {}).setdefault(impl, []).append(float(row["us"]))
     winners = {}
     for (world, dtype, nbytes), found in sorted(times.items()):
-        if len(found) == len(TUNED_VARIANTS):
-            one, two = (statistics.median(found[v]) for v in TUNED_VARIANTS)
-            winners.setdefault((world, dtype), []).append((nbytes, "one_shot" if one < two * (1 - margin) else
-                                                           "two_shot"))
+        if "two_shot" not in found or len(found) < 2:
+            continue
+        medians = {variant: statistics.median(us) for variant, us in found.items()}
+        fastest = min((v for v in medians if v != "two_shot"), key=medians.get)
+        winner = fastest if medians[fastest] < medians["two_shot"] * (1 - margin) else "two_shot"
+        winners.setdefault((world, dtype), []).append((nbytes, winner))
     table = {}
     for key, points in winners.items():
         entries = []
@@ -329,8 +331,8 @@ def write_tuned(path: Path, paths, margin: float) -> None:
     path.write_text(f'''"""The default all_reduce variant by world size, dtype and bytes per rank (iris.ccl.all_reduce).
 
 Written by benchmarks/ccl.py (--tune after a run, or --tune-from CSV...), not by hand: at each size
-measured, one_shot where its median time over the runs is at least {margin:.0%} below two_shot's, else
-two_shot; a size between two measured ones takes the smaller one's variant. Runs:
+measured, the fastest of one_shot and push where its median time over the runs is at least {margin:.0%}
+below two_shot's, else two_shot; a size between two measured ones takes the smaller one's variant. Runs:
 
 {chr(10).join(runs)}
 """

@@ -215,3 +215,16 @@ def _push_all_reduce_back_to_back(calls):
 def test_the_push_variant_keeps_back_to_back_calls_apart(ranks):
     for rank, wrong in enumerate(ranks.run(_push_all_reduce_back_to_back, 60)):
         assert wrong == [], (rank, wrong)
+
+
+def test_a_tuned_push_entry_is_the_default_in_place_too_and_never_past_its_landing_zones(monkeypatch):
+    from iris.ccl import tuned
+    from iris.ccl.all_reduce import choose_variant
+    from iris.team import PUSH_BYTES
+
+    monkeypatch.setitem(tuned.ALL_REDUCE, (3, "bf16"), ((4096, "push"), (8192, "one_shot"), (1 << 40, "push")))
+    assert choose_variant(1024, in_place=False, world_size=3, dtype=torch.bfloat16) == "push"
+    assert choose_variant(1024, in_place=True, world_size=3, dtype=torch.bfloat16) == "push"
+    assert choose_variant(4096, in_place=False, world_size=3, dtype=torch.bfloat16) == "one_shot"
+    assert choose_variant(4096, in_place=True, world_size=3, dtype=torch.bfloat16) == "two_shot"
+    assert choose_variant(PUSH_BYTES + 2, in_place=False, world_size=3, dtype=torch.bfloat16) == "two_shot"

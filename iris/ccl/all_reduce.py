@@ -40,7 +40,7 @@ import triton.language as tl
 from iris.device import atomics, rma, sync
 from iris.ccl import _common, all_reduce_push, tuned
 from iris.ccl.all_reduce_push import combine
-from iris.team import LOCK_WORDS
+from iris.team import LOCK_WORDS, PUSH_BYTES
 from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.ccl.config import ReduceOp
 from iris.capabilities import find_limitation
@@ -204,23 +204,24 @@ def _all_reduce_kernel(src, dst, numel, chunk, members, count, index, cur, heap_
 def choose_variant(nbytes: int, in_place: bool, world_size: int, dtype=torch.bfloat16) -> str:
     """The default variant for ``nbytes`` per rank of ``dtype`` among ``world_size`` members.
 
-    In place: two_shot (one_shot would overwrite what other members still read). Otherwise the
-    entry of :data:`iris.ccl.tuned.ALL_REDUCE` for the world size and dtype (a dtype not tuned
+    The entry of :data:`iris.ccl.tuned.ALL_REDUCE` for the world size and dtype (a dtype not tuned
     takes the table of one that is): that table is written by ``benchmarks/ccl.py --tune`` from
-    the committed runs, not by hand. Past its entries, and for world sizes not measured: two_shot,
+    the committed runs, not by hand. In place, where the entry is one_shot: two_shot (one_shot would
+    overwrite what other members still read; push and two_shot run in place). Past its entries, and for world sizes not measured: two_shot,
     whose traffic per member stays under twice the data while one_shot's grows with the members.
 
     Example:
         >>> choose_variant(1024, in_place=False, world_size=8, dtype=torch.bfloat16)
         'one_shot'
     """
-    if in_place:
-        return "two_shot"
     name = DTYPE_NAMES.get(dtype, dtype)
     table = tuned.ALL_REDUCE.get((world_size, name))
     if table is None:  # not tuned for this dtype: the first tuned dtype's table at this world size
         table = next((entries for (world, _), entries in tuned.ALL_REDUCE.items() if world == world_size), ())
-    return next((variant for below, variant in table if nbytes < below), "two_shot")
+    variant = next((variant for below, variant in table if nbytes < below), "two_shot")
+    if variant == "push" and nbytes > PUSH_BYTES:  # a table measured past the landing zones' size
+        return "two_shot"
+    return variant if variant in IN_PLACE or not in_place else "two_shot"
 
 
 class AllReduceWorkspace:
