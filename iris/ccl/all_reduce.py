@@ -207,8 +207,9 @@ def choose_variant(nbytes: int, in_place: bool, world_size: int, dtype=torch.bfl
     The entry of :data:`iris.ccl.tuned.ALL_REDUCE` for the world size and dtype (a dtype not tuned
     takes the table of one that is): that table is written by ``benchmarks/ccl.py --tune`` from
     the committed runs, not by hand. In place, where the entry is one_shot: two_shot (one_shot would
-    overwrite what other members still read; push and two_shot run in place). Past its entries, and for world sizes not measured: two_shot,
-    whose traffic per member stays under twice the data while one_shot's grows with the members.
+    overwrite what other members still read; push and two_shot run in place). Past its entries, and
+    for world sizes not measured: two_shot, whose traffic per member stays under twice the data
+    while one_shot's grows with the members.
 
     Example:
         >>> choose_variant(1024, in_place=False, world_size=8, dtype=torch.bfloat16)
