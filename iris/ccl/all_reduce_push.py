@@ -83,10 +83,12 @@ def _all_reduce_push_kernel(src, dst, numel, blocks, members, count, index, cur,
         acc = tl.zeros([BLOCK], ACC)
         for j in range(0, count):
             member = tl.load(members + j)
-            mine = member == cur  # own input from src, a peer's from its slot here (no branch: two masked loads)
+            # own input from src, a peer's from its slot here: no branch, two masked loads. The lanes' test is
+            # a block, not a scalar: Triton 3.9's interpreter turns a block mask & a scalar bool into int32.
+            lanes = member + tl.zeros([BLOCK], tl.int32)
             landed = _slot(landing, received + member * PROGRAMS, member, WORLD, CAPACITY)
-            x = tl.where(mine, tl.load(src + offs, mask=mask & mine),
-                         tl.load(landed + offs, mask=mask & (member != cur), volatile=True)).to(ACC)
+            x = tl.where(lanes == cur, tl.load(src + offs, mask=mask & (lanes == cur)),
+                         tl.load(landed + offs, mask=mask & (lanes != cur), volatile=True)).to(ACC)
             acc = tl.where(j == 0, x, combine(acc, x, OP))
         tl.store(dst + offs, acc.to(dst.dtype.element_ty), mask=mask)
     for i in range(1, count):  # count the receipts only now: the reads above used the slot they arrived in
