@@ -16,6 +16,10 @@ call that received the peer's push n + 1, which the peer made in a call after th
 push n: slot n % 2 is free again. Counting per pair, not per call, keeps members that also meet in
 other groups in step.
 
+A call that fails part-way on one member (a launch error) leaves that pair's counts apart, and later
+push calls between them wait for a flag that will not come (in debug mode every device wait is
+bounded by IRIS_WAIT_TIMEOUT and raises :class:`iris.WaitTimeoutError`): make a new context.
+
 Memory: the heap's reserved tail holds, per rank, 2 x world x PUSH_BYTES of landing zones and
 2 x world x PUSH_PROGRAMS flags (:func:`iris.team.reserved_layout`); a message may be at most
 PUSH_BYTES per rank. Not chosen by default until measured on GPUs (benchmarks/ccl.py times it).
