@@ -22,13 +22,16 @@ from iris.team import Team, reserved_layout
 ALLOCATORS = ("torch",)
 
 
-def _job_facts(backend, comm, nodes, device) -> JobFacts:
-    """What the heap providers decide on, gathered from every rank (equal on every rank)."""
+def _job_facts(backend, comm, nodes, device, provider) -> JobFacts:
+    """What the heap providers decide on, gathered from every rank (equal on every rank). Whether torch can
+    run NVSHMEM here is asked only for the shmem heap (False otherwise)."""
     import torch.distributed as dist
 
-    from iris.memory.providers.shmem import engine_available
+    engine = False
+    if provider.name == "shmem" and backend.name != "cpu":
+        from iris.memory.providers.shmem import engine_available
 
-    engine = backend.name != "cpu" and engine_available()
+        engine = engine_available()
     gathered = comm.all_gather_object((str(device), engine))
     return JobFacts(backend=backend.name, nodes=nodes, devices=tuple(d for d, _ in gathered),
                     distributed=dist.is_available() and dist.is_initialized(), engine=tuple(e for _, e in gathered))
@@ -85,7 +88,7 @@ class Iris(TensorFactories):
             raise ValueError(f"every rank must pass the same heap_size; got {sizes} (by rank)")
         nodes = node_map(comm)
         device = backend.device_for(comm.rank)
-        refusal = provider.refusal(_job_facts(backend, comm, nodes, device))  # the same on every rank
+        refusal = provider.refusal(_job_facts(backend, comm, nodes, device, provider))  # the same on every rank
         if refusal:
             raise RuntimeError(refusal)
         self._node_map = nodes
