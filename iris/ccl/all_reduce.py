@@ -39,7 +39,7 @@ import triton.language as tl
 
 from iris.device import atomics, rma, sync
 from iris.ccl import _common, all_reduce_push, tuned
-from iris.ccl.all_reduce_push import combine
+from iris.ccl.reduction import combine, reduce_block
 from iris.team import LOCK_WORDS, PUSH_BYTES
 from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.ccl.config import ReduceOp
@@ -51,22 +51,8 @@ DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp
 FUSED_ONLY = ("atomic", "spinlock", "ring")
 # Variants that may write their output over their input (no other member reads it after the write).
 IN_PLACE = ("two_shot", "push")
-
-
-@triton.jit
-def _reduce_block(src, offs, mask, members, count, first, cur, heap_bases, OP: tl.constexpr, ACC: tl.constexpr):
-    """The reduction of ``src + offs`` over every member, in member order from position ``first`` on.
-
-    Where one member alone reduces a block (two_shot, reduce_scatter) it starts at its own
-    position: the readers then start on different members, where all starting on member 0 would
-    queue every reader on one member's links at a time. Where every member reduces the block
-    itself (one_shot) they all pass 0, so every member gets the same bits.
-    """
-    acc = rma.load(src + offs, cur, tl.load(members + first), heap_bases, mask=mask).to(ACC)
-    for i in range(1, count):
-        x = rma.load(src + offs, cur, tl.load(members + (first + i) % count), heap_bases, mask=mask).to(ACC)
-        acc = combine(acc, x, OP)
-    return acc
+# Variants that write only this member's output (it need not be on the heap).
+LOCAL_OUTPUT = ("one_shot", "push")
 
 
 @triton.jit
@@ -74,7 +60,7 @@ def _one_shot_piece(pid, src, dst, numel, members, count, cur, heap_bases, OP: t
                     BLOCK: tl.constexpr):
     offs = tl.cast(pid, tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel
-    acc = _reduce_block(src, offs, mask, members, count, 0, cur, heap_bases, OP, ACC)
+    acc = reduce_block(src, offs, mask, members, count, 0, cur, heap_bases, OP, ACC)
     tl.store(dst + offs, acc.to(dst.dtype.element_ty), mask=mask)
 
 
@@ -84,7 +70,7 @@ def _two_shot_piece(pid, src, dst, numel, members, count, index, cur, heap_bases
     # This member's slice: blocks index, index + count, ... of the flat tensor.
     offs = (tl.cast(pid, tl.int64) * count + index) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel
-    acc = _reduce_block(src, offs, mask, members, count, index, cur, heap_bases, OP, ACC).to(dst.dtype.element_ty)
+    acc = reduce_block(src, offs, mask, members, count, index, cur, heap_bases, OP, ACC).to(dst.dtype.element_ty)
     for i in range(0, count):
         peer = tl.load(members + (index + i) % count)
         rma.store(dst + offs, acc, cur, peer, heap_bases, mask=mask)
@@ -264,8 +250,7 @@ def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=N
                          "would be overwritten); use Config(all_reduce_variant=\"two_shot\") or a separate output")
     if variant == "push":
         all_reduce_push.check_capacity(input.nbytes)
-    # one_shot and push write only this member's output: it need not be on the heap
-    ctx.team.check_tensor(what, "output", output, _common.REDUCE_DTYPES, symmetric=variant not in ("one_shot", "push"))
+    ctx.team.check_tensor(what, "output", output, _common.REDUCE_DTYPES, symmetric=variant not in LOCAL_OUTPUT)
     return AllReduceWorkspace(variant, group, members)
 
 

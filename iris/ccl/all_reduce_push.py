@@ -35,26 +35,30 @@ import triton.language as tl
 
 from iris.device import rma, sync
 from iris.device.barrier import GROUP_ARGS
+from iris.ccl.reduction import combine
 from iris.kernel_launch import bind
 from iris.team import PUSH_BYTES, PUSH_PROGRAMS
-
-
-@triton.jit
-def combine(acc, x, OP: tl.constexpr):
-    """``acc`` OP ``x`` elementwise, OP one of "sum", "max", "min" (compile-time)."""
-    if OP == "sum":
-        out = acc + x
-    elif OP == "max":
-        out = tl.maximum(acc, x)
-    else:
-        out = tl.minimum(acc, x)
-    return out
 
 
 @triton.jit
 def _slot(base, count_word, rank, WORLD: tl.constexpr, SIZE: tl.constexpr):
     """The slot of ``rank`` in the buffer half (count % 2) a push numbered by ``count_word`` uses."""
     return base + ((tl.load(count_word) % 2) * WORLD + rank) * SIZE
+
+
+@triton.jit
+def _member_block(src, landing, received, members, j, cur, offs, mask, WORLD: tl.constexpr, PROGRAMS: tl.constexpr,
+                  CAPACITY: tl.constexpr, BLOCK: tl.constexpr):
+    """Member ``j``'s block at ``offs``: this member's own from ``src``, a peer's from its slot here.
+
+    No branch, two masked loads. The lanes' test is a block, not a scalar: Triton 3.9's interpreter
+    turns a block mask & a scalar bool into int32 and refuses it as a mask.
+    """
+    member = tl.load(members + j)
+    lanes = member + tl.zeros([BLOCK], tl.int32)
+    landed = _slot(landing, received + member * PROGRAMS, member, WORLD, CAPACITY)
+    return tl.where(lanes == cur, tl.load(src + offs, mask=mask & (lanes == cur)),
+                    tl.load(landed + offs, mask=mask & (lanes != cur), volatile=True))
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
@@ -84,16 +88,10 @@ def _all_reduce_push_kernel(src, dst, numel, blocks, members, count, index, cur,
     for block in range(program, blocks, tl.num_programs(0)):  # sum in member order: the same bits everywhere
         offs = tl.cast(block, tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < numel
-        acc = tl.zeros([BLOCK], ACC)
-        for j in range(0, count):
-            member = tl.load(members + j)
-            # own input from src, a peer's from its slot here: no branch, two masked loads. The lanes' test is
-            # a block, not a scalar: Triton 3.9's interpreter turns a block mask & a scalar bool into int32.
-            lanes = member + tl.zeros([BLOCK], tl.int32)
-            landed = _slot(landing, received + member * PROGRAMS, member, WORLD, CAPACITY)
-            x = tl.where(lanes == cur, tl.load(src + offs, mask=mask & (lanes == cur)),
-                         tl.load(landed + offs, mask=mask & (lanes != cur), volatile=True)).to(ACC)
-            acc = tl.where(j == 0, x, combine(acc, x, OP))
+        acc = _member_block(src, landing, received, members, 0, cur, offs, mask, WORLD, PROGRAMS, CAPACITY, BLOCK)
+        for j in range(1, count):
+            x = _member_block(src, landing, received, members, j, cur, offs, mask, WORLD, PROGRAMS, CAPACITY, BLOCK)
+            acc = combine(acc.to(ACC), x.to(ACC), OP)
         tl.store(dst + offs, acc.to(dst.dtype.element_ty), mask=mask)
     for i in range(1, count):  # count the receipts only now: the reads above used the slot they arrived in
         peer = tl.load(members + (index + i) % count)

@@ -15,7 +15,7 @@ import triton.language as tl
 
 from iris.ccl import _common
 from iris.device.barrier import GROUP_ARGS, enter, leave
-from iris.ccl.all_reduce import _reduce_block
+from iris.ccl.reduction import reduce_block
 from iris.ccl.config import ReduceOp
 
 
@@ -31,7 +31,7 @@ def _reduce_scatter_piece(pid, src, dst, numel, members, count, index, cur, heap
         out = tl.cast(pid, tl.int64) * BLOCK + lanes
         offs = tl.cast(index, tl.int64) * numel + out
         mask = out < numel
-    acc = _reduce_block(src, offs, mask, members, count, index, cur, heap_bases, OP, ACC)
+    acc = reduce_block(src, offs, mask, members, count, index, cur, heap_bases, OP, ACC)
     tl.store(dst + out, acc.to(dst.dtype.element_ty), mask=mask)
 
 
