@@ -110,7 +110,9 @@ def _every_all_reduce_variant():
     rank = ctx.get_rank()
     seen = {}
     for variant in ALL_REDUCE_VARIANTS:
-        for dtype in (torch.float32, torch.int32):
+        # bfloat16: the variants that sum in float32 carry an accumulator of another type than the data's
+        # (the GPU compilers refuse a loop that changes a variable's type; the interpreter does not)
+        for dtype in (torch.float32, torch.int32) + (() if variant == "atomic" else (torch.bfloat16,)):
             for op in (ReduceOp.SUM, ReduceOp.MAX):
                 x = ctx.full((1000,), rank + 1, dtype=dtype)  # 16 blocks of 64: many programs, a ragged tail
                 out = ctx.zeros(1000, dtype=dtype)
@@ -163,7 +165,8 @@ def _push_all_reduce_many_times(rounds):
     config = Config(all_reduce_variant="push", block_size=64)
     for step in range(rounds):
         numel = (97, 1000, 4096)[step % 3]  # one program, ragged blocks, more blocks than programs
-        inputs = [torch.randint(-1000, 1000, (numel,), dtype=torch.int32, generator=generator) for _ in range(world)]
+        inputs = [torch.randint(-1000, 1000, (numel,), dtype=torch.int32, generator=generator).to(ctx.get_device())
+                  for _ in range(world)]
         x = ctx.empty(numel, dtype=torch.int32)
         x.copy_(inputs[rank])
         out = x if step % 2 else ctx.full((numel,), -7, dtype=torch.int32)
@@ -201,7 +204,7 @@ def _push_all_reduce_back_to_back(calls):
     x.mul_(rank + 1)
     out = ctx.empty(4096, dtype=torch.int32)
     config = Config(all_reduce_variant="push", block_size=4096)
-    base = torch.arange(4096, dtype=torch.int32) * (world * (world + 1) // 2)
+    base = torch.arange(4096, dtype=torch.int32, device=ctx.get_device()) * (world * (world + 1) // 2)
     wrong = []
     for call in range(calls):
         ctx.ccl.all_reduce(out, x, config=config)

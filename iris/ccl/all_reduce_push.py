@@ -88,10 +88,11 @@ def _all_reduce_push_kernel(src, dst, numel, blocks, members, count, index, cur,
     for block in range(program, blocks, tl.num_programs(0)):  # sum in member order: the same bits everywhere
         offs = tl.cast(block, tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < numel
-        acc = _member_block(src, landing, received, members, 0, cur, offs, mask, WORLD, PROGRAMS, CAPACITY, BLOCK)
+        acc = _member_block(src, landing, received, members, 0, cur, offs, mask, WORLD, PROGRAMS, CAPACITY,
+                            BLOCK).to(ACC)  # the loop keeps acc's type: ACC from the start
         for j in range(1, count):
             x = _member_block(src, landing, received, members, j, cur, offs, mask, WORLD, PROGRAMS, CAPACITY, BLOCK)
-            acc = combine(acc.to(ACC), x.to(ACC), OP)
+            acc = combine(acc, x.to(ACC), OP)
         tl.store(dst + offs, acc.to(dst.dtype.element_ty), mask=mask)
     for i in range(1, count):  # count the receipts only now: the reads above used the slot they arrived in
         peer = tl.load(members + (index + i) % count)
