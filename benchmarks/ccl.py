@@ -91,6 +91,9 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--graph-max", type=parse_size, default=parse_size("1M"),
                         help="largest size timed in graph replay (1M)")
     parser.add_argument("--host", action="store_true", help="also time the host's share of each iris call")
+    parser.add_argument("--trace", action="store_true", help="tracing on (ctx.tracing.enable()) for the whole run: "
+                        "iris's collectives record their events, to compare their times with a run without it "
+                        "(a traced run is never tuned from)")
     parser.add_argument("--tune", action="store_true", help="write iris/ccl/tuned.py from this GPU's runs")
     parser.add_argument("--tune-from", nargs="+", type=Path, default=None, metavar="CSV",
                         help="write the tuned table from these runs' CSVs, run nothing")
@@ -290,7 +293,8 @@ def tuned_table(rows, margin: float) -> dict:
     times = {}
     for row in rows:
         impl = row["impl"].removeprefix("iris.")
-        if row["collective"] == "all_reduce" and impl in TUNED_VARIANTS and row["us"]:
+        traced = row.get("trace", "0") not in ("", "0")  # the committed runs before the column: untraced
+        if row["collective"] == "all_reduce" and impl in TUNED_VARIANTS and row["us"] and not traced:
             key = (int(row["world_size"]), row["dtype"], int(row["bytes"]))
             times.setdefault(key, {}).setdefault(impl, []).append(float(row["us"]))
     winners = {}
@@ -355,8 +359,10 @@ def main() -> int:
     rank, device = ctx.get_rank(), ctx.get_device()
     buffers = Buffers(ctx, args.max, world)
     gpu_name = torch.cuda.get_device_name(device) if gpu else "cpu"
+    if args.trace:
+        ctx.tracing.enable(max_events=1_000_000)  # later events are dropped; the kernels still take the recording path
     base = {"gpu": gpu_name, "backend": iris.runtime.SELECTED, "world_size": world, "version": iris.__version__,
-            "commit": git_commit(), "iters": args.iters}
+            "commit": git_commit(), "iters": args.iters, "trace": int(args.trace)}
     rows, problems = [], []
     if args.host and gpu:
         rows += null_launch_rows(base, buffers.heap)

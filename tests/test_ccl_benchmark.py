@@ -12,7 +12,7 @@ def test_ccl_benchmark_validates_and_writes_every_row(tmp_path):
     out = tmp_path / "ccl.csv"
     command = [sys.executable, "-m", "iris", "run", "-n", "2", "--timeout", "300", str(ROOT / "benchmarks" / "ccl.py"),
                "--max", "2K", "--iters", "1", "--warmup", "0", "--validate", "--dtypes", "bf16", "fp8e4m3",
-               "--graph", "--host", "--csv", str(out)]  # graph replay and host time: GPU only, absent here
+               "--graph", "--host", "--trace", "--csv", str(out)]  # graph replay, host time: GPU only, absent here
     proc = subprocess.run(command, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "VALIDATION FAILED" not in proc.stdout
@@ -23,6 +23,7 @@ def test_ccl_benchmark_validates_and_writes_every_row(tmp_path):
     assert ("all_gather", "fp8e4m3", "iris") in seen and ("all_reduce", "fp8e4m3", "iris") not in seen
     assert {"iris.one_shot", "iris.two_shot"} <= {r["impl"] for r in rows if r["collective"] == "all_reduce"}
     assert all(float(r["us"]) > 0 for r in rows if r["us"])
+    assert {r["trace"] for r in rows} == {"1"}  # validated with every collective recording its events
     impls = {r["impl"] for r in rows}
     if any(r["backend"] != "cpu" for r in rows):  # the GPU gate: replayed from a graph, or the row says why
         assert {"iris+graph", "iris (host)", "null (host)", "null bound (host)"} <= impls, impls
@@ -42,16 +43,25 @@ def _tune(tmp_path, *csvs, margin=None):
     return namespace["ALL_REDUCE"], table.read_text()
 
 
-def _run_csv(path, world, times):
-    """A ccl.py CSV of all_reduce rows: {bytes: (one_shot us, two_shot us)}."""
+def _run_csv(path, world, times, trace=None):
+    """A ccl.py CSV of all_reduce rows: {bytes: (one_shot us, two_shot us)}; ``trace``: the column's value
+    (None: no column, as in the runs committed before it existed)."""
+    extra = {} if trace is None else {"trace": trace}
     with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["world_size", "commit", "collective", "dtype", "bytes", "impl", "us"])
+        writer = csv.DictWriter(f, fieldnames=["world_size", "commit", "collective", "dtype", "bytes", "impl", "us",
+                                               *extra])
         writer.writeheader()
         for nbytes, pair in times.items():
             for impl, us in zip(("iris.one_shot", "iris.two_shot"), pair):
                 writer.writerow(dict(world_size=world, commit="abc1234", collective="all_reduce", dtype="bf16",
-                                     bytes=nbytes, impl=impl, us=us))
+                                     bytes=nbytes, impl=impl, us=us, **extra))
     return path
+
+
+def test_a_traced_run_is_not_tuned_from(tmp_path):
+    plain = _run_csv(tmp_path / "a.csv", 2, {1024: (5, 10), 4096: (10, 5)}, trace="0")
+    traced = _run_csv(tmp_path / "b.csv", 2, {1024: (50, 10), 4096: (1, 5)}, trace="1")
+    assert _tune(tmp_path, plain, traced)[0] == _tune(tmp_path, plain)[0] == {(2, "bf16"): ((4096, "one_shot"),)}
 
 
 def test_tuning_takes_the_median_over_runs_and_a_margin(tmp_path):

@@ -87,19 +87,23 @@ def test_events_past_max_events_are_dropped(ranks, tmp_path):
         assert [e["name"] for e in found["events"]] == ["put", "signal"]
 
 
-def _traced_fused_op_on_rank(traced: bool):
+def _traced_fused_op_on_rank(traced: bool, op: str):
     ctx = iris.iris(1 << 22)
     world, device = ctx.get_num_ranks(), ctx.get_device()
     if traced:
         ctx.tracing.enable(max_events=10_000)
     a = torch.full((40, 24), 0.5, dtype=torch.bfloat16, device=device)
-    b = torch.full((24, 70), 1.0, dtype=torch.bfloat16, device=device)
-    out = torch.empty(40, 70, dtype=torch.float32, device=device)
-    ctx.ops.matmul_all_reduce(out, a, b)
+    b = torch.full((24 * (world if op == "all_gather_matmul" else 1), 70), 1.0, dtype=torch.bfloat16, device=device)
+    if op == "matmul_all_gather":  # every member's (40, 70) product, stacked, on the heap
+        out = ctx.empty(world * 40, 70, dtype=torch.float32)
+    else:
+        out = torch.empty(40, 70, dtype=torch.float32, device=device)
+    getattr(ctx.ops, op)(out, a, b)
     ctx.barrier()
     events = ctx.tracing.events() if traced else []
     tiles = {(e["pid_m"], e["pid_n"]) for e in events if e["name"] == "compute"}
-    found = dict(right=bool((out == 12.0 * world).all()), kinds=sorted({e["name"] for e in events}),
+    want = 12.0 * (1 if op == "matmul_all_gather" else world)
+    found = dict(right=bool((out == want).all()), kinds=sorted({e["name"] for e in events}),
                  computes=sum(e["name"] == "compute" for e in events), tiles=len(tiles),
                  pushes=sum(e["name"] == "put" for e in events),
                  spans=all(e["end"] >= e["timestamp"] > 0 for e in events if e["name"] == "compute"),
@@ -108,17 +112,73 @@ def _traced_fused_op_on_rank(traced: bool):
     return found
 
 
+# What each fused op records at least, per program (entry barrier) and per tile (matmul_all_reduce also waits
+# for the owner's sums where it reduces at owners: beyond 2 ranks).
+FUSED_KINDS = {"matmul_all_reduce": ["barrier", "compute", "put", "reduce"],
+               "all_gather_matmul": ["barrier", "compute", "wait"],
+               "matmul_all_gather": ["barrier", "compute", "put"]}
+
+
+@pytest.mark.parametrize("op", sorted(FUSED_KINDS))
 @pytest.mark.parametrize("traced", [True, False])
-def test_a_fused_op_records_its_tiles_when_tracing_is_on(ranks, traced):
-    """ctx.ops kernels record each tile's compute span, its push, the reductions and the entry barrier."""
-    for rank, found in enumerate(ranks.run(_traced_fused_op_on_rank, traced)):
+def test_a_fused_op_records_its_tiles_when_tracing_is_on(ranks, traced, op):
+    """ctx.ops kernels record each tile's compute span and what moves it (push, reduction, wait) and the barrier."""
+    for rank, found in enumerate(ranks.run(_traced_fused_op_on_rank, traced, op)):
         assert found["right"]
         if not traced:
             assert found["kinds"] == [] and found["computes"] == 0
             continue
-        assert {"barrier", "compute", "put", "reduce"} <= set(found["kinds"]), found
-        assert found["computes"] == found["tiles"] == found["pushes"] >= 1, found  # every tile, once, on every rank
+        assert set(FUSED_KINDS[op]) <= set(found["kinds"]) <= set(FUSED_KINDS[op]) | {"wait"}, found
+        assert found["computes"] == found["tiles"] >= 1, found  # every tile, once, on every rank
+        if op != "all_gather_matmul":  # each tile's partial or result is pushed once
+            assert found["pushes"] == found["tiles"], found
         assert found["spans"] and found["ranks"] == {rank}, found
+
+def _traced_collectives_on_rank(tmp: str):
+    """Each collective called once untraced (its launches remembered), then again with tracing on."""
+    from iris.ccl import Config
+
+    ctx = iris.iris(1 << 22)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    x = ctx.full((1000,), float(rank + 1))
+    out = ctx.zeros(1000)
+    gathered = ctx.zeros(world * 1000)
+    fused, unfused = Config(block_size=256), Config(block_size=256, fused_bytes=0)
+    calls = {"all_reduce": lambda config: ctx.ccl.all_reduce(out, x, config=config),
+             "all_gather": lambda config: ctx.ccl.all_gather(gathered, x, config=config),
+             "reduce_scatter": lambda config: ctx.ccl.reduce_scatter(out[:1000 // world], x[:1000 // world * world],
+                                                                     config=config),
+             "push": lambda config: ctx.ccl.all_reduce(out, x, config=Config(all_reduce_variant="push",
+                                                                            block_size=256))}
+    found = {}
+    for name, call in calls.items():
+        for label, config in (("fused", fused), ("unfused", unfused)):
+            ctx.tracing.disable()
+            call(config)  # untraced, remembered
+            ctx.barrier()
+            ctx.tracing.enable(max_events=1000)
+            call(config)  # the same call: must not replay the untraced launches
+            ctx.barrier()
+            found[f"{name} {label}"] = sorted({e["name"] for e in ctx.tracing.events()})
+            right = bool((out == world * (world + 1) / 2).all()) if name in ("all_reduce", "push") else True
+            found[f"{name} {label} right"] = right
+    merged = ctx.tracing.export(os.path.join(tmp, "push.json"), merge=True)  # the last call: push
+    ctx.close()
+    return found, merged
+
+
+def test_the_collectives_record_their_barriers_and_pieces_when_tracing_is_on(ranks, tmp_path):
+    """ccl kernels built with tracing record a span per piece (and, fused, the barrier rounds); push records its
+    puts, signals, waits and reduction, and the merged timeline draws the flow from each signal to its wait."""
+    for rank, (found, merged) in enumerate(ranks.run(_traced_collectives_on_rank, str(tmp_path))):
+        assert all(found[key] for key in found if key.endswith("right")), found
+        assert found["all_reduce fused"] == ["barrier", "reduce"], found
+        assert found["all_reduce unfused"] == ["reduce"], found  # its barriers are launches of their own
+        assert found["all_gather fused"] == ["barrier", "put"], found
+        assert found["reduce_scatter fused"] == ["barrier", "reduce"], found
+        assert found["push fused"] == ["put", "reduce", "signal", "wait"], found
+        flows = [e for e in merged["traceEvents"] if e.get("cat") == "flow" and e["ph"] == "s"]
+        assert len(flows) >= ranks.world_size * (ranks.world_size - 1), merged["traceEvents"][-8:]
 
 
 PROBE = '''

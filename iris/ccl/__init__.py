@@ -74,6 +74,7 @@ class CCL:
         """``function(*args, **kwargs)``, which launches and returns its bound launches, or a replay of the
         launches it returned for the same ``key``."""
         debug = self._ctx.team.debug  # each call diagnosed: no replay
+        key = key + (self._ctx.tracing.enabled,)  # the kernels are built with tracing or without
         try:
             plan = None if debug else self._plans.get(key)
         except TypeError:  # an unhashable argument: the call itself says what is wrong with it

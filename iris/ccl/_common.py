@@ -30,6 +30,8 @@ def run(ctx, group, async_op: bool, fuse: bool, kernel, programs: int, *args, fu
     and share the pieces (see :mod:`iris.device.barrier`): ``fused_programs`` of them, the same on
     every member (default: ``programs``), at most FUSED_PROGRAMS. ``args`` end with ``cur,
     heap_bases``-style arguments of the kernel; the barrier's state and ``programs`` follow them.
+    ``TRACE`` (a constexpr of every collective kernel) is on while ``ctx.tracing`` is: the kernel then
+    records its barrier rounds and each piece (:mod:`iris.device.tracing`).
 
     Returns the launches, bound (:mod:`iris.kernel_launch`): ``ctx.ccl`` replays them when the same
     collective is called again with the same tensors.
@@ -38,7 +40,7 @@ def run(ctx, group, async_op: bool, fuse: bool, kernel, programs: int, *args, fu
     barrier = team.barrier
     arrivals, expected, _, _ = barrier.arguments(group)
     launch = dict(FUSED=fuse, EXIT_BARRIER=fuse and not async_op, WORLD=ctx.get_num_ranks(),
-                  BARRIER_BLOCK=barrier.block, **constexprs)
+                  BARRIER_BLOCK=barrier.block, TRACE=ctx.tracing.enabled, **constexprs)
     if fuse:
         grid = min(FUSED_PROGRAMS, max(1, programs if fused_programs is None else fused_programs))
         launches = [bind(kernel, (grid,), *args, arrivals, expected, programs, **launch)]

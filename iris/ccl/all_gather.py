@@ -5,9 +5,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from iris.device import rma
+from iris.device import rma, tracing
 from iris.ccl import _common
 from iris.device.barrier import GROUP_ARGS, enter, leave
+from iris.device.rma import HEAP_BASES_SLOT
+from iris.device.tracing import elements_bytes, tracing_from_context
 
 
 @triton.jit
@@ -24,11 +26,14 @@ def _all_gather_piece(pid, src, dst, numel, members, count, index, cur, heap_bas
 @triton.jit(do_not_specialize=GROUP_ARGS)
 def _all_gather_kernel(src, dst, numel, members, count, index, cur, heap_bases, arrivals, expected, programs,
                        FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr,
-                       BARRIER_BLOCK: tl.constexpr, BLOCK: tl.constexpr):
-    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK)
+                       BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr, BLOCK: tl.constexpr):
+    trace = tracing_from_context(heap_bases - HEAP_BASES_SLOT, WORLD, TRACE)  # records nothing unless TRACE
+    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, trace)
     for pid in range(tl.program_id(0), programs, tl.num_programs(0)):  # skeleton: iris.device.barrier
+        span = trace.start(tracing.PUT, cur, -1, dst, pid, -1, elements_bytes(dst, count * BLOCK))
         _all_gather_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, BLOCK)
-    leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK)
+        trace.end(span)
+    leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 
 
 def all_gather(output, input, ctx, group=None, async_op=False, config=None):

@@ -37,11 +37,13 @@ import torch
 import triton
 import triton.language as tl
 
-from iris.device import atomics, rma, sync
+from iris.device import atomics, rma, sync, tracing
 from iris.ccl import _common, all_reduce_push, tuned
 from iris.ccl.reduction import combine, reduce_block
 from iris.team import LOCK_WORDS, PUSH_BYTES
 from iris.device.barrier import GROUP_ARGS, enter, leave
+from iris.device.rma import HEAP_BASES_SLOT
+from iris.device.tracing import elements_bytes, tracing_from_context
 from iris.ccl.config import ReduceOp
 from iris.capabilities import find_limitation
 
@@ -168,23 +170,28 @@ def _all_reduce_piece(pid, src, dst, numel, members, count, index, cur, heap_bas
 @triton.jit(do_not_specialize=GROUP_ARGS + ("chunk",))
 def _all_reduce_kernel(src, dst, numel, chunk, members, count, index, cur, heap_bases, locks, flags, counts, arrivals,
                        expected, programs, FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr,
-                       BARRIER_BLOCK: tl.constexpr, VARIANT: tl.constexpr, OP: tl.constexpr, ACC: tl.constexpr,
-                       BLOCK: tl.constexpr):
+                       BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr, VARIANT: tl.constexpr, OP: tl.constexpr,
+                       ACC: tl.constexpr, BLOCK: tl.constexpr):
     if (VARIANT == "atomic") or (VARIANT == "spinlock"):  # fused only: seed the output, then enter
         for pid in range(tl.program_id(0), programs, tl.num_programs(0)):
             _seed_piece(pid, src, dst, numel, BLOCK)
-    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK)
+    trace = tracing_from_context(heap_bases - HEAP_BASES_SLOT, WORLD, TRACE)  # records nothing unless TRACE
+    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, trace)
     if VARIANT == "ring":  # fused only
         seen = tl.load(counts + tl.program_id(0))  # this program's flag count before this call
         for pid in range(tl.program_id(0), programs, tl.num_programs(0)):
+            span = trace.start(tracing.REDUCE, cur, -1, dst, pid, -1, elements_bytes(dst, count * BLOCK))
             seen = _ring_piece(pid, src, dst, numel, chunk, members, count, index, cur, heap_bases, flags, seen,
                                OP, ACC, BLOCK)
+            trace.end(span)
         tl.store(counts + tl.program_id(0), seen)
     else:
         for pid in range(tl.program_id(0), programs, tl.num_programs(0)):  # skeleton: iris.device.barrier
+            span = trace.start(tracing.REDUCE, cur, -1, src, pid, -1, elements_bytes(src, count * BLOCK))
             _all_reduce_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, locks, VARIANT, OP,
                               ACC, BLOCK)
-    leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK)
+            trace.end(span)
+    leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 
 
 def choose_variant(nbytes: int, in_place: bool, world_size: int, dtype=torch.bfloat16) -> str:

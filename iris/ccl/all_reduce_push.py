@@ -33,8 +33,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from iris.device import rma, sync
+from iris.device import rma, sync, tracing
 from iris.device.barrier import GROUP_ARGS
+from iris.device.tracing import elements_bytes, tracing_from_context
 from iris.ccl.reduction import combine
 from iris.kernel_launch import bind
 from iris.team import PUSH_BYTES, PUSH_PROGRAMS
@@ -64,27 +65,35 @@ def _member_block(src, landing, received, members, j, cur, offs, mask, WORLD: tl
 @triton.jit(do_not_specialize=GROUP_ARGS)
 def _all_reduce_push_kernel(src, dst, numel, blocks, members, count, index, cur, heap_bases, landing, flags, counts,
                             WORLD: tl.constexpr, PROGRAMS: tl.constexpr, CAPACITY: tl.constexpr, OP: tl.constexpr,
-                            ACC: tl.constexpr, BLOCK: tl.constexpr):
+                            ACC: tl.constexpr, BLOCK: tl.constexpr, TRACE: tl.constexpr):
     program = tl.program_id(0)
+    trace = tracing_from_context(heap_bases - rma.HEAP_BASES_SLOT, WORLD, TRACE)  # records nothing unless TRACE
     sent = counts + program  # sent[peer] at sent + peer * PROGRAMS; received after WORLD * PROGRAMS words
     received = counts + WORLD * PROGRAMS + program
     for i in range(1, count):  # push: this program's blocks into every other member's slot for this rank
         peer = tl.load(members + (index + i) % count)
         slot = _slot(landing, sent + peer * PROGRAMS, cur, WORLD, CAPACITY)
+        span = trace.start(tracing.PUT, cur, peer, slot, -1, -1, elements_bytes(src, numel))
         for block in range(program, blocks, tl.num_programs(0)):
             offs = tl.cast(block, tl.int64) * BLOCK + tl.arange(0, BLOCK)
             mask = offs < numel
             rma.store(slot + offs, tl.load(src + offs, mask=mask), cur, peer, heap_bases, mask=mask)
         tl.debug_barrier()  # every thread's stores before the flag
+        trace.end(span)
         pushes = tl.load(sent + peer * PROGRAMS) + 1
-        sync.signal(_slot(flags, sent + peer * PROGRAMS, cur, WORLD, PROGRAMS) + program, pushes, cur, peer,
-                    heap_bases)
+        flag = _slot(flags, sent + peer * PROGRAMS, cur, WORLD, PROGRAMS) + program
+        trace.start(tracing.SIGNAL, cur, peer, flag, -1, -1, 4)  # an instant: no end
+        sync.signal(flag, pushes, cur, peer, heap_bases)
         tl.store(sent + peer * PROGRAMS, pushes)
     for i in range(1, count):  # wait for every other member's push of the same program
         peer = tl.load(members + (index + i) % count)
         expected = tl.load(received + peer * PROGRAMS) + 1
-        sync.wait_until(_slot(flags, received + peer * PROGRAMS, peer, WORLD, PROGRAMS) + program, "==", expected)
+        flag = _slot(flags, received + peer * PROGRAMS, peer, WORLD, PROGRAMS) + program
+        span = trace.start(tracing.WAIT, cur, cur, flag, -1, -1, 0)
+        sync.wait_until(flag, "==", expected)
+        trace.end(span)
     tl.debug_barrier()  # the acquire before any thread reads what landed
+    span = trace.start(tracing.REDUCE, cur, cur, dst, -1, -1, elements_bytes(src, numel))
     for block in range(program, blocks, tl.num_programs(0)):  # sum in member order: the same bits everywhere
         offs = tl.cast(block, tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < numel
@@ -94,6 +103,7 @@ def _all_reduce_push_kernel(src, dst, numel, blocks, members, count, index, cur,
             x = _member_block(src, landing, received, members, j, cur, offs, mask, WORLD, PROGRAMS, CAPACITY, BLOCK)
             acc = combine(acc, x.to(ACC), OP)
         tl.store(dst + offs, acc.to(dst.dtype.element_ty), mask=mask)
+    trace.end(span)
     for i in range(1, count):  # count the receipts only now: the reads above used the slot they arrived in
         peer = tl.load(members + (index + i) % count)
         tl.store(received + peer * PROGRAMS, tl.load(received + peer * PROGRAMS) + 1)
@@ -115,7 +125,8 @@ def launch(ctx, output, input, members, op: str, acc, block_size: int):
     bound = bind(_all_reduce_push_kernel, (programs,), input, output, input.numel(), blocks, members.tensor,
                  members.size, members.index, ctx.get_rank(), ctx.get_heap_bases(), landing, team.push_flags,
                  team.push_counts, WORLD=ctx.get_num_ranks(), PROGRAMS=PUSH_PROGRAMS,
-                 CAPACITY=landing.numel() // (2 * ctx.get_num_ranks()), OP=op, ACC=acc, BLOCK=block_size)
+                 CAPACITY=landing.numel() // (2 * ctx.get_num_ranks()), OP=op, ACC=acc, BLOCK=block_size,
+                 TRACE=ctx.tracing.enabled)
     bound()
     team.diagnose_now_in_debug()
     return [bound]

@@ -14,7 +14,10 @@ import triton
 import triton.language as tl
 
 from iris.ccl import _common
+from iris.device import tracing
 from iris.device.barrier import GROUP_ARGS, enter, leave
+from iris.device.rma import HEAP_BASES_SLOT
+from iris.device.tracing import elements_bytes, tracing_from_context
 from iris.ccl.reduction import reduce_block
 from iris.ccl.config import ReduceOp
 
@@ -38,13 +41,16 @@ def _reduce_scatter_piece(pid, src, dst, numel, members, count, index, cur, heap
 @triton.jit(do_not_specialize=GROUP_ARGS)
 def _reduce_scatter_kernel(src, dst, numel, members, count, index, cur, heap_bases, arrivals, expected, programs,
                            FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr,
-                           BARRIER_BLOCK: tl.constexpr, INTERLEAVED: tl.constexpr, OP: tl.constexpr,
-                           ACC: tl.constexpr, BLOCK: tl.constexpr):
-    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK)
+                           BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr, INTERLEAVED: tl.constexpr,
+                           OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    trace = tracing_from_context(heap_bases - HEAP_BASES_SLOT, WORLD, TRACE)  # records nothing unless TRACE
+    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, trace)
     for pid in range(tl.program_id(0), programs, tl.num_programs(0)):  # skeleton: iris.device.barrier
+        span = trace.start(tracing.REDUCE, cur, -1, src, pid, -1, elements_bytes(src, count * BLOCK))
         _reduce_scatter_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, INTERLEAVED, OP, ACC,
                               BLOCK)
-    leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK)
+        trace.end(span)
+    leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 
 
 def reduce_scatter(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, config=None):

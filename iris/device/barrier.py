@@ -21,17 +21,25 @@ barriers.
 Example:
     >>> @triton.jit(do_not_specialize=GROUP_ARGS)
     ... def kernel(..., members, count, index, cur, heap_bases, arrivals, expected, pieces,
-    ...            FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr):
-    ...     enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK)
+    ...            FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr,
+    ...            TRACE: tl.constexpr):
+    ...     trace = tracing_from_context(heap_bases - HEAP_BASES_SLOT, WORLD, TRACE)
+    ...     enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, trace)
     ...     for pid in range(tl.program_id(0), pieces, tl.num_programs(0)):
+    ...         span = trace.start(tracing.PUT, cur, -1, dst, pid, -1, 0)
     ...         ...  # piece pid
-    ...     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK)
+    ...         trace.end(span)
+    ...     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
+
+``trace`` (:mod:`iris.device.tracing`) records each round the barrier runs as a "barrier" span when
+the kernel is built with tracing; built without, it records nothing and compiles to nothing.
 """
 
 import triton
 import triton.language as tl
 
 from iris.device.sync import barrier_round
+from iris.device.tracing import BARRIER
 
 # Barrier slots: slot 0 is device_barrier's own; a fused kernel's program p uses slot p, so a fused
 # launch has at most this many programs.
@@ -45,19 +53,23 @@ GROUP_ARGS = ("count", "index", "cur")
 
 @triton.jit
 def enter(arrivals, expected, members, count, cur, heap_bases, WORLD: tl.constexpr, ENTER_BARRIER: tl.constexpr,
-          BARRIER_BLOCK: tl.constexpr):
+          BARRIER_BLOCK: tl.constexpr, trace):
     """This program's entry barrier (slot ``program_id``), when ``ENTER_BARRIER`` (a fused launch):
     every member's buffers are ready."""
     if ENTER_BARRIER:
         slot = tl.program_id(0) * WORLD  # the slots' counters lie one world's worth apart
+        span = trace.start(BARRIER, cur, cur, arrivals + slot, -1, -1, 0)
         barrier_round(arrivals + slot, expected + slot, members, count, cur, heap_bases, BARRIER_BLOCK)
         tl.debug_barrier()  # the waiting lanes' acquire, before any thread of the program touches a peer
+        trace.end(span)
 
 
 @triton.jit
 def leave(arrivals, expected, members, count, cur, heap_bases, WORLD: tl.constexpr, EXIT_BARRIER: tl.constexpr,
-          BARRIER_BLOCK: tl.constexpr):
+          BARRIER_BLOCK: tl.constexpr, trace):
     """This program's exit barrier (unless async): program ``program_id`` of every member is done."""
     if EXIT_BARRIER:
         slot = tl.program_id(0) * WORLD
+        span = trace.start(BARRIER, cur, cur, arrivals + slot, -1, -1, 0)
         barrier_round(arrivals + slot, expected + slot, members, count, cur, heap_bases, BARRIER_BLOCK)
+        trace.end(span)

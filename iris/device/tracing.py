@@ -185,6 +185,12 @@ DeviceTracing = aggregate(_DeviceTracing)
 
 
 @triton.jit
+def elements_bytes(pointer, elements):
+    """Bytes of ``elements`` elements of ``pointer``'s type (a span's payload)."""
+    return elements * (pointer.dtype.element_ty.primitive_bitwidth // 8)
+
+
+@triton.jit
 def payload_bytes(pointer, mask):
     """Bytes an access of ``pointer`` moves: its selected lanes times the element size."""
     elem_bytes: tl.constexpr = pointer.dtype.element_ty.primitive_bitwidth // 8

@@ -31,8 +31,9 @@ import torch
 import triton
 import triton.language as tl
 
-from iris.device import rma, sync
+from iris.device import rma, sync, tracing
 from iris.device.barrier import GROUP_ARGS, enter
+from iris.device.tracing import tracing_from_context
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import accumulate, add_bias, tile_count, tile_of
@@ -83,11 +84,12 @@ def _push_due(step, a, gathered, flags, M, K_r, split, stride_am, stride_ak, til
 def _all_gather_matmul_kernel(a, b, out, bias, gathered, flags, calls, M, N, K_r, split, stride_am, stride_ak,
                               stride_bk, stride_bn, stride_om, stride_on, members, count, index, cur, heap_bases,
                               arrivals, expected, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, WORLD: tl.constexpr,
-                              BARRIER_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                              BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr, BLOCK_M: tl.constexpr,
+                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
-    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK)
+    trace = tracing_from_context(heap_bases - rma.HEAP_BASES_SLOT, WORLD, TRACE)  # records nothing unless TRACE
+    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK, trace)
     want = (tl.load(calls) + 1) * (count - 1) * split  # every piece of a row block, from every other member
     slot = tl.cast(M, tl.int64) * K_r
     step = 0
@@ -97,12 +99,15 @@ def _all_gather_matmul_kernel(a, b, out, bias, gathered, flags, calls, M, N, K_r
         tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
         rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
         cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        span = trace.start(tracing.COMPUTE, cur, cur, out, tile_m, tile_n, 0)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc = accumulate(acc, a, b + index * K_r * stride_bk, M, N, K_r, stride_am, stride_ak, stride_bk, stride_bn,
                          rows, cols, UPCAST, BLOCK_K)  # this rank's own slice: no wait
         if count > 1:
+            waiting = trace.start(tracing.WAIT, cur, cur, flags + tile_m, tile_m, tile_n, 0)
             sync.wait_until(flags + tile_m, ">=", want)
             tl.debug_barrier()  # the acquire before any thread reads the gathered slices
+            trace.end(waiting)
         for i in range(1, count):
             position = (index + i) % count
             acc = accumulate(acc, gathered + position * slot, b + position * K_r * stride_bk, M, N, K_r, K_r, 1,
@@ -110,6 +115,7 @@ def _all_gather_matmul_kernel(a, b, out, bias, gathered, flags, calls, M, N, K_r
         acc = add_bias(acc, bias, cols, N, HAS_BIAS)
         tl.store(out + rows[:, None].to(tl.int64) * stride_om + cols[None, :] * stride_on,
                  acc.to(out.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+        trace.end(span)
         step += 1
     # Pieces due after this program's last tile (the schedule leaves none; kept so that none is ever lost).
     _push_due(step, a, gathered, flags, M, K_r, split, stride_am, stride_ak, tiles_m, tiles_n, members, count,
@@ -178,6 +184,6 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
         workspace.calls, M, N, K_r, split, A_shard.stride(0), A_shard.stride(1), B.stride(0), B.stride(1),
         output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), HAS_BIAS=bias is not None,
         UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block,
-        num_warps=config.num_warps, num_stages=config.num_stages, **tile)
+        TRACE=ctx.tracing.enabled, num_warps=config.num_warps, num_stages=config.num_stages, **tile)
     workspace.calls.add_(1)  # on the stream, after the launch: the next call waits for one more round
     return workspace

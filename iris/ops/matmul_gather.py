@@ -28,8 +28,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from iris.device import rma
+from iris.device import rma, tracing
 from iris.device.barrier import GROUP_ARGS, enter, leave
+from iris.device.tracing import elements_bytes, tracing_from_context
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import add_bias, operand, tile_count, tile_of, tile_product
@@ -39,17 +40,21 @@ from iris.ops.gemm import add_bias, operand, tile_count, tile_of, tile_product
 def _matmul_gather_kernel(a, b, out, bias, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
                           members, count, index, cur, heap_bases, arrivals, expected, ALONG_M: tl.constexpr,
                           HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, WORLD: tl.constexpr,
-                          EXIT_BARRIER: tl.constexpr, BARRIER_BLOCK: tl.constexpr, TMA: tl.constexpr,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                          EXIT_BARRIER: tl.constexpr, BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr,
+                          TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                          GROUP_M: tl.constexpr):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     a_tiles = operand(a, M, K, stride_am, TMA, BLOCK_M, BLOCK_K)
     b_tiles = operand(b, K, N, stride_bk, TMA, BLOCK_K, BLOCK_N)
-    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK)
+    trace = tracing_from_context(heap_bases - rma.HEAP_BASES_SLOT, WORLD, TRACE)  # records nothing unless TRACE
+    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK, trace)
     for tile in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
         tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
+        span = trace.start(tracing.COMPUTE, cur, cur, out, tile_m, tile_n, 0)
         acc, rows, cols = tile_product(a_tiles, b_tiles, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m,
                                        tile_n, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
+        trace.end(span)
         acc = add_bias(acc, bias, cols, N, HAS_BIAS)
         value = acc.to(out.dtype.element_ty)
         mask = (rows[:, None] < M) & (cols[None, :] < N)
@@ -57,9 +62,11 @@ def _matmul_gather_kernel(a, b, out, bias, M, N, K, stride_am, stride_ak, stride
             place = (rows[:, None] + index * M).to(tl.int64) * stride_om + cols[None, :] * stride_on
         else:
             place = rows[:, None].to(tl.int64) * stride_om + (cols[None, :] + index * N) * stride_on
+        span = trace.start(tracing.PUT, cur, -1, out, tile_m, tile_n, elements_bytes(out, count * BLOCK_M * BLOCK_N))
         for i in range(0, count):  # start at a different member on every rank
             rma.store(out + place, value, cur, tl.load(members + (index + i) % count), heap_bases, mask=mask)
-    leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK)
+        trace.end(span)
+    leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 
 
 def _output_shape(along_m: bool, world: int):
@@ -85,7 +92,8 @@ def run(what: str, along_m: bool, ctx, output, A, B, bias=None, async_op=False, 
         A, B, output, bias if bias is not None else output, M, N, A.shape[1], A.stride(0), A.stride(1), B.stride(0),
         B.stride(1), output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), ALONG_M=along_m,
         HAS_BIAS=bias is not None, UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(),
-        EXIT_BARRIER=not async_op, BARRIER_BLOCK=ctx.team.barrier.block, TMA=_fused.tma_loads(ctx, config, A, B),
+        EXIT_BARRIER=not async_op, BARRIER_BLOCK=ctx.team.barrier.block, TRACE=ctx.tracing.enabled,
+        TMA=_fused.tma_loads(ctx, config, A, B),
         num_warps=config.num_warps,
         num_stages=config.num_stages, **tile)
     return workspace

@@ -197,9 +197,7 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, stage, ready, 
                 tl.atomic_xchg(ready + tile, epoch, sem="release", scope="gpu")
         else:  # compute and communicate: push each tile, count and sum it one tile later (collect two later)
             trace = tracing_from_context(heap_bases - rma.HEAP_BASES_SLOT, WORLD, TRACE)  # nothing unless TRACE
-            span = trace.start(tracing.BARRIER, cur, cur, arrivals, -1, -1, 0)
-            enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK)
-            trace.end(span)
+            enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK, trace)
             previous = -1
             older = -1
             for tile in range(pid, tiles, compute):
@@ -248,7 +246,8 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, stage, ready, 
                              count, index, compute, BLOCK_M, BLOCK_N, GROUP_M)
                 trace.end(span)
     else:  # communicate only (workgroup specialization): wait for staged tiles, push, count and sum them
-        enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK)
+        enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK,
+              tracing_from_context(heap_bases - rma.HEAP_BASES_SLOT, WORLD, TRACE))
         epoch = tl.load(calls) + 1
         previous = -1
         for tile in range(pid - compute, tiles, COMM_PROGRAMS):
