@@ -82,7 +82,8 @@ class ShmemHeap(HeapProvider):
         if shared:
             a, b = shared
             return (f"heap='shmem' runs one rank per GPU, and ranks {a} and {b} share {job.devices[a]} "
-                    "(IRIS_SIMULATION?); use heap='ipc' to put several ranks on one GPU")
+                    "(IRIS_SIMULATION?): NVSHMEM refuses several processes per GPU outside CUDA MPS ('limited "
+                    "MPG'); use heap='ipc' to put several ranks on one GPU")
         return self.spans_nodes_refusal(
             job, "the device path toward a rank on another node (put/get/signal through NVSHMEM) is not built "
                  "yet, and a load or store there would fault: start one job per node for now (docs/multi-node.md)")
