@@ -2,7 +2,7 @@
 
     iris run -n 2 benchmarks/ccl.py [--collectives all_reduce all_gather reduce_scatter all_to_all]
                                     [--dtypes bf16] [--min 1K] [--max 256M] [--iters 50] [--warmup 10]
-                                    [--csv PATH] [--validate]
+                                    [--csv PATH] [--validate] [--graph] [--host] [--trace]
 
 Sizes are bytes of input per rank, powers of two from --min to --max (all_gather's output is W
 times that; reduce_scatter's input is split W ways). For every collective, dtype and size, in one

@@ -4,7 +4,7 @@ Run as two ranks (or more: rank 0 then measures against every other rank, or wit
 every rank against every other):
 
     iris run -n 2 benchmarks/rma.py [--sizes 1M 2M ... 256M] [--dtype bf16] [--iters 20] [--warmup 5]
-                                    [--pairs from-0|all] [--csv PATH] [--validate]
+                                    [--pairs from-0|all] [--csv PATH] [--validate] [--trace]
 
 For each pair, one rank acts (rank 0, or each rank in turn with --pairs all) and the other is the
 "peer"; every other rank waits in ctx.barrier() while the actor times. One Triton kernel per op,
@@ -46,19 +46,27 @@ from _results import default_csv, git_commit, median_us, parse_size, write_csv
 import iris  # before any kernel: on the CPU backend it turns on Triton's interpreter
 import triton
 import triton.language as tl
+from iris.device import tracing
+from iris.device.rma import HEAP_BASES_SLOT
+from iris.device.tracing import payload_bytes, tracing_from_context
 
 MIB = 1 << 20
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 OPS = ("put", "get", "load", "store")
 WRITES_TO_PEER = ("put", "store")  # the others write the actor's buffer
+EVENTS = {name: number for number, name in tracing.EVENT_NAMES.items() if name in OPS}  # their trace event kinds
 GPU_CONFIGS = ((4096, 8), (8192, 16))  # (BLOCK elements, num_warps), tried once per size and op
 CPU_CONFIGS = ((4096, 1),)  # the interpreter ignores num_warps; nothing to tune
 
 
 @triton.jit(do_not_specialize=["cur_rank", "peer"])  # one compilation serves every peer
-def rma_kernel(src, dst, n, cur_rank, peer, heap_bases, OP: tl.constexpr, BLOCK: tl.constexpr):
+def rma_kernel(src, dst, n, cur_rank, peer, heap_bases, OP: tl.constexpr, BLOCK: tl.constexpr, WORLD: tl.constexpr,
+               TRACE: tl.constexpr, EVENT: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
+    # --trace: each program's op recorded as a span (iris.device.tracing); without it, nothing is compiled in
+    trace = tracing_from_context(heap_bases - HEAP_BASES_SLOT, WORLD, TRACE)
+    span = trace.start(EVENT, cur_rank, peer, dst + offs, tl.program_id(0), -1, payload_bytes(src + offs, mask))
     if OP == "put":
         iris.put(src + offs, dst + offs, cur_rank, peer, heap_bases, mask=mask)
     elif OP == "get":
@@ -67,6 +75,7 @@ def rma_kernel(src, dst, n, cur_rank, peer, heap_bases, OP: tl.constexpr, BLOCK:
         tl.store(dst + offs, iris.load(src + offs, cur_rank, peer, heap_bases, mask=mask), mask=mask)
     else:
         iris.store(dst + offs, tl.load(src + offs, mask=mask), cur_rank, peer, heap_bases, mask=mask)
+    trace.end(span)
 
 
 def parse_args(gpu: bool) -> argparse.Namespace:
@@ -82,6 +91,8 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--validate", action="store_true", help="check every op once per size; exit 1 on a mismatch")
     parser.add_argument("--pairs", choices=("from-0", "all"), default="from-0",
                         help="from-0: rank 0 against every other rank (default); all: every ordered pair of ranks")
+    parser.add_argument("--trace", action="store_true", help="tracing on (ctx.tracing.enable()) and the kernel built "
+                        "to record each program's op, to compare with a run without it")
     args = parser.parse_args()
     args.sizes = sorted(set(args.sizes or ([MIB << i for i in range(9)] if gpu else [64 << 10, 256 << 10])))
     args.iters = args.iters if args.iters is not None else (20 if gpu else 2)
@@ -94,14 +105,15 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     return args
 
 
-def kernel_launch(op, src, dst, n, actor, peer, heap_bases, block, warps):
+def kernel_launch(op, src, dst, n, actor, peer, heap_bases, block, warps, trace=False):
     grid = (triton.cdiv(n, block),)
-    return lambda: rma_kernel[grid](src, dst, n, actor, peer, heap_bases, OP=op, BLOCK=block, num_warps=warps)
+    return lambda: rma_kernel[grid](src, dst, n, actor, peer, heap_bases, OP=op, BLOCK=block, WORLD=heap_bases.numel(),
+                                    TRACE=trace, EVENT=EVENTS[op], num_warps=warps)
 
 
-def tuned_launch(op, configs, gpu, *args):
+def tuned_launch(op, configs, gpu, *args, trace=False):
     """(config, launch) of ``op`` with the fastest (BLOCK, num_warps) in ``configs``, 3 timed launches each."""
-    launches = {cfg: kernel_launch(op, *args, *cfg) for cfg in configs}
+    launches = {cfg: kernel_launch(op, *args, *cfg, trace=trace) for cfg in configs}
     best = min(configs, key=lambda cfg: median_us(launches[cfg], 1, 3, gpu)) if len(configs) > 1 else configs[0]
     return best, launches[best]
 
@@ -186,8 +198,10 @@ def main() -> int:
     heap_bases = ctx.get_heap_bases()
     configs = GPU_CONFIGS if gpu else CPU_CONFIGS
     gpu_name = torch.cuda.get_device_name(device) if gpu else "cpu"
+    if args.trace:
+        ctx.tracing.enable(max_events=1_000_000)  # later events are dropped; the kernel still takes the recording path
     base = {"gpu": gpu_name, "backend": iris.runtime.SELECTED, "world_size": world, "version": iris.__version__,
-            "commit": git_commit()}
+            "commit": git_commit(), "trace": int(args.trace)}
     rows, status = [], 0
     pairs = [(0, peer) for peer in range(1, world)] if args.pairs == "from-0" else \
         [(actor, peer) for actor in range(world) for peer in range(world) if peer != actor]
@@ -211,7 +225,7 @@ def main() -> int:
                 launches[copy_op] = copy_launch(src[:n], copy_dst[:n])  # the reference row comes first
                 for op in OPS:  # choose (BLOCK, num_warps) once per size, before validation and timing
                     chosen[op], launches[op] = tuned_launch(op, configs, gpu, src[:n], dst[:n], n, actor, peer,
-                                                            heap_bases)
+                                                            heap_bases, trace=args.trace)
             if args.validate:
                 for op in (copy_op, *OPS):
                     owner = peer if op in WRITES_TO_PEER else actor

@@ -24,6 +24,18 @@ def test_rma_benchmark_covers_every_ordered_pair(tmp_path):
         assert ops[0] in ("copy_engine", "copy_engine_local"), (pair, ops)
 
 
+
+def test_rma_benchmark_with_tracing_validates_and_records_every_op(tmp_path):
+    """--trace: the kernel built to record each program's op, tracing on for the run; the data still exact."""
+    out = tmp_path / "rma.csv"
+    command = [sys.executable, "-m", "iris", "run", "-n", "2", "--timeout", "300", str(ROOT / "benchmarks" / "rma.py"),
+               "--sizes", "64K", "--iters", "1", "--warmup", "0", "--validate", "--trace", "--csv", str(out)]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "VALIDATION FAILED" not in proc.stdout
+    rows = list(csv.DictReader(open(out)))
+    assert {r["trace"] for r in rows} == {"1"} and {"get", "load", "put", "store"} <= {r["op"] for r in rows}
+
 def test_plot_with_many_pairs_draws_one_line_per_op_with_the_spread_of_the_pairs():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
