@@ -66,6 +66,12 @@ def _repeated_calls():
     seen.append(out[0].item())
     ctx.ccl.all_reduce(out[:100], x[:100])  # another shape: its own launches
     seen.append((out[0].item(), out[100].item()))
+    config = Config(all_reduce_variant="one_shot")
+    ctx.ccl.all_reduce(out, x, config=config)  # a config: its own launches
+    config.all_reduce_variant = "atomic"  # the same object, changed: remembered by value, so new launches
+    x.fill_(4.0 * (rank + 1))
+    ctx.ccl.all_reduce(out, x, config=config)
+    seen.append(out[0].item())
     plans = len(ctx.ccl._plans)
     ctx.close()
     return seen, plans
@@ -79,7 +85,8 @@ def test_repeated_calls_replay_their_launches_on_new_data(ranks):
                              3 * total, [3.0 * (r + 1) for r in range(w)]]
         assert seen[6] == 3.0 * w
         assert seen[7] == (3 * total, 3.0 * w)  # elements past the view keep the MAX call's result
-        assert plans == 4  # all_reduce, all_gather, all_reduce MAX, all_reduce on the views
+        assert seen[8] == 4 * total
+        assert plans == 6  # all_reduce, all_gather, all_reduce MAX, all_reduce on the views, each config
 
 
 def test_default_all_reduce_variant_follows_the_tuned_table():

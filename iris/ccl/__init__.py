@@ -44,23 +44,30 @@ __all__ = ["AUTOTUNE", "CCL", "Config", "ReduceOp"]
 MAX_PLANS = 1024
 
 
-# In a key, marks an argument whose call is not remembered (the call refuses it, or cannot be keyed).
-_UNKEYED = object()
+def _key(name, first, second, *rest):
+    """What a collective's checks and launches depend on, as one flat tuple: its name, each tensor's
+    address, shape, strides and dtype (``second`` may be None: one tensor), then ``rest``. None where a
+    tensor argument is not a plain ``torch.Tensor``: such a call is not remembered (or is refused).
 
-
-def _tensor_key(tensor):
-    """What a collective's checks and launches depend on: the address, shape, strides and dtype."""
-    if type(tensor) is not torch.Tensor:
-        return _UNKEYED
-    return tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device
+    No device: under unified addressing (CUDA, HIP, and the host) an address names one device."""
+    if type(first) is not torch.Tensor:
+        return None
+    if second is None:
+        return (name, first.data_ptr(), first.shape, first.stride(), first.dtype, *rest)
+    if type(second) is not torch.Tensor:
+        return None
+    return (name, first.data_ptr(), first.shape, first.stride(), first.dtype, second.data_ptr(), second.shape,
+            second.stride(), second.dtype, *rest)
 
 
 def _config_key(config):
+    """A config by value (a Config may change between calls); None for the default; for an argument that
+    is not a Config, a fresh object (the call refuses it, so nothing is remembered under it)."""
     if config is None:
-        return "default"
-    if type(config) is not Config:
-        return _UNKEYED  # the call refuses it
-    return tuple(config.__dict__.values())
+        return None
+    if isinstance(config, Config):
+        return type(config), *config.__dict__.values()
+    return object()
 
 
 class CCL:
@@ -70,55 +77,68 @@ class CCL:
         self._ctx = weakref.proxy(ctx)  # held weakly: the context, and with it the heap, dies with its last user
         self._plans: dict = {}
 
-    def _call(self, key, function, *args, **kwargs) -> None:
-        """``function(*args, **kwargs)``, which launches and returns its bound launches, or a replay of the
-        launches it returned for the same ``key``."""
-        debug = self._ctx.team.debug  # each call diagnosed: no replay
-        key = key + (self._ctx.tracing.enabled,)  # the kernels are built with tracing or without
+    def _replay(self, key) -> bool:
+        """Relaunch the launches the call ``key`` made before, if it was remembered; whether it was.
+
+        Never in debug mode (each call is checked and diagnosed); ``key`` None: a call not remembered."""
+        if key is None or self._ctx.team.debug:
+            return False
         try:
-            plan = None if debug else self._plans.get(key)
+            plan = self._plans.get(key)
         except TypeError:  # an unhashable argument: the call itself says what is wrong with it
-            plan, key = None, (_UNKEYED,)
-        if plan is not None:
-            for launch in plan:
-                launch()
+            return False
+        if plan is None:
+            return False
+        for launch in plan:
+            launch()
+        return True
+
+    def _remember(self, key, launches) -> None:
+        """Keep the bound ``launches`` a call returned, for the next call with the same ``key``."""
+        if not launches or key is None or self._ctx.team.debug:
             return
-        launches = function(*args, **kwargs)
-        if launches and _UNKEYED not in key and not debug:
-            if len(self._plans) >= MAX_PLANS:
-                self._plans.clear()
+        if len(self._plans) >= MAX_PLANS:
+            self._plans.clear()
+        try:
             self._plans[key] = launches
+        except TypeError:  # unhashable: not remembered
+            pass
 
     @checked_across_ranks
     def all_gather(self, output_tensor, input_tensor, group=None, async_op=False, config=None):
         """(W*M, N) output from each member's (M, N) input; see :func:`iris.ccl.all_gather.all_gather`."""
-        key = ("all_gather", _tensor_key(output_tensor), _tensor_key(input_tensor), group, async_op,
-               _config_key(config))
-        self._call(key, _all_gather.all_gather, output_tensor, input_tensor, self._ctx, group=group,
-                   async_op=async_op, config=config)
+        key = _key("all_gather", output_tensor, input_tensor, group, async_op, _config_key(config),
+                   self._ctx.tracing.enabled)
+        if not self._replay(key):
+            self._remember(key, _all_gather.all_gather(output_tensor, input_tensor, self._ctx, group=group,
+                                                       async_op=async_op, config=config))
 
     @checked_across_ranks
     def all_to_all(self, output_tensor, input_tensor, group=None, async_op=False, config=None):
         """(M, W*N) chunks exchanged between members; see :func:`iris.ccl.all_to_all.all_to_all`."""
-        key = ("all_to_all", _tensor_key(output_tensor), _tensor_key(input_tensor), group, async_op,
-               _config_key(config))
-        self._call(key, _all_to_all.all_to_all, output_tensor, input_tensor, self._ctx, group=group,
-                   async_op=async_op, config=config)
+        key = _key("all_to_all", output_tensor, input_tensor, group, async_op, _config_key(config),
+                   self._ctx.tracing.enabled)
+        if not self._replay(key):
+            self._remember(key, _all_to_all.all_to_all(output_tensor, input_tensor, self._ctx, group=group,
+                                                       async_op=async_op, config=config))
 
     @checked_across_ranks
     def broadcast(self, tensor, src=0, group=None, async_op=False, config=None):
         """Rank ``src``'s tensor into every member's; see :func:`iris.ccl.broadcast.broadcast`."""
-        key = ("broadcast", _tensor_key(tensor), src, group, async_op, _config_key(config))
-        self._call(key, _broadcast.broadcast, tensor, self._ctx, src=src, group=group, async_op=async_op, config=config)
+        key = _key("broadcast", tensor, None, src, group, async_op, _config_key(config), self._ctx.tracing.enabled)
+        if not self._replay(key):
+            self._remember(key, _broadcast.broadcast(tensor, self._ctx, src=src, group=group, async_op=async_op,
+                                                     config=config))
 
     @checked_across_ranks
     def reduce_scatter(self, output_tensor, input_tensor, op=None, group=None, async_op=False, config=None):
         """Each member's part of the reduction over members; see :mod:`iris.ccl.reduce_scatter`."""
         op = ReduceOp.SUM if op is None else op
-        key = ("reduce_scatter", _tensor_key(output_tensor), _tensor_key(input_tensor), op, group, async_op,
-               _config_key(config))
-        self._call(key, _reduce_scatter.reduce_scatter, output_tensor, input_tensor, self._ctx, op=op, group=group,
-                   async_op=async_op, config=config)
+        key = _key("reduce_scatter", output_tensor, input_tensor, op, group, async_op, _config_key(config),
+                   self._ctx.tracing.enabled)
+        if not self._replay(key):
+            self._remember(key, _reduce_scatter.reduce_scatter(output_tensor, input_tensor, self._ctx, op=op,
+                                                               group=group, async_op=async_op, config=config))
 
     def all_reduce_preamble(self, output_tensor, input_tensor, config=None, workspace=None, group=None):
         """Checks and variant choice done once, for repeated all_reduce calls; see :mod:`iris.ccl.all_reduce`."""
@@ -130,7 +150,8 @@ class CCL:
                    workspace=None):
         """Elementwise SUM/MAX/MIN over members, on every member; see :func:`iris.ccl.all_reduce.all_reduce`."""
         op = ReduceOp.SUM if op is None else op
-        key = ("all_reduce", _tensor_key(output_tensor), _tensor_key(input_tensor), op, group, async_op,
-               _config_key(config), workspace)
-        self._call(key, _all_reduce.all_reduce, output_tensor, input_tensor, self._ctx, op=op, group=group,
-                   async_op=async_op, config=config, workspace=workspace)
+        key = _key("all_reduce", output_tensor, input_tensor, op, group, async_op, _config_key(config), workspace,
+                   self._ctx.tracing.enabled)
+        if not self._replay(key):
+            self._remember(key, _all_reduce.all_reduce(output_tensor, input_tensor, self._ctx, op=op, group=group,
+                                                       async_op=async_op, config=config, workspace=workspace))
