@@ -8,12 +8,12 @@ import triton.language as tl
 from iris.device import rma, tracing
 from iris.ccl import _common
 from iris.device.barrier import GROUP_ARGS, enter, leave
-from iris.device.rma import HEAP_BASES_SLOT
-from iris.device.tracing import elements_bytes, tracing_from_context
+from iris.device.tracing import elements_bytes
 
 
 @triton.jit
-def _all_gather_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, BLOCK: tl.constexpr):
+def _all_gather_piece(pid, trace, src, dst, numel, members, count, index, cur, heap_bases, BLOCK: tl.constexpr):
+    span = trace.start(tracing.PUT, cur, -1, dst, pid, -1, elements_bytes(dst, count * BLOCK))
     offs = tl.cast(pid, tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel
     data = tl.load(src + offs, mask=mask)
@@ -21,18 +21,16 @@ def _all_gather_piece(pid, src, dst, numel, members, count, index, cur, heap_bas
     for i in range(0, count):
         peer = tl.load(members + (index + i) % count)  # start at a different peer on every rank
         rma.store(slot, data, cur, peer, heap_bases, mask=mask)
+    trace.end(span)
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
 def _all_gather_kernel(src, dst, numel, members, count, index, cur, heap_bases, arrivals, expected, programs,
                        FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr,
                        BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr, BLOCK: tl.constexpr):
-    trace = tracing_from_context(heap_bases - HEAP_BASES_SLOT, WORLD, TRACE)  # records nothing unless TRACE
-    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, trace)
+    trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, TRACE)
     for pid in range(tl.program_id(0), programs, tl.num_programs(0)):  # skeleton: iris.device.barrier
-        span = trace.start(tracing.PUT, cur, -1, dst, pid, -1, elements_bytes(dst, count * BLOCK))
-        _all_gather_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, BLOCK)
-        trace.end(span)
+        _all_gather_piece(pid, trace, src, dst, numel, members, count, index, cur, heap_bases, BLOCK)
     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 
 

@@ -42,8 +42,7 @@ from iris.ccl import _common, all_reduce_push, tuned
 from iris.ccl.reduction import combine, reduce_block
 from iris.team import LOCK_WORDS, PUSH_BYTES
 from iris.device.barrier import GROUP_ARGS, enter, leave
-from iris.device.rma import HEAP_BASES_SLOT
-from iris.device.tracing import elements_bytes, tracing_from_context
+from iris.device.tracing import elements_bytes
 from iris.ccl.config import ReduceOp
 from iris.capabilities import find_limitation
 
@@ -156,8 +155,9 @@ def _ring_piece(pid, src, dst, numel, chunk, members, count, index, cur, heap_ba
 
 
 @triton.jit
-def _all_reduce_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, locks, VARIANT: tl.constexpr,
-                      OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+def _all_reduce_piece(pid, trace, src, dst, numel, members, count, index, cur, heap_bases, locks,
+                      VARIANT: tl.constexpr, OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    span = trace.start(tracing.REDUCE, cur, -1, src, pid, -1, elements_bytes(src, count * BLOCK))
     if VARIANT == "two_shot":
         _two_shot_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, OP, ACC, BLOCK)
     elif VARIANT == "one_shot":
@@ -165,6 +165,7 @@ def _all_reduce_piece(pid, src, dst, numel, members, count, index, cur, heap_bas
     elif (VARIANT == "atomic") or (VARIANT == "spinlock"):  # ring runs fused only: see _ring_piece
         _accumulate_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, locks,
                           VARIANT == "spinlock", OP, ACC, BLOCK)
+    trace.end(span)
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS + ("chunk",))
@@ -175,8 +176,7 @@ def _all_reduce_kernel(src, dst, numel, chunk, members, count, index, cur, heap_
     if (VARIANT == "atomic") or (VARIANT == "spinlock"):  # fused only: seed the output, then enter
         for pid in range(tl.program_id(0), programs, tl.num_programs(0)):
             _seed_piece(pid, src, dst, numel, BLOCK)
-    trace = tracing_from_context(heap_bases - HEAP_BASES_SLOT, WORLD, TRACE)  # records nothing unless TRACE
-    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, trace)
+    trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, TRACE)
     if VARIANT == "ring":  # fused only
         seen = tl.load(counts + tl.program_id(0))  # this program's flag count before this call
         for pid in range(tl.program_id(0), programs, tl.num_programs(0)):
@@ -187,10 +187,8 @@ def _all_reduce_kernel(src, dst, numel, chunk, members, count, index, cur, heap_
         tl.store(counts + tl.program_id(0), seen)
     else:
         for pid in range(tl.program_id(0), programs, tl.num_programs(0)):  # skeleton: iris.device.barrier
-            span = trace.start(tracing.REDUCE, cur, -1, src, pid, -1, elements_bytes(src, count * BLOCK))
-            _all_reduce_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, locks, VARIANT, OP,
-                              ACC, BLOCK)
-            trace.end(span)
+            _all_reduce_piece(pid, trace, src, dst, numel, members, count, index, cur, heap_bases, locks, VARIANT,
+                              OP, ACC, BLOCK)
     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 
 

@@ -8,13 +8,14 @@ import triton.language as tl
 from iris.device import rma, tracing
 from iris.ccl import _common
 from iris.device.barrier import GROUP_ARGS, enter, leave
-from iris.device.rma import HEAP_BASES_SLOT
-from iris.device.tracing import elements_bytes, tracing_from_context
+from iris.device.tracing import elements_bytes
 
 
 @triton.jit
-def _all_to_all_piece(pid, src, dst, rows, width, column_blocks, members, count, index, cur, heap_bases,
+def _all_to_all_piece(pid, trace, src, dst, rows, width, column_blocks, members, count, index, cur, heap_bases,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    span = trace.start(tracing.PUT, cur, -1, dst, pid // column_blocks, pid % column_blocks,
+                       elements_bytes(dst, count * BLOCK_M * BLOCK_N))
     r = tl.cast(pid // column_blocks, tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     c = (pid % column_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (r < rows)[:, None] & (c < width)[None, :]
@@ -24,6 +25,7 @@ def _all_to_all_piece(pid, src, dst, rows, width, column_blocks, members, count,
         peer = tl.load(members + j)
         data = tl.load(src + r[:, None] * stride + (j * width + c)[None, :], mask=mask)
         rma.store(dst + r[:, None] * stride + (index * width + c)[None, :], data, cur, peer, heap_bases, mask=mask)
+    trace.end(span)
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
@@ -31,14 +33,10 @@ def _all_to_all_kernel(src, dst, rows, width, column_blocks, members, count, ind
                        expected, programs, FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr,
                        WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr, BLOCK_M: tl.constexpr,
                        BLOCK_N: tl.constexpr):
-    trace = tracing_from_context(heap_bases - HEAP_BASES_SLOT, WORLD, TRACE)  # records nothing unless TRACE
-    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, trace)
+    trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, TRACE)
     for pid in range(tl.program_id(0), programs, tl.num_programs(0)):  # skeleton: iris.device.barrier
-        span = trace.start(tracing.PUT, cur, -1, dst, pid // column_blocks, pid % column_blocks,
-                           elements_bytes(dst, count * BLOCK_M * BLOCK_N))
-        _all_to_all_piece(pid, src, dst, rows, width, column_blocks, members, count, index, cur, heap_bases,
+        _all_to_all_piece(pid, trace, src, dst, rows, width, column_blocks, members, count, index, cur, heap_bases,
                           BLOCK_M, BLOCK_N)
-        trace.end(span)
     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 
 

@@ -16,15 +16,15 @@ import triton.language as tl
 from iris.ccl import _common
 from iris.device import tracing
 from iris.device.barrier import GROUP_ARGS, enter, leave
-from iris.device.rma import HEAP_BASES_SLOT
-from iris.device.tracing import elements_bytes, tracing_from_context
+from iris.device.tracing import elements_bytes
 from iris.ccl.reduction import reduce_block
 from iris.ccl.config import ReduceOp
 
 
 @triton.jit
-def _reduce_scatter_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, INTERLEAVED: tl.constexpr,
-                          OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+def _reduce_scatter_piece(pid, trace, src, dst, numel, members, count, index, cur, heap_bases,
+                          INTERLEAVED: tl.constexpr, OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    span = trace.start(tracing.REDUCE, cur, -1, src, pid, -1, elements_bytes(src, count * BLOCK))
     lanes = tl.arange(0, BLOCK)
     if INTERLEAVED:  # numel: of input and output alike
         offs = (tl.cast(pid, tl.int64) * count + index) * BLOCK + lanes
@@ -36,6 +36,7 @@ def _reduce_scatter_piece(pid, src, dst, numel, members, count, index, cur, heap
         mask = out < numel
     acc = reduce_block(src, offs, mask, members, count, index, cur, heap_bases, OP, ACC)
     tl.store(dst + out, acc.to(dst.dtype.element_ty), mask=mask)
+    trace.end(span)
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
@@ -43,13 +44,10 @@ def _reduce_scatter_kernel(src, dst, numel, members, count, index, cur, heap_bas
                            FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr,
                            BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr, INTERLEAVED: tl.constexpr,
                            OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
-    trace = tracing_from_context(heap_bases - HEAP_BASES_SLOT, WORLD, TRACE)  # records nothing unless TRACE
-    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, trace)
+    trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, TRACE)
     for pid in range(tl.program_id(0), programs, tl.num_programs(0)):  # skeleton: iris.device.barrier
-        span = trace.start(tracing.REDUCE, cur, -1, src, pid, -1, elements_bytes(src, count * BLOCK))
-        _reduce_scatter_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, INTERLEAVED, OP, ACC,
-                              BLOCK)
-        trace.end(span)
+        _reduce_scatter_piece(pid, trace, src, dst, numel, members, count, index, cur, heap_bases, INTERLEAVED, OP,
+                              ACC, BLOCK)
     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 
 

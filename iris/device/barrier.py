@@ -23,23 +23,22 @@ Example:
     ... def kernel(..., members, count, index, cur, heap_bases, arrivals, expected, pieces,
     ...            FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr,
     ...            TRACE: tl.constexpr):
-    ...     trace = tracing_from_context(heap_bases - HEAP_BASES_SLOT, WORLD, TRACE)
-    ...     enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, trace)
+    ...     trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, TRACE)
     ...     for pid in range(tl.program_id(0), pieces, tl.num_programs(0)):
-    ...         span = trace.start(tracing.PUT, cur, -1, dst, pid, -1, 0)
-    ...         ...  # piece pid
-    ...         trace.end(span)
+    ...         piece(pid, trace, ...)  # records its span: trace.start(tracing.PUT, ...) ... trace.end(span)
     ...     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 
-``trace`` (:mod:`iris.device.tracing`) records each round the barrier runs as a "barrier" span when
-the kernel is built with tracing; built without, it records nothing and compiles to nothing.
+``enter`` returns the program's tracing handle (:mod:`iris.device.tracing`, from the context tensor
+``heap_bases`` lies in): built with ``TRACE``, it records each barrier round as a "barrier" span
+and the pieces record theirs; built without, it records nothing and compiles to nothing.
 """
 
 import triton
 import triton.language as tl
 
+from iris.device.rma import HEAP_BASES_SLOT
 from iris.device.sync import barrier_round
-from iris.device.tracing import BARRIER
+from iris.device.tracing import BARRIER, tracing_from_context
 
 # Barrier slots: slot 0 is device_barrier's own; a fused kernel's program p uses slot p, so a fused
 # launch has at most this many programs.
@@ -53,15 +52,17 @@ GROUP_ARGS = ("count", "index", "cur")
 
 @triton.jit
 def enter(arrivals, expected, members, count, cur, heap_bases, WORLD: tl.constexpr, ENTER_BARRIER: tl.constexpr,
-          BARRIER_BLOCK: tl.constexpr, trace):
+          BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr):
     """This program's entry barrier (slot ``program_id``), when ``ENTER_BARRIER`` (a fused launch):
-    every member's buffers are ready."""
+    every member's buffers are ready. Returns the program's tracing handle (records only with ``TRACE``)."""
+    trace = tracing_from_context(heap_bases - HEAP_BASES_SLOT, WORLD, TRACE)
     if ENTER_BARRIER:
         slot = tl.program_id(0) * WORLD  # the slots' counters lie one world's worth apart
         span = trace.start(BARRIER, cur, cur, arrivals + slot, -1, -1, 0)
         barrier_round(arrivals + slot, expected + slot, members, count, cur, heap_bases, BARRIER_BLOCK)
         tl.debug_barrier()  # the waiting lanes' acquire, before any thread of the program touches a peer
         trace.end(span)
+    return trace
 
 
 @triton.jit

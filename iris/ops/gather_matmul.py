@@ -33,7 +33,6 @@ import triton.language as tl
 
 from iris.device import rma, sync, tracing
 from iris.device.barrier import GROUP_ARGS, enter
-from iris.device.tracing import tracing_from_context
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import accumulate, add_bias, tile_count, tile_of
@@ -88,8 +87,7 @@ def _all_gather_matmul_kernel(a, b, out, bias, gathered, flags, calls, M, N, K_r
                               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
-    trace = tracing_from_context(heap_bases - rma.HEAP_BASES_SLOT, WORLD, TRACE)  # records nothing unless TRACE
-    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK, trace)
+    trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK, TRACE)
     want = (tl.load(calls) + 1) * (count - 1) * split  # every piece of a row block, from every other member
     slot = tl.cast(M, tl.int64) * K_r
     step = 0

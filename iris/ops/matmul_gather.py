@@ -30,7 +30,7 @@ import triton.language as tl
 
 from iris.device import rma, tracing
 from iris.device.barrier import GROUP_ARGS, enter, leave
-from iris.device.tracing import elements_bytes, tracing_from_context
+from iris.device.tracing import elements_bytes
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import add_bias, operand, tile_count, tile_of, tile_product
@@ -47,8 +47,7 @@ def _matmul_gather_kernel(a, b, out, bias, M, N, K, stride_am, stride_ak, stride
     tiles_n = tl.cdiv(N, BLOCK_N)
     a_tiles = operand(a, M, K, stride_am, TMA, BLOCK_M, BLOCK_K)
     b_tiles = operand(b, K, N, stride_bk, TMA, BLOCK_K, BLOCK_N)
-    trace = tracing_from_context(heap_bases - rma.HEAP_BASES_SLOT, WORLD, TRACE)  # records nothing unless TRACE
-    enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK, trace)
+    trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK, TRACE)
     for tile in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
         tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
         span = trace.start(tracing.COMPUTE, cur, cur, out, tile_m, tile_n, 0)

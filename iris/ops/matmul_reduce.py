@@ -54,7 +54,6 @@ import triton
 import triton.language as tl
 
 from iris.device import rma, sync, tracing
-from iris.device.tracing import tracing_from_context
 from iris.device.barrier import GROUP_ARGS, enter
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
@@ -196,8 +195,7 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, stage, ready, 
                 tl.debug_barrier()  # every thread's stores of the tile before its flag
                 tl.atomic_xchg(ready + tile, epoch, sem="release", scope="gpu")
         else:  # compute and communicate: push each tile, count and sum it one tile later (collect two later)
-            trace = tracing_from_context(heap_bases - rma.HEAP_BASES_SLOT, WORLD, TRACE)  # nothing unless TRACE
-            enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK, trace)
+            trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK, TRACE)
             previous = -1
             older = -1
             for tile in range(pid, tiles, compute):
@@ -246,8 +244,7 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, stage, ready, 
                              count, index, compute, BLOCK_M, BLOCK_N, GROUP_M)
                 trace.end(span)
     else:  # communicate only (workgroup specialization): wait for staged tiles, push, count and sum them
-        enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK,
-              tracing_from_context(heap_bases - rma.HEAP_BASES_SLOT, WORLD, TRACE))
+        enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK, TRACE)
         epoch = tl.load(calls) + 1
         previous = -1
         for tile in range(pid - compute, tiles, COMM_PROGRAMS):
