@@ -4,7 +4,7 @@ Written by benchmarks/ccl.py (--tune after a run, or --tune-from CSV...), not by
 measured, the fastest of one_shot and push where its median time over the runs is at least 10%
 below two_shot's, else two_shot; a size between two measured ones takes the smaller one's variant. Runs:
 
-    ccl_nvidia-h200_2ranks.csv (commit 373b63c, 3e1e07b, 9d61d27, b1e2715)
+    ccl_nvidia-h200_2ranks.csv (commit 373b63c, 3e1e07b, 9d61d27, b1e2715, cdf3fde)
     ccl_nvidia-h200_4ranks.csv (commit 098bc0c, aa6608f)
     ccl_nvidia-h200_8ranks.csv (commit 098bc0c, aa6608f)
 """
@@ -12,8 +12,9 @@ below two_shot's, else two_shot; a size between two measured ones takes the smal
 # (world size, dtype): ((below this many bytes per rank, variant), ...); two_shot past the last entry.
 ALL_REDUCE = {
     (2, 'bf16'): (
-        (2048, 'two_shot'),
-        (4096, 'one_shot'),
+        (16384, 'push'),
+        (32768, 'two_shot'),
+        (65536, 'push'),
     ),
     (4, 'bf16'): (
         (4096, 'one_shot'),
