@@ -143,7 +143,9 @@ def _traced_collectives_on_rank(tmp: str):
     x = ctx.full((1000,), float(rank + 1))
     out = ctx.zeros(1000)
     gathered = ctx.zeros(world * 1000)
-    fused, unfused = Config(block_size=256), Config(block_size=256, fused_bytes=0)
+    # all_reduce named: the default variant at 2 ranks for small messages is push (no barrier), timed below
+    fused = Config(block_size=256, all_reduce_variant="two_shot")
+    unfused = Config(block_size=256, fused_bytes=0, all_reduce_variant="two_shot")
     calls = {"all_reduce": lambda config: ctx.ccl.all_reduce(out, x, config=config),
              "all_gather": lambda config: ctx.ccl.all_gather(gathered, x, config=config),
              "reduce_scatter": lambda config: ctx.ccl.reduce_scatter(out[:1000 // world], x[:1000 // world * world],
