@@ -5,18 +5,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from benchmark_runs import run_benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_ccl_benchmark_validates_and_writes_every_row(tmp_path):
-    out = tmp_path / "ccl.csv"
-    command = [sys.executable, "-m", "iris", "run", "-n", "2", "--timeout", "300", str(ROOT / "benchmarks" / "ccl.py"),
-               "--max", "2K", "--iters", "1", "--warmup", "0", "--validate", "--dtypes", "bf16", "fp8e4m3",
-               "--graph", "--host", "--trace", "--csv", str(out)]  # graph replay, host time: GPU only, absent here
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=400)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "VALIDATION FAILED" not in proc.stdout
-    rows = list(csv.DictReader(open(out)))
+    rows = run_benchmark("ccl.py", 2, "--max", "2K", "--iters", "1", "--warmup", "0", "--validate", "--dtypes", "bf16",
+                         "fp8e4m3", "--graph", "--host", "--trace",  # graph replay, host time: GPU only, absent here
+                         csv_path=tmp_path / "ccl.csv")
     seen = {(r["collective"], r["dtype"], r["impl"]) for r in rows}
     for collective in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
         assert (collective, "bf16", "iris") in seen and (collective, "bf16", "nccl") in seen, seen

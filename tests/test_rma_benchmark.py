@@ -1,21 +1,16 @@
 """benchmarks/rma.py --pairs all measures and validates every ordered pair of ranks (CPU: a smoke test)."""
 
-import csv
-import subprocess
 import sys
 from pathlib import Path
+
+from benchmark_runs import run_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_rma_benchmark_covers_every_ordered_pair(tmp_path):
-    out = tmp_path / "rma.csv"
-    command = [sys.executable, "-m", "iris", "run", "-n", "3", "--timeout", "300", str(ROOT / "benchmarks" / "rma.py"),
-               "--sizes", "64K", "--iters", "1", "--warmup", "0", "--validate", "--pairs", "all", "--csv", str(out)]
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=400)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "VALIDATION FAILED" not in proc.stdout
-    rows = list(csv.DictReader(open(out)))
+    rows = run_benchmark("rma.py", 3, "--sizes", "64K", "--iters", "1", "--warmup", "0", "--validate", "--pairs", "all",
+                         csv_path=tmp_path / "rma.csv")
     pairs = {(int(r["actor"]), int(r["peer"])) for r in rows}
     assert pairs == {(a, b) for a in range(3) for b in range(3) if a != b}, pairs
     for pair in pairs:  # the four device ops, and one copy-engine row: a link copy where the peer has its own
@@ -27,13 +22,8 @@ def test_rma_benchmark_covers_every_ordered_pair(tmp_path):
 
 def test_rma_benchmark_with_tracing_validates_and_records_every_op(tmp_path):
     """--trace: the kernel built to record each program's op, tracing on for the run; the data still exact."""
-    out = tmp_path / "rma.csv"
-    command = [sys.executable, "-m", "iris", "run", "-n", "2", "--timeout", "300", str(ROOT / "benchmarks" / "rma.py"),
-               "--sizes", "64K", "--iters", "1", "--warmup", "0", "--validate", "--trace", "--csv", str(out)]
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=400)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "VALIDATION FAILED" not in proc.stdout
-    rows = list(csv.DictReader(open(out)))
+    rows = run_benchmark("rma.py", 2, "--sizes", "64K", "--iters", "1", "--warmup", "0", "--validate", "--trace",
+                         csv_path=tmp_path / "rma.csv")
     assert {r["trace"] for r in rows} == {"1"} and {"get", "load", "put", "store"} <= {r["op"] for r in rows}
 
 def test_plot_with_many_pairs_draws_one_line_per_op_with_the_spread_of_the_pairs():
