@@ -2,6 +2,7 @@
 
     iris run -n 2 benchmarks/ops.py [--ops matmul_all_reduce ...] [--m 128 512 1024 4096 16384] [--n 8192 14336]
                                     [--k 8192] [--iters 10] [--warmup 3] [--csv PATH] [--validate] [--trace]
+                                    [--profile]
 
 The shapes are a tensor-parallel MLP's (W ranks; M 128 and 512 are decode-like). For M, N, K from
 the command line, each rank's part:
@@ -28,7 +29,10 @@ It prints each fused time's speedup over torch+nccl (and over torch fused) and i
 max(T_gemm, T_comm) / T_fused with the faster GEMM and the faster communication (1: the
 communication is completely hidden behind the faster GEMM). Each figure is the median of --iters
 calls between CUDA events after --warmup calls (the first calls autotune the GEMM). --validate
-compares each fused output with torch+nccl's. Output: a table, a CSV and a PNG under
+compares each fused output with torch+nccl's. --profile then runs each fused op once more with
+tracing on and says where its time went (iris.tracing.summarize, the mean over ranks): per program,
+the time in compute spans (the GEMM's tiles), in pushes, reductions, waits and barriers, the time no
+span covers, and the tail after the last tile; columns profile_* of the CSV. Output: a table, a CSV and a PNG under
 benchmarks/results/. On the CPU backend it is a smoke test at tiny sizes, not a figure.
 """
 
@@ -54,6 +58,10 @@ from iris.ops import FusedConfig, matmul
 from iris.testing.fused_ops import OPS
 
 
+# The kinds of span the fused ops record (docs/tracing.md), in the profile's columns.
+PROFILED = ("barrier", "compute", "put", "reduce", "wait")
+
+
 def parse_args(gpu: bool) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS))
@@ -68,6 +76,8 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--trace", action="store_true", help="tracing on (ctx.tracing.enable()) for the whole run: "
                         "the fused ops that record events (matmul_all_reduce, matmul_reduce_scatter) record them, to "
                         "compare their times with a run without it")
+    parser.add_argument("--profile", action="store_true", help="after timing, one traced call of each fused op: "
+                        "where its time went (per program: compute, put, reduce, wait, barrier, idle; the tail)")
     parser.add_argument("--config", default="", help="FusedConfig fields for the fused ops, e.g. "
                         "block_size_n=128,num_stages=4 (default: FusedConfig()); switches as 0/1: tma_loads=1")
     args = parser.parse_args()
@@ -245,6 +255,31 @@ def main() -> int:
               f"{'cublas':>9} {'iris gemm':>9} {'nccl':>9} {'iris.ccl':>9} {'speedup':>8} {'vs fused':>8} "
               f"{'overlap':>8}  (us)", flush=True)
 
+    def profiled(p) -> dict:
+        """One traced call of p's fused op (after one that compiles the traced kernel): its summary, averaged
+        over the ranks, as profile_* columns."""
+        if not ctx.tracing.enabled:
+            ctx.tracing.enable(max_events=1_000_000)
+        p.fused()
+        ctx.barrier()
+        ctx.tracing.reset()
+        p.fused()
+        ctx.barrier()
+        everyone = ctx.comm.all_gather_object(ctx.tracing.summary())
+        if not args.trace:
+            ctx.tracing.disable()
+        columns = {f"profile_{key}_us": sum(s[f"{key}_us"] for s in everyone) / world
+                   for key in ("span", "idle", "tail")}
+        for kind in PROFILED:
+            columns[f"profile_{kind}_us"] = sum(s["kinds"].get(kind, {}).get("per_program_us", 0.0)
+                                                for s in everyone) / world
+        tiles = sum(s["kinds"].get("compute", {}).get("count", 0) for s in everyone)
+        columns["profile_compute_per_tile_us"] = sum(s["kinds"].get("compute", {}).get("count", 0) *
+                                                     s["kinds"].get("compute", {}).get("mean_us", 0.0)
+                                                     for s in everyone) / max(tiles, 1)
+        columns["profile_programs"] = everyone[0]["programs"]
+        return columns
+
     def timed(fn):
         ctx.barrier()
         us = median_us(fn, args.warmup, args.iters, gpu, sample_us=0, agree=lambda b: ctx.broadcast(b, src=0))
@@ -287,6 +322,8 @@ def main() -> int:
                            "speedup_over_torch_fused": t["torch fused"] / t["fused"],
                            "overlap_efficiency": max(gemm, comm) / t["fused"],
                            "fused_tflops": p.flops / t["fused"] / 1e6}
+                    if args.profile:
+                        row.update(profiled(p))
                     rows.append(row)
                     if rank == 0:
                         print(f"{op:22} {M:6} {N:6} {K:6} {t['fused']:9.1f} {t['torch+nccl']:10.1f} "
@@ -294,6 +331,11 @@ def main() -> int:
                               ("cublas", "iris gemm", "nccl", "iris.ccl")) +
                               f" {row['speedup']:7.2f}x {row['speedup_over_torch_fused']:7.2f}x "
                               f"{row['overlap_efficiency']:8.2f}", flush=True)
+                        if args.profile:
+                            print("    traced: " + ", ".join(f"{key} {row[f'profile_{key}_us']:.1f}" for key in
+                                  ("span", *PROFILED, "idle", "tail")) +
+                                  f" us per program ({row['profile_programs']} programs); a tile's compute "
+                                  f"{row['profile_compute_per_tile_us']:.1f} us", flush=True)
                     del p
     ctx.barrier()
     if rank == 0:

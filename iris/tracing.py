@@ -118,6 +118,52 @@ class Tracing:
                 json.dump(merged, file)
         return merged
 
+    def summary(self) -> dict:
+        """Where this rank's traced time went: :func:`summarize` of :meth:`events`.
+
+        Example:
+            >>> ctx.tracing.enable(); ctx.tracing.reset()
+            >>> ctx.ops.matmul_all_reduce(out, A, B)
+            >>> ctx.tracing.summary()["kinds"]["compute"]["per_program_us"]
+        """
+        return summarize(self.events())
+
+
+def summarize(events: list[dict]) -> dict:
+    """Where the time of a traced run went, per kind of span (``compute``, ``put``, ``reduce``, ``wait``, ...).
+
+    Returns a dict: ``span_us`` (first event's start to the last one's end), ``programs`` (how many
+    recorded), ``kinds`` ({name: {"count", "mean_us", "per_program_us"}}: how many spans of that kind, their
+    mean length, and their total divided by the programs; instants take no time and are left out),
+    ``idle_us`` (per program, on average, the part of ``span_us`` that no span covers; nested spans
+    count once) and ``tail_us`` (from the end of the last ``compute`` span to the end of the last span:
+    what a fused op does after its last tile). Timestamps are the device's (see the module doc); on the
+    CPU backend the interpreter runs programs one after another, so only the counts mean anything.
+
+    Example:
+        >>> summarize(ctx.tracing.events())["tail_us"]
+    """
+    if not events:
+        return {"span_us": 0.0, "programs": 0, "tail_us": 0.0, "idle_us": 0.0, "kinds": {}}
+    start = min(e["timestamp"] for e in events)
+    stop = max(max(e["end"], e["timestamp"]) for e in events)
+    programs = sorted({e["pid"] for e in events})
+    spans = [e for e in events if e["end"] > 0]
+    kinds, covered = {}, 0
+    for name in sorted({e["name"] for e in spans}):
+        lengths = [e["end"] - e["timestamp"] for e in spans if e["name"] == name]
+        kinds[name] = {"count": len(lengths), "mean_us": sum(lengths) / len(lengths) / 1000,
+                       "per_program_us": sum(lengths) / len(programs) / 1000}
+    for pid in programs:
+        reach = start
+        for e in sorted((e for e in spans if e["pid"] == pid), key=lambda e: e["timestamp"]):
+            covered += max(e["end"] - max(e["timestamp"], reach), 0)
+            reach = max(reach, e["end"])
+    computes = [e["end"] for e in spans if e["name"] == "compute"]
+    return {"span_us": (stop - start) / 1000, "programs": len(programs),
+            "tail_us": (stop - max(computes)) / 1000 if computes else 0.0,
+            "idle_us": (stop - start) / 1000 - covered / len(programs) / 1000, "kinds": kinds}
+
 
 def _track(event: dict, interpreted: bool) -> str:
     return f"program {event['pid']}" if interpreted else f"SM/CU {event['cu_id']} (XCC {event['xcc_id']})"

@@ -24,3 +24,15 @@ def test_ops_benchmark_takes_config_switches_and_tracing(tmp_path):
     assert "num_stages=2" in row["config"]
     bad = run_benchmark("ops.py", 2, *shape, "--config", "tma_loads=yes", check=False)
     assert bad.returncode != 0 and "tma_loads='yes'" in bad.stdout + bad.stderr
+
+
+def test_ops_benchmark_profile_says_where_each_fused_ops_time_went(tmp_path):
+    """--profile: one traced call per problem after the timed ones; its per-program breakdown in the CSV."""
+    rows = run_benchmark("ops.py", 2, "--profile", "--ops", "matmul_all_reduce", "all_gather_matmul", "--m", "32",
+                         "--n", "64", "--k", "64", csv_path=tmp_path / "ops.csv")
+    for row in rows:
+        assert row["trace"] == "0" and int(row["profile_programs"]) >= 1, row
+        assert float(row["profile_compute_us"]) > 0 and float(row["profile_compute_per_tile_us"]) > 0, row
+        assert float(row["profile_span_us"]) >= float(row["profile_tail_us"]) >= 0, row
+    pushes = {row["op"]: float(row["profile_put_us"]) for row in rows}
+    assert pushes["matmul_all_reduce"] > 0 and pushes["all_gather_matmul"] == 0  # it waits for its slices

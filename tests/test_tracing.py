@@ -12,6 +12,7 @@ import triton
 import triton.language as tl
 
 import iris
+from iris.tracing import summarize
 
 BLOCK = 64
 
@@ -107,7 +108,7 @@ def _traced_fused_op_on_rank(traced: bool, op: str):
                  computes=sum(e["name"] == "compute" for e in events), tiles=len(tiles),
                  pushes=sum(e["name"] == "put" for e in events),
                  spans=all(e["end"] >= e["timestamp"] > 0 for e in events if e["name"] == "compute"),
-                 ranks={e["cur_rank"] for e in events})
+                 ranks={e["cur_rank"] for e in events}, summary=ctx.tracing.summary())
     ctx.close()
     return found
 
@@ -133,6 +134,8 @@ def test_a_fused_op_records_its_tiles_when_tracing_is_on(ranks, traced, op):
         if op != "all_gather_matmul":  # each tile's partial or result is pushed once
             assert found["pushes"] == found["tiles"], found
         assert found["spans"] and found["ranks"] == {rank}, found
+        kinds = found["summary"]["kinds"]
+        assert kinds["compute"]["count"] == found["computes"] and set(kinds) <= set(found["kinds"]), found
 
 def _traced_collectives_on_rank(tmp: str):
     """Each collective called once untraced (its launches remembered), then again with tracing on."""
@@ -189,6 +192,7 @@ import triton, triton.language as tl
 from triton.compiler import ASTSource
 from triton.backends.compiler import GPUTarget
 import iris
+from iris.tracing import summarize
 
 
 @triton.jit
@@ -252,3 +256,25 @@ def test_without_tracing_the_kernel_compiles_to_what_it_was(tmp_path, target):
                          timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["off", "IDENTICAL", "on", "DIFFERENT"], out.stdout + out.stderr[-2000:]
+
+
+def _span(name, pid, start, end):
+    return {"name": name, "pid": pid, "timestamp": start, "end": end}
+
+
+def test_summary_says_where_the_time_went_per_kind_of_span():
+    """summarize(): per kind the count, mean and time per program; the whole span; the time no span covers
+    (nested spans counted once); the tail after the last compute."""
+    events = [_span("barrier", 0, 1000, 2000), _span("compute", 0, 2000, 6000), _span("put", 0, 6000, 7000),
+              _span("compute", 1, 1000, 5000), _span("wait", 1, 2000, 3000),  # nested in the compute
+              _span("reduce", 1, 8000, 11000), {"name": "signal", "pid": 1, "timestamp": 7000, "end": 0}]
+    summary = summarize(events)
+    assert summary["programs"] == 2 and summary["span_us"] == 10.0
+    assert summary["kinds"]["compute"] == {"count": 2, "mean_us": 4.0, "per_program_us": 4.0}
+    assert summary["kinds"]["wait"] == {"count": 1, "mean_us": 1.0, "per_program_us": 0.5}
+    assert "signal" not in summary["kinds"]  # an instant takes no time
+    assert summary["tail_us"] == 5.0  # the last compute ends at 6000, the last span at 11000
+    # program 0 is covered 1000-7000 (6 us of 10), program 1 1000-5000 and 8000-11000 (7 us of 10)
+    assert summary["idle_us"] == 3.5
+    assert summarize([]) == {"span_us": 0.0, "programs": 0, "tail_us": 0.0, "idle_us": 0.0,
+                                          "kinds": {}}
