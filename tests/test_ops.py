@@ -91,6 +91,26 @@ def test_tma_loads_by_default_where_a_has_2048_rows_or_more():
         ctx.close()
 
 
+def test_the_default_tile_gives_way_to_a_smaller_one_where_it_leaves_most_programs_idle():
+    """fitted_launch(): with the tile fields at their defaults, the smaller tile where fewer waves of it
+    (at its measured cost per tile) finish sooner: decode-like M; a tile set by hand is used as set."""
+    from iris.ops._fused import SMALL_TILE, fitted_launch
+
+    default = FusedConfig()
+    big = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
+    small = dict(BLOCK_M=SMALL_TILE["block_size_m"], BLOCK_N=SMALL_TILE["block_size_n"], BLOCK_K=64, GROUP_M=8,
+                 num_warps=SMALL_TILE["num_warps"], num_stages=SMALL_TILE["num_stages"])
+    assert fitted_launch(default, 128, 8192, 132, torch.bfloat16) == small  # 32 tiles on 132 programs
+    assert fitted_launch(default, 512, 8192, 132, torch.bfloat16) == big  # 128 tiles: one wave already
+    assert fitted_launch(default, 128, 14336, 132, torch.bfloat16) == big  # 56 tiles; small ones take 2 waves
+    assert fitted_launch(default, 128, 8192, 66, torch.bfloat16) == big  # half the SMs (2 ranks on a GPU)
+    assert fitted_launch(default, 64, 4096, 66, torch.bfloat16) == small
+    hand = FusedConfig(block_size_n=128)
+    assert fitted_launch(hand, 128, 8192, 132, torch.bfloat16)["BLOCK_N"] == 128  # as set, not fitted
+    assert fitted_launch(hand, 128, 8192, 132, torch.bfloat16)["BLOCK_M"] == 128
+    assert fitted_launch(default, 4096, 8192, 132, torch.float32)["BLOCK_K"] == 32  # float32: half the depth
+
+
 def _takes_tma(op, m, n, k, config):
     from iris.ops._fused import tma_loads
 

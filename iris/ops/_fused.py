@@ -9,7 +9,7 @@ made for.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -54,14 +54,46 @@ class Workspace:
         return cls(key, tensors)
 
 
-def tile(ctx, config: FusedConfig, dtype: torch.dtype = torch.bfloat16) -> dict:
-    """The GEMM tile of ``config`` on a GPU (for float32 operands half its K depth, so that its stages take
-    the shared memory they take in 16 bits); the interpreter's own small tile on the CPU backend."""
-    if ctx.team.backend.interpreted:
-        return dict(INTERPRETED_TILE)
+# The tile FusedConfig's default tile gives way to where it leaves most programs idle (decode-like M),
+# and its cost per tile relative to the default's: on one H200 (K 8192, bf16) a 64 x 128 tile took
+# 42-46 us against the default 128 x 256's 81-97 us, a quarter of the work for about 0.53 of the time
+# (docs/benchmarks.md, "Decode-like M").
+SMALL_TILE = dict(block_size_m=64, block_size_n=128, num_warps=4, num_stages=4)
+SMALL_TILE_COST = 0.53
+_TILE_FIELDS = ("block_size_m", "block_size_n", "block_size_k", "group_size_m", "num_warps", "num_stages")
+
+
+def fitted_launch(config: FusedConfig, rows: int, cols: int, programs: int, dtype: torch.dtype) -> dict:
+    """The tile constexprs and launch options (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps,
+    num_stages) for an (rows, cols) output on ``programs`` concurrent programs.
+
+    ``config``'s own, except where its tile fields are all at their defaults and the output's tiles
+    of :data:`SMALL_TILE`, in waves of ``programs``, would finish sooner (at :data:`SMALL_TILE_COST`
+    of a default tile's time each) than the default tile's waves: then the small tile. A tile set
+    by hand is used as set. float32 operands take half the K depth, so that the stages take the
+    shared memory they take in 16 bits.
+
+    Example:
+        >>> fitted_launch(FusedConfig(), 128, 8192, 132, torch.bfloat16)["BLOCK_M"]   # 32 tiles: too few
+        64
+    """
+    if all(getattr(config, name) == getattr(FusedConfig, name) for name in _TILE_FIELDS):
+        waves = triton.cdiv(triton.cdiv(rows, config.block_size_m) * triton.cdiv(cols, config.block_size_n), programs)
+        small_waves = triton.cdiv(triton.cdiv(rows, SMALL_TILE["block_size_m"]) *
+                                  triton.cdiv(cols, SMALL_TILE["block_size_n"]), programs)
+        if small_waves * SMALL_TILE_COST < waves:
+            config = replace(config, **SMALL_TILE)
     depth = max(16, config.block_size_k // 2) if dtype == torch.float32 else config.block_size_k
     return dict(BLOCK_M=config.block_size_m, BLOCK_N=config.block_size_n, BLOCK_K=depth,
-                GROUP_M=config.group_size_m)
+                GROUP_M=config.group_size_m, num_warps=config.num_warps, num_stages=config.num_stages)
+
+
+def tile(ctx, config: FusedConfig, dtype: torch.dtype, rows: int, cols: int) -> dict:
+    """The tile and launch options of one call with an (rows, cols) output: :func:`fitted_launch` for
+    this rank's concurrent programs on a GPU; the interpreter's own small tile on the CPU backend."""
+    if ctx.team.backend.interpreted:
+        return dict(INTERPRETED_TILE, num_warps=config.num_warps, num_stages=config.num_stages)
+    return fitted_launch(config, rows, cols, concurrent_programs(ctx), dtype)
 
 
 # FusedConfig(tma_loads=None) takes the descriptors where this rank's A has at least this many rows: on

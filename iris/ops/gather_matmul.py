@@ -141,7 +141,7 @@ def problem(ctx, output, A_shard, config):
     world = ctx.get_num_ranks()
     M, K_r = A_shard.shape
     N = output.shape[1]
-    tile = _fused.tile(ctx, config, A_shard.dtype)
+    tile = _fused.tile(ctx, config, A_shard.dtype, M, N)
     key = (WHAT, M, K_r, N, A_shard.dtype, tuple(tile.values()))
     tiles_m = triton.cdiv(M, tile["BLOCK_M"])
     spec = {"gathered": _fused.Buffer(world * M * K_r, A_shard.dtype, heap=True),
@@ -182,6 +182,6 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
         workspace.calls, M, N, K_r, split, A_shard.stride(0), A_shard.stride(1), B.stride(0), B.stride(1),
         output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), HAS_BIAS=bias is not None,
         UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block,
-        TRACE=ctx.tracing.enabled, num_warps=config.num_warps, num_stages=config.num_stages, **tile)
+        TRACE=ctx.tracing.enabled, **tile)
     workspace.calls.add_(1)  # on the stream, after the launch: the next call waits for one more round
     return workspace

@@ -85,14 +85,12 @@ def run(what: str, along_m: bool, ctx, output, A, B, bias=None, async_op=False, 
     _fused.check(what, ctx, output, A, B, bias, _output_shape(along_m, ctx.get_num_ranks()), symmetric_output=True)
     workspace = _fused.workspace_for(ctx, what, (what,), {}, workspace)
     M, N = A.shape[0], B.shape[1]
-    tile = _fused.tile(ctx, config, A.dtype)
+    tile = _fused.tile(ctx, config, A.dtype, M, N)
     programs = _fused.launch_size(ctx, tile_count(M, N, tile))
     _matmul_gather_kernel[(programs,)](
         A, B, output, bias if bias is not None else output, M, N, A.shape[1], A.stride(0), A.stride(1), B.stride(0),
         B.stride(1), output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), ALONG_M=along_m,
         HAS_BIAS=bias is not None, UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(),
         EXIT_BARRIER=not async_op, BARRIER_BLOCK=ctx.team.barrier.block, TRACE=ctx.tracing.enabled,
-        TMA=_fused.tma_loads(ctx, config, A, B),
-        num_warps=config.num_warps,
-        num_stages=config.num_stages, **tile)
+        TMA=_fused.tma_loads(ctx, config, A, B), **tile)
     return workspace

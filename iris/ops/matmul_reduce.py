@@ -275,7 +275,7 @@ def problem(what: str, scatter: bool, ctx, output, A, B, config):
     world = ctx.get_num_ranks()
     M, N = A.shape[0], B.shape[1]
     width = N // world if scatter else N
-    tile = _fused.tile(ctx, config, A.dtype)
+    tile = _fused.tile(ctx, config, A.dtype, M, N)
     owner = reduces_at_owner(scatter, ctx, config)  # its flags count differently: a workspace of its own
     key = (what, M, N, output.dtype, tuple(tile.values()), config.comm_programs, owner)
     tiles = tile_count(M, N, tile)
@@ -344,7 +344,7 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
         OWNER=reduces_at_owner(scatter, ctx, config), TRACE=ctx.tracing.enabled,
         TMA=_fused.tma_loads(ctx, config, A, B), HAS_BIAS=bias is not None,
         UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block,
-        COMM_PROGRAMS=comm, num_warps=config.num_warps, num_stages=config.num_stages, **tile)
+        COMM_PROGRAMS=comm, **tile)
     if comm:
         calls.add_(1)  # on the stream, after the launch: the next call's tiles carry the next epoch
     return workspace
