@@ -93,6 +93,94 @@ def bind(kernel, grid, *args, **constexprs) -> BoundLaunch:
     return launch
 
 
+# Remembered calls per Plans; past this many the memory starts again (a program that keeps making new
+# tensors for its calls gains nothing from it anyway).
+MAX_PLANS = 1024
+
+
+def call_key(name, first, second, *rest):
+    """What a call's checks and launches depend on, as one flat tuple: its name, each tensor's address,
+    shape, strides and dtype (``second`` may be None: one tensor), then ``rest``. None where a tensor
+    argument is not a plain ``torch.Tensor``: such a call is not remembered (or is refused). Written
+    out for two tensors: it runs on every call of a small collective, whose host time it is part of.
+
+    No device: under unified addressing (CUDA, HIP, and the host) an address names one device.
+
+    Example:
+        >>> call_key("all_reduce", out, x, "sum", None)
+    """
+    if type(first) is not torch.Tensor:
+        return None
+    if second is None:
+        return (name, first.data_ptr(), first.shape, first.stride(), first.dtype, *rest)
+    if type(second) is not torch.Tensor:
+        return None
+    return (name, first.data_ptr(), first.shape, first.stride(), first.dtype, second.data_ptr(), second.shape,
+            second.stride(), second.dtype, *rest)
+
+
+def value_key(value, kind: type):
+    """A config argument by value (it may change between calls): None for None, its type and fields for
+    a ``kind``; for anything else a fresh object (the call refuses it, so nothing is remembered under it)."""
+    if value is None:
+        return None
+    if isinstance(value, kind):
+        return type(value), *value.__dict__.values()
+    return object()
+
+
+class Plans:
+    """The launches of calls remembered by :func:`call_key`, relaunched when the same call comes again
+    (``ctx.ccl``, ``ctx.ops``): a repeated call skips its checks and Triton's per-call Python.
+
+    Never in debug mode (each call is checked and diagnosed) nor for a key of None.
+
+    Example:
+        >>> plan = plans.replay(key)
+        >>> result = plan.result if plan is not None else plans.remember(key, *call()).result
+    """
+
+    class Plan:
+        __slots__ = ("launches", "result")
+
+        def __init__(self, launches, result):
+            self.launches, self.result = tuple(launches), result
+
+    def __init__(self, ctx):
+        self._ctx = ctx  # the context (a weak proxy): its team says whether debug mode is on
+        self._plans: dict = {}
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+    def replay(self, key) -> Plans.Plan | None:
+        """Relaunch the launches remembered for ``key`` and return its plan; None where none is."""
+        if key is None or self._ctx.team.debug:
+            return None
+        try:
+            plan = self._plans.get(key)
+        except TypeError:  # an unhashable argument: the call itself says what is wrong with it
+            return None
+        if plan is not None:
+            for launch in plan.launches:
+                launch()
+        return plan
+
+    def remember(self, key, launches, result=None) -> Plans.Plan:
+        """Keep the ``launches`` a call made (callables: bound launches, or stream work such as a counter's
+        ``add_``) and what it returned, for the next call with the same ``key``; returns the plan."""
+        plan = Plans.Plan(launches, result)
+        if not launches or key is None or self._ctx.team.debug:
+            return plan
+        if len(self._plans) >= MAX_PLANS:
+            self._plans.clear()
+        try:
+            self._plans[key] = plan
+        except TypeError:  # unhashable: not remembered
+            pass
+        return plan
+
+
 def _compiles() -> bool:
     """Whether Triton compiles for a device here (not the interpreter of the CPU backend)."""
     return not interpreted() and torch.cuda.is_available()

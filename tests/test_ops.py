@@ -122,6 +122,46 @@ def _takes_tma(op, m, n, k, config):
     return taken
 
 
+def _replayed_calls(op):
+    """The same call three times on the same tensors with new data in them, then with a config changed in
+    place (remembered by value), then with tracing on: the errors and how many calls ctx.ops remembers."""
+    ctx = iris.iris(1 << 24)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    a_shape, b_shape, out_shape = shapes(op, 40, 70, 24, world)
+    a, b = torch.empty(a_shape, dtype=torch.bfloat16, device=device), torch.empty(b_shape, dtype=torch.bfloat16,
+                                                                                  device=device)
+    out = (ctx.empty if op in ON_HEAP else torch.empty)(out_shape, dtype=torch.float32, device=device)
+    config, errors, plans = FusedConfig(), [], []
+    for seed, change in enumerate([None, None, None, "num_stages", "tracing"]):
+        if change == "num_stages":
+            config.num_stages = 2
+        if change == "tracing":
+            ctx.tracing.enable(max_events=1000)
+        shard_a, shard_b = _shards(seed, rank, a_shape, b_shape)
+        a.copy_(shard_a)
+        b.copy_(shard_b)
+        out.fill_(float("nan"))
+        ctx.barrier()
+        workspace = getattr(ctx.ops, op)(out, a, b, config=config)
+        ctx.barrier()
+        shards = [_shards(seed, r, a_shape, b_shape) for r in range(world)]
+        ref, scale = reference(op, shards, None, rank), magnitude(op, shards, None, rank)
+        got = out.cpu().double()
+        errors.append(float("inf") if got.isnan().any() else ((got - ref).norm() / scale.norm()).item())
+        plans.append((len(ctx.ops._plans), type(workspace).__name__))
+    ctx.close()
+    return errors, plans
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_a_repeated_fused_call_replays_its_launches_on_new_data(ranks, op):
+    """ctx.ops remembers a call's launches: the same tensors again replay them (new data, right results);
+    a config changed in place or the tracing switch makes a new plan; every call returns its workspace."""
+    for errors, plans in ranks.run(_replayed_calls, op):
+        assert max(errors) < TOLERANCE[torch.float32] * 10, errors
+        assert plans == [(1, "Workspace"), (1, "Workspace"), (1, "Workspace"), (2, "Workspace"), (3, "Workspace")]
+
+
 @pytest.fixture(scope="module")
 def three_ranks():
     """A world that is neither 2 nor a power of two (tiles' owners wrap unevenly)."""

@@ -24,9 +24,8 @@ Example:
 
 import weakref
 
-import torch
-
 from iris.ccl.config import AUTOTUNE, Config, ReduceOp
+from iris.kernel_launch import Plans, call_key, value_key
 from iris.team import checked_across_ranks
 
 # The collectives, imported once here rather than in every call (an import statement costs about
@@ -39,106 +38,50 @@ from iris.ccl import reduce_scatter as _reduce_scatter
 
 __all__ = ["AUTOTUNE", "CCL", "Config", "ReduceOp"]
 
-# Remembered calls per context; past this many the memory starts again (a program that keeps
-# making new tensors for its collectives gains nothing from it anyway).
-MAX_PLANS = 1024
-
-
-def _key(name, first, second, *rest):
-    """What a collective's checks and launches depend on, as one flat tuple: its name, each tensor's
-    address, shape, strides and dtype (``second`` may be None: one tensor), then ``rest``. None where a
-    tensor argument is not a plain ``torch.Tensor``: such a call is not remembered (or is refused).
-
-    No device: under unified addressing (CUDA, HIP, and the host) an address names one device."""
-    if type(first) is not torch.Tensor:
-        return None
-    if second is None:
-        return (name, first.data_ptr(), first.shape, first.stride(), first.dtype, *rest)
-    if type(second) is not torch.Tensor:
-        return None
-    return (name, first.data_ptr(), first.shape, first.stride(), first.dtype, second.data_ptr(), second.shape,
-            second.stride(), second.dtype, *rest)
-
-
-def _config_key(config):
-    """A config by value (a Config may change between calls); None for the default; for an argument that
-    is not a Config, a fresh object (the call refuses it, so nothing is remembered under it)."""
-    if config is None:
-        return None
-    if isinstance(config, Config):
-        return type(config), *config.__dict__.values()
-    return object()
-
 
 class CCL:
     """The collectives of one Iris context (``ctx.ccl``); see :mod:`iris.ccl`."""
 
     def __init__(self, ctx):
         self._ctx = weakref.proxy(ctx)  # held weakly: the context, and with it the heap, dies with its last user
-        self._plans: dict = {}
-
-    def _replay(self, key) -> bool:
-        """Relaunch the launches the call ``key`` made before, if it was remembered; whether it was.
-
-        Never in debug mode (each call is checked and diagnosed); ``key`` None: a call not remembered."""
-        if key is None or self._ctx.team.debug:
-            return False
-        try:
-            plan = self._plans.get(key)
-        except TypeError:  # an unhashable argument: the call itself says what is wrong with it
-            return False
-        if plan is None:
-            return False
-        for launch in plan:
-            launch()
-        return True
-
-    def _remember(self, key, launches) -> None:
-        """Keep the bound ``launches`` a call returned, for the next call with the same ``key``."""
-        if not launches or key is None or self._ctx.team.debug:
-            return
-        if len(self._plans) >= MAX_PLANS:
-            self._plans.clear()
-        try:
-            self._plans[key] = launches
-        except TypeError:  # unhashable: not remembered
-            pass
+        self._plans = Plans(self._ctx)
 
     @checked_across_ranks
     def all_gather(self, output_tensor, input_tensor, group=None, async_op=False, config=None):
         """(W*M, N) output from each member's (M, N) input; see :func:`iris.ccl.all_gather.all_gather`."""
-        key = _key("all_gather", output_tensor, input_tensor, group, async_op, _config_key(config),
-                   self._ctx.tracing.enabled)
-        if not self._replay(key):
-            self._remember(key, _all_gather.all_gather(output_tensor, input_tensor, self._ctx, group=group,
-                                                       async_op=async_op, config=config))
+        key = call_key("all_gather", output_tensor, input_tensor, group, async_op, value_key(config, Config),
+                       self._ctx.tracing.enabled)
+        if self._plans.replay(key) is None:
+            self._plans.remember(key, _all_gather.all_gather(output_tensor, input_tensor, self._ctx, group=group,
+                                                             async_op=async_op, config=config))
 
     @checked_across_ranks
     def all_to_all(self, output_tensor, input_tensor, group=None, async_op=False, config=None):
         """(M, W*N) chunks exchanged between members; see :func:`iris.ccl.all_to_all.all_to_all`."""
-        key = _key("all_to_all", output_tensor, input_tensor, group, async_op, _config_key(config),
-                   self._ctx.tracing.enabled)
-        if not self._replay(key):
-            self._remember(key, _all_to_all.all_to_all(output_tensor, input_tensor, self._ctx, group=group,
-                                                       async_op=async_op, config=config))
+        key = call_key("all_to_all", output_tensor, input_tensor, group, async_op, value_key(config, Config),
+                       self._ctx.tracing.enabled)
+        if self._plans.replay(key) is None:
+            self._plans.remember(key, _all_to_all.all_to_all(output_tensor, input_tensor, self._ctx, group=group,
+                                                             async_op=async_op, config=config))
 
     @checked_across_ranks
     def broadcast(self, tensor, src=0, group=None, async_op=False, config=None):
         """Rank ``src``'s tensor into every member's; see :func:`iris.ccl.broadcast.broadcast`."""
-        key = _key("broadcast", tensor, None, src, group, async_op, _config_key(config), self._ctx.tracing.enabled)
-        if not self._replay(key):
-            self._remember(key, _broadcast.broadcast(tensor, self._ctx, src=src, group=group, async_op=async_op,
-                                                     config=config))
+        key = call_key("broadcast", tensor, None, src, group, async_op, value_key(config, Config),
+                       self._ctx.tracing.enabled)
+        if self._plans.replay(key) is None:
+            self._plans.remember(key, _broadcast.broadcast(tensor, self._ctx, src=src, group=group, async_op=async_op,
+                                                           config=config))
 
     @checked_across_ranks
     def reduce_scatter(self, output_tensor, input_tensor, op=None, group=None, async_op=False, config=None):
         """Each member's part of the reduction over members; see :mod:`iris.ccl.reduce_scatter`."""
         op = ReduceOp.SUM if op is None else op
-        key = _key("reduce_scatter", output_tensor, input_tensor, op, group, async_op, _config_key(config),
-                   self._ctx.tracing.enabled)
-        if not self._replay(key):
-            self._remember(key, _reduce_scatter.reduce_scatter(output_tensor, input_tensor, self._ctx, op=op,
-                                                               group=group, async_op=async_op, config=config))
+        key = call_key("reduce_scatter", output_tensor, input_tensor, op, group, async_op, value_key(config, Config),
+                       self._ctx.tracing.enabled)
+        if self._plans.replay(key) is None:
+            self._plans.remember(key, _reduce_scatter.reduce_scatter(output_tensor, input_tensor, self._ctx, op=op,
+                                                                     group=group, async_op=async_op, config=config))
 
     def all_reduce_preamble(self, output_tensor, input_tensor, config=None, workspace=None, group=None):
         """Checks and variant choice done once, for repeated all_reduce calls; see :mod:`iris.ccl.all_reduce`."""
@@ -150,8 +93,9 @@ class CCL:
                    workspace=None):
         """Elementwise SUM/MAX/MIN over members, on every member; see :func:`iris.ccl.all_reduce.all_reduce`."""
         op = ReduceOp.SUM if op is None else op
-        key = _key("all_reduce", output_tensor, input_tensor, op, group, async_op, _config_key(config), workspace,
-                   self._ctx.tracing.enabled)
-        if not self._replay(key):
-            self._remember(key, _all_reduce.all_reduce(output_tensor, input_tensor, self._ctx, op=op, group=group,
-                                                       async_op=async_op, config=config, workspace=workspace))
+        key = call_key("all_reduce", output_tensor, input_tensor, op, group, async_op, value_key(config, Config),
+                       workspace, self._ctx.tracing.enabled)
+        if self._plans.replay(key) is None:
+            self._plans.remember(key, _all_reduce.all_reduce(output_tensor, input_tensor, self._ctx, op=op,
+                                                             group=group, async_op=async_op, config=config,
+                                                             workspace=workspace))

@@ -19,6 +19,12 @@ gemm_all_scatter are written by peers, so they must be on the heap (``ctx.empty`
 without one, ``ctx.ops`` makes it on first use and keeps it per problem. The original's standalone
 forms (context first) are here too, each in a module of the op's name (``iris.ops.matmul_reduce_scatter``).
 
+A call remembers its launches (see :mod:`iris.kernel_launch`): called again with the same tensors
+(address, shape, strides, dtype), bias, config (by value), workspace and tracing switch, a fused op
+skips its checks and Triton's per-call Python and relaunches them (on an H200 host the full path
+cost 80-165 us per call, more than the GPU time of a decode-sized op). Debug mode always takes the
+full path.
+
 Example:
     >>> out = iris.ops.matmul(a, b, bias=bias)                  # one GPU: see iris.ops.gemm
     >>> ctx.ops.matmul_all_reduce(out, a_shard, b_shard)        # every rank
@@ -27,6 +33,7 @@ Example:
 
 import weakref
 
+from iris.kernel_launch import Plans, call_key, value_key
 from iris.ops import gather_matmul as _gather_matmul
 from iris.ops import matmul_gather as _matmul_gather
 from iris.ops import matmul_reduce as _matmul_reduce
@@ -52,6 +59,18 @@ class Ops:
     def __init__(self, ctx):
         self._ctx = weakref.proxy(ctx)  # held weakly: the context, and with it the heap, dies with its last user
         self._workspaces: dict = {}
+        self._plans = Plans(self._ctx)
+
+    def _call(self, op: str, run, output, A, B, bias, async_op, config, workspace):
+        """``run()`` (checks, launches; returns the workspace and its launches) the first time; the same
+        call again (the same tensors, config, workspace and tracing switch) relaunches what it launched."""
+        operands = call_key("", B, bias)  # None if either is neither a tensor nor (bias) None
+        key = operands and call_key(op, output, A, operands, async_op, value_key(config, FusedConfig), workspace,
+                                    self._ctx.tracing.enabled)
+        plan = self._plans.replay(key)
+        if plan is None:
+            plan = self._plans.remember(key, *reversed(run()))
+        return plan.result
 
     def kept_workspace(self, key, make):
         """The workspace this context keeps for problem ``key``, made by ``make()`` on first use (collective:
@@ -77,7 +96,9 @@ class Ops:
 
         ``async_op`` is accepted for the original API: each rank's output is complete when its kernel
         ends, so nothing waits after it (the same for matmul_reduce_scatter)."""
-        return _matmul_reduce.run("matmul_all_reduce", False, self._ctx, output, A, B, bias, config, workspace)
+        return self._call("matmul_all_reduce", lambda: _matmul_reduce.run(
+            "matmul_all_reduce", False, self._ctx, output, A, B, bias, config, workspace), output, A, B, bias, async_op,
+            config, workspace)
 
     def matmul_all_reduce_preamble(self, output, A, B, config=None) -> Workspace:
         return _matmul_reduce.preamble("matmul_all_reduce", False, self._ctx, output, A, B, config)
@@ -86,7 +107,9 @@ class Ops:
     def matmul_reduce_scatter(self, output, A, B, bias=None, async_op=False, config=None, workspace=None):
         """This rank's (M, N/W) columns of the sum over ranks of A @ B (+ bias), into an (M, N/W) output or
         into those columns of an (M, N) one; see :mod:`iris.ops.matmul_reduce`."""
-        return _matmul_reduce.run("matmul_reduce_scatter", True, self._ctx, output, A, B, bias, config, workspace)
+        return self._call("matmul_reduce_scatter", lambda: _matmul_reduce.run(
+            "matmul_reduce_scatter", True, self._ctx, output, A, B, bias, config, workspace), output, A, B, bias,
+            async_op, config, workspace)
 
     def matmul_reduce_scatter_preamble(self, output, A, B, config=None) -> Workspace:
         return _matmul_reduce.preamble("matmul_reduce_scatter", True, self._ctx, output, A, B, config)
@@ -94,7 +117,9 @@ class Ops:
     @checked_across_ranks
     def all_gather_matmul(self, output, A_shard, B, bias=None, async_op=False, config=None, workspace=None):
         """``output = [A_shard of every rank, side by side] @ B (+ bias)``; see :mod:`iris.ops.gather_matmul`."""
-        return _gather_matmul.all_gather_matmul(self._ctx, output, A_shard, B, bias, async_op, config, workspace)
+        return self._call("all_gather_matmul", lambda: _gather_matmul.all_gather_matmul(
+            self._ctx, output, A_shard, B, bias, async_op, config, workspace), output, A_shard, B, bias, async_op,
+            config, workspace)
 
     def all_gather_matmul_preamble(self, output, A_shard, B, config=None) -> Workspace:
         return _gather_matmul.preamble(self._ctx, output, A_shard, B, config)
@@ -102,7 +127,9 @@ class Ops:
     @checked_across_ranks
     def matmul_all_gather(self, output, A, B, bias=None, async_op=False, config=None, workspace=None):
         """Every rank's ``A @ B (+ bias)`` stacked by rank in rows; see :mod:`iris.ops.matmul_gather`."""
-        return _matmul_gather.run("matmul_all_gather", True, self._ctx, output, A, B, bias, async_op, config, workspace)
+        return self._call("matmul_all_gather", lambda: _matmul_gather.run(
+            "matmul_all_gather", True, self._ctx, output, A, B, bias, async_op, config, workspace), output, A, B, bias,
+            async_op, config, workspace)
 
     def matmul_all_gather_preamble(self, output, A, B, config=None) -> Workspace:
         return _matmul_gather.preamble("matmul_all_gather", True, self._ctx, output, A, B, config)
@@ -110,8 +137,9 @@ class Ops:
     @checked_across_ranks
     def gemm_all_scatter(self, output, A, B, bias=None, async_op=False, config=None, workspace=None):
         """Every rank's ``A @ B (+ bias)`` side by side in columns; see :mod:`iris.ops.matmul_gather`."""
-        return _matmul_gather.run("gemm_all_scatter", False, self._ctx, output, A, B, bias, async_op, config,
-                                  workspace)
+        return self._call("gemm_all_scatter", lambda: _matmul_gather.run(
+            "gemm_all_scatter", False, self._ctx, output, A, B, bias, async_op, config, workspace), output, A, B, bias,
+            async_op, config, workspace)
 
     def gemm_all_scatter_preamble(self, output, A, B, config=None) -> Workspace:
         return _matmul_gather.preamble("gemm_all_scatter", False, self._ctx, output, A, B, config)

@@ -27,12 +27,15 @@ Example:
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
 
 from iris.device import rma, sync, tracing
 from iris.device.barrier import GROUP_ARGS, enter
+from iris.kernel_launch import bind
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import accumulate, add_bias, tile_count, tile_of
@@ -159,8 +162,11 @@ def preamble(ctx, output, A_shard, B, config=None) -> _fused.Workspace:
 
 
 def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config=None,
-                      workspace=None) -> _fused.Workspace:
+                      workspace=None) -> tuple:
     """``output = all_gather(A_shard, dim=1) @ B (+ bias)``; every rank calls it (see the module).
+
+    Returns the workspace it used and its launches, bound (:mod:`iris.kernel_launch`): ``ctx.ops``
+    replays them on the same call again.
 
     Args:
         output: (M, N), float32, bfloat16 or float16, on this rank's device (need not be on the heap).
@@ -177,11 +183,15 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
     N = output.shape[1]
     programs = _fused.launch_size(ctx, tile_count(M, N, tile))
     split = max(1, programs // triton.cdiv(M, tile["BLOCK_M"]))  # pieces per row block: every program pushes
-    _all_gather_matmul_kernel[(programs,)](
+    launches = [bind(
+        _all_gather_matmul_kernel, (programs,),
         A_shard, B, output, bias if bias is not None else output, workspace.gathered, workspace.flags,
         workspace.calls, M, N, K_r, split, A_shard.stride(0), A_shard.stride(1), B.stride(0), B.stride(1),
         output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), HAS_BIAS=bias is not None,
         UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block,
-        TRACE=ctx.tracing.enabled, **tile)
-    workspace.calls.add_(1)  # on the stream, after the launch: the next call waits for one more round
-    return workspace
+        TRACE=ctx.tracing.enabled, **tile),
+        # on the stream, after the launch: the next call waits for one more round
+        functools.partial(workspace.calls.add_, 1)]
+    for launch in launches:
+        launch()
+    return workspace, launches

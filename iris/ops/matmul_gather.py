@@ -31,6 +31,7 @@ import triton.language as tl
 from iris.device import rma, tracing
 from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.device.tracing import elements_bytes
+from iris.kernel_launch import bind
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import add_bias, operand, tile_count, tile_of, tile_product
@@ -79,18 +80,21 @@ def preamble(what: str, along_m: bool, ctx, output, A, B, config=None) -> _fused
 
 
 def run(what: str, along_m: bool, ctx, output, A, B, bias=None, async_op=False, config=None,
-        workspace=None) -> _fused.Workspace:
-    """One call of ``what`` (see the module): checks, then one launch; returns the workspace it used."""
+        workspace=None) -> tuple:
+    """One call of ``what`` (see the module): checks, then one launch; returns the workspace it used and
+    its launch, bound (:mod:`iris.kernel_launch`): ``ctx.ops`` replays it on the same call again."""
     config = FusedConfig() if config is None else config
     _fused.check(what, ctx, output, A, B, bias, _output_shape(along_m, ctx.get_num_ranks()), symmetric_output=True)
     workspace = _fused.workspace_for(ctx, what, (what,), {}, workspace)
     M, N = A.shape[0], B.shape[1]
     tile = _fused.tile(ctx, config, A.dtype, M, N)
     programs = _fused.launch_size(ctx, tile_count(M, N, tile))
-    _matmul_gather_kernel[(programs,)](
+    launch = bind(
+        _matmul_gather_kernel, (programs,),
         A, B, output, bias if bias is not None else output, M, N, A.shape[1], A.stride(0), A.stride(1), B.stride(0),
         B.stride(1), output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), ALONG_M=along_m,
         HAS_BIAS=bias is not None, UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(),
         EXIT_BARRIER=not async_op, BARRIER_BLOCK=ctx.team.barrier.block, TRACE=ctx.tracing.enabled,
         TMA=_fused.tma_loads(ctx, config, A, B), **tile)
-    return workspace
+    launch()
+    return workspace, [launch]

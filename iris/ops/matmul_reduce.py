@@ -49,12 +49,15 @@ Example:
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
 
 from iris.device import rma, sync, tracing
 from iris.device.barrier import GROUP_ARGS, enter
+from iris.kernel_launch import bind
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import add_bias, operand, tile_count, tile_of, tile_product
@@ -318,8 +321,9 @@ def preamble(what: str, scatter: bool, ctx, output, A, B, config=None) -> _fused
     return _fused.Workspace.allocate(ctx, key, spec)
 
 
-def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, workspace=None) -> _fused.Workspace:
-    """One call of ``what`` (see the module): checks, then one launch; returns the workspace it used."""
+def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, workspace=None) -> tuple:
+    """One call of ``what`` (see the module): checks, then one launch; returns the workspace it used and
+    its launches, bound (:mod:`iris.kernel_launch`): ``ctx.ops`` replays them on the same call again."""
     config = FusedConfig() if config is None else config
     _check(what, ctx, output, A, B, bias, scatter)
     M, N = A.shape[0], B.shape[1]
@@ -337,14 +341,17 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
     else:
         programs = _fused.launch_size(ctx, tiles)
         stage, ready, calls = workspace.partials, workspace.flags, workspace.seen  # unused
-    _matmul_reduce_kernel[(programs,)](
+    launches = [bind(
+        _matmul_reduce_kernel, (programs,),
         A, B, output, bias if bias is not None else output, workspace.partials, workspace.flags, workspace.seen,
         stage, ready, calls, M, N, A.shape[1], width, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
         output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), SCATTER=scatter,
         OWNER=reduces_at_owner(scatter, ctx, config), TRACE=ctx.tracing.enabled,
         TMA=_fused.tma_loads(ctx, config, A, B), HAS_BIAS=bias is not None,
         UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block,
-        COMM_PROGRAMS=comm, **tile)
-    if comm:
-        calls.add_(1)  # on the stream, after the launch: the next call's tiles carry the next epoch
-    return workspace
+        COMM_PROGRAMS=comm, **tile)]
+    if comm:  # on the stream, after the launch: the next call's tiles carry the next epoch
+        launches.append(functools.partial(calls.add_, 1))
+    for launch in launches:
+        launch()
+    return workspace, launches
