@@ -2,7 +2,7 @@
 
     iris run -n 2 benchmarks/ops.py [--ops matmul_all_reduce ...] [--m 128 512 1024 4096 16384] [--n 8192 14336]
                                     [--k 8192] [--iters 10] [--warmup 3] [--csv PATH] [--validate] [--trace]
-                                    [--profile]
+                                    [--profile] [--host]
 
 The shapes are a tensor-parallel MLP's (W ranks; M 128 and 512 are decode-like). For M, N, K from
 the command line, each rank's part:
@@ -32,7 +32,9 @@ calls between CUDA events after --warmup calls (the first calls autotune the GEM
 compares each fused output with torch+nccl's. --profile then runs each fused op once more with
 tracing on and says where its time went (iris.tracing.summarize, the mean over ranks): per program,
 the time in compute spans (the GEMM's tiles), in pushes, reductions, waits and barriers, the time no
-span covers, and the tail after the last tile; columns profile_* of the CSV. Output: a table, a CSV and a PNG under
+span covers, and the tail after the last tile; columns profile_* of the CSV. --host (GPU) also times
+the host's share of a fused call (fused_host_us: host microseconds per call issued back to back;
+where it exceeds the GPU's time, the op is host-bound). Output: a table, a CSV and a PNG under
 benchmarks/results/. On the CPU backend it is a smoke test at tiny sizes, not a figure.
 """
 
@@ -50,7 +52,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _results import default_csv, git_commit, median_us, write_csv
+from _results import default_csv, git_commit, host_us, median_us, write_csv
 
 import iris
 from iris.distributed import job_world_size
@@ -78,6 +80,7 @@ def parse_args(gpu: bool) -> argparse.Namespace:
                         "compare their times with a run without it")
     parser.add_argument("--profile", action="store_true", help="after timing, one traced call of each fused op: "
                         "where its time went (per program: compute, put, reduce, wait, barrier, idle; the tail)")
+    parser.add_argument("--host", action="store_true", help="also time the host's share of each fused call (GPU)")
     parser.add_argument("--config", default="", help="FusedConfig fields for the fused ops, e.g. "
                         "block_size_n=128,num_stages=4 (default: FusedConfig()); switches as 0/1: tma_loads=1")
     args = parser.parse_args()
@@ -324,6 +327,9 @@ def main() -> int:
                            "fused_tflops": p.flops / t["fused"] / 1e6}
                     if args.profile:
                         row.update(profiled(p))
+                    if args.host and gpu:
+                        ctx.barrier()
+                        row["fused_host_us"] = ctx.broadcast(host_us(p.fused, calls=50), src=0)
                     rows.append(row)
                     if rank == 0:
                         print(f"{op:22} {M:6} {N:6} {K:6} {t['fused']:9.1f} {t['torch+nccl']:10.1f} "
@@ -331,6 +337,8 @@ def main() -> int:
                               ("cublas", "iris gemm", "nccl", "iris.ccl")) +
                               f" {row['speedup']:7.2f}x {row['speedup_over_torch_fused']:7.2f}x "
                               f"{row['overlap_efficiency']:8.2f}", flush=True)
+                        if "fused_host_us" in row:
+                            print(f"    host: {row['fused_host_us']:.1f} us per call", flush=True)
                         if args.profile:
                             print("    traced: " + ", ".join(f"{key} {row[f'profile_{key}_us']:.1f}" for key in
                                   ("span", *PROFILED, "idle", "tail")) +
