@@ -63,7 +63,7 @@ def test_reduce_ops_with_communication_programs_match_float64(ranks, op, comm_pr
 
 
 @pytest.mark.parametrize("op", ["matmul_all_reduce", "matmul_reduce_scatter", "matmul_all_gather",
-                                "gemm_all_scatter"])
+                                "gemm_all_scatter", "all_gather_matmul"])
 def test_fused_op_with_tma_loads_matches_float64(ranks, op):
     """FusedConfig(tma_loads=True): operand tiles through tensor descriptors, ragged edges zero-filled."""
     config = FusedConfig(tma_loads=True)
@@ -87,6 +87,9 @@ def test_tma_loads_by_default_where_a_has_2048_rows_or_more():
         assert tma_loads(ctx, FusedConfig(), tall, b) and not tma_loads(ctx, FusedConfig(), short, b)
         assert tma_loads(ctx, FusedConfig(tma_loads=True), short, b)
         assert not tma_loads(ctx, FusedConfig(tma_loads=False), tall, b)
+        # all_gather_matmul (auto=False) takes them only when asked: not yet measured on two GPUs
+        assert not tma_loads(ctx, FusedConfig(), tall, b, auto=False)
+        assert tma_loads(ctx, FusedConfig(tma_loads=True), tall, b, auto=False)
     finally:
         ctx.close()
 

@@ -67,6 +67,17 @@ def _clock_ns():
 
 
 @triton.jit
+def async_proxy_fence():
+    """Order this thread's view of global memory before its later TMA (async proxy) loads: after an
+    acquire, what peers stored with ordinary stores is then what a tensor descriptor reads (PTX
+    ``fence.proxy.async.global``; NVIDIA only, where descriptors load; nothing elsewhere)."""
+    if not _INTERPRETED:
+        if not ON_HIP:
+            tl.inline_asm_elementwise("fence.proxy.async.global;\n mov.u32 $0, 0;", "=r", [], dtype=tl.int32,
+                                      is_pure=False, pack=1)
+
+
+@triton.jit
 def _satisfied(seen, cmp: tl.constexpr, value):
     if cmp == "==":
         ok = seen == value

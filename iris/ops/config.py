@@ -34,6 +34,9 @@ class FusedConfig:
             masked loads. None (default): where this rank's A has at least 2048 rows
             (``iris.ops._fused.TMA_AUTO_ROWS``): on 2 x H200 the descriptors made these ops 7-18%
             faster at M >= 4096, and were mixed at M 1024 and slower at M 128-512.
+            all_gather_matmul takes them only when True (not yet measured on two GPUs): its own
+            slice and B's through descriptors, and the gathered slices after their flags' acquire
+            and an async-proxy fence (peers wrote them with ordinary stores).
         all_reduce_variant: accepted for code written for the original (its choice of the all-reduce
             inside matmul_all_reduce: None or one of iris.ccl's variants); Iris's fused kernel
             exchanges its tiles itself, so it has no effect.

@@ -38,7 +38,7 @@ from iris.device.barrier import GROUP_ARGS, enter
 from iris.kernel_launch import bind
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
-from iris.ops.gemm import accumulate, add_bias, tile_count, tile_of
+from iris.ops.gemm import accumulate, accumulate_described, add_bias, operand, tile_count, tile_of
 
 LEAD = tl.constexpr(2)  # steps between a piece's push and the first tile that needs it
 COPY_K = tl.constexpr(128)  # columns copied per load/store of a piece
@@ -82,12 +82,31 @@ def _push_due(step, a, gathered, flags, M, K_r, split, stride_am, stride_ak, til
                 sync.signal(flags + row_block, 1, cur, tl.load(members + (index + i) % count), heap_bases, op="add")
 
 
+@triton.jit
+def _slice_product(acc, a, b, M, N, K_r, stride_am, stride_ak, stride_bk, stride_bn, tile_m, tile_n,
+                   UPCAST: tl.constexpr, TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   BLOCK_K: tl.constexpr):
+    """``acc`` plus one member's slice: ``a`` (M, K_r) times ``b`` (K_r, N) at output tile (tile_m, tile_n); with
+    ``TMA`` through tensor descriptors made here (row-major operands: zeros past K_r, never the next slice)."""
+    if TMA:
+        acc = accumulate_described(acc, operand(a, M, K_r, stride_am, TMA, BLOCK_M, BLOCK_K),
+                                   operand(b, K_r, N, stride_bk, TMA, BLOCK_K, BLOCK_N), K_r, tile_m * BLOCK_M,
+                                   tile_n * BLOCK_N, UPCAST, BLOCK_K)
+    else:
+        rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = accumulate(acc, a, b, M, N, K_r, stride_am, stride_ak, stride_bk, stride_bn, rows, cols, UPCAST,
+                         BLOCK_K)
+    return acc
+
+
 @triton.jit(do_not_specialize=GROUP_ARGS)
 def _all_gather_matmul_kernel(a, b, out, bias, gathered, flags, calls, M, N, K_r, split, stride_am, stride_ak,
                               stride_bk, stride_bn, stride_om, stride_on, members, count, index, cur, heap_bases,
                               arrivals, expected, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, WORLD: tl.constexpr,
                               BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr, BLOCK_M: tl.constexpr,
-                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                              TMA: tl.constexpr = False):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK, TRACE)
@@ -102,17 +121,19 @@ def _all_gather_matmul_kernel(a, b, out, bias, gathered, flags, calls, M, N, K_r
         cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
         span = trace.start(tracing.COMPUTE, cur, cur, out, tile_m, tile_n, 0)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc = accumulate(acc, a, b + index * K_r * stride_bk, M, N, K_r, stride_am, stride_ak, stride_bk, stride_bn,
-                         rows, cols, UPCAST, BLOCK_K)  # this rank's own slice: no wait
+        acc = _slice_product(acc, a, b + index * K_r * stride_bk, M, N, K_r, stride_am, stride_ak, stride_bk,
+                             stride_bn, tile_m, tile_n, UPCAST, TMA, BLOCK_M, BLOCK_N, BLOCK_K)  # its own: no wait
         if count > 1:
             waiting = trace.start(tracing.WAIT, cur, cur, flags + tile_m, tile_m, tile_n, 0)
             sync.wait_until(flags + tile_m, ">=", want)
             tl.debug_barrier()  # the acquire before any thread reads the gathered slices
+            if TMA:
+                sync.async_proxy_fence()  # ... and before the descriptors read them
             trace.end(waiting)
         for i in range(1, count):
             position = (index + i) % count
-            acc = accumulate(acc, gathered + position * slot, b + position * K_r * stride_bk, M, N, K_r, K_r, 1,
-                             stride_bk, stride_bn, rows, cols, UPCAST, BLOCK_K)
+            acc = _slice_product(acc, gathered + position * slot, b + position * K_r * stride_bk, M, N, K_r, K_r, 1,
+                                 stride_bk, stride_bn, tile_m, tile_n, UPCAST, TMA, BLOCK_M, BLOCK_N, BLOCK_K)
         acc = add_bias(acc, bias, cols, N, HAS_BIAS)
         tl.store(out + rows[:, None].to(tl.int64) * stride_om + cols[None, :] * stride_on,
                  acc.to(out.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
@@ -153,6 +174,15 @@ def problem(ctx, output, A_shard, config):
     return key, spec, tile
 
 
+def _tma_loads(ctx, config, A_shard, B) -> bool:
+    """Descriptor loads (FusedConfig.tma_loads) here: only when asked for (not yet measured on two GPUs),
+    and where the gathered slices' rows and bases are 16-byte aligned too."""
+    M, K_r = A_shard.shape
+    size = A_shard.element_size()
+    return (K_r * size) % 16 == 0 and (M * K_r * size) % 16 == 0 and _fused.tma_loads(ctx, config, A_shard, B,
+                                                                                        auto=False)
+
+
 def preamble(ctx, output, A_shard, B, config=None) -> _fused.Workspace:
     """Check the operands and make the workspace, on every rank at once (it is a heap allocation)."""
     config = FusedConfig() if config is None else config
@@ -189,7 +219,7 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
         workspace.calls, M, N, K_r, split, A_shard.stride(0), A_shard.stride(1), B.stride(0), B.stride(1),
         output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), HAS_BIAS=bias is not None,
         UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block,
-        TRACE=ctx.tracing.enabled, **tile),
+        TRACE=ctx.tracing.enabled, TMA=_tma_loads(ctx, config, A_shard, B), **tile),
         # on the stream, after the launch: the next call waits for one more round
         functools.partial(workspace.calls.add_, 1)]
     for launch in launches:
