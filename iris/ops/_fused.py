@@ -102,12 +102,12 @@ def tile(ctx, config: FusedConfig, dtype: torch.dtype, rows: int, cols: int) -> 
 TMA_AUTO_ROWS = 2048
 
 
-def tma_loads(ctx, config: FusedConfig, A: torch.Tensor, B: torch.Tensor, auto: bool = True) -> bool:
+def tma_loads(ctx, config: FusedConfig, A: torch.Tensor, B: torch.Tensor) -> bool:
     """Whether this call loads its operand tiles through TMA descriptors (FusedConfig.tma_loads, None:
-    where ``auto`` and A has TMA_AUTO_ROWS rows or more): asked for, not on AMD, and both operands
-    row-major with 16-byte aligned rows and base. Then Triton needs an allocator for the descriptors;
-    one on the context's device is installed unless one is set."""
-    wanted = config.tma_loads if config.tma_loads is not None else auto and A.shape[0] >= TMA_AUTO_ROWS
+    where A has TMA_AUTO_ROWS rows or more): asked for, not on AMD, and both operands row-major with
+    16-byte aligned rows and base. Then Triton needs an allocator for the descriptors; one on the
+    context's device is installed unless one is set."""
+    wanted = config.tma_loads if config.tma_loads is not None else A.shape[0] >= TMA_AUTO_ROWS
     if not wanted or ctx.team.backend.name == "hip":
         return False
     for t in (A, B):

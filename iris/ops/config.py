@@ -28,15 +28,15 @@ class FusedConfig:
             them and stores the sum on every member: about 2 (W - 1) / W tiles' bytes sent per rank
             and tile instead of W - 1. False: push-to-all: every member sends its partial to every
             other and each sums them all (one hop fewer). None (default): owner-reduce beyond 2 ranks.
-        tma_loads: matmul_all_reduce, matmul_reduce_scatter, matmul_all_gather and gemm_all_scatter:
+        tma_loads: every fused op:
             load A and B tiles through TMA tensor descriptors (NVIDIA Hopper and newer; the
             interpreter too) where both are row-major with 16-byte aligned rows; else, and on AMD,
             masked loads. None (default): where this rank's A has at least 2048 rows
-            (``iris.ops._fused.TMA_AUTO_ROWS``): on 2 x H200 the descriptors made these ops 7-18%
+            (``iris.ops._fused.TMA_AUTO_ROWS``): on 2 x H200 the descriptors made the other four 7-18%
             faster at M >= 4096, and were mixed at M 1024 and slower at M 128-512.
-            all_gather_matmul takes them only when True (not yet measured on two GPUs): its own
-            slice and B's through descriptors, and the gathered slices after their flags' acquire
-            and an async-proxy fence (peers wrote them with ordinary stores).
+            all_gather_matmul loads its own slice, B's, and the gathered slices (after their flags'
+            acquire and an async-proxy fence: peers wrote them with ordinary stores) through
+            descriptors; at one rank on one H200 they made it 9-11% faster at M 1024-16384.
         all_reduce_variant: accepted for code written for the original (its choice of the all-reduce
             inside matmul_all_reduce: None or one of iris.ccl's variants); Iris's fused kernel
             exchanges its tiles itself, so it has no effect.

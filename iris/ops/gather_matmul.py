@@ -175,12 +175,11 @@ def problem(ctx, output, A_shard, config):
 
 
 def _tma_loads(ctx, config, A_shard, B) -> bool:
-    """Descriptor loads (FusedConfig.tma_loads) here: only when asked for (not yet measured on two GPUs),
-    and where the gathered slices' rows and bases are 16-byte aligned too."""
+    """Descriptor loads (FusedConfig.tma_loads, :func:`iris.ops._fused.tma_loads`), where the gathered
+    slices' rows and bases are 16-byte aligned too."""
     M, K_r = A_shard.shape
     size = A_shard.element_size()
-    return (K_r * size) % 16 == 0 and (M * K_r * size) % 16 == 0 and _fused.tma_loads(ctx, config, A_shard, B,
-                                                                                        auto=False)
+    return (K_r * size) % 16 == 0 and (M * K_r * size) % 16 == 0 and _fused.tma_loads(ctx, config, A_shard, B)
 
 
 def preamble(ctx, output, A_shard, B, config=None) -> _fused.Workspace:
