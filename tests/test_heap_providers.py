@@ -133,3 +133,39 @@ def test_a_shmem_heap_of_one_rank_holds_data_and_bases_on_a_gpu(tmp_path):
     finally:
         ctx.close()
         dist.destroy_process_group()
+
+
+@pytest.mark.skipif(limitation(SELECTED, "shmem_heap") is not None,
+                    reason=str(limitation(SELECTED, "shmem_heap")))
+def test_the_engines_device_calls_reach_the_shmem_heap_beside_iris_ops(tmp_path):
+    """What the path across nodes will stand on: the shmem heap is the engine's symmetric memory, so a
+    kernel's NVSHMEM put (torch's Triton bindings) lands in heap tensors, beside Iris's own loads in the
+    same kernel. One rank, to itself."""
+    import torch.distributed as dist
+    import triton
+    import triton.language as tl
+
+    nvshmem = pytest.importorskip("torch.distributed._symmetric_memory._nvshmem_triton")
+
+    @nvshmem.requires_nvshmem
+    @triton.jit
+    def iris_load_then_engine_put(dst, src, n, pe, heap_bases, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(src + BLOCK + offs, iris.load(src + offs, 0, 0, heap_bases) * 2)
+        nvshmem.put(dst, src + BLOCK, n, pe)
+        nvshmem.quiet()
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl", init_method=f"file://{tmp_path}/rendezvous", rank=0, world_size=1,
+                                device_id=torch.device("cuda", 0))
+    ctx = iris.iris(1 << 20, heap="shmem")
+    try:
+        src = ctx.empty(2048, dtype=torch.float32)
+        src[:1024].copy_(torch.randn(1024))
+        dst = ctx.zeros(1024, dtype=torch.float32)
+        iris_load_then_engine_put[(1,)](dst, src, 1024, 0, ctx.get_heap_bases(), BLOCK=1024)
+        ctx.barrier()
+        assert torch.equal(dst, src[:1024] * 2)
+    finally:
+        ctx.close()
+        dist.destroy_process_group()
