@@ -69,7 +69,8 @@ class Ops:
                                     self._ctx.tracing.enabled)
         plan = self._plans.replay(key)
         if plan is None:
-            plan = self._plans.remember(key, *reversed(run()))
+            workspace, launches = run()
+            plan = self._plans.remember(key, launches, workspace)
         return plan.result
 
     def kept_workspace(self, key, make):
