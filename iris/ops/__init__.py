@@ -62,14 +62,17 @@ class Ops:
         self._plans = Plans(self._ctx)
 
     def _call(self, op: str, run, output, A, B, bias, async_op, config, workspace):
-        """``run()`` (checks, launches; returns the workspace and its launches) the first time; the same
-        call again (the same tensors, config, workspace and tracing switch) relaunches what it launched."""
+        """``run()`` (checks; returns the workspace and the call's launches, bound, not yet launched), then
+        the launches, the first time; the same call again (the same tensors, config, workspace and
+        tracing switch) only relaunches them."""
         operands = call_key("", B, bias)  # None if either is neither a tensor nor (bias) None
         key = operands and call_key(op, output, A, operands, async_op, value_key(config, FusedConfig), workspace,
                                     self._ctx.tracing.enabled)
         plan = self._plans.replay(key)
         if plan is None:
             workspace, launches = run()
+            for launch in launches:
+                launch()
             plan = self._plans.remember(key, launches, workspace)
         return plan.result
 

@@ -194,8 +194,8 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
                       workspace=None) -> tuple:
     """``output = all_gather(A_shard, dim=1) @ B (+ bias)``; every rank calls it (see the module).
 
-    Returns the workspace it used and its launches, bound (:mod:`iris.kernel_launch`): ``ctx.ops``
-    replays them on the same call again.
+    Returns the workspace it uses and its launches, bound (:mod:`iris.kernel_launch`), not yet
+    launched: ``ctx.ops`` launches them, and replays them on the same call again.
 
     Args:
         output: (M, N), float32, bfloat16 or float16, on this rank's device (need not be on the heap).
@@ -221,6 +221,4 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
         TRACE=ctx.tracing.enabled, TMA=_tma_loads(ctx, config, A_shard, B), **tile),
         # on the stream, after the launch: the next call waits for one more round
         functools.partial(workspace.calls.add_, 1)]
-    for launch in launches:
-        launch()
     return workspace, launches

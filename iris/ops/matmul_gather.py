@@ -81,8 +81,8 @@ def preamble(what: str, along_m: bool, ctx, output, A, B, config=None) -> _fused
 
 def run(what: str, along_m: bool, ctx, output, A, B, bias=None, async_op=False, config=None,
         workspace=None) -> tuple:
-    """One call of ``what`` (see the module): checks, then one launch; returns the workspace it used and
-    its launch, bound (:mod:`iris.kernel_launch`): ``ctx.ops`` replays it on the same call again."""
+    """One call of ``what`` (see the module): checks; returns the workspace it uses and its
+    launch, bound (:mod:`iris.kernel_launch`), not yet launched: ``ctx.ops`` launches and replays it."""
     config = FusedConfig() if config is None else config
     _fused.check(what, ctx, output, A, B, bias, _output_shape(along_m, ctx.get_num_ranks()), symmetric_output=True)
     workspace = _fused.workspace_for(ctx, what, (what,), {}, workspace)
@@ -96,5 +96,4 @@ def run(what: str, along_m: bool, ctx, output, A, B, bias=None, async_op=False, 
         HAS_BIAS=bias is not None, UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(),
         EXIT_BARRIER=not async_op, BARRIER_BLOCK=ctx.team.barrier.block, TRACE=ctx.tracing.enabled,
         TMA=_fused.tma_loads(ctx, config, A, B), **tile)
-    launch()
     return workspace, [launch]

@@ -322,8 +322,8 @@ def preamble(what: str, scatter: bool, ctx, output, A, B, config=None) -> _fused
 
 
 def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, workspace=None) -> tuple:
-    """One call of ``what`` (see the module): checks, then one launch; returns the workspace it used and
-    its launches, bound (:mod:`iris.kernel_launch`): ``ctx.ops`` replays them on the same call again."""
+    """One call of ``what`` (see the module): checks; returns the workspace it uses and its
+    launches, bound (:mod:`iris.kernel_launch`), not yet launched: ``ctx.ops`` launches and replays them."""
     config = FusedConfig() if config is None else config
     _check(what, ctx, output, A, B, bias, scatter)
     M, N = A.shape[0], B.shape[1]
@@ -352,6 +352,4 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
         COMM_PROGRAMS=comm, **tile)]
     if comm:  # on the stream, after the launch: the next call's tiles carry the next epoch
         launches.append(functools.partial(calls.add_, 1))
-    for launch in launches:
-        launch()
     return workspace, launches
