@@ -12,6 +12,7 @@ IRIS_LOG_LEVEL              level of the ``[Iris] [rank/world]`` lines (default 
 IRIS_NODE_MAP               the node of each rank, e.g. ``0,1`` (default: from the ranks' host names)
 IRIS_HEAP                   the heap provider, ``ipc`` (default) or ``shmem`` (see iris.memory.providers)
 NVSHMEM_SYMMETRIC_SIZE      NVSHMEM's own heap; set by the shmem heap provider when unset, to hold Iris's heap
+CUDA_MPS_ACTIVE_THREAD_PERCENTAGE  CUDA MPS's share of a GPU's threads per process; read by the shmem heap
 IRIS_CROSS_COMPILE          CPU backend: also compile every launched kernel for these GPU targets
 IRIS_CROSS_COMPILE_CACHE    where those compilations are cached (default ~/.cache/iris/cross-compile)
 IRIS_COMPILE_TARGET         set by the cross-compile gate in its workers: the target they compile for
@@ -123,6 +124,14 @@ def node_map(world_size: int) -> tuple[int, ...] | None:
     if len(parts) != world_size:
         raise ValueError(f"IRIS_NODE_MAP={value_text!r} names {len(parts)} ranks; this job has {world_size} ranks")
     return tuple(int(part) for part in parts)
+
+
+def mps_share() -> float | None:
+    """CUDA_MPS_ACTIVE_THREAD_PERCENTAGE as a number (None when unset or not a number)."""
+    try:
+        return float(text("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"))
+    except ValueError:
+        return None
 
 
 def heap_request() -> str:

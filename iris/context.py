@@ -32,9 +32,10 @@ def _job_facts(backend, comm, nodes, device, provider) -> JobFacts:
         from iris.memory.providers.shmem import engine_available
 
         engine = engine_available()
-    gathered = comm.all_gather_object((str(device), engine))
-    return JobFacts(backend=backend.name, nodes=nodes, devices=tuple(d for d, _ in gathered),
-                    distributed=dist.is_available() and dist.is_initialized(), engine=tuple(e for _, e in gathered))
+    gathered = comm.all_gather_object((str(device), engine, config.mps_share()))
+    return JobFacts(backend=backend.name, nodes=nodes, devices=tuple(d for d, _, _ in gathered),
+                    distributed=dist.is_available() and dist.is_initialized(), engine=tuple(e for _, e, _ in gathered),
+                    mps_shares=tuple(m for _, _, m in gathered))
 
 
 def _validate(heap_size, allocator_type, debug) -> None:
@@ -103,13 +104,15 @@ class Iris(TensorFactories):
         self.heap_size = int(heap_size)
         layout = reserved_layout(self.num_ranks)  # device barrier, then collectives
         try:
-            self.heap = SymmetricHeap(backend, self.heap_size, device, comm, layout=layout, provider=provider)
+            self.heap = SymmetricHeap(backend, self.heap_size, device, comm, layout=layout, provider=provider,
+                                     nodes=nodes)
         except MemoryError as error:
             raise MemoryError(f"heap_size={self.heap_size} bytes per rank (plus {layout.nbytes} reserved) cannot be "
                               f"allocated on {device}: {error}. Pass a smaller heap_size to iris.iris().") from error
-        words = build_context_tensor(self.cur_rank, self.num_ranks, self.heap.bases, device)
-        self._debug_word = words[-1:]  # past the original's layout, which get_device_context() keeps
-        self._device_context = words[:-1]
+        words = build_context_tensor(self.cur_rank, self.num_ranks, self.heap.bases, device,
+                                     engine_scratch=self.heap.region("engine.scratch").data_ptr())
+        self._debug_word = words[-2:-1]  # past the original's layout, which get_device_context() keeps
+        self._device_context = words[:-2]
         # a view of the context tensor's bases: device ops find the current rank just before them
         self.heap_bases = self._device_context[HEAP_BASES_SLOT.value:HEAP_BASES_SLOT.value + self.num_ranks]
         self.team = Team(self.heap, self.cur_rank, self.num_ranks, backend, self.heap_bases, comm=comm)

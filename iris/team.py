@@ -46,6 +46,7 @@ def reserved_layout(world_size: int) -> ReservedLayout:
         # all_reduce's push variant (iris.ccl.all_reduce_push): [half][sender] landing zones and flags per program
         ("ccl.push_landing", 2 * world_size * PUSH_BYTES // 8, torch.int64),
         ("ccl.push_flags", 2 * world_size * PUSH_PROGRAMS, torch.int32),
+        ("engine.scratch", 2, torch.int64),  # what engine calls that move nothing aim at (iris.device.engine)
     ])
 
 

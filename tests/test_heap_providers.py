@@ -52,14 +52,35 @@ def test_the_shmem_heap_says_why_it_cannot_run_before_any_allocation():
     assert shmem.refusal(_facts(backend="hip")) is None
     cpu = shmem.refusal(_facts(backend="cpu", devices=("cpu", "cpu")))
     assert limitation("cpu", "shmem_heap") in cpu and "heap='ipc'" in cpu, cpu
-    shared = shmem.refusal(_facts(devices=("cuda:0", "cuda:0")))
-    assert "one rank per GPU" in shared and "ranks 0 and 1" in shared and "cuda:0" in shared, shared
     alone = shmem.refusal(_facts(distributed=False))
     assert "torch.distributed" in alone and "iris run" in alone, alone
     missing = shmem.refusal(_facts(engine=(True, False)))
     assert "rank 1" in missing and "NVSHMEM" in missing, missing
-    across = shmem.refusal(_facts(nodes=(0, 1)))
-    assert "2 nodes" in across and "not built yet" in across and "docs/multi-node.md" in across, across
+    assert shmem.refusal(_facts(nodes=(0, 1))) is None  # NVIDIA: the engine path reaches the other node
+    across = shmem.refusal(_facts(backend="hip", nodes=(0, 1)))
+    assert "2 nodes" in across and "rocSHMEM" in across and "docs/multi-node.md" in across, across
+
+
+def test_the_shmem_heap_puts_ranks_on_one_gpu_only_under_mps_shares_that_fit():
+    """NVSHMEM runs several processes per GPU only under CUDA MPS with thread shares summing to <= 100."""
+    shmem = create_provider("shmem")
+    one_gpu = dict(devices=("cuda:0", "cuda:0", "cuda:1"), nodes=(0, 0, 0), engine=(True,) * 3)
+    unset = shmem.refusal(_facts(**one_gpu))
+    assert "ranks 0, 1 on cuda:0" in unset and "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" in unset, unset
+    assert "rank 1: unset" in unset and "set it to 50" in unset and "heap='ipc'" in unset, unset
+    too_much = shmem.refusal(_facts(**one_gpu, mps_shares=(60.0, 50.0, None)))
+    assert "rank 0: 60.0, rank 1: 50.0" in too_much, too_much
+    assert shmem.refusal(_facts(**one_gpu, mps_shares=(50.0, 50.0, None))) is None  # cuda:1 has one rank
+
+
+def test_a_rank_on_another_node_gets_base_zero_so_kernels_reach_it_through_the_engine():
+    from iris.memory.providers.shmem import far_bases
+
+    pointers = [0x1000, 0x2000, 0x3000, 0x4000]
+    assert far_bases(pointers, (0, 0, 1, 1), 0) == [0x1000, 0x2000, 0, 0]
+    assert far_bases(pointers, (0, 0, 1, 1), 3) == [0, 0, 0x3000, 0x4000]
+    assert far_bases(pointers, (0, 1, 0, 1), 1) == [0, 0x2000, 0, 0x4000]
+    assert far_bases([0x1000, 0], (0, 0), 0) == [0x1000, 0]  # a peer the engine maps no pointer to stays 0
 
 
 def _context_with_heap(heap, variable):

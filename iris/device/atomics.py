@@ -17,21 +17,25 @@ Example:
 import triton
 import triton.language as tl
 
-from iris.device.rma import as_element, translate
+from iris.device.rma import as_element, cas_target, far_compare_swap, far_update, near_lanes, translate
 
 
 @triton.jit
 def atomic_add(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomically add ``val`` to ``to_rank``'s ``pointer``; returns the old values."""
-    target = translate(pointer, from_rank, to_rank, heap_bases, mask)
-    return tl.atomic_add(target, as_element(val, pointer), mask=mask, sem=sem, scope=scope)
+    near = near_lanes(to_rank, heap_bases, mask)
+    target = translate(pointer, from_rank, to_rank, heap_bases, near)
+    old = tl.atomic_add(target, as_element(val, pointer), mask=near, sem=sem, scope=scope)
+    return far_update("add", old, pointer, as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem)
 
 
 @triton.jit
 def atomic_sub(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomically subtract ``val`` from ``to_rank``'s ``pointer``; returns the old values."""
-    target = translate(pointer, from_rank, to_rank, heap_bases, mask)
-    return tl.atomic_add(target, -as_element(val, pointer), mask=mask, sem=sem, scope=scope)
+    near = near_lanes(to_rank, heap_bases, mask)
+    target = translate(pointer, from_rank, to_rank, heap_bases, near)
+    old = tl.atomic_add(target, -as_element(val, pointer), mask=near, sem=sem, scope=scope)
+    return far_update("add", old, pointer, -as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem)
 
 
 @triton.jit
@@ -50,14 +54,14 @@ def atomic_cas(pointer, cmp, val, from_rank, to_rank, heap_bases, sem=None, scop
     if pointer.type.is_block():
         cmp = tl.broadcast_to(cmp, pointer.shape)
         val = tl.broadcast_to(val, pointer.shape)
-    target = translate(pointer, from_rank, to_rank, heap_bases)
+    target = cas_target(pointer, from_rank, to_rank, heap_bases)
     if pointer.dtype.element_ty == tl.float32:
         old = _bitwise_cas(target, cmp, val, tl.int32, sem, scope)
     elif pointer.dtype.element_ty == tl.float64:
         old = _bitwise_cas(target, cmp, val, tl.int64, sem, scope)
     else:
         old = tl.atomic_cas(target, cmp, val, sem=sem, scope=scope)
-    return old
+    return far_compare_swap(old, pointer, cmp, val, from_rank, to_rank, heap_bases, sem)
 
 
 @triton.jit
@@ -75,39 +79,46 @@ def atomic_xchg(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=Non
     Float words are exchanged as integers of the same width: an exchange moves bits, and
     Triton's interpreter has no float exchange.
     """
-    target = translate(pointer, from_rank, to_rank, heap_bases, mask)
+    near = near_lanes(to_rank, heap_bases, mask)
+    target = translate(pointer, from_rank, to_rank, heap_bases, near)
     if pointer.dtype.element_ty == tl.float32:
         bits = tl.atomic_xchg(target.to(tl.pointer_type(tl.int32)), as_element(val, pointer).to(tl.int32, bitcast=True),
-                              mask=mask, sem=sem, scope=scope)
+                              mask=near, sem=sem, scope=scope)
         old = bits.to(tl.float32, bitcast=True)
     elif pointer.dtype.element_ty == tl.float64:
         bits = tl.atomic_xchg(target.to(tl.pointer_type(tl.int64)), as_element(val, pointer).to(tl.int64, bitcast=True),
-                              mask=mask, sem=sem, scope=scope)
+                              mask=near, sem=sem, scope=scope)
         old = bits.to(tl.float64, bitcast=True)
     else:
-        old = tl.atomic_xchg(target, as_element(val, pointer), mask=mask, sem=sem, scope=scope)
-    return old
+        old = tl.atomic_xchg(target, as_element(val, pointer), mask=near, sem=sem, scope=scope)
+    return far_update("xchg", old, pointer, as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem)
 
 
 @triton.jit
 def atomic_xor(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomic bitwise xor on ``to_rank``'s ``pointer``; returns the old values."""
-    target = translate(pointer, from_rank, to_rank, heap_bases, mask)
-    return tl.atomic_xor(target, as_element(val, pointer), mask=mask, sem=sem, scope=scope)
+    near = near_lanes(to_rank, heap_bases, mask)
+    target = translate(pointer, from_rank, to_rank, heap_bases, near)
+    old = tl.atomic_xor(target, as_element(val, pointer), mask=near, sem=sem, scope=scope)
+    return far_update("xor", old, pointer, as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem)
 
 
 @triton.jit
 def atomic_and(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomic bitwise and on ``to_rank``'s ``pointer``; returns the old values."""
-    target = translate(pointer, from_rank, to_rank, heap_bases, mask)
-    return tl.atomic_and(target, as_element(val, pointer), mask=mask, sem=sem, scope=scope)
+    near = near_lanes(to_rank, heap_bases, mask)
+    target = translate(pointer, from_rank, to_rank, heap_bases, near)
+    old = tl.atomic_and(target, as_element(val, pointer), mask=near, sem=sem, scope=scope)
+    return far_update("and", old, pointer, as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem)
 
 
 @triton.jit
 def atomic_or(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomic bitwise or on ``to_rank``'s ``pointer``; returns the old values."""
-    target = translate(pointer, from_rank, to_rank, heap_bases, mask)
-    return tl.atomic_or(target, as_element(val, pointer), mask=mask, sem=sem, scope=scope)
+    near = near_lanes(to_rank, heap_bases, mask)
+    target = translate(pointer, from_rank, to_rank, heap_bases, near)
+    old = tl.atomic_or(target, as_element(val, pointer), mask=near, sem=sem, scope=scope)
+    return far_update("or", old, pointer, as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem)
 
 
 @triton.jit
@@ -134,19 +145,22 @@ def _float_min(target, val, INT: tl.constexpr, UINT: tl.constexpr, mask, sem, sc
 @triton.jit
 def atomic_min(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomic minimum on ``to_rank``'s ``pointer``; returns the old values."""
-    target = translate(pointer, from_rank, to_rank, heap_bases, mask)
+    near = near_lanes(to_rank, heap_bases, mask)
+    target = translate(pointer, from_rank, to_rank, heap_bases, near)
     val = as_element(val, pointer)
     if pointer.dtype.element_ty == tl.float32:
-        old = _float_min(target, val, tl.int32, tl.uint32, mask, sem, scope)
+        old = _float_min(target, val, tl.int32, tl.uint32, near, sem, scope)
     elif pointer.dtype.element_ty == tl.float64:
-        old = _float_min(target, val, tl.int64, tl.uint64, mask, sem, scope)
+        old = _float_min(target, val, tl.int64, tl.uint64, near, sem, scope)
     else:
-        old = tl.atomic_min(target, val, mask=mask, sem=sem, scope=scope)
-    return old
+        old = tl.atomic_min(target, val, mask=near, sem=sem, scope=scope)
+    return far_update("min", old, pointer, val, from_rank, to_rank, heap_bases, mask, sem)
 
 
 @triton.jit
 def atomic_max(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomic maximum on ``to_rank``'s ``pointer``; returns the old values."""
-    target = translate(pointer, from_rank, to_rank, heap_bases, mask)
-    return tl.atomic_max(target, as_element(val, pointer), mask=mask, sem=sem, scope=scope)
+    near = near_lanes(to_rank, heap_bases, mask)
+    target = translate(pointer, from_rank, to_rank, heap_bases, near)
+    old = tl.atomic_max(target, as_element(val, pointer), mask=near, sem=sem, scope=scope)
+    return far_update("max", old, pointer, as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem)

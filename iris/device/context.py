@@ -9,8 +9,9 @@ below (the slots are :mod:`iris.device.rma`'s, which finds the current rank ther
     [HEAP_BASES_SLOT + r] heap base of rank r, for r in 0 .. world_size - 1
     [HEAP_BASES_SLOT + world_size ...] the tracing fields (iris.device.tracing)
 
-and, one word past the tensor in the same memory, the context's debug word (1: checks on; read only
-by kernels compiled in debug mode; see iris.device.rma.DEBUG).
+and, past the tensor in the same memory, the context's debug word (1: checks on; read only by kernels
+compiled in debug mode; see iris.device.rma.DEBUG), then the address of the heap's engine scratch word
+(read only by kernels of a job across nodes; see iris.device.engine).
 
 Example:
     >>> @triton.jit
@@ -35,11 +36,14 @@ from iris.runtime import interpreted
 RANK_SLOT, WORLD_SLOT, HEAP_BASES_SLOT = rma.RANK_SLOT, rma.WORLD_SLOT, rma.HEAP_BASES_SLOT
 
 
-def build_context_tensor(rank: int, world_size: int, heap_bases: list[int], device) -> torch.Tensor:
+def build_context_tensor(rank: int, world_size: int, heap_bases: list[int], device,
+                         engine_scratch: int = 0) -> torch.Tensor:
     """The host side of the layout above, with the tracing fields after the bases (zeros: tracing off;
-    see iris.device.tracing), and the debug word (0) last: the context tensor is this without it."""
+    see iris.device.tracing), then the debug word (0) and the engine scratch word's address: the context
+    tensor is this without its last two words."""
     bases_at = HEAP_BASES_SLOT.value
-    values = [0] * (trace.context_length(world_size) + 1)
+    values = [0] * (trace.context_length(world_size) + 2)
+    values[-1] = engine_scratch
     values[RANK_SLOT.value] = rank
     values[WORLD_SLOT.value] = world_size
     values[bases_at : bases_at + world_size] = heap_bases

@@ -28,6 +28,7 @@ value form.
 import triton
 import triton.language as tl
 
+from iris.device import engine
 from iris.runtime.select import gpu_vendor
 
 # Whether kernels become AMD code here (a HIP GPU, or a cross-compile worker for a hip target).
@@ -42,6 +43,10 @@ _CHUNK_BYTES = tl.constexpr(16)
 RANK_SLOT = tl.constexpr(0)
 WORLD_SLOT = tl.constexpr(1)
 HEAP_BASES_SLOT = tl.constexpr(2)
+
+# The path toward ranks on another node (iris.device.engine), compiled in by the shmem heap of a job that
+# spans nodes (before any kernel compiles). Off, no device op carries a trace of it.
+ENGINE = tl.constexpr(False)
 
 # Debug mode (iris.debug.enable, from IRIS_DEBUG=1 or iris.iris(debug=True)): translate checks its
 # ranks and pointers, and waits are bounded. Compile-time constants: without debug nothing is added.
@@ -182,6 +187,70 @@ def _store(ptr, value, mask, cache_modifier):
 
 
 @triton.jit
+def near_lanes(rank, heap_bases, mask):
+    """The lanes of ``mask`` (None: all) toward ``rank`` that take the pointer path: all of them, unless
+    the engine path is compiled in (ENGINE) and ``rank`` is on another node."""
+    if ENGINE:
+        result = engine.near_mask(mask, engine.far(rank, heap_bases))
+    else:
+        result = mask
+    return result
+
+
+@triton.jit
+def far_update(op: tl.constexpr, near_old, pointer, val, cur, rank, heap_bases, mask, sem: tl.constexpr):
+    """``near_old`` (an atomic's old values on the pointer path) with the lanes of ``mask`` toward a rank
+    on another node updated through the engine (``op`` as iris.device.engine.update); only with ENGINE."""
+    if ENGINE:
+        result = engine.update(op, near_old, pointer, val, rank, cur, heap_bases,
+                               engine.and_mask(mask, engine.far(rank, heap_bases)), sem)
+    else:
+        result = near_old
+    return result
+
+
+@triton.jit
+def cas_target(pointer, cur, rank, heap_bases):
+    """Where a compare-and-swap (which takes no mask) toward ``rank`` acts on the pointer path: ``pointer``
+    translated, or, toward a rank on another node (with ENGINE), the engine's scratch word here."""
+    target = translate(pointer, cur, rank, heap_bases)
+    if ENGINE:
+        target = tl.where(engine.far(rank, heap_bases), engine.scratch_pointer(pointer, heap_bases), target)
+    return target
+
+
+@triton.jit
+def far_compare_swap(near_old, pointer, cmp, val, cur, rank, heap_bases, sem: tl.constexpr):
+    """``near_old`` with the compare-and-swap of the lanes toward a rank on another node done by the engine."""
+    if ENGINE:
+        result = engine.compare_swap(near_old, pointer, cmp, val, rank, cur, heap_bases, engine.far(rank, heap_bases),
+                                     sem)
+    else:
+        result = near_old
+    return result
+
+
+@triton.jit
+def _read(pointer, cur, peer, heap_bases, mask, other, cache_modifier, volatile):
+    """``peer``'s memory at ``pointer`` (local to ``cur``): a load, or the engine's reads toward another node."""
+    near = near_lanes(peer, heap_bases, mask)
+    result = _load(translate(pointer, cur, peer, heap_bases, near), near, other, cache_modifier, volatile)
+    if ENGINE:
+        result = engine.read(result, pointer, peer, cur, heap_bases, engine.far(peer, heap_bases), mask)
+    return result
+
+
+@triton.jit
+def _write(pointer, value, cur, to_rank, heap_bases, mask, cache_modifier):
+    """Store ``value`` into ``to_rank``'s ``pointer`` (local to ``cur``), through the engine toward another node."""
+    near = near_lanes(to_rank, heap_bases, mask)
+    _store(translate(pointer, cur, to_rank, heap_bases, near), value, near, cache_modifier)
+    if ENGINE:
+        engine.put_values(pointer, value, to_rank, cur, heap_bases,
+                          engine.and_mask(mask, engine.far(to_rank, heap_bases)))
+
+
+@triton.jit
 def _peer_of(rank_a, rank_b, heap_bases):
     """(current rank, the other one) of two ranks of which one is the current rank: the order in which a
     read names them does not matter (the original's docstrings and implementation name them in
@@ -221,7 +290,7 @@ def load(pointer, to_rank, from_rank, heap_bases, mask=None, other=None, cache_m
         >>> data = iris.load(buf + offs, cur_rank, peer, heap_bases, mask=offs < n)
     """
     cur, peer = _peer_of(to_rank, from_rank, heap_bases)
-    return _load(translate(pointer, cur, peer, heap_bases, mask), mask, other, cache_modifier, volatile)
+    return _read(pointer, cur, peer, heap_bases, mask, other, cache_modifier, volatile)
 
 
 @triton.jit
@@ -231,7 +300,7 @@ def store(pointer, value, from_rank, to_rank, heap_bases, mask=None, cache_modif
     Example:
         >>> iris.store(buf + offs, 1, cur_rank, peer, heap_bases, mask=offs < n)
     """
-    _store(translate(pointer, from_rank, to_rank, heap_bases, mask), as_element(value, pointer), mask, cache_modifier)
+    _write(pointer, as_element(value, pointer), from_rank, to_rank, heap_bases, mask, cache_modifier)
 
 
 @triton.jit
@@ -247,8 +316,7 @@ def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
         >>> iris.get(src + offs, dst + offs, peer, cur_rank, heap_bases, mask=offs < n)
     """
     cur, peer = _peer_of(from_rank, to_rank, heap_bases)
-    data = tl.load(translate(from_ptr, cur, peer, heap_bases, mask), mask=mask)
-    tl.store(to_ptr, data, mask=mask)
+    tl.store(to_ptr, _read(from_ptr, cur, peer, heap_bases, mask, None, None, False), mask=mask)
 
 
 @triton.jit
@@ -260,8 +328,7 @@ def put(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
     Example:
         >>> iris.put(src + offs, dst + offs, cur_rank, peer, heap_bases, mask=offs < n)
     """
-    data = tl.load(from_ptr, mask=mask)
-    tl.store(translate(to_ptr, from_rank, to_rank, heap_bases, mask), data, mask=mask)
+    _write(to_ptr, tl.load(from_ptr, mask=mask), from_rank, to_rank, heap_bases, mask, None)
 
 
 @triton.jit
@@ -273,5 +340,5 @@ def copy(src_ptr, dst_ptr, from_rank, to_rank, cur_rank, heap_bases, mask=None):
     Example:
         >>> iris.copy(src + offs, dst + offs, peer_a, peer_b, cur_rank, heap_bases, mask=offs < n)
     """
-    data = tl.load(translate(src_ptr, cur_rank, from_rank, heap_bases, mask), mask=mask)
-    tl.store(translate(dst_ptr, cur_rank, to_rank, heap_bases, mask), data, mask=mask)
+    data = _read(src_ptr, cur_rank, from_rank, heap_bases, mask, None, None, False)
+    _write(dst_ptr, data, cur_rank, to_rank, heap_bases, mask, None)

@@ -28,7 +28,7 @@ import time
 import triton
 import triton.language as tl
 
-from iris.device.rma import ON_HIP, as_element, debug_report, translate
+from iris.device.rma import ON_HIP, as_element, debug_report, far_update, near_lanes, translate
 from iris.runtime import interpreted
 
 COMPARISONS = ("==", "!=", ">=", ">", "<=", "<")
@@ -132,12 +132,15 @@ def signal(ptr, value, from_rank, to_rank, heap_bases, op: tl.constexpr = tl.con
     # String defaults are wrapped in tl.constexpr: Triton 3.6 fails on a bare str default left unpassed.
     tl.static_assert(op == "set" or op == "add", "signal: op must be \"set\" or \"add\"")
     tl.debug_barrier()  # the release covers every thread's earlier writes, not only the issuing thread's
-    target = translate(ptr, from_rank, to_rank, heap_bases)
+    near = near_lanes(to_rank, heap_bases, None)
+    target = translate(ptr, from_rank, to_rank, heap_bases, near)
     word = as_element(value, ptr)
     if op == "set":
-        old = tl.atomic_xchg(target, word, sem=sem, scope=scope)
+        old = tl.atomic_xchg(target, word, mask=near, sem=sem, scope=scope)
+        old = far_update("xchg", old, ptr, word, from_rank, to_rank, heap_bases, None, sem)
     else:
-        old = tl.atomic_add(target, word, sem=sem, scope=scope)
+        old = tl.atomic_add(target, word, mask=near, sem=sem, scope=scope)
+        old = far_update("add", old, ptr, word, from_rank, to_rank, heap_bases, None, sem)
     return old
 
 
@@ -197,7 +200,9 @@ def barrier_round(arrivals, expected, members, count, cur, heap_bases, BLOCK: tl
     others = (offs < count) & (peers != cur)
     tl.debug_barrier()  # every write this launch's stream made before precedes the arrival
     mine = arrivals + cur + offs * 0
-    tl.atomic_add(translate(mine, cur, peers, heap_bases, others), 1, mask=others, sem="release", scope="sys")
+    near = near_lanes(peers, heap_bases, others)
+    tl.atomic_add(translate(mine, cur, peers, heap_bases, near), 1, mask=near, sem="release", scope="sys")
+    far_update("add", tl.zeros([BLOCK], tl.int64), mine, 1, cur, peers, heap_bases, others, "release")
     want = tl.load(expected + peers, mask=others, other=0) + 1
     tl.store(expected + peers, want, mask=others)
     seen = tl.atomic_add(arrivals + peers, 0, mask=others, sem="acquire", scope="sys")

@@ -32,10 +32,11 @@ class SymmetricHeap:
             see :meth:`region`.
         provider: where the memory comes from (:mod:`iris.memory.providers`; default: ``ipc``,
             the backend's own).
+        nodes: the node of each rank (:func:`iris.distributed.node_map`; None: one node).
     """
 
     def __init__(self, backend, nbytes: int, device: torch.device, comm, layout: ReservedLayout | None = None,
-                 provider=None):
+                 provider=None, nodes: tuple[int, ...] | None = None):
         self.size = nbytes
         self.layout = layout or ReservedLayout([])
         self.reserved = -(-self.layout.nbytes // MIN_ALIGNMENT) * MIN_ALIGNMENT
@@ -46,7 +47,7 @@ class SymmetricHeap:
 
             provider = create_provider("ipc")
         self.provider = provider.name
-        self._memory = provider.create(backend, nbytes + self.reserved, device, comm)
+        self._memory = provider.create(backend, nbytes + self.reserved, device, comm, nodes)
         self._offset = 0
         misaligned = [hex(b) for b in self._memory.bases if b % MIN_ALIGNMENT]
         if misaligned:

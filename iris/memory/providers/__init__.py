@@ -41,6 +41,8 @@ class JobFacts:
         devices: each rank's device, e.g. ``("cuda:0", "cuda:1")``.
         distributed: whether torch.distributed is initialized (the shmem engines bootstrap from it).
         engine: per rank, whether torch can run NVSHMEM/rocSHMEM there.
+        mps_shares: per rank, its CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (None: unset), which lets NVSHMEM put
+            several ranks on one GPU under CUDA MPS.
     """
 
     backend: str
@@ -48,6 +50,7 @@ class JobFacts:
     devices: tuple[str, ...]
     distributed: bool
     engine: tuple[bool, ...]
+    mps_shares: tuple[float | None, ...] = ()
 
     @property
     def node_count(self) -> int:
@@ -65,8 +68,9 @@ class HeapProvider(ABC):
         """Why this provider cannot serve ``job`` (a sentence naming what to change), or None."""
 
     @abstractmethod
-    def create(self, backend, nbytes: int, device, comm):
-        """Collective: ``nbytes`` of heap on every rank; returns a :class:`iris.runtime.HeapMemory`."""
+    def create(self, backend, nbytes: int, device, comm, nodes: tuple[int, ...] | None = None):
+        """Collective: ``nbytes`` of heap on every rank; returns a :class:`iris.runtime.HeapMemory`.
+        ``nodes``: the node of each rank (None: one node)."""
 
     def spans_nodes_refusal(self, job: JobFacts, why: str) -> str | None:
         """The refusal of a job whose ranks run on more than one node, or None if one node holds them."""

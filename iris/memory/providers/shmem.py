@@ -5,9 +5,14 @@ The allocation is made through torch's symmetric memory with its shmem backend
 which bootstraps the engine from the torch.distributed group and ships the library with torch's
 CUDA wheels; Iris adds no dependency and no transport of its own. Peers of the node are reached
 by the pointers the engine maps (the handle's ``buffer_ptrs``, ``nvshmem_ptr``), so every device
-op works on this heap as on the ``ipc`` one. A peer on another node has no such pointer; the
-device path toward it (put/get/signal through the engine) is not built yet, so a job across nodes
-is refused before any allocation (docs/multi-node.md).
+op works on this heap as on the ``ipc`` one. A rank that the node map puts on another node gets
+base 0, and a job that has such ranks compiles the engine path into every kernel
+(:func:`compile_engine_path`): device ops toward those ranks become NVSHMEM's device calls
+(:mod:`iris.device.engine`). ``IRIS_NODE_MAP=0,1`` forces that path between two GPUs of one host.
+
+Several ranks on one GPU (simulation) need CUDA MPS: NVSHMEM refuses them otherwise ("limited
+MPG"), and accepts them when each rank's ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` leaves the GPU's
+threads to share (the ranks' shares sum to 100 or less).
 
 Why through torch and not nvshmem4py: torch is already the one dependency every Iris rank loads,
 its wheels carry the engine on both vendors (NVSHMEM; rocSHMEM on ROCm builds), and it bootstraps
@@ -17,6 +22,8 @@ the engine from the process group Iris already has, under torchrun, ``iris run``
 from __future__ import annotations
 
 import torch
+
+import triton.language as tl
 
 from iris import config
 from iris.capabilities import limitation
@@ -37,13 +44,71 @@ def engine_available() -> bool:
         return False
 
 
-def _shared_devices(devices: tuple[str, ...]) -> tuple[int, int] | None:
-    first = {}
-    for rank, device in enumerate(devices):
-        if device in first:
-            return first[device], rank
-        first[device] = rank
+def _refusal_of_shared_devices(job: JobFacts) -> str | None:
+    """Ranks sharing a GPU are refused unless CUDA MPS shares its threads among them (see the module)."""
+    for device in sorted(set(job.devices)):
+        ranks = [r for r, d in enumerate(job.devices) if d == device]
+        shares = [job.mps_shares[r] if r < len(job.mps_shares) else None for r in ranks]
+        if len(ranks) > 1 and (None in shares or sum(shares) > 100):
+            listed = ", ".join(f"rank {r}: {s if s is not None else 'unset'}" for r, s in zip(ranks, shares))
+            return (f"heap='shmem' puts ranks {', '.join(map(str, ranks))} on {device} (IRIS_SIMULATION?), and "
+                    "NVSHMEM runs several processes per GPU only under CUDA MPS with each one's "
+                    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE set so that they sum to 100 or less "
+                    f"(here {listed}): start nvidia-cuda-mps-control -d and set it to {100 // len(ranks)}, or use "
+                    "heap='ipc' to put several ranks on one GPU")
     return None
+
+
+def far_bases(pointers: list[int], nodes: tuple[int, ...], rank: int) -> list[int]:
+    """The heap bases a kernel of ``rank`` sees: the engine's pointer for each rank of its node (0 where the
+    engine maps none), 0 for a rank the node map puts on another node (reached through the engine)."""
+    return [pointer if nodes[peer] == nodes[rank] else 0 for peer, pointer in enumerate(pointers)]
+
+
+_engine_library: str | None = None
+
+
+def compile_engine_path() -> None:
+    """Compile this process's kernels with the path toward ranks on other nodes from now on (idempotent).
+
+    Switches :data:`iris.device.rma.ENGINE` on, so that device ops call NVSHMEM toward a rank whose base
+    is 0; links NVSHMEM's device library into every Triton kernel launched from now on (the
+    ``extern_libs`` of a launch that names none), and initializes NVSHMEM in each compiled module that
+    uses it (a post-compile hook, after the one already installed). Call it before the first kernel
+    compiles: Triton refuses a kernel whose compile-time constants changed after it compiled.
+    """
+    global _engine_library
+    if _engine_library is not None:
+        return
+    import triton
+    from torch.distributed._symmetric_memory._nvshmem_triton import NvshmemLibFinder
+    from triton.runtime.jit import JITFunction
+
+    from iris.device import rma
+
+    library = NvshmemLibFinder.find_device_library()
+    launch = JITFunction.run
+
+    def run_with_engine(kernel, *args, **kwargs):
+        kwargs.setdefault("extern_libs", {"libnvshmem_device": library})
+        return launch(kernel, *args, **kwargs)
+
+    earlier_hook = triton.knobs.runtime.jit_post_compile_hook
+
+    def initialize_engine_in_module(*args, **kwargs):
+        result = earlier_hook(*args, **kwargs) if earlier_hook is not None else None
+        from torch._C._distributed_c10d import _nvshmemx_cumodule_init
+
+        compiled = kwargs["fn"].jit_function.device_caches[kwargs["compile"]["device"]][0].get(kwargs["key"])
+        if compiled is not None and "nvshmemi_device_state_d" in compiled.asm.get("ptx", ""):
+            compiled.run  # noqa: B018  (loads the module)
+            _nvshmemx_cumodule_init(compiled.module)
+        return result
+
+    JITFunction.run = run_with_engine
+    triton.knobs.runtime.jit_post_compile_hook = initialize_engine_in_module
+    rma.ENGINE = tl.constexpr(True)
+    _engine_library = library
 
 
 def _use_torch_shmem_backend(symm_mem, device) -> None:
@@ -78,17 +143,16 @@ class ShmemHeap(HeapProvider):
             return (f"heap='shmem': torch cannot run NVSHMEM/rocSHMEM on rank {', '.join(map(str, missing))} "
                     "(torch.distributed._symmetric_memory.is_nvshmem_available() is False: a torch build "
                     "without it, or its library not found); use heap='ipc' inside one node")
-        shared = _shared_devices(job.devices)
+        shared = _refusal_of_shared_devices(job)
         if shared:
-            a, b = shared
-            return (f"heap='shmem' runs one rank per GPU, and ranks {a} and {b} share {job.devices[a]} "
-                    "(IRIS_SIMULATION?): NVSHMEM refuses several processes per GPU outside CUDA MPS ('limited "
-                    "MPG'); use heap='ipc' to put several ranks on one GPU")
-        return self.spans_nodes_refusal(
-            job, "the device path toward a rank on another node (put/get/signal through NVSHMEM) is not built "
-                 "yet, and a load or store there would fault: start one job per node for now (docs/multi-node.md)")
+            return shared
+        if job.backend == "hip":
+            return self.spans_nodes_refusal(
+                job, "the device path toward a rank on another node is built on NVSHMEM's device calls only; "
+                     "rocSHMEM's (AMD) are not wired yet: start one job per node for now (docs/multi-node.md)")
+        return None
 
-    def create(self, backend, nbytes: int, device, comm) -> HeapMemory:
+    def create(self, backend, nbytes: int, device, comm, nodes: tuple[int, ...] | None = None) -> HeapMemory:
         import torch.distributed as dist
         from torch.distributed import _symmetric_memory as symm_mem
 
@@ -107,6 +171,9 @@ class ShmemHeap(HeapProvider):
             pointers = [int(p) for p in handle.buffer_ptrs]
         offset = local.data_ptr() - pointers[comm.rank]  # where our tensor starts in the engine's allocation
         bases = [p + offset if p else 0 for p in pointers]  # 0: a peer the engine maps no pointer to
+        bases = far_bases(bases, nodes or (0,) * comm.world_size, comm.rank)
+        if 0 in bases:  # a rank on another node (or one the engine maps no pointer to): reached by its calls
+            compile_engine_path()
 
         def release_peers():
             nonlocal handle  # the engine unmaps peers itself when the allocation is freed

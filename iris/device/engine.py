@@ -1,0 +1,326 @@
+"""The path toward ranks on another node: NVSHMEM's device calls, on the shmem heap.
+
+A rank on another node has no pointer: its heap base is 0 in the context tensor (the shmem heap
+writes 0 for every rank the node map puts on another node). When the job spans nodes, the shmem
+heap switches :data:`ON` on before any kernel compiles, and every remote access of
+:mod:`iris.device.rma`, :mod:`iris.device.atomics` and :mod:`iris.device.sync` then splits its lanes:
+those toward a rank of the node take the pointer path as before, the others call the engine here,
+one call per lane (``nvshmem_<type>_g``/``_p``, ``nvshmem_<type>_atomic_*``), where NVSHMEM picks
+its transport (NVLink inside a node, InfiniBand across). With :data:`ON` off (every job inside one
+node) none of this is compiled.
+
+Lanes that must not touch memory (masked off, or toward a rank of the node) still make the call,
+since a call cannot be predicated per lane: they are pointed at the heap's engine scratch word on
+the current rank (a reserved region, its address in the context tensor past the debug word), so a
+put, get or atomic there changes nothing anybody reads.
+
+NVSHMEM has fetch-add, swap and compare-and-swap on 32- and 64-bit words; every other atomic (and,
+or, xor, min, max, float add) is a compare-and-swap loop here. 8- and 16-bit atomics toward another
+node are refused at compile time. Each call moves one element: correct first; block transfers
+(``putmem`` of contiguous runs) are where speed across nodes will come from.
+
+Example (what ``iris.store`` compiles to toward rank ``peer`` when the job spans nodes)::
+
+    far = engine.far(peer, heap_bases)              # this lane's rank is on another node
+    engine.put_values(pointer, value, peer, cur, heap_bases, engine.and_mask(mask, far))
+"""
+
+import triton
+import triton.language as tl
+from triton.language import core
+
+# Compile the engine path (set by the shmem heap of a job across nodes; see iris.memory.providers.shmem).
+ON = tl.constexpr(False)
+
+# The context tensor: HEAP_BASES_SLOT (2) + world words of bases, then the tracing fields and the debug
+# word (iris.device.rma.CHECKS_AFTER_BASES = 17 words past the bases), then the scratch word's address.
+_WORLD_BEFORE_BASES = tl.constexpr(1)  # rma.HEAP_BASES_SLOT - rma.WORLD_SLOT
+SCRATCH_AFTER_BASES = tl.constexpr(18)
+
+
+def _extern(symbol: str, arg_types: tuple[str, ...], result: str):
+    """A device function of NVSHMEM's library, called once per lane (arguments broadcast together)."""
+    key = tuple(core.dtype(t) for t in arg_types)
+
+    @core.extern
+    def call(*args, _semantic=None):
+        return core.extern_elementwise("", "", list(args), {key: (symbol, core.dtype(result))}, is_pure=False,
+                                       _semantic=_semantic)
+
+    call.__name__ = symbol
+    return call
+
+
+_get8 = _extern("nvshmem_uint8_g", ("int64", "int32"), "uint8")
+_get16 = _extern("nvshmem_uint16_g", ("int64", "int32"), "uint16")
+_get32 = _extern("nvshmem_uint32_g", ("int64", "int32"), "uint32")
+_get64 = _extern("nvshmem_uint64_g", ("int64", "int32"), "uint64")
+_put8 = _extern("nvshmem_uint8_p", ("int64", "uint8", "int32"), "int32")
+_put16 = _extern("nvshmem_uint16_p", ("int64", "uint16", "int32"), "int32")
+_put32 = _extern("nvshmem_uint32_p", ("int64", "uint32", "int32"), "int32")
+_put64 = _extern("nvshmem_uint64_p", ("int64", "uint64", "int32"), "int32")
+_fetch_add32 = _extern("nvshmem_uint32_atomic_fetch_add", ("int64", "uint32", "int32"), "uint32")
+_fetch_add64 = _extern("nvshmem_uint64_atomic_fetch_add", ("int64", "uint64", "int32"), "uint64")
+_swap32 = _extern("nvshmem_uint32_atomic_swap", ("int64", "uint32", "int32"), "uint32")
+_swap64 = _extern("nvshmem_uint64_atomic_swap", ("int64", "uint64", "int32"), "uint64")
+_cas32 = _extern("nvshmem_uint32_atomic_compare_swap", ("int64", "uint32", "uint32", "int32"), "uint32")
+_cas64 = _extern("nvshmem_uint64_atomic_compare_swap", ("int64", "uint64", "uint64", "int32"), "uint64")
+_fence = _extern("nvshmem_fence", (), "int32")
+_quiet = _extern("nvshmem_quiet", (), "int32")
+
+
+@triton.jit
+def far(rank, heap_bases):
+    """Whether ``rank`` (a scalar or a block of ranks) is reached through the engine: its base is 0."""
+    return tl.load(heap_bases + rank) == 0
+
+
+@triton.jit
+def and_mask(mask, lanes):
+    """``mask & lanes``, where a mask of None selects every lane."""
+    if mask is None:
+        result = lanes
+    else:
+        result = mask & lanes
+    return result
+
+
+@triton.jit
+def near_mask(mask, far_lanes):
+    """The lanes of ``mask`` (None: all) that take the pointer path."""
+    return and_mask(mask, far_lanes == 0)
+
+
+@triton.jit
+def any_lane(lanes):
+    """Whether any lane of ``lanes`` (a scalar or a block of any rank) is set, as a scalar."""
+    return tl.max((lanes | tl.zeros([1], tl.int1)).to(tl.int32)) > 0
+
+
+@triton.jit
+def _as_words(x, bits: tl.constexpr):
+    """``x`` bit for bit as unsigned words of ``bits`` bits (the engine's element types)."""
+    tl.static_assert(bits == 8 or bits == 16 or bits == 32 or bits == 64, "the engine moves 8/16/32/64-bit elements")
+    if bits == 8:
+        words = x.to(tl.uint8, bitcast=True)
+    elif bits == 16:
+        words = x.to(tl.uint16, bitcast=True)
+    elif bits == 32:
+        words = x.to(tl.uint32, bitcast=True)
+    else:
+        words = x.to(tl.uint64, bitcast=True)
+    return words
+
+
+@triton.jit
+def _targets(pointer, rank, cur, heap_bases, lanes):
+    """(address, PE) of each lane's call: ``pointer`` on ``rank`` where ``lanes``, else the scratch word here."""
+    world = tl.load(heap_bases - _WORLD_BEFORE_BASES)
+    scratch = tl.load(heap_bases + world + SCRATCH_AFTER_BASES)
+    address = tl.where(lanes, pointer.to(tl.int64), scratch)
+    pe = tl.where(lanes, rank, cur).to(tl.int32)
+    return address, pe
+
+
+@triton.jit
+def scratch_pointer(pointer, heap_bases):
+    """The engine scratch word of the current rank, typed as ``pointer``."""
+    world = tl.load(heap_bases - _WORLD_BEFORE_BASES)
+    scratch = tl.load(heap_bases + world + SCRATCH_AFTER_BASES)
+    return scratch.to(tl.pointer_type(pointer.dtype.element_ty))
+
+
+@triton.jit
+def get_values(pointer, rank, cur, heap_bases, lanes):
+    """Read ``rank``'s ``pointer`` (local to the current rank ``cur``) in the ``lanes`` selected, as raw
+    unsigned words of the element's width (other lanes: the scratch word's)."""
+    address, pe = _targets(pointer, rank, cur, heap_bases, lanes)
+    bits: tl.constexpr = pointer.dtype.element_ty.primitive_bitwidth
+    if bits == 8:
+        words = _get8(address, pe)
+    elif bits == 16:
+        words = _get16(address, pe)
+    elif bits == 32:
+        words = _get32(address, pe)
+    else:
+        words = _get64(address, pe)
+    return words
+
+
+@triton.jit
+def read(near, pointer, rank, cur, heap_bases, far_lanes, mask):
+    """``near`` (the pointer path's result) with the lanes of ``mask`` toward a far rank read through the engine."""
+    lanes = and_mask(mask, far_lanes)
+    result = near
+    if any_lane(lanes):
+        words = get_values(pointer, rank, cur, heap_bases, lanes)
+        result = tl.where(lanes, words.to(pointer.dtype.element_ty, bitcast=True), near)
+    return result
+
+
+@triton.jit
+def put_values(pointer, value, rank, cur, heap_bases, lanes):
+    """Write ``value`` (the element type's) into ``rank``'s ``pointer`` in the ``lanes`` selected."""
+    if any_lane(lanes):
+        address, pe = _targets(pointer, rank, cur, heap_bases, lanes)
+        bits: tl.constexpr = pointer.dtype.element_ty.primitive_bitwidth
+        words = _as_words(value, bits)
+        if bits == 8:
+            _put8(address, words, pe)
+        elif bits == 16:
+            _put16(address, words, pe)
+        elif bits == 32:
+            _put32(address, words, pe)
+        else:
+            _put64(address, words, pe)
+
+
+@triton.jit
+def fence():
+    """Order this thread's earlier engine puts and atomics to each rank before its later ones (a release)."""
+    _fence()
+
+
+@triton.jit
+def quiet():
+    """Wait until this thread's engine puts and atomics are complete everywhere."""
+    _quiet()
+
+
+@triton.jit
+def _compare_swap(address, expected, desired, pe, bits: tl.constexpr):
+    if bits == 32:
+        old = _cas32(address, expected, desired, pe)
+    else:
+        old = _cas64(address, expected, desired, pe)
+    return old
+
+
+@triton.jit
+def _combine(op: tl.constexpr, old, val):
+    if op == "add":
+        result = old + val
+    elif op == "min":
+        result = tl.minimum(old, val)
+    elif op == "max":
+        result = tl.maximum(old, val)
+    elif op == "and":
+        result = old & val
+    elif op == "or":
+        result = old | val
+    elif op == "xor":
+        result = old ^ val
+    else:  # "xchg"
+        result = val + old * 0
+    return result
+
+
+@triton.jit
+def _thread_index(like):
+    """This thread's index in its program (``%tid.x``; Triton's programs are one-dimensional)."""
+    return tl.inline_asm_elementwise("mov.u32 $0, %tid.x;", "=r,l", [like], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _from_first_thread(words):
+    """The scalar ``words`` of thread 0, in every thread. Triton computes a scalar in every thread; an
+    atomic's result exists only in the thread that made it. Element 0 of a 1024-element block lies in
+    thread 0 alone (no program has more threads), so the block's sum is thread 0's value."""
+    first = (tl.arange(0, 1024) == 0) & (_thread_index(words.to(tl.int64)) == 0)
+    return tl.sum(tl.where(first, words, 0).to(words.dtype), axis=0)
+
+
+@triton.jit
+def _one_update(op: tl.constexpr, address, val, pe, active, cur, scratch, element: tl.constexpr):
+    """One element's atomic toward ``pe`` (scalars), made by thread 0 alone (an atomic made by every
+    thread would count many times); every thread gets its old value. Inactive: the scratch word here."""
+    bits: tl.constexpr = element.primitive_bitwidth
+    alone = active & (_thread_index(address) == 0)
+    at = tl.where(alone, address, scratch)
+    at_pe = tl.where(alone, pe, cur).to(tl.int32)
+    if op == "add" and element.is_int():
+        if bits == 32:
+            old = _fetch_add32(at, _as_words(val, bits), at_pe)
+        else:
+            old = _fetch_add64(at, _as_words(val, bits), at_pe)
+        old = _from_first_thread(old)
+    elif op == "xchg":
+        if bits == 32:
+            old = _swap32(at, _as_words(val, bits), at_pe)
+        else:
+            old = _swap64(at, _as_words(val, bits), at_pe)
+        old = _from_first_thread(old)
+    elif op == "cas":  # val: (compare, desired) as one pair of words
+        old = _from_first_thread(_compare_swap(at, _as_words(val[0], bits), _as_words(val[1], bits), at_pe, bits))
+    else:  # a compare-and-swap loop
+        if bits == 32:
+            old = _from_first_thread(_get32(at, at_pe))
+        else:
+            old = _from_first_thread(_get64(at, at_pe))
+        seen = old + 1
+        while seen != old:
+            desired = _as_words(_combine(op, old.to(element, bitcast=True), val), bits)
+            seen = _from_first_thread(_compare_swap(at, old, desired, at_pe, bits))
+            swapped = seen == old
+            old = seen
+            seen = tl.where(swapped, old, old + 1)
+    return old.to(element, bitcast=True)
+
+
+@triton.jit
+def _each_element(op: tl.constexpr, near, pointer, val, rank, cur, heap_bases, lanes, sem: tl.constexpr):
+    """``near`` with the atomic ``op`` made through the engine in ``lanes``, one element at a time."""
+    element: tl.constexpr = pointer.dtype.element_ty
+    bits: tl.constexpr = element.primitive_bitwidth
+    result = near
+    if any_lane(lanes):
+        tl.static_assert(bits == 32 or bits == 64, "atomics toward a rank on another node take 32- or 64-bit words")
+        if sem != "relaxed" and sem != "acquire":
+            _fence()
+        world = tl.load(heap_bases - _WORLD_BEFORE_BASES)
+        scratch = tl.load(heap_bases + world + SCRATCH_AFTER_BASES)
+        if pointer.type.is_block():
+            count: tl.constexpr = pointer.numel
+            index = tl.reshape(tl.arange(0, count), pointer.shape)
+            addresses = pointer.to(tl.int64)
+            ranks = rank + tl.zeros(pointer.shape, tl.int32)
+            selected = lanes & (index >= 0)
+            if op == "cas":
+                values0 = val[0] + tl.zeros(pointer.shape, element)
+                values1 = val[1] + tl.zeros(pointer.shape, element)
+            else:
+                values0 = val + tl.zeros(pointer.shape, element)
+                values1 = values0
+            for i in range(count):  # scalars of lane i: sums of one lane (uniform in every thread)
+                lane = index == i
+                address = tl.sum(tl.where(lane, addresses, 0))
+                pe = tl.sum(tl.where(lane, ranks, 0))
+                active = tl.sum(tl.where(lane & selected, 1, 0)) > 0
+                first = tl.sum(tl.where(lane, _as_words(values0, bits), 0).to(_as_words(values0, bits).dtype))
+                if op == "cas":
+                    second = tl.sum(tl.where(lane, _as_words(values1, bits), 0).to(_as_words(values1, bits).dtype))
+                    old = _one_update(op, address, (first.to(element, bitcast=True), second.to(element, bitcast=True)),
+                                      pe, active, cur, scratch, element)
+                else:
+                    old = _one_update(op, address, first.to(element, bitcast=True), pe, active, cur, scratch, element)
+                result = tl.where(lane & selected, old, result)
+        else:
+            old = _one_update(op, pointer.to(tl.int64), val, rank, lanes, cur, scratch, element)
+            result = tl.where(lanes, old, near)
+    return result
+
+
+@triton.jit
+def update(op: tl.constexpr, near, pointer, val, rank, cur, heap_bases, lanes, sem: tl.constexpr):
+    """The atomic ``op`` ("add", "xchg", "and", "or", "xor", "min", "max") of ``val`` on ``rank``'s
+    ``pointer`` in ``lanes``; returns ``near`` with those lanes' old values. A release (``sem`` release,
+    acq_rel or None) first fences the engine's earlier puts and atomics. One element at a time, each
+    by one thread: NVSHMEM has fetch-add and swap; the other operations are compare-and-swap loops."""
+    return _each_element(op, near, pointer, val, rank, cur, heap_bases, lanes, sem)
+
+
+@triton.jit
+def compare_swap(near, pointer, cmp, val, rank, cur, heap_bases, lanes, sem: tl.constexpr):
+    """Compare-and-swap of ``cmp`` -> ``val`` on ``rank``'s ``pointer`` in ``lanes`` (bitwise, as the GPUs');
+    returns ``near`` with those lanes' old values."""
+    return _each_element("cas", near, pointer, (cmp, val), rank, cur, heap_bases, lanes, sem)
