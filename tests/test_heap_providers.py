@@ -190,3 +190,24 @@ def test_the_engines_device_calls_reach_the_shmem_heap_beside_iris_ops(tmp_path)
     finally:
         ctx.close()
         dist.destroy_process_group()
+
+
+def test_the_engine_path_compiles_for_sm_90_with_nvshmem_linked(tmp_path):
+    """Every device op with the engine path compiled in (a job across nodes), compiled for an H100/H200 on
+    this machine, NVSHMEM's device library linked: what the cross-compile gate cannot see, since it
+    compiles with the path off. In a process of its own: the switch holds for a whole process."""
+    import subprocess
+    import sys
+
+    nvshmem = pytest.importorskip("torch.distributed._symmetric_memory._nvshmem_triton")
+    try:
+        nvshmem.NvshmemLibFinder.find_device_library()
+    except RuntimeError as exc:
+        pytest.skip(f"NVSHMEM's device library is not installed here (a torch wheel without CUDA): {exc}")
+    script = os.path.join(os.path.dirname(__file__), "engine_compile_check.py")
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "IRIS_BACKEND")}
+    done = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=600, env=env,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "every_op compiled for sm_90" in done.stdout and "True" in done.stdout, done.stdout
+    assert "barrier_kernel compiled for sm_90" in done.stdout and "bools compiled" in done.stdout, done.stdout

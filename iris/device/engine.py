@@ -99,9 +99,11 @@ def any_lane(lanes):
 
 @triton.jit
 def _as_words(x, bits: tl.constexpr):
-    """``x`` bit for bit as unsigned words of ``bits`` bits (the engine's element types)."""
+    """``x`` bit for bit as unsigned words of ``bits`` bits (the engine's element types); a bool as a byte."""
     tl.static_assert(bits == 8 or bits == 16 or bits == 32 or bits == 64, "the engine moves 8/16/32/64-bit elements")
-    if bits == 8:
+    if x.dtype == tl.int1:
+        words = x.to(tl.uint8)
+    elif bits == 8:
         words = x.to(tl.uint8, bitcast=True)
     elif bits == 16:
         words = x.to(tl.uint16, bitcast=True)
@@ -110,6 +112,16 @@ def _as_words(x, bits: tl.constexpr):
     else:
         words = x.to(tl.uint64, bitcast=True)
     return words
+
+
+@triton.jit
+def _from_words(words, element: tl.constexpr):
+    """Words read by the engine as elements of ``element``'s type (the inverse of _as_words)."""
+    if element == tl.int1:
+        result = words != 0
+    else:
+        result = words.to(element, bitcast=True)
+    return result
 
 
 @triton.jit
@@ -135,7 +147,7 @@ def get_values(pointer, rank, cur, heap_bases, lanes):
     """Read ``rank``'s ``pointer`` (local to the current rank ``cur``) in the ``lanes`` selected, as raw
     unsigned words of the element's width (other lanes: the scratch word's)."""
     address, pe = _targets(pointer, rank, cur, heap_bases, lanes)
-    bits: tl.constexpr = pointer.dtype.element_ty.primitive_bitwidth
+    bits: tl.constexpr = 8 if pointer.dtype.element_ty == tl.int1 else pointer.dtype.element_ty.primitive_bitwidth
     if bits == 8:
         words = _get8(address, pe)
     elif bits == 16:
@@ -154,7 +166,7 @@ def read(near, pointer, rank, cur, heap_bases, far_lanes, mask):
     result = near
     if any_lane(lanes):
         words = get_values(pointer, rank, cur, heap_bases, lanes)
-        result = tl.where(lanes, words.to(pointer.dtype.element_ty, bitcast=True), near)
+        result = tl.where(lanes, _from_words(words, pointer.dtype.element_ty), near)
     return result
 
 
@@ -163,7 +175,7 @@ def put_values(pointer, value, rank, cur, heap_bases, lanes):
     """Write ``value`` (the element type's) into ``rank``'s ``pointer`` in the ``lanes`` selected."""
     if any_lane(lanes):
         address, pe = _targets(pointer, rank, cur, heap_bases, lanes)
-        bits: tl.constexpr = pointer.dtype.element_ty.primitive_bitwidth
+        bits: tl.constexpr = 8 if pointer.dtype.element_ty == tl.int1 else pointer.dtype.element_ty.primitive_bitwidth
         words = _as_words(value, bits)
         if bits == 8:
             _put8(address, words, pe)

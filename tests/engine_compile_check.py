@@ -1,0 +1,74 @@
+"""Compile Iris's device ops with the engine path on (iris.device.engine), for sm_90, on the CPU: run by
+tests/test_heap_providers.py in a process of its own (the switch is for the whole process)."""
+
+import os
+
+os.environ.setdefault("IRIS_COMPILE_TARGET", "cuda:90")
+os.environ.pop("TRITON_INTERPRET", None)
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from torch.distributed._symmetric_memory._nvshmem_triton import NvshmemLibFinder  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+import iris  # noqa: E402
+from iris.device import rma, sync  # noqa: E402
+
+rma.ENGINE = tl.constexpr(True)
+OPTIONS = {"extern_libs": {"libnvshmem_device": NvshmemLibFinder.find_device_library()}}
+
+
+
+@triton.jit
+def every_op(buf, fbuf, hbuf, peer, heap_bases, BLOCK: tl.constexpr):
+    cur = iris.current_rank(heap_bases)
+    offs = tl.arange(0, BLOCK)
+    m = offs < 100
+    v = iris.load(buf + offs, cur, peer, heap_bases, mask=m, other=-1)
+    iris.store(buf + BLOCK + offs, v + 1, cur, peer, heap_bases, mask=m)
+    iris.store(hbuf + offs, 1.5, cur, peer, heap_bases)
+    iris.get(buf + offs, buf + 2 * BLOCK + offs, peer, cur, heap_bases, mask=m)
+    iris.put(buf + offs, buf + 3 * BLOCK + offs, cur, peer, heap_bases, mask=m)
+    iris.copy(buf + offs, buf + 4 * BLOCK + offs, peer, cur, cur, heap_bases, mask=m)
+    a = iris.atomic_add(buf + offs, 1, cur, peer, heap_bases, mask=m, sem="relaxed", scope="sys")
+    b = iris.atomic_add(fbuf + offs, 0.5, cur, peer, heap_bases, mask=m)
+    c = iris.atomic_min(fbuf + offs, -1.0, cur, peer, heap_bases)
+    d = iris.atomic_xchg(buf + offs, 7, cur, peer, heap_bases, mask=m)
+    e = iris.atomic_cas(buf + offs, 7, 8, cur, peer, heap_bases)
+    f = iris.atomic_xor(buf + offs, 3, cur, peer, heap_bases) + iris.atomic_max(buf + offs, 3, cur, peer, heap_bases)
+    s = iris.atomic_add(buf, 1, cur, peer, heap_bases)  # scalar
+    x = iris.load(buf, cur, peer, heap_bases)  # scalar
+    tl.store(buf + 5 * BLOCK + offs, a + d + e + f + s + x)
+    tl.store(fbuf + BLOCK + offs, b + c)
+    iris.signal(buf + 6 * BLOCK, 1, cur, peer, heap_bases)
+    iris.signal(buf + 6 * BLOCK, 1, cur, peer, heap_bases, op="add")
+    iris.wait_until(buf + 6 * BLOCK, ">=", 1)
+
+
+sig = {"buf": "*i32", "fbuf": "*fp32", "hbuf": "*bf16", "peer": "i32", "heap_bases": "*i64", "BLOCK": "constexpr"}
+for kernel, signature, constants in (
+    (every_op, sig, {"BLOCK": 128}),
+    (sync.barrier_kernel, {"arrivals": "*i64", "expected": "*i64", "members": "*i32", "count": "i32", "cur": "i32",
+                           "heap_bases": "*i64", "BLOCK": "constexpr"}, {"BLOCK": 8}),
+):
+    src = ASTSource(kernel, signature, constants)
+    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=OPTIONS)
+    ptx = compiled.asm["ptx"]
+    calls = sorted({w.split("(")[0] for w in ptx.split() if w.startswith("nvshmem")})
+    print(kernel.fn.__name__, "compiled for sm_90:", len(ptx), "bytes of PTX;", "nvshmemi_device_state" in ptx,
+          calls[:12])
+
+
+@triton.jit
+def bools(buf, peer, heap_bases, BLOCK: tl.constexpr):
+    cur = iris.current_rank(heap_bases)
+    offs = tl.arange(0, BLOCK)
+    v = iris.load(buf + offs, cur, peer, heap_bases)
+    iris.store(buf + BLOCK + offs, v, cur, peer, heap_bases, mask=offs < 3)
+
+
+compiled = triton.compile(ASTSource(bools, {"buf": "*i1", "peer": "i32", "heap_bases": "*i64", "BLOCK": "constexpr"},
+                                    {"BLOCK": 64}), target=GPUTarget("cuda", 90, 32),
+                          options=OPTIONS)
+print("bools compiled for sm_90")
