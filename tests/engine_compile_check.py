@@ -41,6 +41,9 @@ def every_op(buf, fbuf, hbuf, peer, heap_bases, BLOCK: tl.constexpr):
     x = iris.load(buf, cur, peer, heap_bases)  # scalar
     tl.store(buf + 5 * BLOCK + offs, a + d + e + f + s + x)
     tl.store(fbuf + BLOCK + offs, b + c)
+    h = iris.atomic_add(hbuf + offs, 1.0, cur, peer, heap_bases) + iris.atomic_cas(hbuf + offs, 1.0, 2.0, cur, peer,
+                                                                                   heap_bases)
+    tl.store(hbuf + BLOCK + offs, h)
     iris.signal(buf + 6 * BLOCK, 1, cur, peer, heap_bases)
     iris.signal(buf + 6 * BLOCK, 1, cur, peer, heap_bases, op="add")
     iris.wait_until(buf + 6 * BLOCK, ">=", 1)

@@ -15,8 +15,8 @@ the current rank (a reserved region, its address in the context tensor past the 
 put, get or atomic there changes nothing anybody reads.
 
 NVSHMEM has fetch-add, swap and compare-and-swap on 32- and 64-bit words; every other atomic (and,
-or, xor, min, max, float add) is a compare-and-swap loop here. 8- and 16-bit atomics toward another
-node are refused at compile time. Each call moves one element: correct first; block transfers
+or, xor, min, max, float add) is a compare-and-swap loop here, and a 16-bit one a loop on the 32-bit
+word that holds it. Each call moves one element: correct first; block transfers
 (``putmem`` of contiguous runs) are where speed across nodes will come from.
 
 Example (what ``iris.store`` compiles to toward rank ``peer`` when the job spans nodes)::
@@ -239,7 +239,30 @@ def _from_first_thread(words):
     atomic's result exists only in the thread that made it. Element 0 of a 1024-element block lies in
     thread 0 alone (no program has more threads), so the block's sum is thread 0's value."""
     first = (tl.arange(0, 1024) == 0) & (_thread_index(words.to(tl.int64)) == 0)
-    return tl.sum(tl.where(first, words, 0).to(words.dtype), axis=0)
+    return tl.sum(tl.where(first, words, 0), axis=0).to(words.dtype)
+
+
+@triton.jit
+def _one_half_update(op: tl.constexpr, at, val, at_pe, element: tl.constexpr):
+    """A 16-bit atomic (scalars, thread 0's call counts): NVSHMEM has none, so a compare-and-swap loop on
+    the aligned 32-bit word that holds it, leaving the other half as it finds it (as GPUs do)."""
+    word_at = (at // 4) * 4
+    shift = ((at - word_at) * 8).to(tl.uint32)
+    others = ~(tl.full((), 0xFFFF, tl.uint32) << shift)
+    old = _from_first_thread(_get32(word_at, at_pe))
+    seen = old + 1
+    while seen != old:
+        half = ((old >> shift) & 0xFFFF).to(tl.uint16)
+        if op == "cas":
+            new_half = tl.where(half == _as_words(val[0], 16), _as_words(val[1], 16), half)
+        else:
+            new_half = _as_words(_combine(op, half.to(element, bitcast=True), val), 16)
+        desired = (old & others) | (new_half.to(tl.uint32) << shift)
+        seen = _from_first_thread(_cas32(word_at, old, desired, at_pe))
+        swapped = seen == old
+        old = seen
+        seen = tl.where(swapped, old, old + 1)
+    return ((old >> shift) & 0xFFFF).to(tl.uint16)
 
 
 @triton.jit
@@ -250,7 +273,9 @@ def _one_update(op: tl.constexpr, address, val, pe, active, cur, scratch, elemen
     alone = active & (_thread_index(address) == 0)
     at = tl.where(alone, address, scratch)
     at_pe = tl.where(alone, pe, cur).to(tl.int32)
-    if op == "add" and element.is_int():
+    if bits == 16:
+        old = _one_half_update(op, at, val, at_pe, element)
+    elif op == "add" and element.is_int():
         if bits == 32:
             old = _fetch_add32(at, _as_words(val, bits), at_pe)
         else:
@@ -286,7 +311,7 @@ def _each_element(op: tl.constexpr, near, pointer, val, rank, cur, heap_bases, l
     bits: tl.constexpr = element.primitive_bitwidth
     result = near
     if any_lane(lanes):
-        tl.static_assert(bits == 32 or bits == 64, "atomics toward a rank on another node take 32- or 64-bit words")
+        tl.static_assert(bits >= 16, "atomics toward a rank on another node take 16-, 32- or 64-bit words")
         if sem != "relaxed" and sem != "acquire":
             _fence()
         world = tl.load(heap_bases - _WORLD_BEFORE_BASES)
@@ -308,9 +333,9 @@ def _each_element(op: tl.constexpr, near, pointer, val, rank, cur, heap_bases, l
                 address = tl.sum(tl.where(lane, addresses, 0))
                 pe = tl.sum(tl.where(lane, ranks, 0))
                 active = tl.sum(tl.where(lane & selected, 1, 0)) > 0
-                first = tl.sum(tl.where(lane, _as_words(values0, bits), 0).to(_as_words(values0, bits).dtype))
+                first = tl.sum(tl.where(lane, _as_words(values0, bits), 0)).to(_as_words(values0, bits).dtype)
                 if op == "cas":
-                    second = tl.sum(tl.where(lane, _as_words(values1, bits), 0).to(_as_words(values1, bits).dtype))
+                    second = tl.sum(tl.where(lane, _as_words(values1, bits), 0)).to(_as_words(values1, bits).dtype)
                     old = _one_update(op, address, (first.to(element, bitcast=True), second.to(element, bitcast=True)),
                                       pe, active, cur, scratch, element)
                 else:
