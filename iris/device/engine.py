@@ -246,8 +246,8 @@ def _from_first_thread(words):
 def _one_half_update(op: tl.constexpr, at, val, at_pe, element: tl.constexpr):
     """A 16-bit atomic (scalars, thread 0's call counts): NVSHMEM has none, so a compare-and-swap loop on
     the aligned 32-bit word that holds it, leaving the other half as it finds it (as GPUs do)."""
-    word_at = (at // 4) * 4
-    shift = ((at - word_at) * 8).to(tl.uint32)
+    word_at = (at // 4) * 4  # thread 0's word; the scratch word in the others, whose calls change nothing
+    shift = _from_first_thread(((at - word_at) * 8).to(tl.uint32))  # thread 0's half, in every thread
     others = ~(tl.full((), 0xFFFF, tl.uint32) << shift)
     old = _from_first_thread(_get32(word_at, at_pe))
     seen = old + 1
