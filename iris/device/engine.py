@@ -125,11 +125,16 @@ def _from_words(words, element: tl.constexpr):
 
 
 @triton.jit
+def _scratch_address(heap_bases):
+    """The address of the current rank's engine scratch word (from the context tensor)."""
+    world = tl.load(heap_bases - _WORLD_BEFORE_BASES)
+    return tl.load(heap_bases + world + SCRATCH_AFTER_BASES)
+
+
+@triton.jit
 def _targets(pointer, rank, cur, heap_bases, lanes):
     """(address, PE) of each lane's call: ``pointer`` on ``rank`` where ``lanes``, else the scratch word here."""
-    world = tl.load(heap_bases - _WORLD_BEFORE_BASES)
-    scratch = tl.load(heap_bases + world + SCRATCH_AFTER_BASES)
-    address = tl.where(lanes, pointer.to(tl.int64), scratch)
+    address = tl.where(lanes, pointer.to(tl.int64), _scratch_address(heap_bases))
     pe = tl.where(lanes, rank, cur).to(tl.int32)
     return address, pe
 
@@ -137,9 +142,7 @@ def _targets(pointer, rank, cur, heap_bases, lanes):
 @triton.jit
 def scratch_pointer(pointer, heap_bases):
     """The engine scratch word of the current rank, typed as ``pointer``."""
-    world = tl.load(heap_bases - _WORLD_BEFORE_BASES)
-    scratch = tl.load(heap_bases + world + SCRATCH_AFTER_BASES)
-    return scratch.to(tl.pointer_type(pointer.dtype.element_ty))
+    return _scratch_address(heap_bases).to(tl.pointer_type(pointer.dtype.element_ty))
 
 
 @triton.jit
@@ -314,8 +317,7 @@ def _each_element(op: tl.constexpr, near, pointer, val, rank, cur, heap_bases, l
         tl.static_assert(bits >= 16, "atomics toward a rank on another node take 16-, 32- or 64-bit words")
         if sem != "relaxed" and sem != "acquire":
             _fence()
-        world = tl.load(heap_bases - _WORLD_BEFORE_BASES)
-        scratch = tl.load(heap_bases + world + SCRATCH_AFTER_BASES)
+        scratch = _scratch_address(heap_bases)
         if pointer.type.is_block():
             count: tl.constexpr = pointer.numel
             index = tl.reshape(tl.arange(0, count), pointer.shape)
