@@ -17,7 +17,7 @@ Example:
 import triton
 import triton.language as tl
 
-from iris.device.rma import as_element, cas_target, far_compare_swap, far_update, near_lanes, translate
+from iris.device.rma import as_element, cas_target, far_update, near_lanes, translate
 
 
 @triton.jit
@@ -61,7 +61,7 @@ def atomic_cas(pointer, cmp, val, from_rank, to_rank, heap_bases, sem=None, scop
         old = _bitwise_cas(target, cmp, val, tl.int64, sem, scope)
     else:
         old = tl.atomic_cas(target, cmp, val, sem=sem, scope=scope)
-    return far_compare_swap(old, pointer, cmp, val, from_rank, to_rank, heap_bases, sem)
+    return far_update("cas", old, pointer, (cmp, val), from_rank, to_rank, heap_bases, None, sem)
 
 
 @triton.jit

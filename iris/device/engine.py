@@ -308,8 +308,12 @@ def _one_update(op: tl.constexpr, address, val, pe, active, cur, scratch, elemen
 
 
 @triton.jit
-def _each_element(op: tl.constexpr, near, pointer, val, rank, cur, heap_bases, lanes, sem: tl.constexpr):
-    """``near`` with the atomic ``op`` made through the engine in ``lanes``, one element at a time."""
+def update(op: tl.constexpr, near, pointer, val, rank, cur, heap_bases, lanes, sem: tl.constexpr):
+    """The atomic ``op`` ("add", "xchg", "and", "or", "xor", "min", "max", or "cas" with ``val`` the pair
+    (compare, desired), compared bitwise as the GPUs do) of ``val`` on ``rank``'s ``pointer`` in ``lanes``;
+    returns ``near`` with those lanes' old values. A release (``sem`` release, acq_rel or None) first
+    fences the engine's earlier puts and atomics. One element at a time, each by one thread: NVSHMEM has
+    fetch-add, swap and compare-and-swap; the other operations are compare-and-swap loops."""
     element: tl.constexpr = pointer.dtype.element_ty
     bits: tl.constexpr = element.primitive_bitwidth
     result = near
@@ -347,19 +351,3 @@ def _each_element(op: tl.constexpr, near, pointer, val, rank, cur, heap_bases, l
             old = _one_update(op, pointer.to(tl.int64), val, rank, lanes, cur, scratch, element)
             result = tl.where(lanes, old, near)
     return result
-
-
-@triton.jit
-def update(op: tl.constexpr, near, pointer, val, rank, cur, heap_bases, lanes, sem: tl.constexpr):
-    """The atomic ``op`` ("add", "xchg", "and", "or", "xor", "min", "max") of ``val`` on ``rank``'s
-    ``pointer`` in ``lanes``; returns ``near`` with those lanes' old values. A release (``sem`` release,
-    acq_rel or None) first fences the engine's earlier puts and atomics. One element at a time, each
-    by one thread: NVSHMEM has fetch-add and swap; the other operations are compare-and-swap loops."""
-    return _each_element(op, near, pointer, val, rank, cur, heap_bases, lanes, sem)
-
-
-@triton.jit
-def compare_swap(near, pointer, cmp, val, rank, cur, heap_bases, lanes, sem: tl.constexpr):
-    """Compare-and-swap of ``cmp`` -> ``val`` on ``rank``'s ``pointer`` in ``lanes`` (bitwise, as the GPUs');
-    returns ``near`` with those lanes' old values."""
-    return _each_element("cas", near, pointer, (cmp, val), rank, cur, heap_bases, lanes, sem)

@@ -200,7 +200,8 @@ def near_lanes(rank, heap_bases, mask):
 @triton.jit
 def far_update(op: tl.constexpr, near_old, pointer, val, cur, rank, heap_bases, mask, sem: tl.constexpr):
     """``near_old`` (an atomic's old values on the pointer path) with the lanes of ``mask`` toward a rank
-    on another node updated through the engine (``op`` as iris.device.engine.update); only with ENGINE."""
+    on another node updated through the engine (``op`` and ``val`` as iris.device.engine.update, "cas"
+    included); only with ENGINE."""
     if ENGINE:
         result = engine.update(op, near_old, pointer, val, rank, cur, heap_bases,
                                engine.and_mask(mask, engine.far(rank, heap_bases)), sem)
@@ -217,17 +218,6 @@ def cas_target(pointer, cur, rank, heap_bases):
     if ENGINE:
         target = tl.where(engine.far(rank, heap_bases), engine.scratch_pointer(pointer, heap_bases), target)
     return target
-
-
-@triton.jit
-def far_compare_swap(near_old, pointer, cmp, val, cur, rank, heap_bases, sem: tl.constexpr):
-    """``near_old`` with the compare-and-swap of the lanes toward a rank on another node done by the engine."""
-    if ENGINE:
-        result = engine.compare_swap(near_old, pointer, cmp, val, rank, cur, heap_bases, engine.far(rank, heap_bases),
-                                     sem)
-    else:
-        result = near_old
-    return result
 
 
 @triton.jit
