@@ -15,8 +15,14 @@ from triton.compiler import ASTSource  # noqa: E402
 import iris  # noqa: E402
 from iris.device import rma, sync  # noqa: E402
 
+from iris.memory.providers.engine_library import slim_library  # noqa: E402
+
 rma.ENGINE = tl.constexpr(True)
-OPTIONS = {"extern_libs": {"libnvshmem_device": NvshmemLibFinder.find_device_library()}}
+SM_90 = GPUTarget("cuda", 90, 32)
+WHOLE = NvshmemLibFinder.find_device_library()
+SLIM = slim_library(WHOLE, SM_90)
+assert SLIM != WHOLE and os.path.getsize(SLIM) < os.path.getsize(WHOLE) // 20, (SLIM, WHOLE)
+OPTIONS = {"extern_libs": {"libnvshmem_device": SLIM}}
 
 
 
@@ -56,7 +62,7 @@ for kernel, signature, constants in (
                            "heap_bases": "*i64", "BLOCK": "constexpr"}, {"BLOCK": 8}),
 ):
     src = ASTSource(kernel, signature, constants)
-    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=OPTIONS)
+    compiled = triton.compile(src, target=SM_90, options=OPTIONS)
     ptx = compiled.asm["ptx"]
     calls = sorted({w.split("(")[0] for w in ptx.split() if w.startswith("nvshmem")})
     print(kernel.fn.__name__, "compiled for sm_90:", len(ptx), "bytes of PTX;", "nvshmemi_device_state" in ptx,
@@ -72,6 +78,12 @@ def bools(buf, peer, heap_bases, BLOCK: tl.constexpr):
 
 
 compiled = triton.compile(ASTSource(bools, {"buf": "*i1", "peer": "i32", "heap_bases": "*i64", "BLOCK": "constexpr"},
-                                    {"BLOCK": 64}), target=GPUTarget("cuda", 90, 32),
+                                    {"BLOCK": 64}), target=SM_90,
                           options=OPTIONS)
 print("bools compiled for sm_90")
+
+# The cut library is the whole one for every call the engine makes: the same PTX, to the byte.
+src = ASTSource(every_op, sig, {"BLOCK": 128})
+with_slim = triton.compile(src, target=SM_90, options=OPTIONS).asm["ptx"]
+assert triton.compile(src, target=SM_90, options={"extern_libs": {"libnvshmem_device": WHOLE}}).asm["ptx"] == with_slim
+print("the cut library gives the same PTX as the whole one")

@@ -206,8 +206,61 @@ def test_the_engine_path_compiles_for_sm_90_with_nvshmem_linked(tmp_path):
         pytest.skip(f"NVSHMEM's device library is not installed here (a torch wheel without CUDA): {exc}")
     script = os.path.join(os.path.dirname(__file__), "engine_compile_check.py")
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "IRIS_BACKEND")}
+    env["IRIS_ENGINE_CACHE"] = str(tmp_path / "engine")  # the library cut afresh, by this Triton
     done = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=600, env=env,
                           cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert "every_op compiled for sm_90" in done.stdout and "True" in done.stdout, done.stdout
     assert "barrier_kernel compiled for sm_90" in done.stdout and "bools compiled" in done.stdout, done.stdout
+    assert "the cut library gives the same PTX as the whole one" in done.stdout, done.stdout
+
+
+def test_a_linked_module_that_is_not_as_expected_is_not_taken_for_the_cut_library():
+    from iris.memory.providers.engine_library import PROBE, _cut
+
+    probe = f"define ptx_kernel void @{PROBE}(i64 %0) {{\n  call void @f(i64 %0)\n  ret void\n}}\n"
+    helper = "define internal void @f(i64 %0) {\n  ret void\n}\n"
+    assert _cut(probe + helper, ("f",)) == "define void @f(i64 %0) {\n  ret void\n}\n"
+    assert _cut(probe + helper, ("f", "nvshmem_quiet")) is None  # a symbol the engine calls is missing
+    assert _cut(helper, ("f",)) is None  # no probe kernel: not the module we made
+    assert _cut(probe + helper + f"!0 = !{{ptr @{PROBE}}}\n", ("f",)) is None  # still referenced
+
+
+def _collective_frees_on_rank(world):
+    """Each rank holds three allocations, views and releases them unevenly, and frees collectively."""
+    import weakref
+
+    from iris.distributed import init_distributed
+    from iris.memory.collective_free import CollectiveFrees
+
+    comm = init_distributed("cpu", lambda rank: torch.device("cpu"))
+    frees = CollectiveFrees()
+    made = [torch.full((64,), float(i)) for i in range(3)]
+    alive = [weakref.ref(t.untyped_storage()) for t in made]
+    entries = [frees.keep(t) for t in made]
+    del made
+    views = [entry.view() for entry in entries]
+    steps = []
+    entries[0].released = True
+    entries[2].released = True
+    if comm.rank == 1:
+        entries[2].released = False  # one rank's context is still open: nobody may free it yet
+    steps.append(frees.free_unused(comm))  # views alive everywhere: nothing freed
+    views[0] = views[2] = None
+    steps.append(frees.free_unused(comm))  # only the first: the third is still held by rank 1
+    after_first = [ref() is None for ref in alive]
+    entries[2].released = True
+    steps.append(frees.free_unused(comm))
+    after_third = [ref() is None for ref in alive]
+    assert float(views[1][5]) == 1.0  # the one still viewed keeps its data
+    frees.keep_at_exit()
+    return steps, after_first, after_third, [len(frees.entries)]
+
+
+def test_a_collectively_freed_allocation_is_freed_on_every_rank_at_once_and_only_when_unused_everywhere(ranks):
+    """The shmem heap's memory is freed by a collective call (NVSHMEM's free waits for every rank), never by
+    the garbage collector on one rank: these are real tensors and a real torch.distributed group."""
+    for steps, after_first, after_third, left in ranks.run(_collective_frees_on_rank, ranks.world_size):
+        assert steps == [0, 1, 1], steps
+        assert after_first == [True, False, False] and after_third == [True, False, True], (after_first, after_third)
+        assert left == [1]

@@ -38,8 +38,14 @@ _WORLD_BEFORE_BASES = tl.constexpr(1)  # rma.HEAP_BASES_SLOT - rma.WORLD_SLOT
 SCRATCH_AFTER_BASES = tl.constexpr(18)
 
 
+#: every NVSHMEM device function the engine path calls (what iris.memory.providers.engine_library keeps)
+SYMBOLS: tuple[str, ...] = ()
+
+
 def _extern(symbol: str, arg_types: tuple[str, ...], result: str):
     """A device function of NVSHMEM's library, called once per lane (arguments broadcast together)."""
+    global SYMBOLS
+    SYMBOLS += (symbol,)
     key = tuple(core.dtype(t) for t in arg_types)
 
     @core.extern
@@ -67,6 +73,25 @@ _cas32 = _extern("nvshmem_uint32_atomic_compare_swap", ("int64", "uint32", "uint
 _cas64 = _extern("nvshmem_uint64_atomic_compare_swap", ("int64", "uint64", "uint64", "int32"), "uint64")
 _fence = _extern("nvshmem_fence", (), "int32")
 _quiet = _extern("nvshmem_quiet", (), "int32")
+
+
+@triton.jit
+def iris_engine_probe(address, pe):
+    """Calls each of :data:`SYMBOLS` once: compiled only to cut NVSHMEM's library to what they need."""
+    u8 = _get8(address, pe)
+    u16 = _get16(address, pe)
+    u32 = _get32(address, pe)
+    u64 = _get64(address, pe)
+    _put8(address, u8, pe)
+    _put16(address, u16, pe)
+    _put32(address, u32, pe)
+    _put64(address, u64, pe)
+    a32 = _fetch_add32(address, u32, pe) + _swap32(address, u32, pe) + _cas32(address, u32, u32, pe)
+    a64 = _fetch_add64(address, u64, pe) + _swap64(address, u64, pe) + _cas64(address, u64, u64, pe)
+    _put32(address, a32, pe)
+    _put64(address, a64, pe)
+    _fence()
+    _quiet()
 
 
 @triton.jit

@@ -27,6 +27,7 @@ import triton.language as tl
 
 from iris import config
 from iris.capabilities import limitation
+from iris.memory.collective_free import CollectiveFrees
 from iris.memory.providers import HeapProvider, JobFacts
 from iris.runtime.base import HeapMemory, raise_if_any_rank_failed
 
@@ -73,7 +74,8 @@ def compile_engine_path() -> None:
 
     Switches :data:`iris.device.rma.ENGINE` on, so that device ops call NVSHMEM toward a rank whose base
     is 0; links NVSHMEM's device library into every Triton kernel launched from now on (the
-    ``extern_libs`` of a launch that names none), and initializes NVSHMEM in each compiled module that
+    ``extern_libs`` of a launch that names none; cut to the functions the engine path calls:
+    :mod:`iris.memory.providers.engine_library`), and initializes NVSHMEM in each compiled module that
     uses it (a post-compile hook, after the one already installed). Call it before the first kernel
     compiles: Triton refuses a kernel whose compile-time constants changed after it compiled.
     """
@@ -86,7 +88,9 @@ def compile_engine_path() -> None:
 
     from iris.device import rma
 
-    library = NvshmemLibFinder.find_device_library()
+    from iris.memory.providers.engine_library import slim_library
+
+    library = slim_library(NvshmemLibFinder.find_device_library(), triton.runtime.driver.active.get_current_target())
     launch = JITFunction.run
 
     def run_with_engine(kernel, *args, **kwargs):
@@ -157,12 +161,16 @@ class ShmemHeap(HeapProvider):
         from torch.distributed import _symmetric_memory as symm_mem
 
         config.default_nvshmem_symmetric_size(nbytes)  # the engine's own heap must hold ours
+        frees = _collective_frees()
+        frees.free_unused(comm)  # earlier shmem heaps that every rank has done with (collective, as is this call)
         local, failure = None, None
         try:
             _use_torch_shmem_backend(symm_mem, device)
             local = symm_mem.empty(nbytes, dtype=torch.uint8, device=device)
         except (RuntimeError, MemoryError) as error:
             failure = f"torch's {TORCH_BACKEND} symmetric memory could not allocate {nbytes} bytes on {device}: {error}"
+        if failure and local is not None:
+            frees.abandon(local)  # freeing it here alone would wait for the ranks that never allocated
         raise_if_any_rank_failed(comm, failure)  # before the collective rendezvous, which would wait for it
         if comm.world_size == 1:  # torch refuses the rendezvous of a group of one: there is no peer to map
             handle, pointers = None, [local.data_ptr()]
@@ -175,8 +183,20 @@ class ShmemHeap(HeapProvider):
         if 0 in bases:  # a rank on another node (or one the engine maps no pointer to): reached by its calls
             compile_engine_path()
 
-        def release_peers():
-            nonlocal handle  # the engine unmaps peers itself when the allocation is freed
-            handle = None
+        kept = frees.keep(local, handle)  # freed only when every rank can free it at once (the engine's free waits)
 
-        return HeapMemory(local=local, bases=bases, release_peers=release_peers)
+        def release_peers():  # the engine unmaps peers itself when the allocation is freed
+            kept.released = True
+
+        return HeapMemory(local=kept.view(), bases=bases, release_peers=release_peers)
+
+
+_frees: CollectiveFrees | None = None
+
+
+def _collective_frees() -> CollectiveFrees:
+    """This process's shmem allocations, held for collective frees (made on first use)."""
+    global _frees
+    if _frees is None:
+        _frees = CollectiveFrees()
+    return _frees
