@@ -67,6 +67,8 @@ _put32 = _extern("nvshmem_uint32_p", ("int64", "uint32", "int32"), "int32")
 _put64 = _extern("nvshmem_uint64_p", ("int64", "uint64", "int32"), "int32")
 _fetch_add32 = _extern("nvshmem_uint32_atomic_fetch_add", ("int64", "uint32", "int32"), "uint32")
 _fetch_add64 = _extern("nvshmem_uint64_atomic_fetch_add", ("int64", "uint64", "int32"), "uint64")
+_add32 = _extern("nvshmem_uint32_atomic_add", ("int64", "uint32", "int32"), "int32")
+_add64 = _extern("nvshmem_uint64_atomic_add", ("int64", "uint64", "int32"), "int32")
 _swap32 = _extern("nvshmem_uint32_atomic_swap", ("int64", "uint32", "int32"), "uint32")
 _swap64 = _extern("nvshmem_uint64_atomic_swap", ("int64", "uint64", "int32"), "uint64")
 _cas32 = _extern("nvshmem_uint32_atomic_compare_swap", ("int64", "uint32", "uint32", "int32"), "uint32")
@@ -90,6 +92,8 @@ def iris_engine_probe(address, pe):
     a64 = _fetch_add64(address, u64, pe) + _swap64(address, u64, pe) + _cas64(address, u64, u64, pe)
     _put32(address, a32, pe)
     _put64(address, a64, pe)
+    _add32(address, a32, pe)
+    _add64(address, a64, pe)
     _fence()
     _quiet()
 
@@ -309,6 +313,12 @@ def _one_update(op: tl.constexpr, address, val, pe, active, cur, scratch, elemen
         else:
             old = _fetch_add64(at, _as_words(val, bits), at_pe)
         old = _from_first_thread(old)
+    elif op == "post":  # an integer add whose old value nobody reads: NVSHMEM's add, which waits for no reply
+        if bits == 32:
+            _add32(at, _as_words(val, bits), at_pe)
+        else:
+            _add64(at, _as_words(val, bits), at_pe)
+        old = _as_words(val, bits) * 0
     elif op == "xchg":
         if bits == 32:
             old = _swap32(at, _as_words(val, bits), at_pe)
@@ -334,8 +344,9 @@ def _one_update(op: tl.constexpr, address, val, pe, active, cur, scratch, elemen
 
 @triton.jit
 def update(op: tl.constexpr, near, pointer, val, rank, cur, heap_bases, lanes, sem: tl.constexpr):
-    """The atomic ``op`` ("add", "xchg", "and", "or", "xor", "min", "max", or "cas" with ``val`` the pair
-    (compare, desired), compared bitwise as the GPUs do) of ``val`` on ``rank``'s ``pointer`` in ``lanes``;
+    """The atomic ``op`` ("add", "post": an add whose old values nobody reads, "xchg", "and", "or", "xor",
+    "min", "max", or "cas" with ``val`` the pair (compare, desired), compared bitwise as the GPUs do) of
+    ``val`` on ``rank``'s ``pointer`` in ``lanes``;
     returns ``near`` with those lanes' old values. A release (``sem`` release, acq_rel or None) first
     fences the engine's earlier puts and atomics. One element at a time, each by one thread: NVSHMEM has
     fetch-add, swap and compare-and-swap; the other operations are compare-and-swap loops."""

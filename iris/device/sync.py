@@ -202,7 +202,7 @@ def barrier_round(arrivals, expected, members, count, cur, heap_bases, BLOCK: tl
     mine = arrivals + cur + offs * 0
     near = near_lanes(peers, heap_bases, others)
     tl.atomic_add(translate(mine, cur, peers, heap_bases, near), 1, mask=near, sem="release", scope="sys")
-    far_update("add", tl.zeros([BLOCK], tl.int64), mine, 1, cur, peers, heap_bases, others, "release")
+    far_update("post", tl.zeros([BLOCK], tl.int64), mine, 1, cur, peers, heap_bases, others, "release")
     want = tl.load(expected + peers, mask=others, other=0) + 1
     tl.store(expected + peers, want, mask=others)
     seen = tl.atomic_add(arrivals + peers, 0, mask=others, sem="acquire", scope="sys")
