@@ -169,9 +169,12 @@ class ShmemHeap(HeapProvider):
             local = symm_mem.empty(nbytes, dtype=torch.uint8, device=device)
         except (RuntimeError, MemoryError) as error:
             failure = f"torch's {TORCH_BACKEND} symmetric memory could not allocate {nbytes} bytes on {device}: {error}"
-        if failure and local is not None:
-            frees.abandon(local)  # freeing it here alone would wait for the ranks that never allocated
-        raise_if_any_rank_failed(comm, failure)  # before the collective rendezvous, which would wait for it
+        try:
+            raise_if_any_rank_failed(comm, failure)  # before the collective rendezvous, which would wait for it
+        except MemoryError:
+            if local is not None:  # another rank failed: a free of ours alone would wait for it forever
+                frees.abandon(local)
+            raise
         if comm.world_size == 1:  # torch refuses the rendezvous of a group of one: there is no peer to map
             handle, pointers = None, [local.data_ptr()]
         else:
