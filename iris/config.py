@@ -15,6 +15,8 @@ NVSHMEM_SYMMETRIC_SIZE      NVSHMEM's own heap; set by the shmem heap provider w
 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE  CUDA MPS's share of a GPU's threads per process; read by the shmem heap
 IRIS_CROSS_COMPILE          CPU backend: also compile every launched kernel for these GPU targets
 IRIS_CROSS_COMPILE_CACHE    where those compilations are cached (default ~/.cache/iris/cross-compile)
+IRIS_ENGINE_CACHE           where NVSHMEM's device library, cut to the engine path's calls, is kept
+                            (default ~/.cache/iris/engine)
 IRIS_COMPILE_TARGET         set by the cross-compile gate in its workers: the target they compile for
 IRIS_JOB_ID                 set by ``iris run`` and the test harness: names one launch's heap segments
 IRIS_STACKS_ON_SIGUSR1      set by ``iris run``: SIGUSR1 prints the rank's Python stacks
@@ -82,6 +84,11 @@ def set_cross_compile_targets(spec: str) -> None:
 
 def cross_compile_cache() -> str:
     return text("IRIS_CROSS_COMPILE_CACHE")
+
+
+def engine_cache() -> str:
+    """IRIS_ENGINE_CACHE ("" when unset: the default place)."""
+    return text("IRIS_ENGINE_CACHE")
 
 
 def debug_requested() -> bool:

@@ -35,7 +35,9 @@ class _Linked(Exception):
 
 
 def _cache_dir() -> Path:
-    return Path(os.environ.get("IRIS_ENGINE_CACHE") or Path.home() / ".cache" / "iris" / "engine")
+    from iris import config
+
+    return Path(config.engine_cache() or Path.home() / ".cache" / "iris" / "engine")
 
 
 def _key(full: str, target) -> str:
