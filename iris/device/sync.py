@@ -204,6 +204,9 @@ def barrier_round(arrivals, expected, members, count, cur, heap_bases, BLOCK: tl
     tl.atomic_add(translate(mine, cur, peers, heap_bases, near), 1, mask=near, sem="release", scope="sys")
     far_update("post", tl.zeros([BLOCK], tl.int64), mine, 1, cur, peers, heap_bases, others, "release")
     want = tl.load(expected + peers, mask=others, other=0) + 1
+    # Every thread holds the lanes it waits on, one thread stores them: without this barrier a warp that
+    # loads after the store waits for one round too many (seen on an H200, through the engine path).
+    tl.debug_barrier()
     tl.store(expected + peers, want, mask=others)
     seen = tl.atomic_add(arrivals + peers, 0, mask=others, sem="acquire", scope="sys")
     if DEBUG:
