@@ -42,39 +42,40 @@ SCRATCH_AFTER_BASES = tl.constexpr(18)
 SYMBOLS: tuple[str, ...] = ()
 
 
-def _extern(symbol: str, arg_types: tuple[str, ...], result: str):
-    """A device function of NVSHMEM's library, called once per lane (arguments broadcast together)."""
+def _extern(signatures: dict[tuple[str, ...], tuple[str, str]]):
+    """A device function of NVSHMEM's library, called once per lane (arguments broadcast together):
+    ``signatures`` maps the argument types to (symbol, result type), so one name serves every width
+    and the argument types pick the symbol."""
     global SYMBOLS
-    SYMBOLS += (symbol,)
-    key = tuple(core.dtype(t) for t in arg_types)
+    SYMBOLS += tuple(symbol for symbol, _ in signatures.values())
+    table = {tuple(core.dtype(t) for t in args): (symbol, core.dtype(result))
+             for args, (symbol, result) in signatures.items()}
 
     @core.extern
     def call(*args, _semantic=None):
-        return core.extern_elementwise("", "", list(args), {key: (symbol, core.dtype(result))}, is_pure=False,
-                                       _semantic=_semantic)
+        return core.extern_elementwise("", "", list(args), table, is_pure=False, _semantic=_semantic)
 
-    call.__name__ = symbol
+    call.__name__ = "/".join(symbol for symbol, _ in signatures.values())
     return call
 
 
-_get8 = _extern("nvshmem_uint8_g", ("int64", "int32"), "uint8")
-_get16 = _extern("nvshmem_uint16_g", ("int64", "int32"), "uint16")
-_get32 = _extern("nvshmem_uint32_g", ("int64", "int32"), "uint32")
-_get64 = _extern("nvshmem_uint64_g", ("int64", "int32"), "uint64")
-_put8 = _extern("nvshmem_uint8_p", ("int64", "uint8", "int32"), "int32")
-_put16 = _extern("nvshmem_uint16_p", ("int64", "uint16", "int32"), "int32")
-_put32 = _extern("nvshmem_uint32_p", ("int64", "uint32", "int32"), "int32")
-_put64 = _extern("nvshmem_uint64_p", ("int64", "uint64", "int32"), "int32")
-_fetch_add32 = _extern("nvshmem_uint32_atomic_fetch_add", ("int64", "uint32", "int32"), "uint32")
-_fetch_add64 = _extern("nvshmem_uint64_atomic_fetch_add", ("int64", "uint64", "int32"), "uint64")
-_add32 = _extern("nvshmem_uint32_atomic_add", ("int64", "uint32", "int32"), "int32")
-_add64 = _extern("nvshmem_uint64_atomic_add", ("int64", "uint64", "int32"), "int32")
-_swap32 = _extern("nvshmem_uint32_atomic_swap", ("int64", "uint32", "int32"), "uint32")
-_swap64 = _extern("nvshmem_uint64_atomic_swap", ("int64", "uint64", "int32"), "uint64")
-_cas32 = _extern("nvshmem_uint32_atomic_compare_swap", ("int64", "uint32", "uint32", "int32"), "uint32")
-_cas64 = _extern("nvshmem_uint64_atomic_compare_swap", ("int64", "uint64", "uint64", "int32"), "uint64")
-_fence = _extern("nvshmem_fence", (), "int32")
-_quiet = _extern("nvshmem_quiet", (), "int32")
+def _by_width(name: str, widths: tuple[int, ...], operands: int, result: str | None):
+    """``nvshmem_uint<w>_<name>`` for each width w: (address, ``operands`` words of w bits, PE) -> the old
+    word (``result`` None) or ``result``."""
+    return _extern({("int64",) + (f"uint{w}",) * operands + ("int32",):
+                    (f"nvshmem_uint{w}_{name}", result or f"uint{w}") for w in widths})
+
+
+# Reads take no word, so their result type cannot pick the width: one function per width.
+_get8, _get16, _get32, _get64 = (_extern({("int64", "int32"): (f"nvshmem_uint{w}_g", f"uint{w}")})
+                                 for w in (8, 16, 32, 64))
+_put = _by_width("p", (8, 16, 32, 64), 1, "int32")
+_fetch_add = _by_width("atomic_fetch_add", (32, 64), 1, None)
+_add = _by_width("atomic_add", (32, 64), 1, "int32")  # no old value: waits for no reply
+_swap = _by_width("atomic_swap", (32, 64), 1, None)
+_compare_swap = _by_width("atomic_compare_swap", (32, 64), 2, None)
+_fence = _extern({(): ("nvshmem_fence", "int32")})
+_quiet = _extern({(): ("nvshmem_quiet", "int32")})
 
 
 @triton.jit
@@ -84,16 +85,14 @@ def iris_engine_probe(address, pe):
     u16 = _get16(address, pe)
     u32 = _get32(address, pe)
     u64 = _get64(address, pe)
-    _put8(address, u8, pe)
-    _put16(address, u16, pe)
-    _put32(address, u32, pe)
-    _put64(address, u64, pe)
-    a32 = _fetch_add32(address, u32, pe) + _swap32(address, u32, pe) + _cas32(address, u32, u32, pe)
-    a64 = _fetch_add64(address, u64, pe) + _swap64(address, u64, pe) + _cas64(address, u64, u64, pe)
-    _put32(address, a32, pe)
-    _put64(address, a64, pe)
-    _add32(address, a32, pe)
-    _add64(address, a64, pe)
+    _put(address, u8, pe)
+    _put(address, u16, pe)
+    _put(address, u32, pe)
+    _put(address, u64, pe)
+    a32 = _fetch_add(address, u32, pe) + _swap(address, u32, pe) + _compare_swap(address, u32, u32, pe)
+    a64 = _fetch_add(address, u64, pe) + _swap(address, u64, pe) + _compare_swap(address, u64, u64, pe)
+    _add(address, a32, pe)
+    _add(address, a64, pe)
     _fence()
     _quiet()
 
@@ -175,11 +174,8 @@ def scratch_pointer(pointer, heap_bases):
 
 
 @triton.jit
-def get_values(pointer, rank, cur, heap_bases, lanes):
-    """Read ``rank``'s ``pointer`` (local to the current rank ``cur``) in the ``lanes`` selected, as raw
-    unsigned words of the element's width (other lanes: the scratch word's)."""
-    address, pe = _targets(pointer, rank, cur, heap_bases, lanes)
-    bits: tl.constexpr = 8 if pointer.dtype.element_ty == tl.int1 else pointer.dtype.element_ty.primitive_bitwidth
+def _get(address, pe, bits: tl.constexpr):
+    """The ``bits``-bit words at ``address`` on ``pe`` (a read has no word whose type could pick the width)."""
     if bits == 8:
         words = _get8(address, pe)
     elif bits == 16:
@@ -189,6 +185,15 @@ def get_values(pointer, rank, cur, heap_bases, lanes):
     else:
         words = _get64(address, pe)
     return words
+
+
+@triton.jit
+def get_values(pointer, rank, cur, heap_bases, lanes):
+    """Read ``rank``'s ``pointer`` (local to the current rank ``cur``) in the ``lanes`` selected, as raw
+    unsigned words of the element's width (other lanes: the scratch word's)."""
+    address, pe = _targets(pointer, rank, cur, heap_bases, lanes)
+    bits: tl.constexpr = 8 if pointer.dtype.element_ty == tl.int1 else pointer.dtype.element_ty.primitive_bitwidth
+    return _get(address, pe, bits)
 
 
 @triton.jit
@@ -208,15 +213,7 @@ def put_values(pointer, value, rank, cur, heap_bases, lanes):
     if any_lane(lanes):
         address, pe = _targets(pointer, rank, cur, heap_bases, lanes)
         bits: tl.constexpr = 8 if pointer.dtype.element_ty == tl.int1 else pointer.dtype.element_ty.primitive_bitwidth
-        words = _as_words(value, bits)
-        if bits == 8:
-            _put8(address, words, pe)
-        elif bits == 16:
-            _put16(address, words, pe)
-        elif bits == 32:
-            _put32(address, words, pe)
-        else:
-            _put64(address, words, pe)
+        _put(address, _as_words(value, bits), pe)
 
 
 @triton.jit
@@ -229,15 +226,6 @@ def fence():
 def quiet():
     """Wait until this thread's engine puts and atomics are complete everywhere."""
     _quiet()
-
-
-@triton.jit
-def _compare_swap(address, expected, desired, pe, bits: tl.constexpr):
-    if bits == 32:
-        old = _cas32(address, expected, desired, pe)
-    else:
-        old = _cas64(address, expected, desired, pe)
-    return old
 
 
 @triton.jit
@@ -290,7 +278,7 @@ def _one_half_update(op: tl.constexpr, at, val, at_pe, element: tl.constexpr):
         else:
             new_half = _as_words(_combine(op, half.to(element, bitcast=True), val), 16)
         desired = (old & others) | (new_half.to(tl.uint32) << shift)
-        seen = _from_first_thread(_cas32(word_at, old, desired, at_pe))
+        seen = _from_first_thread(_compare_swap(word_at, old, desired, at_pe))
         swapped = seen == old
         old = seen
         seen = tl.where(swapped, old, old + 1)
@@ -298,48 +286,43 @@ def _one_half_update(op: tl.constexpr, at, val, at_pe, element: tl.constexpr):
 
 
 @triton.jit
-def _one_update(op: tl.constexpr, address, val, pe, active, cur, scratch, element: tl.constexpr):
+def _one_update(op: tl.constexpr, address, val, pe, cur, scratch, element: tl.constexpr):
     """One element's atomic toward ``pe`` (scalars), made by thread 0 alone (an atomic made by every
-    thread would count many times); every thread gets its old value. Inactive: the scratch word here."""
+    thread would count many times; the others act on the scratch word here); every thread gets its
+    old value."""
     bits: tl.constexpr = element.primitive_bitwidth
-    alone = active & (_thread_index(address) == 0)
+    alone = _thread_index(address) == 0
     at = tl.where(alone, address, scratch)
     at_pe = tl.where(alone, pe, cur).to(tl.int32)
     if bits == 16:
         old = _one_half_update(op, at, val, at_pe, element)
     elif op == "add" and element.is_int():
-        if bits == 32:
-            old = _fetch_add32(at, _as_words(val, bits), at_pe)
-        else:
-            old = _fetch_add64(at, _as_words(val, bits), at_pe)
-        old = _from_first_thread(old)
+        old = _from_first_thread(_fetch_add(at, _as_words(val, bits), at_pe))
     elif op == "post":  # an integer add whose old value nobody reads: NVSHMEM's add, which waits for no reply
-        if bits == 32:
-            _add32(at, _as_words(val, bits), at_pe)
-        else:
-            _add64(at, _as_words(val, bits), at_pe)
+        tl.static_assert(element.is_int(), "post: an integer add")
+        _add(at, _as_words(val, bits), at_pe)
         old = _as_words(val, bits) * 0
     elif op == "xchg":
-        if bits == 32:
-            old = _swap32(at, _as_words(val, bits), at_pe)
-        else:
-            old = _swap64(at, _as_words(val, bits), at_pe)
-        old = _from_first_thread(old)
+        old = _from_first_thread(_swap(at, _as_words(val, bits), at_pe))
     elif op == "cas":  # val: (compare, desired) as one pair of words
-        old = _from_first_thread(_compare_swap(at, _as_words(val[0], bits), _as_words(val[1], bits), at_pe, bits))
+        old = _from_first_thread(_compare_swap(at, _as_words(val[0], bits), _as_words(val[1], bits), at_pe))
     else:  # a compare-and-swap loop
-        if bits == 32:
-            old = _from_first_thread(_get32(at, at_pe))
-        else:
-            old = _from_first_thread(_get64(at, at_pe))
+        old = _from_first_thread(_get(at, at_pe, bits))
         seen = old + 1
         while seen != old:
             desired = _as_words(_combine(op, old.to(element, bitcast=True), val), bits)
-            seen = _from_first_thread(_compare_swap(at, old, desired, at_pe, bits))
+            seen = _from_first_thread(_compare_swap(at, old, desired, at_pe))
             swapped = seen == old
             old = seen
             seen = tl.where(swapped, old, old + 1)
     return old.to(element, bitcast=True)
+
+
+@triton.jit
+def _lane_value(values, lane, element: tl.constexpr):
+    """The one lane of ``values`` where ``lane`` is set, as a scalar of ``element`` (bit for bit)."""
+    words = _as_words(values, element.primitive_bitwidth)
+    return tl.sum(tl.where(lane, words, 0)).to(words.dtype).to(element, bitcast=True)
 
 
 @triton.jit
@@ -370,20 +353,16 @@ def update(op: tl.constexpr, near, pointer, val, rank, cur, heap_bases, lanes, s
             else:
                 values0 = val + tl.zeros(pointer.shape, element)
                 values1 = values0
-            for i in range(count):  # scalars of lane i: sums of one lane (uniform in every thread)
+            for i in range(count):  # lane i's scalars: sums over that lane alone (the same in every thread)
                 lane = index == i
-                address = tl.sum(tl.where(lane, addresses, 0))
-                pe = tl.sum(tl.where(lane, ranks, 0))
-                active = tl.sum(tl.where(lane & selected, 1, 0)) > 0
-                first = tl.sum(tl.where(lane, _as_words(values0, bits), 0)).to(_as_words(values0, bits).dtype)
-                if op == "cas":
-                    second = tl.sum(tl.where(lane, _as_words(values1, bits), 0)).to(_as_words(values1, bits).dtype)
-                    old = _one_update(op, address, (first.to(element, bitcast=True), second.to(element, bitcast=True)),
-                                      pe, active, cur, scratch, element)
-                else:
-                    old = _one_update(op, address, first.to(element, bitcast=True), pe, active, cur, scratch, element)
-                result = tl.where(lane & selected, old, result)
-        else:
-            old = _one_update(op, pointer.to(tl.int64), val, rank, lanes, cur, scratch, element)
-            result = tl.where(lanes, old, near)
+                if tl.sum(tl.where(lane & selected, 1, 0)) > 0:  # a lane that is off makes no call
+                    address = tl.sum(tl.where(lane, addresses, 0))
+                    pe = tl.sum(tl.where(lane, ranks, 0))
+                    if op == "cas":
+                        operand = (_lane_value(values0, lane, element), _lane_value(values1, lane, element))
+                    else:
+                        operand = _lane_value(values0, lane, element)
+                    result = tl.where(lane, _one_update(op, address, operand, pe, cur, scratch, element), result)
+        else:  # a scalar: any_lane above says it is on
+            result = _one_update(op, pointer.to(tl.int64), val, rank, cur, scratch, element)
     return result
