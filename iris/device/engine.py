@@ -9,6 +9,11 @@ one call per lane (``nvshmem_<type>_g``/``_p``, ``nvshmem_<type>_atomic_*``), wh
 its transport (NVLink inside a node, InfiniBand across). With :data:`ON` off (every job inside one
 node) none of this is compiled.
 
+Triton gives a lane of a small block to several threads; every one of them makes the lane's call
+(an extern call is not predicated as a store is), so a write is made once per copy, with each
+copy's value: values read from memory that the program has just written must be read after a
+barrier (``iris.put`` does that), or the copies may disagree. Atomics are made by thread 0 alone.
+
 Lanes that must not touch memory (masked off, or toward a rank of the node) still make the call,
 since a call cannot be predicated per lane: they are pointed at the heap's engine scratch word on
 the current rank (a reserved region, its address in the context tensor past the debug word), so a

@@ -318,6 +318,8 @@ def put(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
     Example:
         >>> iris.put(src + offs, dst + offs, cur_rank, peer, heap_bases, mask=offs < n)
     """
+    if ENGINE:  # every thread holding a lane makes its engine call, so each must read what the program stored
+        tl.debug_barrier()
     _write(to_ptr, tl.load(from_ptr, mask=mask), from_rank, to_rank, heap_bases, mask, None)
 
 
