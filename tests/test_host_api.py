@@ -183,14 +183,16 @@ def test_many_contexts_in_one_process(ranks):
 
 
 def _with_node_map(spec):
-    """iris.iris() with IRIS_NODE_MAP=spec (None: unset): (node map, or the error's type and message)."""
+    """iris.iris() on the ipc heap with IRIS_NODE_MAP=spec (None: unset): (node map, or the error's type and
+    message). The heap is named: under IRIS_HEAP=shmem a map of two nodes is taken, and would switch the
+    engine path on in the rank process for every later test."""
     import os
 
     saved = os.environ.pop("IRIS_NODE_MAP", None)
     if spec is not None:
         os.environ["IRIS_NODE_MAP"] = spec
     try:
-        ctx = iris.iris(1 << 16)
+        ctx = iris.iris(1 << 16, heap="ipc")
         found = ctx.get_node_map()
         ctx.close()
         return found
