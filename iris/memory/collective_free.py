@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -59,15 +59,13 @@ class Kept:
         return self.released and alone is not None and users is not None and users <= alone
 
 
-@dataclass(eq=False)
 class CollectiveFrees:
     """The allocations of this process whose free is collective (see the module)."""
 
-    entries: list[Kept] = field(default_factory=list)
-    _kept_at_exit: bool = False
-
-    def __post_init__(self):
+    def __init__(self):
+        self.entries: list[Kept] = []
         self._alone = _storage_users(torch.empty(1))  # a tensor that nothing else views
+        self._kept_at_exit = False
         atexit.register(self.keep_at_exit)
 
     def keep(self, tensor: torch.Tensor, *companions) -> Kept:

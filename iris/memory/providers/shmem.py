@@ -21,6 +21,8 @@ the engine from the process group Iris already has, under torchrun, ``iris run``
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 import triton.language as tl
@@ -194,12 +196,8 @@ class ShmemHeap(HeapProvider):
         return HeapMemory(local=kept.view(), bases=bases, release_peers=release_peers)
 
 
-_frees: CollectiveFrees | None = None
-
-
+@functools.cache
 def _collective_frees() -> CollectiveFrees:
-    """This process's shmem allocations, held for collective frees (made on first use)."""
-    global _frees
-    if _frees is None:
-        _frees = CollectiveFrees()
-    return _frees
+    """This process's shmem allocations, held for collective frees (made on first use: it registers an
+    exit handler)."""
+    return CollectiveFrees()
