@@ -21,21 +21,55 @@ from iris.device.rma import as_element, cas_target, far_update, near_lanes, tran
 
 
 @triton.jit
+def _near_atomic(OP: tl.constexpr, target, word, near, sem, scope):
+    """Triton's atomic ``OP`` on the pointer path (float min and float exchange as integer atomics)."""
+    element: tl.constexpr = word.dtype
+    if OP == "add":
+        old = tl.atomic_add(target, word, mask=near, sem=sem, scope=scope)
+    elif OP == "and":
+        old = tl.atomic_and(target, word, mask=near, sem=sem, scope=scope)
+    elif OP == "or":
+        old = tl.atomic_or(target, word, mask=near, sem=sem, scope=scope)
+    elif OP == "xor":
+        old = tl.atomic_xor(target, word, mask=near, sem=sem, scope=scope)
+    elif OP == "max":
+        old = tl.atomic_max(target, word, mask=near, sem=sem, scope=scope)
+    elif (OP == "min") and (element == tl.float32):
+        old = _float_min(target, word, tl.int32, tl.uint32, near, sem, scope)
+    elif (OP == "min") and (element == tl.float64):
+        old = _float_min(target, word, tl.int64, tl.uint64, near, sem, scope)
+    elif OP == "min":
+        old = tl.atomic_min(target, word, mask=near, sem=sem, scope=scope)
+    elif element == tl.float32:  # "xchg" of a float: its bits (Triton's interpreter has no float exchange)
+        old = tl.atomic_xchg(target.to(tl.pointer_type(tl.int32)), word.to(tl.int32, bitcast=True), mask=near,
+                             sem=sem, scope=scope).to(element, bitcast=True)
+    elif element == tl.float64:
+        old = tl.atomic_xchg(target.to(tl.pointer_type(tl.int64)), word.to(tl.int64, bitcast=True), mask=near,
+                             sem=sem, scope=scope).to(element, bitcast=True)
+    else:  # "xchg"
+        old = tl.atomic_xchg(target, word, mask=near, sem=sem, scope=scope)
+    return old
+
+
+@triton.jit
+def _update(OP: tl.constexpr, pointer, word, from_rank, to_rank, heap_bases, mask, sem, scope):
+    """``OP`` of ``word`` (the element's dtype) on ``to_rank``'s ``pointer`` in ``mask``: Triton's atomic
+    toward a rank of the node, the engine's toward another node; returns the old values."""
+    near = near_lanes(to_rank, heap_bases, mask)
+    old = _near_atomic(OP, translate(pointer, from_rank, to_rank, heap_bases, near), word, near, sem, scope)
+    return far_update(OP, old, pointer, word, from_rank, to_rank, heap_bases, mask, sem)
+
+
+@triton.jit
 def atomic_add(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomically add ``val`` to ``to_rank``'s ``pointer``; returns the old values."""
-    near = near_lanes(to_rank, heap_bases, mask)
-    target = translate(pointer, from_rank, to_rank, heap_bases, near)
-    old = tl.atomic_add(target, as_element(val, pointer), mask=near, sem=sem, scope=scope)
-    return far_update("add", old, pointer, as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem)
+    return _update("add", pointer, as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem, scope)
 
 
 @triton.jit
 def atomic_sub(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomically subtract ``val`` from ``to_rank``'s ``pointer``; returns the old values."""
-    near = near_lanes(to_rank, heap_bases, mask)
-    target = translate(pointer, from_rank, to_rank, heap_bases, near)
-    old = tl.atomic_add(target, -as_element(val, pointer), mask=near, sem=sem, scope=scope)
-    return far_update("add", old, pointer, -as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem)
+    return _update("add", pointer, -as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem, scope)
 
 
 @triton.jit
@@ -79,46 +113,25 @@ def atomic_xchg(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=Non
     Float words are exchanged as integers of the same width: an exchange moves bits, and
     Triton's interpreter has no float exchange.
     """
-    near = near_lanes(to_rank, heap_bases, mask)
-    target = translate(pointer, from_rank, to_rank, heap_bases, near)
-    if pointer.dtype.element_ty == tl.float32:
-        bits = tl.atomic_xchg(target.to(tl.pointer_type(tl.int32)), as_element(val, pointer).to(tl.int32, bitcast=True),
-                              mask=near, sem=sem, scope=scope)
-        old = bits.to(tl.float32, bitcast=True)
-    elif pointer.dtype.element_ty == tl.float64:
-        bits = tl.atomic_xchg(target.to(tl.pointer_type(tl.int64)), as_element(val, pointer).to(tl.int64, bitcast=True),
-                              mask=near, sem=sem, scope=scope)
-        old = bits.to(tl.float64, bitcast=True)
-    else:
-        old = tl.atomic_xchg(target, as_element(val, pointer), mask=near, sem=sem, scope=scope)
-    return far_update("xchg", old, pointer, as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem)
+    return _update("xchg", pointer, as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem, scope)
 
 
 @triton.jit
 def atomic_xor(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomic bitwise xor on ``to_rank``'s ``pointer``; returns the old values."""
-    near = near_lanes(to_rank, heap_bases, mask)
-    target = translate(pointer, from_rank, to_rank, heap_bases, near)
-    old = tl.atomic_xor(target, as_element(val, pointer), mask=near, sem=sem, scope=scope)
-    return far_update("xor", old, pointer, as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem)
+    return _update("xor", pointer, as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem, scope)
 
 
 @triton.jit
 def atomic_and(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomic bitwise and on ``to_rank``'s ``pointer``; returns the old values."""
-    near = near_lanes(to_rank, heap_bases, mask)
-    target = translate(pointer, from_rank, to_rank, heap_bases, near)
-    old = tl.atomic_and(target, as_element(val, pointer), mask=near, sem=sem, scope=scope)
-    return far_update("and", old, pointer, as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem)
+    return _update("and", pointer, as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem, scope)
 
 
 @triton.jit
 def atomic_or(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomic bitwise or on ``to_rank``'s ``pointer``; returns the old values."""
-    near = near_lanes(to_rank, heap_bases, mask)
-    target = translate(pointer, from_rank, to_rank, heap_bases, near)
-    old = tl.atomic_or(target, as_element(val, pointer), mask=near, sem=sem, scope=scope)
-    return far_update("or", old, pointer, as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem)
+    return _update("or", pointer, as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem, scope)
 
 
 @triton.jit
@@ -145,22 +158,10 @@ def _float_min(target, val, INT: tl.constexpr, UINT: tl.constexpr, mask, sem, sc
 @triton.jit
 def atomic_min(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomic minimum on ``to_rank``'s ``pointer``; returns the old values."""
-    near = near_lanes(to_rank, heap_bases, mask)
-    target = translate(pointer, from_rank, to_rank, heap_bases, near)
-    val = as_element(val, pointer)
-    if pointer.dtype.element_ty == tl.float32:
-        old = _float_min(target, val, tl.int32, tl.uint32, near, sem, scope)
-    elif pointer.dtype.element_ty == tl.float64:
-        old = _float_min(target, val, tl.int64, tl.uint64, near, sem, scope)
-    else:
-        old = tl.atomic_min(target, val, mask=near, sem=sem, scope=scope)
-    return far_update("min", old, pointer, val, from_rank, to_rank, heap_bases, mask, sem)
+    return _update("min", pointer, as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem, scope)
 
 
 @triton.jit
 def atomic_max(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
     """Atomic maximum on ``to_rank``'s ``pointer``; returns the old values."""
-    near = near_lanes(to_rank, heap_bases, mask)
-    target = translate(pointer, from_rank, to_rank, heap_bases, near)
-    old = tl.atomic_max(target, as_element(val, pointer), mask=near, sem=sem, scope=scope)
-    return far_update("max", old, pointer, as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem)
+    return _update("max", pointer, as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem, scope)
