@@ -53,6 +53,9 @@ def every_op(buf, fbuf, hbuf, peer, heap_bases, BLOCK: tl.constexpr):
     iris.signal(buf + 6 * BLOCK, 1, cur, peer, heap_bases)
     iris.signal(buf + 6 * BLOCK, 1, cur, peer, heap_bases, op="add")
     iris.wait_until(buf + 6 * BLOCK, ">=", 1)
+    tile = tl.arange(0, 4)[:, None] * 32 + tl.arange(0, 32)[None, :]  # a 2-D tile (rows of a run, or not)
+    iris.get(fbuf + tile, fbuf + 2 * BLOCK + tile, peer, cur, heap_bases)
+    iris.put(hbuf + 2 * BLOCK + tile, hbuf + 3 * BLOCK + tile, cur, peer, heap_bases, mask=tile < 100)
 
 
 sig = {"buf": "*i32", "fbuf": "*fp32", "hbuf": "*bf16", "peer": "i32", "heap_bases": "*i64", "BLOCK": "constexpr"}

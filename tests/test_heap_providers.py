@@ -10,6 +10,8 @@ import os
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import iris
 from iris.capabilities import limitation
@@ -264,3 +266,66 @@ def test_a_collectively_freed_allocation_is_freed_on_every_rank_at_once_and_only
         assert steps == [0, 1, 1], steps
         assert after_first == [True, False, False] and after_third == [True, False, True], (after_first, after_third)
         assert left == [1]
+
+
+@triton.jit
+def _run_of_case(remote, local, outside, out, heap_bases, CASE: tl.constexpr):
+    """engine._run on one pattern of lanes (the block transfers' test of what is one run)."""
+    from iris.device import engine
+
+    offs = tl.arange(0, 16)
+    cur = iris.current_rank(heap_bases)
+    lanes = offs >= 0
+    far = remote + offs
+    near = local + offs
+    rank = cur
+    if CASE == "prefix":
+        lanes = offs < 5
+    elif CASE == "middle":
+        lanes = (offs >= 3) & (offs < 9)
+    elif CASE == "hole":
+        lanes = offs != 4
+    elif CASE == "strided":
+        far = remote + 2 * offs
+    elif CASE == "reversed":
+        near = local + 15 - offs
+    elif CASE == "outside_heap":
+        near = outside + offs
+    elif CASE == "none":
+        lanes = offs < 0
+    elif CASE == "two_ranks":
+        rank = cur + offs % 2
+    if CASE == "rows":  # a 4 x 4 tile of whole rows: one run
+        tile = tl.arange(0, 4)[:, None] * 4 + tl.arange(0, 4)[None, :]
+        ok, r, loc, nbytes, pe = engine._run(remote + tile, local + tile, cur, cur, heap_bases, tile >= 0)
+    elif CASE == "gapped_rows":  # rows 8 apart: not one run
+        tile = tl.arange(0, 4)[:, None] * 8 + tl.arange(0, 4)[None, :]
+        ok, r, loc, nbytes, pe = engine._run(remote + tile, local + tile, cur, cur, heap_bases, tile >= 0)
+    else:
+        ok, r, loc, nbytes, pe = engine._run(far, near, rank, cur, heap_bases, lanes)
+    tl.store(out + 0, ok.to(tl.int64))
+    tl.store(out + 1, r - remote.to(tl.int64))
+    tl.store(out + 2, loc - local.to(tl.int64))
+    tl.store(out + 3, nbytes)
+    tl.store(out + 4, pe.to(tl.int64))
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("all", (1, 0, 0, 64)), ("prefix", (1, 0, 0, 20)), ("middle", (1, 12, 12, 24)), ("rows", (1, 0, 0, 64)),
+    ("hole", (0,)), ("strided", (0,)), ("reversed", (0,)), ("outside_heap", (0,)), ("none", (0,)),
+    ("two_ranks", (0,)), ("gapped_rows", (0,)),
+])
+def test_block_transfers_take_only_lanes_that_are_one_run_inside_the_heap(case, expected):
+    """What the engine moves as one putmem/getmem (iris.put/get toward another node): the selected lanes
+    are consecutive elements in lane order on both sides, toward one rank, the local side in the heap.
+    The engine's calls need a GPU; which lanes form a run is plain Triton, checked here."""
+    ctx = iris.iris(1 << 16)
+    remote, local = ctx.zeros(64, dtype=torch.int32), ctx.zeros(64, dtype=torch.int32)
+    outside = torch.zeros(64, dtype=torch.int32, device=remote.device)  # not in the heap
+    out = torch.full((5,), -1, dtype=torch.int64, device=remote.device)
+    _run_of_case[(1,)](remote, local, outside, out, ctx.get_heap_bases(), CASE=case)
+    got = out.cpu().tolist()
+    assert tuple(got[: len(expected)]) == expected, (case, got)
+    if expected[0]:
+        assert got[4] == ctx.get_rank()
+    ctx.close()

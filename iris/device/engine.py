@@ -21,8 +21,9 @@ put, get or atomic there changes nothing anybody reads.
 
 NVSHMEM has fetch-add, swap and compare-and-swap on 32- and 64-bit words; every other atomic (and,
 or, xor, min, max, float add) is a compare-and-swap loop here, and a 16-bit one a loop on the 32-bit
-word that holds it. Each call moves one element: correct first; block transfers
-(``putmem`` of contiguous runs) are where speed across nodes will come from.
+word that holds it. Each call moves one element, except where ``iris.put`` or ``iris.get`` moves a
+block whose lanes are one run of consecutive elements on both sides (a 1-D block, or a tile of whole
+rows), with its local side in the heap: one block-wide ``putmem``/``getmem`` then moves the run.
 
 Example (what ``iris.store`` compiles to toward rank ``peer`` when the job spans nodes)::
 
@@ -79,6 +80,9 @@ _fetch_add = _by_width("atomic_fetch_add", (32, 64), 1, None)
 _add = _by_width("atomic_add", (32, 64), 1, "int32")  # no old value: waits for no reply
 _swap = _by_width("atomic_swap", (32, 64), 1, None)
 _compare_swap = _by_width("atomic_compare_swap", (32, 64), 2, None)
+# A run of bytes, moved by every thread of the program together (each makes the same call).
+_putmem_block = _extern({("int64", "int64", "int64", "int32"): ("nvshmemx_putmem_block", "int32")})
+_getmem_block = _extern({("int64", "int64", "int64", "int32"): ("nvshmemx_getmem_block", "int32")})
 _fence = _extern({(): ("nvshmem_fence", "int32")})
 _quiet = _extern({(): ("nvshmem_quiet", "int32")})
 
@@ -98,6 +102,8 @@ def iris_engine_probe(address, pe):
     a64 = _fetch_add(address, u64, pe) + _swap(address, u64, pe) + _compare_swap(address, u64, u64, pe)
     _add(address, a32, pe)
     _add(address, a64, pe)
+    _putmem_block(address, address, u64.to(tl.int64), pe)
+    _getmem_block(address, address, u64.to(tl.int64), pe)
     _fence()
     _quiet()
 
@@ -219,6 +225,60 @@ def put_values(pointer, value, rank, cur, heap_bases, lanes):
         address, pe = _targets(pointer, rank, cur, heap_bases, lanes)
         bits: tl.constexpr = 8 if pointer.dtype.element_ty == tl.int1 else pointer.dtype.element_ty.primitive_bitwidth
         _put(address, _as_words(value, bits), pe)
+
+
+@triton.jit
+def _run(remote, local, rank, cur, heap_bases, lanes):
+    """Whether the ``lanes`` of the pointer blocks ``remote`` (on ``rank``) and ``local`` (one shape) are one
+    run of consecutive elements on each side, in lane order, toward one rank, with the local run inside
+    this rank's heap (memory every transport can move); and the run's (remote start, local start, bytes,
+    rank). A 2-D tile whose rows are not adjacent is not a run."""
+    size: tl.constexpr = 1 if remote.dtype.element_ty == tl.int1 else remote.dtype.element_ty.primitive_bitwidth // 8
+    index = tl.reshape(tl.arange(0, remote.numel), remote.shape).to(tl.int64)
+    selected = lanes & (index >= 0)  # a block even where lanes is one flag
+    ranks = rank + tl.zeros(remote.shape, tl.int32)
+    far_start = remote.to(tl.int64) - index * size  # the same in every lane of a run
+    near_start = local.to(tl.int64) - index * size
+    first = tl.min(tl.where(selected, index, remote.numel))
+    count = tl.sum(selected.to(tl.int64))
+    remote_start = tl.min(tl.where(selected, far_start, 0x7FFFFFFFFFFFFFFF))
+    local_start = tl.min(tl.where(selected, near_start, 0x7FFFFFFFFFFFFFFF))
+    pe = tl.min(tl.where(selected, ranks, 0x7FFFFFFF))
+    one_run = ((count == tl.max(tl.where(selected, index, -1)) - first + 1)
+               & (tl.max(tl.where(selected, far_start, 0)) == remote_start)
+               & (tl.max(tl.where(selected, near_start, 0)) == local_start)
+               & (tl.max(tl.where(selected, ranks, -1)) == pe))
+    nbytes = count * size
+    local_first = local_start + first * size
+    in_heap = (local_first >= tl.load(heap_bases + cur)) & (local_first + nbytes <= _scratch_address(heap_bases))
+    return (count > 0) & one_run & in_heap, remote_start + first * size, local_first, nbytes, pe.to(tl.int32)
+
+
+@triton.jit
+def put_run(remote, local, rank, cur, heap_bases, lanes):
+    """Where the ``lanes`` of ``local`` -> ``rank``'s ``remote`` are one run (see _run), move them with one
+    block-wide ``putmem``; returns whether it did (then no lane needs a call of its own)."""
+    moved = any_lane(lanes) & False
+    if remote.type.is_block():
+        if any_lane(lanes):
+            moved, to, source, nbytes, pe = _run(remote, local, rank, cur, heap_bases, lanes)
+            if moved:
+                _putmem_block(to, source, nbytes, pe)
+    return moved
+
+
+@triton.jit
+def get_run(remote, local, rank, cur, heap_bases, lanes):
+    """Where the ``lanes`` of ``rank``'s ``remote`` -> ``local`` are one run (see _run), move them with one
+    block-wide ``getmem`` (every thread sees the data after it); returns whether it did."""
+    moved = any_lane(lanes) & False
+    if remote.type.is_block():
+        if any_lane(lanes):
+            moved, source, to, nbytes, pe = _run(remote, local, rank, cur, heap_bases, lanes)
+            if moved:
+                _getmem_block(to, source, nbytes, pe)
+                tl.debug_barrier()
+    return moved
 
 
 @triton.jit

@@ -306,6 +306,10 @@ def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
         >>> iris.get(src + offs, dst + offs, peer, cur_rank, heap_bases, mask=offs < n)
     """
     cur, peer = _peer_of(from_rank, to_rank, heap_bases)
+    if ENGINE:  # a run of lanes toward another node moves as one block transfer; the rest as below
+        far = engine.far(peer, heap_bases)
+        mask = engine.near_mask(mask, far & engine.get_run(from_ptr, to_ptr, peer, cur, heap_bases,
+                                                          engine.and_mask(mask, far)))
     tl.store(to_ptr, _read(from_ptr, cur, peer, heap_bases, mask, None, None, False), mask=mask)
 
 
@@ -318,8 +322,11 @@ def put(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
     Example:
         >>> iris.put(src + offs, dst + offs, cur_rank, peer, heap_bases, mask=offs < n)
     """
-    if ENGINE:  # every thread holding a lane makes its engine call, so each must read what the program stored
-        tl.debug_barrier()
+    if ENGINE:
+        tl.debug_barrier()  # every thread holding a lane makes its engine call: each must read what the program stored
+        far = engine.far(to_rank, heap_bases)  # a run of lanes toward another node moves as one block transfer
+        mask = engine.near_mask(mask, far & engine.put_run(to_ptr, from_ptr, to_rank, from_rank, heap_bases,
+                                                          engine.and_mask(mask, far)))
     _write(to_ptr, tl.load(from_ptr, mask=mask), from_rank, to_rank, heap_bases, mask, None)
 
 
