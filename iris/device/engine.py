@@ -255,29 +255,20 @@ def _run(remote, local, rank, cur, heap_bases, lanes):
 
 
 @triton.jit
-def put_run(remote, local, rank, cur, heap_bases, lanes):
-    """Where the ``lanes`` of ``local`` -> ``rank``'s ``remote`` are one run (see _run), move them with one
-    block-wide ``putmem``; returns whether it did (then no lane needs a call of its own)."""
+def move_run(PUT: tl.constexpr, remote, local, rank, cur, heap_bases, lanes):
+    """Where the ``lanes`` of ``rank``'s ``remote`` and of ``local`` are one run (see _run), move them with
+    one block-wide call: ``putmem`` (PUT: local -> remote) or ``getmem`` (remote -> local, every thread
+    sees the data after it). Returns whether it did (then no lane needs a call of its own)."""
     moved = any_lane(lanes) & False
     if remote.type.is_block():
         if any_lane(lanes):
-            moved, to, source, nbytes, pe = _run(remote, local, rank, cur, heap_bases, lanes)
+            moved, far_start, near_start, nbytes, pe = _run(remote, local, rank, cur, heap_bases, lanes)
             if moved:
-                _putmem_block(to, source, nbytes, pe)
-    return moved
-
-
-@triton.jit
-def get_run(remote, local, rank, cur, heap_bases, lanes):
-    """Where the ``lanes`` of ``rank``'s ``remote`` -> ``local`` are one run (see _run), move them with one
-    block-wide ``getmem`` (every thread sees the data after it); returns whether it did."""
-    moved = any_lane(lanes) & False
-    if remote.type.is_block():
-        if any_lane(lanes):
-            moved, source, to, nbytes, pe = _run(remote, local, rank, cur, heap_bases, lanes)
-            if moved:
-                _getmem_block(to, source, nbytes, pe)
-                tl.debug_barrier()
+                if PUT:
+                    _putmem_block(far_start, near_start, nbytes, pe)
+                else:
+                    _getmem_block(near_start, far_start, nbytes, pe)
+                    tl.debug_barrier()
     return moved
 
 

@@ -308,8 +308,8 @@ def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
     cur, peer = _peer_of(from_rank, to_rank, heap_bases)
     if ENGINE:  # a run of lanes toward another node moves as one block transfer; the rest as below
         far = engine.far(peer, heap_bases)
-        mask = engine.near_mask(mask, far & engine.get_run(from_ptr, to_ptr, peer, cur, heap_bases,
-                                                          engine.and_mask(mask, far)))
+        mask = engine.near_mask(mask, far & engine.move_run(False, from_ptr, to_ptr, peer, cur, heap_bases,
+                                                           engine.and_mask(mask, far)))
     tl.store(to_ptr, _read(from_ptr, cur, peer, heap_bases, mask, None, None, False), mask=mask)
 
 
@@ -325,8 +325,8 @@ def put(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
     if ENGINE:
         tl.debug_barrier()  # every thread holding a lane makes its engine call: each must read what the program stored
         far = engine.far(to_rank, heap_bases)  # a run of lanes toward another node moves as one block transfer
-        mask = engine.near_mask(mask, far & engine.put_run(to_ptr, from_ptr, to_rank, from_rank, heap_bases,
-                                                          engine.and_mask(mask, far)))
+        mask = engine.near_mask(mask, far & engine.move_run(True, to_ptr, from_ptr, to_rank, from_rank, heap_bases,
+                                                           engine.and_mask(mask, far)))
     _write(to_ptr, tl.load(from_ptr, mask=mask), from_rank, to_rank, heap_bases, mask, None)
 
 
