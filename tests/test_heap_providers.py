@@ -15,6 +15,7 @@ import triton.language as tl
 
 import iris
 from iris.capabilities import limitation
+from iris.device import engine
 from iris.memory.providers import PROVIDERS, JobFacts, create_provider, provider_name
 from iris.runtime import SELECTED
 
@@ -271,8 +272,6 @@ def test_a_collectively_freed_allocation_is_freed_on_every_rank_at_once_and_only
 @triton.jit
 def _run_of_case(remote, local, outside, out, heap_bases, CASE: tl.constexpr):
     """engine._run on one pattern of lanes (the block transfers' test of what is one run)."""
-    from iris.device import engine
-
     offs = tl.arange(0, 16)
     cur = iris.current_rank(heap_bases)
     lanes = offs >= 0
