@@ -14,8 +14,9 @@ Triton gives a lane of a small block to several threads; every one of them makes
 copy's value: values read from memory that the program has just written must be read after a
 barrier (``iris.put`` does that), or the copies may disagree. Atomics are made by thread 0 alone.
 
-Lanes that must not touch memory (masked off, or toward a rank of the node) still make the call,
-since a call cannot be predicated per lane: they are pointed at the heap's engine scratch word on
+In a read or a write, lanes that must not touch memory (masked off, or toward a rank of the node)
+still make the call, since a call cannot be predicated per lane (an atomic, made lane by lane, skips
+them): they are pointed at the heap's engine scratch word on
 the current rank (a reserved region, its address in the context tensor past the debug word), so a
 put, get or atomic there changes nothing anybody reads.
 
