@@ -115,3 +115,36 @@ def test_a_launched_script_gives_its_definitions_without_running(tmp_path):
     module = _definitions_of(str(script))
     assert module.kernel(3) == 3 and module.BLOCK.value == 64
     assert not hasattr(module, "ctx") and not hasattr(module, "prev")
+
+
+_BARRIER_PTX = """
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from iris.device import sync
+signature = {"arrivals": "*i64", "expected": "*i64", "members": "*i32", "count": "i32", "cur": "i32",
+             "heap_bases": "*i64", "BLOCK": "constexpr"}
+kernel = triton.compile(ASTSource(sync.barrier_kernel, signature, {"BLOCK": 8}), target=GPUTarget("cuda", 90, 32))
+print(kernel.asm["ptx"].split(".section")[0])
+"""
+
+
+def test_the_device_barrier_loads_its_expected_counts_in_every_thread_before_one_thread_stores_them():
+    """Every thread of a barrier round loads the expected counts and waits on them; one thread stores them
+    incremented. Without a CTA barrier between, a warp that loads after the store waits for one round too
+    many (all_reduce hung so through the engine path on an H200). The interpreter runs one thread and
+    cannot show it: the sm_90 code must have a bar.sync between that load and that store."""
+    import subprocess
+    import sys
+
+    from iris import config
+
+    env = config.child_environment(drop=("TRITON_INTERPRET",), IRIS_COMPILE_TARGET="cuda:90")
+    ptx = subprocess.run([sys.executable, "-c", _BARRIER_PTX], env=env, capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    stores = [i for i, line in enumerate(ptx) if "st.global" in line]
+    assert len(stores) == 1, stores  # the expected counts' store is the round's only global store
+    address = ptx[stores[0]].split("[")[1].split("]")[0].strip()
+    loads = [i for i, line in enumerate(ptx[: stores[0]]) if "ld.global" in line and f"[ {address}" in line]
+    assert loads, (address, ptx)
+    assert any("bar.sync" in line for line in ptx[loads[-1] : stores[0]]), ptx[loads[-1] : stores[0] + 1]
