@@ -40,6 +40,9 @@ class DeviceBarrier:
     def members_of(self, group) -> tuple[int, ...]:
         """The global ranks of ``group`` (None: all ranks), checked before any launch.
 
+        ``group`` is a torch.distributed group, or a tuple of global ranks in member order (a team
+        made inside Iris without a process group, e.g. the hierarchical all_reduce's node teams).
+
         Looked up and checked once per group: collectives call this on every launch.
         """
         ranks = self._ranks_by_group.get(group)
@@ -50,16 +53,25 @@ class DeviceBarrier:
     def _checked_ranks(self, group) -> tuple[int, ...]:
         if group is None:
             return tuple(range(self._world))
+        if isinstance(group, tuple):
+            if len(set(group)) != len(group) or not all(isinstance(r, int) and 0 <= r < self._world for r in group):
+                raise ValueError(f"team {group}: give distinct ranks of 0..{self._world - 1}")
+            ranks = group
+        else:
+            ranks = self._process_group_ranks(group)
+        if self._rank not in ranks:
+            raise ValueError(f"device_barrier: rank {self._rank} is not in the group {list(ranks)}; "
+                             "only its members may call it")
+        return ranks
+
+    @staticmethod
+    def _process_group_ranks(group) -> tuple[int, ...]:
         import torch.distributed as dist
 
         if not dist.is_available() or not dist.is_initialized():
             raise ValueError("device_barrier(group=...) needs torch.distributed; this job has no process group "
                              "(pass group=None for all ranks)")
-        ranks = tuple(dist.get_process_group_ranks(group))
-        if self._rank not in ranks:
-            raise ValueError(f"device_barrier: rank {self._rank} is not in the group {list(ranks)}; "
-                             "only its members may call it")
-        return ranks
+        return tuple(dist.get_process_group_ranks(group))
 
     def arguments(self, group=None) -> tuple:
         """(arrivals, expected, members, count) for ``barrier_round`` in a kernel of this group; BLOCK is

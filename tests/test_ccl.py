@@ -30,6 +30,7 @@ def _misuse():
         lambda: ctx.ccl.all_reduce(on_heap, on_heap, config=Config(all_reduce_variant="one_shot")),   # in place
         lambda: ctx.ccl.broadcast(on_heap, src=world),                                                 # src
         lambda: ctx.ccl.all_to_all(on_heap.view(world, 8), on_heap.view(world, 8), config="fast"),    # config
+        lambda: ctx.ccl.reduce_scatter(on_heap[4:12], on_heap),  # output overlaps another member's part
     ])
     ctx.barrier()
     x = ctx.full((5,), float(ctx.get_rank() + 1))
@@ -46,6 +47,7 @@ def test_misuse_is_refused_before_any_launch(ranks):
         assert "one_shot cannot run in place" in errors[3], errors
         assert "is not a member of the group" in errors[4], errors
         assert "config must be an iris.ccl.Config" in errors[5], errors
+        assert "may overlap input only as this member's own part" in errors[6], errors
         assert result == [float(ranks.world_size)] * 5
 
 
@@ -238,3 +240,64 @@ def test_a_tuned_push_entry_is_the_default_in_place_too_and_never_past_its_landi
     assert choose_variant(4096, in_place=False, world_size=3, dtype=torch.bfloat16) == "one_shot"
     assert choose_variant(4096, in_place=True, world_size=3, dtype=torch.bfloat16) == "two_shot"
     assert choose_variant(PUSH_BYTES + 2, in_place=False, world_size=3, dtype=torch.bfloat16) == "two_shot"
+
+
+# (world size, the node of each member): one node, one member per node, nodes in blocks and interleaved
+HIERARCHIES = {2: [(0, 0), (0, 1)], 4: [(0, 0, 1, 1), (0, 1, 0, 1), (0, 0, 0, 0), (0, 1, 2, 3)]}
+
+
+def _hierarchical_all_reduce():
+    ctx = iris.iris(1 << 22)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    wrong = []
+    for nodes in HIERARCHIES[world]:
+        config = Config(all_reduce_variant="hierarchical", hierarchy=nodes, block_size=64)
+        # numel: a multiple of every node's size, a tail of 1, fewer elements than a node has members
+        for numel, dtype, op, in_place in [(1000, torch.float32, ReduceOp.SUM, False),
+                                           (1001, torch.bfloat16, ReduceOp.SUM, True),
+                                           (1001, torch.int32, ReduceOp.MAX, False),
+                                           (3, torch.float32, ReduceOp.MIN, True),
+                                           (4096 * 3, torch.int32, ReduceOp.SUM, True)]:
+            pattern = torch.arange(numel, device=ctx.get_device()) % 7 - 3
+            x = ctx.empty(numel, dtype=dtype)
+            x.copy_(pattern * (rank + 1))
+            out = x if in_place else ctx.full((numel,), -99, dtype=dtype)
+            ctx.ccl.all_reduce(out, x, op=op, config=config)
+            want = {ReduceOp.SUM: pattern * (world * (world + 1) // 2),  # of pattern * (r + 1) over ranks r
+                    ReduceOp.MAX: torch.where(pattern > 0, pattern * world, pattern),
+                    ReduceOp.MIN: torch.where(pattern < 0, pattern * world, pattern)}[op]
+            if not torch.equal(out.to(torch.int64), want.to(torch.int64)):
+                wrong.append((nodes, numel, str(dtype), op.name, in_place, int((out.to(torch.int64) != want).sum())))
+    ctx.close()
+    return wrong
+
+
+def test_the_hierarchical_all_reduce_reduces_every_element_for_every_node_layout(ranks):
+    """Reduce-scatter inside each node, all_reduce of each slice across nodes, all_gather inside the node:
+    every layout of members on nodes, ragged sizes, in place and not, every op (the layout forced by
+    Config.hierarchy, since this host is one node)."""
+    for rank, wrong in enumerate(ranks.run(_hierarchical_all_reduce)):
+        assert wrong == [], (rank, wrong)
+
+
+def test_the_hierarchy_splits_members_into_node_and_cross_node_teams():
+    from iris.ccl.all_reduce_hierarchical import pays, teams
+
+    assert teams((0, 1, 2, 3), (0, 0, 1, 1), rank=2) == ((2, 3), (0, 2))
+    assert teams((0, 1, 2, 3), (0, 1, 0, 1), rank=3) == ((1, 3), (2, 3))
+    assert teams((4, 6, 5, 7), (1, 1, 0, 0), rank=7) == ((5, 7), (6, 7))  # member order, not rank order
+    assert teams((0, 1), (0, 0), rank=1) == ((0, 1), (1,))
+    with pytest.raises(ValueError, match="node 0 has 2, node 1 has 1 members"):
+        teams((0, 1, 2), (0, 0, 1), rank=0)
+    with pytest.raises(ValueError, match="one node per member: got 2 for 3 members"):
+        teams((0, 1, 2), (0, 0), rank=0)
+    assert pays((0, 0, 1, 1)) and pays((0, 1, 0, 1))
+    assert not pays((0, 0, 0, 0))  # one node: nothing to save
+    assert not pays((0, 1))  # one member per node: the flat all_reduce is the same traffic
+    assert not pays((0, 0, 1))  # nodes of different sizes: the slices would not line up
+
+
+@pytest.mark.parametrize("value", [(0, 1.5), "0,1", (-1, 0)])
+def test_config_refuses_a_malformed_hierarchy(value):
+    with pytest.raises(ValueError, match=r"Config.hierarchy="):
+        Config(hierarchy=value)

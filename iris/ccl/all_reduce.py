@@ -15,6 +15,10 @@ Variants (``Config.all_reduce_variant``):
   heap's reserved tail) and sums its own input and what landed, in member order: one exchange of
   flags per call instead of two barriers, for messages up to 256 KiB per rank; in place too. See
   :mod:`iris.ccl.all_reduce_push`. Not a default until measured on GPUs.
+- hierarchical: reduce-scatter inside each node, all_reduce of each member's slice across nodes,
+  all_gather inside the node (:mod:`iris.ccl.all_reduce_hierarchical`): the network carries 1 / G of
+  the data with G members per node. The default for members on several nodes with as many members
+  on each (more than one); any grouping can be given as ``Config.hierarchy``.
 - ring: the members pass chunks around the ring (index i sends to i + 1) in W - 1 reduce steps
   and W - 1 gather steps, each a store into the neighbour's output and a flag; every member
   reads only its own memory and writes only its right neighbour's.
@@ -38,7 +42,7 @@ import triton
 import triton.language as tl
 
 from iris.device import atomics, rma, sync, tracing
-from iris.ccl import _common, all_reduce_push, tuned
+from iris.ccl import _common, all_reduce_hierarchical, all_reduce_push, tuned
 from iris.ccl.reduction import combine, reduce_block
 from iris.team import LOCK_WORDS, PUSH_BYTES
 from iris.device.barrier import GROUP_ARGS, enter, leave
@@ -51,7 +55,7 @@ DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp
 # Variants whose programs synchronize inside the kernel (seeding before the barrier, ring flags).
 FUSED_ONLY = ("atomic", "spinlock", "ring")
 # Variants that may write their output over their input (no other member reads it after the write).
-IN_PLACE = ("two_shot", "push")
+IN_PLACE = ("two_shot", "push", "hierarchical")
 # Variants that write only this member's output (it need not be on the heap).
 LOCAL_OUTPUT = ("one_shot", "push")
 
@@ -217,13 +221,23 @@ def choose_variant(nbytes: int, in_place: bool, world_size: int, dtype=torch.bfl
 
 
 class AllReduceWorkspace:
-    """What all_reduce_preamble prepares: the resolved variant, the group and its members
-    (no memory: the collectives' state lives in the heap's reserved regions, see iris.team)."""
+    """What all_reduce_preamble prepares: the resolved variant, the group and its members, and for the
+    hierarchical variant this member's node team and cross team (no memory: the collectives' state
+    lives in the heap's reserved regions, see iris.team)."""
 
-    def __init__(self, variant: str, group, members):
+    def __init__(self, variant: str, group, members, teams=None):
         self.variant = variant
         self.group = group
         self.members = members
+        self.teams = teams
+
+
+def _nodes_of_members(ctx, config, members) -> tuple[int, ...]:
+    """The node of each member: Config.hierarchy, else the context's node map."""
+    if config.hierarchy is not None:
+        return config.hierarchy
+    nodes = ctx.get_node_map()
+    return tuple(nodes[rank] for rank in members.ranks)
 
 
 def _check_atomic(ctx, dtype, op) -> None:
@@ -249,14 +263,21 @@ def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=N
         group = workspace.group
     members = ctx.team.participants(group)
     in_place = input.numel() > 0 and output.data_ptr() == input.data_ptr()
-    variant = config.all_reduce_variant or choose_variant(input.nbytes, in_place, members.size, input.dtype)
+    nodes = _nodes_of_members(ctx, config, members)
+    variant = config.all_reduce_variant
+    if variant is None:
+        hierarchical = all_reduce_hierarchical.pays(nodes)
+        variant = "hierarchical" if hierarchical else choose_variant(input.nbytes, in_place, members.size, input.dtype)
     if in_place and variant not in IN_PLACE:
         raise ValueError(f"all_reduce: {variant} cannot run in place (other members still read input while it "
                          "would be overwritten); use Config(all_reduce_variant=\"two_shot\") or a separate output")
     if variant == "push":
         all_reduce_push.check_capacity(input.nbytes)
     ctx.team.check_tensor(what, "output", output, _common.REDUCE_DTYPES, symmetric=variant not in LOCAL_OUTPUT)
-    return AllReduceWorkspace(variant, group, members)
+    teams = None
+    if variant == "hierarchical":
+        teams = all_reduce_hierarchical.teams(members.ranks, nodes, ctx.get_rank())
+    return AllReduceWorkspace(variant, group, members, teams)
 
 
 def all_reduce(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, config=None, workspace=None):
@@ -289,6 +310,9 @@ def all_reduce(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, 
     blocks = triton.cdiv(numel, config.block_size)
     variant = workspace.variant
     acc = tl.float32 if input.dtype.is_floating_point else tl.int32
+    if variant == "hierarchical":  # other collectives over the node and cross teams
+        return all_reduce_hierarchical.launch(ctx, output, input, op, config, group, *workspace.teams, async_op,
+                                              flat_all_reduce=all_reduce)
     if variant == "push":  # its own kernel: no barrier to fuse or not
         return all_reduce_push.launch(ctx, output, input, members, op.value, acc, config.block_size)
     if variant == "atomic":

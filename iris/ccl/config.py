@@ -6,7 +6,7 @@ import dataclasses
 import enum
 from dataclasses import dataclass
 
-ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "atomic", "spinlock", "ring", "push")
+ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "atomic", "spinlock", "ring", "push", "hierarchical")
 # The original's variants, all run by Iris's one kernel per collective (see Config's docstring for why).
 ALL_GATHER_VARIANTS = ("persistent", "partitioned")
 REDUCE_SCATTER_VARIANTS = ("two_shot", "ring_chunked")
@@ -47,8 +47,13 @@ class Config:
             reduces one slice and sends it to all), "atomic" (atomic adds into every output),
             "spinlock" (locked read-modify-writes), "ring" (neighbour to neighbour) or "push" (no
             barrier: inputs pushed into each member's landing zones, up to 256 KiB per rank; see
-            :mod:`iris.ccl.all_reduce_push`); None picks by size (see
-            :func:`iris.ccl.all_reduce.choose_variant`).
+            :mod:`iris.ccl.all_reduce_push`), "hierarchical" (reduce-scatter inside each node,
+            all_reduce across nodes, all_gather inside the node; see
+            :mod:`iris.ccl.all_reduce_hierarchical`); None picks hierarchical for members on several
+            nodes of the same size, else by size (see :func:`iris.ccl.all_reduce.choose_variant`).
+        hierarchy: the hierarchical all_reduce's node of each member, in the group's member order
+            (e.g. ``(0, 0, 1, 1)``); None: the context's node map (``ctx.get_node_map()``). Any
+            grouping may be given, e.g. pairs of GPUs on one switch.
         all_reduce_distribution: accepted for compatibility with the original API (0 or 1); unused.
         fused_bytes: a collective of at most this many bytes per rank (4 MiB) runs as one launch
             whose programs run the group's barriers themselves, instead of three launches (0:
@@ -81,6 +86,7 @@ class Config:
     block_size_m: int = 32
     block_size_n: int = 64
     all_reduce_variant: str | None = None
+    hierarchy: tuple[int, ...] | None = None
     all_reduce_distribution: int = 0
     reduce_scatter_variant: str = "two_shot"
     fused_bytes: int = 4 << 20
@@ -143,6 +149,12 @@ class Config:
         if self.all_reduce_variant is not None and self.all_reduce_variant not in ALL_REDUCE_VARIANTS:
             raise ValueError(f"Config.all_reduce_variant={self.all_reduce_variant!r}: use one of "
                              f"{', '.join(ALL_REDUCE_VARIANTS)}, or None to choose by size")
+        if self.hierarchy is not None:
+            if not isinstance(self.hierarchy, (tuple, list)) or not all(
+                    isinstance(node, int) and not isinstance(node, bool) and node >= 0 for node in self.hierarchy):
+                raise ValueError(f"Config.hierarchy={self.hierarchy!r}: give one node number (an int >= 0) per "
+                                 "member, e.g. (0, 0, 1, 1), or None for the context's node map")
+            self.hierarchy = tuple(self.hierarchy)
         if self.all_reduce_distribution not in (0, 1):
             raise ValueError(f"Config.all_reduce_distribution={self.all_reduce_distribution!r}: must be 0 or 1")
         if not isinstance(self.fused_bytes, int) or isinstance(self.fused_bytes, bool) or self.fused_bytes < 0:

@@ -51,12 +51,23 @@ def _reduce_scatter_kernel(src, dst, numel, members, count, index, cur, heap_bas
     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 
 
+def _overlaps(a, b) -> bool:
+    return a.numel() > 0 and b.numel() > 0 and a.data_ptr() < b.data_ptr() + b.nbytes and \
+        b.data_ptr() < a.data_ptr() + a.nbytes
+
+
+def _part_of(input, index: int, numel: int) -> int:
+    """The address of member ``index``'s part of ``input`` in torch's layout: the only place its output
+    may overlap the input (that member alone reads it, and reads each block before writing it)."""
+    return input.data_ptr() + index * numel * input.element_size()
+
+
 def reduce_scatter(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, config=None):
     """Reduce ``input`` over the members; keep this member's part in ``output`` (layouts: see module doc).
 
     Args:
         output: (M, N) for input (W*M, N), or input's shape for the original layout; any device
-            tensor of this rank.
+            tensor of this rank (in torch's layout it may be this member's own part of input).
         input: on the symmetric heap (the other members read it).
         ctx: the Iris context.
         op: ReduceOp.SUM (default), MAX or MIN; floats accumulate in float32.
@@ -81,8 +92,10 @@ def reduce_scatter(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=Fal
         raise ValueError(f"{what}: output must be 1/{members.size} of input ((W*M, N) -> (M, N)) or input's "
                          f"shape, in input's dtype; got output {tuple(output.shape)} {output.dtype}, input "
                          f"{tuple(input.shape)} {input.dtype}")
-    if output.numel() and input.numel() and output.data_ptr() == input.data_ptr() and not interleaved:
-        raise ValueError(f"{what}: output may not be input itself in torch's layout (other members read it)")
+    if not interleaved and _overlaps(output, input) and output.data_ptr() != _part_of(input, members.index,
+                                                                                     output.numel()):
+        raise ValueError(f"{what}: in torch's layout output may overlap input only as this member's own part of it "
+                         f"(elements {members.index} x M on; other members read the rest)")
     numel = input.numel() if interleaved else output.numel()
     blocks = triton.cdiv(numel, config.block_size)
     programs = triton.cdiv(blocks, members.size) if interleaved else blocks
