@@ -247,11 +247,14 @@ HIERARCHIES = {2: [(0, 0), (0, 1)], 4: [(0, 0, 1, 1), (0, 1, 0, 1), (0, 0, 0, 0)
 
 
 def _hierarchical_all_reduce():
+    from iris.ccl import all_reduce_hierarchical
+
     ctx = iris.iris(1 << 22)
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     wrong = []
-    for nodes in HIERARCHIES[world]:
-        config = Config(all_reduce_variant="hierarchical", hierarchy=nodes, block_size=64)
+    for nodes in HIERARCHIES[world]:  # where the layout pays, the default takes the hierarchical variant
+        variant = None if all_reduce_hierarchical.pays(nodes) else "hierarchical"
+        config = Config(all_reduce_variant=variant, hierarchy=nodes, block_size=64)
         # numel: a multiple of every node's size, a tail of 1, fewer elements than a node has members
         for numel, dtype, op, in_place in [(1000, torch.float32, ReduceOp.SUM, False),
                                            (1001, torch.bfloat16, ReduceOp.SUM, True),

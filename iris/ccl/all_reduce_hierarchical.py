@@ -78,25 +78,27 @@ def launch(ctx, output, input, op, config, group, node_team, cross_team, async_o
     """Run the steps (module doc) on the current stream; returns their launches, bound.
 
     ``flat_all_reduce`` is :func:`iris.ccl.all_reduce.all_reduce` (passed in: that module chooses this
-    one), with which the cross step and the tail run, each variant chosen by size.
+    one), with which the cross step (its variant chosen by size, its members each on a node of their
+    own) and the tail (two_shot: fewer elements than a node has members, in place or not) run.
     """
     numel = input.numel()
     size = len(node_team)
     chunk = numel // size
     flat_in, flat_out = input.reshape(-1), output.reshape(-1)
-    sized = dataclasses.replace(config, all_reduce_variant=None, hierarchy=None)
     launches = []
     if numel % size:  # the tail past the last whole chunk (all of it when a chunk would be empty)
+        tail = dataclasses.replace(config, all_reduce_variant="two_shot", hierarchy=None)
         launches += flat_all_reduce(flat_out[size * chunk:], flat_in[size * chunk:], ctx, op=op, group=group,
-                                    async_op=async_op and not chunk, config=sized)
+                                    async_op=async_op and not chunk, config=tail)
     if chunk:
         head_in, head_out = flat_in[:size * chunk], flat_out[:size * chunk]
         place = node_team.index(ctx.get_rank())
         part = head_out[place * chunk:(place + 1) * chunk]  # this member's chunk, where the result keeps it
         # no barrier after the reduce: the node's next step (the gather's) starts with one
         launches += reduce_scatter.reduce_scatter(part, head_in, ctx, op=op, group=node_team, async_op=True,
-                                                  config=sized)
+                                                  config=config)
         if len(cross_team) > 1:
-            launches += flat_all_reduce(part, part, ctx, op=op, group=cross_team, config=sized)
-        launches += all_gather.all_gather(head_out, part, ctx, group=node_team, async_op=async_op, config=sized)
+            across = dataclasses.replace(config, all_reduce_variant=None, hierarchy=tuple(range(len(cross_team))))
+            launches += flat_all_reduce(part, part, ctx, op=op, group=cross_team, config=across)
+        launches += all_gather.all_gather(head_out, part, ctx, group=node_team, async_op=async_op, config=config)
     return launches
