@@ -80,6 +80,44 @@ def test_rma(ranks, op, seed, n_valid):
 
 
 @triton.jit
+def _tile_kernel(src, dst, rows, columns, peer, rank, heap_bases, PUT: tl.constexpr, TILE_M: tl.constexpr,
+                 TILE_N: tl.constexpr):
+    """One program per (TILE_M, TILE_N) tile of a row-major rows x columns matrix: a tile's rows are
+    ``columns`` elements apart, and the last tiles are ragged (masked)."""
+    tiles_n = tl.cdiv(columns, TILE_N)
+    r = (tl.program_id(0) // tiles_n) * TILE_M + tl.arange(0, TILE_M)[:, None]
+    c = (tl.program_id(0) % tiles_n) * TILE_N + tl.arange(0, TILE_N)[None, :]
+    offs = r * columns + c
+    mask = (r < rows) & (c < columns)
+    if PUT:
+        iris.put(src + offs, dst + offs, rank, peer, heap_bases, mask=mask)
+    else:
+        iris.get(src + offs, dst + offs, peer, rank, heap_bases, mask=mask)
+
+
+def _tiles_on_rank(put: bool, rows: int, columns: int):
+    ctx = iris.iris(1 << 20)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    nxt, prev = (rank + 1) % world, (rank - 1) % world
+    src = ctx.as_symmetric(_data(9, rank, n=rows * columns))
+    dst = ctx.full((rows * columns,), POISON, dtype=torch.int32)
+    ctx.barrier()
+    grid = (triton.cdiv(rows, 16) * triton.cdiv(columns, 32),)
+    _tile_kernel[grid](src, dst, rows, columns, nxt, rank, ctx.get_heap_bases(), PUT=put, TILE_M=16, TILE_N=32)
+    ctx.barrier()
+    got = dst.cpu()
+    ctx.close()
+    want = _data(9, prev if put else nxt, n=rows * columns)  # put: prev wrote into mine; get: I read nxt's
+    assert torch.equal(got, want), f"{int((got != want).sum())} of {rows * columns} wrong"
+
+
+@pytest.mark.parametrize("put", [True, False], ids=["put", "get"])
+def test_tiles_of_a_wider_matrix_move_whole(ranks, put):
+    """iris.put/get of 2-D tiles whose rows are apart (toward another node: one block transfer per row)."""
+    ranks.run(_tiles_on_rank, put, rows=40, columns=100)
+
+
+@triton.jit
 def _atomic_kernel(target, vals, cmps, olds, n_valid, peer, rank, heap_bases, OP: tl.constexpr,
                    BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

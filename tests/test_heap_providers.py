@@ -328,3 +328,61 @@ def test_block_transfers_take_only_lanes_that_are_one_run_inside_the_heap(case, 
     if expected[0]:
         assert got[4] == ctx.get_rank()
     ctx.close()
+
+
+@triton.jit
+def _row_runs_of_case(remote, local, outside, out, heap_bases, CASE: tl.constexpr):
+    """engine._row_runs on a 4 x 4 tile of a row-major matrix 8 wide (rows 32 bytes apart), one pattern
+    of lanes per case (what a 2-D iris.put/get toward another node moves with one call per row)."""
+    rows = tl.arange(0, 4)[:, None]
+    columns = tl.arange(0, 4)[None, :]
+    cur = iris.current_rank(heap_bases)
+    lanes = (rows >= 0) & (columns >= 0)
+    far = remote + rows * 8 + columns
+    near = local + rows * 8 + columns
+    rank = cur + rows * 0
+    if CASE == "left_columns":
+        lanes = lanes & (columns < 2)
+    elif CASE == "top_rows":
+        lanes = lanes & (rows < 2)
+    elif CASE == "reversed_rows":  # rows in any order: each its own call
+        far = remote + (3 - rows) * 8 + columns
+    elif CASE == "hole":
+        lanes = lanes & ((rows != 1) | (columns != 2))
+    elif CASE == "strided_columns":
+        far = remote + rows * 8 + 2 * columns
+    elif CASE == "two_ranks":
+        rank = cur + rows % 2
+    elif CASE == "outside_heap":
+        near = outside + rows * 8 + columns
+    elif CASE == "none":
+        lanes = lanes & (rows < 0)
+    ok, far_rows, near_rows, row_bytes, pe = engine._row_runs(far, near, rank, cur, heap_bases, lanes)
+    tl.store(out + 0, ok.to(tl.int64))
+    tl.store(out + 1 + tl.arange(0, 4), far_rows - remote.to(tl.int64))
+    tl.store(out + 5 + tl.arange(0, 4), near_rows - local.to(tl.int64))
+    tl.store(out + 9 + tl.arange(0, 4), row_bytes)
+    tl.store(out + 13, pe.to(tl.int64))
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("all", (1, 0, 32, 64, 96, 0, 32, 64, 96, 16, 16, 16, 16)),
+    ("left_columns", (1, 0, 32, 64, 96, 0, 32, 64, 96, 8, 8, 8, 8)),
+    ("top_rows", (1, 0, 32) + (None,) * 2 + (0, 32) + (None,) * 2 + (16, 16, 0, 0)),
+    ("reversed_rows", (1, 96, 64, 32, 0, 0, 32, 64, 96, 16, 16, 16, 16)),
+    ("hole", (0,)), ("strided_columns", (0,)), ("two_ranks", (0,)), ("outside_heap", (0,)), ("none", (0,)),
+])
+def test_block_transfers_of_a_tile_take_one_run_per_row(case, expected):
+    """A tile of a wider matrix is not one run, but each of its rows is: the engine then moves it with one
+    putmem/getmem per row (a row without lanes: none), if every row's lanes are one run toward one rank
+    with the local side in the heap; anything else goes element by element."""
+    ctx = iris.iris(1 << 16)
+    remote, local = ctx.zeros(64, dtype=torch.int32), ctx.zeros(64, dtype=torch.int32)
+    outside = torch.zeros(64, dtype=torch.int32, device=remote.device)  # not in the heap
+    out = torch.full((14,), -1, dtype=torch.int64, device=remote.device)
+    _row_runs_of_case[(1,)](remote, local, outside, out, ctx.get_heap_bases(), CASE=case)
+    got = out.cpu().tolist()
+    assert all(want is None or want == seen for want, seen in zip(expected, got)), (case, got)
+    if expected[0]:
+        assert got[13] == ctx.get_rank()
+    ctx.close()

@@ -256,20 +256,69 @@ def _run(remote, local, rank, cur, heap_bases, lanes):
 
 
 @triton.jit
+def _row_runs(remote, local, rank, cur, heap_bases, lanes):
+    """_run row by row, for 2-D blocks ``remote`` (on ``rank``) and ``local`` of one shape: whether the
+    selected lanes of every row are one run on each side (consecutive columns in lane order; a row may
+    have none), all toward one rank, each local run inside this rank's heap; and per row its (remote
+    start, local start, bytes: 0 for a row without lanes), and the rank. A tile of a wider matrix
+    (rows apart) is such a tile."""
+    size: tl.constexpr = 1 if remote.dtype.element_ty == tl.int1 else remote.dtype.element_ty.primitive_bitwidth // 8
+    column = (tl.arange(0, remote.shape[1])[None, :] + tl.zeros(remote.shape, tl.int32)).to(tl.int64)
+    selected = lanes & (column >= 0)  # a block even where lanes is one flag
+    ranks = rank + tl.zeros(remote.shape, tl.int32)
+    far_start = remote.to(tl.int64) - column * size  # the same in every lane of a row's run
+    near_start = local.to(tl.int64) - column * size
+    first = tl.min(tl.where(selected, column, remote.shape[1]), axis=1)
+    count = tl.sum(selected.to(tl.int64), axis=1)
+    remote_start = tl.min(tl.where(selected, far_start, 0x7FFFFFFFFFFFFFFF), axis=1)
+    local_start = tl.min(tl.where(selected, near_start, 0x7FFFFFFFFFFFFFFF), axis=1)
+    pe = tl.min(tl.where(selected, ranks, 0x7FFFFFFF))
+    nbytes = count * size
+    local_first = local_start + first * size
+    row_ok = (count == 0) | ((count == tl.max(tl.where(selected, column, -1), axis=1) - first + 1)
+                             & (tl.max(tl.where(selected, far_start, 0), axis=1) == remote_start)
+                             & (tl.max(tl.where(selected, near_start, 0), axis=1) == local_start)
+                             & (local_first >= tl.load(heap_bases + cur))
+                             & (local_first + nbytes <= _scratch_address(heap_bases)))
+    ok = (tl.sum(count) > 0) & (tl.min(row_ok.to(tl.int32)) > 0) & (tl.max(tl.where(selected, ranks, -1)) == pe)
+    return ok, remote_start + first * size, local_first, nbytes, pe.to(tl.int32)
+
+
+@triton.jit
+def _row_of(values, row):
+    """Row ``row``'s entry of a per-row vector, as a scalar (the same in every thread)."""
+    return tl.sum(tl.where(tl.arange(0, values.shape[0]) == row, values, 0))
+
+
+@triton.jit
+def _move(PUT: tl.constexpr, far_start, near_start, nbytes, pe):
+    if PUT:
+        _putmem_block(far_start, near_start, nbytes, pe)
+    else:
+        _getmem_block(near_start, far_start, nbytes, pe)
+
+
+@triton.jit
 def move_run(PUT: tl.constexpr, remote, local, rank, cur, heap_bases, lanes):
     """Where the ``lanes`` of ``rank``'s ``remote`` and of ``local`` are one run (see _run), move them with
     one block-wide call: ``putmem`` (PUT: local -> remote) or ``getmem`` (remote -> local, every thread
-    sees the data after it). Returns whether it did (then no lane needs a call of its own)."""
+    sees the data after it); where a 2-D tile's rows are runs each (see _row_runs), one call per row.
+    Returns whether it did (then no lane needs a call of its own)."""
     moved = any_lane(lanes) & False
     if remote.type.is_block():
         if any_lane(lanes):
             moved, far_start, near_start, nbytes, pe = _run(remote, local, rank, cur, heap_bases, lanes)
             if moved:
-                if PUT:
-                    _putmem_block(far_start, near_start, nbytes, pe)
-                else:
-                    _getmem_block(near_start, far_start, nbytes, pe)
-                    tl.debug_barrier()
+                _move(PUT, far_start, near_start, nbytes, pe)
+            elif len(remote.shape) == 2:
+                moved, far_rows, near_rows, row_bytes, pe = _row_runs(remote, local, rank, cur, heap_bases, lanes)
+                if moved:
+                    for row in range(0, remote.shape[0]):
+                        nbytes = _row_of(row_bytes, row)
+                        if nbytes > 0:
+                            _move(PUT, _row_of(far_rows, row), _row_of(near_rows, row), nbytes, pe)
+            if not PUT:
+                tl.debug_barrier()
     return moved
 
 
