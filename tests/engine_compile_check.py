@@ -85,6 +85,25 @@ compiled = triton.compile(ASTSource(bools, {"buf": "*i1", "peer": "i32", "heap_b
                           options=OPTIONS)
 print("bools compiled for sm_90")
 
+# The collectives' writes toward other members go out as block transfers from this member's copy (one
+# putmem per block and peer across nodes, not one message per element): two_shot's and all_gather's.
+from iris.ccl.all_gather import _all_gather_kernel  # noqa: E402
+from iris.ccl.all_reduce import _all_reduce_kernel  # noqa: E402
+
+group = {"members": "*i32", "count": "i32", "index": "i32", "cur": "i32", "heap_bases": "*i64"}
+barrier = {"arrivals": "*i64", "expected": "*i64", "programs": "i32"}
+launch = {"FUSED": True, "EXIT_BARRIER": True, "WORLD": 2, "BARRIER_BLOCK": 16, "TRACE": False, "BLOCK": 1024}
+for kernel, signature, constants in (
+    (_all_reduce_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", "chunk": "i32", **group, "locks": "*i32",
+                          "flags": "*i64", "counts": "*i64", **barrier},
+     {**launch, "VARIANT": "two_shot", "OP": "sum", "ACC": tl.float32}),
+    (_all_gather_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", **group, **barrier}, launch),
+):
+    signature.update({name: "constexpr" for name in constants})
+    ptx = triton.compile(ASTSource(kernel, signature, constants), target=SM_90, options=OPTIONS).asm["ptx"]
+    assert "nvshmemx_putmem_block" in ptx, f"{kernel.fn.__name__}: no block transfer toward other nodes"
+    print(kernel.fn.__name__, "compiled for sm_90 with block transfers toward other nodes")
+
 # The cut library is the whole one for every call the engine makes: the same PTX, to the byte.
 src = ASTSource(every_op, sig, {"BLOCK": 128})
 with_slim = triton.compile(src, target=SM_90, options=OPTIONS).asm["ptx"]

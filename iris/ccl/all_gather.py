@@ -18,9 +18,14 @@ def _all_gather_piece(pid, trace, src, dst, numel, members, count, index, cur, h
     mask = offs < numel
     data = tl.load(src + offs, mask=mask)
     slot = dst + tl.cast(index, tl.int64) * numel + offs
-    for i in range(0, count):
-        peer = tl.load(members + (index + i) % count)  # start at a different peer on every rank
-        rma.store(slot, data, cur, peer, heap_bases, mask=mask)
+    if rma.ENGINE:  # a job across nodes: this member's own slot holds the block, put from there (one transfer)
+        tl.store(slot, data, mask=mask)
+        for i in range(1, count):
+            rma.put(slot, slot, cur, tl.load(members + (index + i) % count), heap_bases, mask=mask)
+    else:
+        for i in range(0, count):
+            peer = tl.load(members + (index + i) % count)  # start at a different peer on every rank
+            rma.store(slot, data, cur, peer, heap_bases, mask=mask)
     trace.end(span)
 
 

@@ -76,9 +76,14 @@ def _two_shot_piece(pid, src, dst, numel, members, count, index, cur, heap_bases
     offs = (tl.cast(pid, tl.int64) * count + index) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel
     acc = reduce_block(src, offs, mask, members, count, index, cur, heap_bases, OP, ACC).to(dst.dtype.element_ty)
-    for i in range(0, count):
-        peer = tl.load(members + (index + i) % count)
-        rma.store(dst + offs, acc, cur, peer, heap_bases, mask=mask)
+    if rma.ENGINE:  # a job across nodes: this member's output holds the block, put from there (one transfer)
+        tl.store(dst + offs, acc, mask=mask)
+        for i in range(1, count):
+            rma.put(dst + offs, dst + offs, cur, tl.load(members + (index + i) % count), heap_bases, mask=mask)
+    else:
+        for i in range(0, count):
+            peer = tl.load(members + (index + i) % count)
+            rma.store(dst + offs, acc, cur, peer, heap_bases, mask=mask)
 
 
 @triton.jit
