@@ -18,15 +18,24 @@ def _all_gather_piece(pid, trace, src, dst, numel, members, count, index, cur, h
     mask = offs < numel
     data = tl.load(src + offs, mask=mask)
     slot = dst + tl.cast(index, tl.int64) * numel + offs
-    if rma.ENGINE:  # a job across nodes: this member's own slot holds the block, put from there (one transfer)
-        tl.store(slot, data, mask=mask)
-        for i in range(1, count):
-            rma.put(slot, slot, cur, tl.load(members + (index + i) % count), heap_bases, mask=mask)
-    else:
-        for i in range(0, count):
-            peer = tl.load(members + (index + i) % count)  # start at a different peer on every rank
-            rma.store(slot, data, cur, peer, heap_bases, mask=mask)
+    store_to_members(slot, data, members, count, index, cur, heap_bases, mask)  # from a different peer on each
     trace.end(span)
+
+
+@triton.jit
+def store_to_members(slot, data, members, count, start, cur, heap_bases, mask):
+    """Store ``data`` at ``slot`` on every member (this one included), from member ``start`` on. In a job
+    across nodes (the engine path) the block is stored here first and put from here: one block transfer
+    per peer toward another node, instead of one engine store per element."""
+    if rma.ENGINE:
+        tl.store(slot, data, mask=mask)
+    for i in range(0, count):
+        peer = tl.load(members + (start + i) % count)
+        if rma.ENGINE:
+            if peer != cur:
+                rma.put(slot, slot, cur, peer, heap_bases, mask=mask)
+        else:
+            rma.store(slot, data, cur, peer, heap_bases, mask=mask)
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)

@@ -43,6 +43,7 @@ import triton.language as tl
 
 from iris.device import atomics, rma, sync, tracing
 from iris.ccl import _common, all_reduce_hierarchical, all_reduce_push, tuned
+from iris.ccl.all_gather import store_to_members
 from iris.ccl.reduction import combine, reduce_block
 from iris.team import LOCK_WORDS, PUSH_BYTES
 from iris.device.barrier import GROUP_ARGS, enter, leave
@@ -76,14 +77,7 @@ def _two_shot_piece(pid, src, dst, numel, members, count, index, cur, heap_bases
     offs = (tl.cast(pid, tl.int64) * count + index) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel
     acc = reduce_block(src, offs, mask, members, count, index, cur, heap_bases, OP, ACC).to(dst.dtype.element_ty)
-    if rma.ENGINE:  # a job across nodes: this member's output holds the block, put from there (one transfer)
-        tl.store(dst + offs, acc, mask=mask)
-        for i in range(1, count):
-            rma.put(dst + offs, dst + offs, cur, tl.load(members + (index + i) % count), heap_bases, mask=mask)
-    else:
-        for i in range(0, count):
-            peer = tl.load(members + (index + i) % count)
-            rma.store(dst + offs, acc, cur, peer, heap_bases, mask=mask)
+    store_to_members(dst + offs, acc, members, count, index, cur, heap_bases, mask)
 
 
 @triton.jit
