@@ -27,6 +27,8 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from iris import config
+
 PROBE = "iris_engine_probe"  # iris.device.engine.iris_engine_probe: its name in the linked module
 
 
@@ -35,8 +37,6 @@ class _Linked(Exception):
 
 
 def _cache_dir() -> Path:
-    from iris import config
-
     return Path(config.engine_cache() or Path.home() / ".cache" / "iris" / "engine")
 
 
