@@ -229,59 +229,46 @@ def put_values(pointer, value, rank, cur, heap_bases, lanes):
 
 
 @triton.jit
-def _run(remote, local, rank, cur, heap_bases, lanes):
-    """Whether the ``lanes`` of the pointer blocks ``remote`` (on ``rank``) and ``local`` (one shape) are one
-    run of consecutive elements on each side, in lane order, toward one rank, with the local run inside
-    this rank's heap (memory every transport can move); and the run's (remote start, local start, bytes,
-    rank). A 2-D tile whose rows are not adjacent is not a run."""
+def _runs(remote, local, rank, cur, heap_bases, lanes, index, AXIS: tl.constexpr):
+    """The runs of the ``lanes`` of pointer blocks ``remote`` (on ``rank``) and ``local`` (one shape) along
+    ``AXIS`` (None: the whole block; 1: each row of a 2-D block), ``index`` being each lane's place along
+    it: whether some lane is selected and every run that has lanes is consecutive elements on each side
+    in lane order, all toward one rank, each local run inside this rank's heap (memory every transport
+    can move); and each run's (remote start, local start, bytes: 0 where it has no lanes), the rank."""
     size: tl.constexpr = 1 if remote.dtype.element_ty == tl.int1 else remote.dtype.element_ty.primitive_bitwidth // 8
-    index = tl.reshape(tl.arange(0, remote.numel), remote.shape).to(tl.int64)
     selected = lanes & (index >= 0)  # a block even where lanes is one flag
     ranks = rank + tl.zeros(remote.shape, tl.int32)
     far_start = remote.to(tl.int64) - index * size  # the same in every lane of a run
     near_start = local.to(tl.int64) - index * size
-    first = tl.min(tl.where(selected, index, remote.numel))
-    count = tl.sum(selected.to(tl.int64))
-    remote_start = tl.min(tl.where(selected, far_start, 0x7FFFFFFFFFFFFFFF))
-    local_start = tl.min(tl.where(selected, near_start, 0x7FFFFFFFFFFFFFFF))
+    first = tl.min(tl.where(selected, index, remote.numel), axis=AXIS)
+    count = tl.sum(selected.to(tl.int64), axis=AXIS)
+    remote_start = tl.min(tl.where(selected, far_start, 0x7FFFFFFFFFFFFFFF), axis=AXIS)
+    local_start = tl.min(tl.where(selected, near_start, 0x7FFFFFFFFFFFFFFF), axis=AXIS)
     pe = tl.min(tl.where(selected, ranks, 0x7FFFFFFF))
-    one_run = ((count == tl.max(tl.where(selected, index, -1)) - first + 1)
-               & (tl.max(tl.where(selected, far_start, 0)) == remote_start)
-               & (tl.max(tl.where(selected, near_start, 0)) == local_start)
-               & (tl.max(tl.where(selected, ranks, -1)) == pe))
     nbytes = count * size
     local_first = local_start + first * size
-    in_heap = (local_first >= tl.load(heap_bases + cur)) & (local_first + nbytes <= _scratch_address(heap_bases))
-    return (count > 0) & one_run & in_heap, remote_start + first * size, local_first, nbytes, pe.to(tl.int32)
+    fine = (count == 0) | ((count == tl.max(tl.where(selected, index, -1), axis=AXIS) - first + 1)
+                           & (tl.max(tl.where(selected, far_start, 0), axis=AXIS) == remote_start)
+                           & (tl.max(tl.where(selected, near_start, 0), axis=AXIS) == local_start)
+                           & (local_first >= tl.load(heap_bases + cur))
+                           & (local_first + nbytes <= _scratch_address(heap_bases)))
+    ok = any_lane(selected) & ~any_lane(~fine) & (tl.max(tl.where(selected, ranks, -1)) == pe)
+    return ok, remote_start + first * size, local_first, nbytes, pe.to(tl.int32)
+
+
+@triton.jit
+def _run(remote, local, rank, cur, heap_bases, lanes):
+    """_runs over the whole block: one run in lane order (a 1-D block, or a tile of whole rows; a tile
+    whose rows are apart is not one)."""
+    index = tl.reshape(tl.arange(0, remote.numel), remote.shape).to(tl.int64)
+    return _runs(remote, local, rank, cur, heap_bases, lanes, index, None)
 
 
 @triton.jit
 def _row_runs(remote, local, rank, cur, heap_bases, lanes):
-    """_run row by row, for 2-D blocks ``remote`` (on ``rank``) and ``local`` of one shape: whether the
-    selected lanes of every row are one run on each side (consecutive columns in lane order; a row may
-    have none), all toward one rank, each local run inside this rank's heap; and per row its (remote
-    start, local start, bytes: 0 for a row without lanes), and the rank. A tile of a wider matrix
-    (rows apart) is such a tile."""
-    size: tl.constexpr = 1 if remote.dtype.element_ty == tl.int1 else remote.dtype.element_ty.primitive_bitwidth // 8
+    """_runs row by row, for a 2-D block: a run per row (a tile of a wider matrix), a row may have none."""
     column = (tl.arange(0, remote.shape[1])[None, :] + tl.zeros(remote.shape, tl.int32)).to(tl.int64)
-    selected = lanes & (column >= 0)  # a block even where lanes is one flag
-    ranks = rank + tl.zeros(remote.shape, tl.int32)
-    far_start = remote.to(tl.int64) - column * size  # the same in every lane of a row's run
-    near_start = local.to(tl.int64) - column * size
-    first = tl.min(tl.where(selected, column, remote.shape[1]), axis=1)
-    count = tl.sum(selected.to(tl.int64), axis=1)
-    remote_start = tl.min(tl.where(selected, far_start, 0x7FFFFFFFFFFFFFFF), axis=1)
-    local_start = tl.min(tl.where(selected, near_start, 0x7FFFFFFFFFFFFFFF), axis=1)
-    pe = tl.min(tl.where(selected, ranks, 0x7FFFFFFF))
-    nbytes = count * size
-    local_first = local_start + first * size
-    row_ok = (count == 0) | ((count == tl.max(tl.where(selected, column, -1), axis=1) - first + 1)
-                             & (tl.max(tl.where(selected, far_start, 0), axis=1) == remote_start)
-                             & (tl.max(tl.where(selected, near_start, 0), axis=1) == local_start)
-                             & (local_first >= tl.load(heap_bases + cur))
-                             & (local_first + nbytes <= _scratch_address(heap_bases)))
-    ok = (tl.sum(count) > 0) & (tl.min(row_ok.to(tl.int32)) > 0) & (tl.max(tl.where(selected, ranks, -1)) == pe)
-    return ok, remote_start + first * size, local_first, nbytes, pe.to(tl.int32)
+    return _runs(remote, local, rank, cur, heap_bases, lanes, column, 1)
 
 
 @triton.jit
