@@ -85,10 +85,11 @@ compiled = triton.compile(ASTSource(bools, {"buf": "*i1", "peer": "i32", "heap_b
                           options=OPTIONS)
 print("bools compiled for sm_90")
 
-# The collectives' writes toward other members go out as block transfers from this member's copy (one
-# putmem per block and peer across nodes, not one message per element): two_shot's and all_gather's.
+# The collectives' writes toward other members go out as block transfers from memory (one putmem per block
+# and peer across nodes, not one message per element): two_shot's and all_gather's, and push's.
 from iris.ccl.all_gather import _all_gather_kernel  # noqa: E402
 from iris.ccl.all_reduce import _all_reduce_kernel  # noqa: E402
+from iris.ccl.all_reduce_push import _all_reduce_push_kernel  # noqa: E402
 
 group = {"members": "*i32", "count": "i32", "index": "i32", "cur": "i32", "heap_bases": "*i64"}
 barrier = {"arrivals": "*i64", "expected": "*i64", "programs": "i32"}
@@ -98,6 +99,9 @@ for kernel, signature, constants in (
                           "flags": "*i64", "counts": "*i64", **barrier},
      {**launch, "VARIANT": "two_shot", "OP": "sum", "ACC": tl.float32}),
     (_all_gather_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", **group, **barrier}, launch),
+    (_all_reduce_push_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", "blocks": "i32", **group,
+                               "landing": "*bf16", "flags": "*i32", "counts": "*i32"},
+     {"WORLD": 2, "PROGRAMS": 32, "CAPACITY": 131072, "OP": "sum", "ACC": tl.float32, "BLOCK": 1024, "TRACE": False}),
 ):
     signature.update({name: "constexpr" for name in constants})
     ptx = triton.compile(ASTSource(kernel, signature, constants), target=SM_90, options=OPTIONS).asm["ptx"]

@@ -77,7 +77,7 @@ def _all_reduce_push_kernel(src, dst, numel, blocks, members, count, index, cur,
         for block in range(program, blocks, tl.num_programs(0)):
             offs = tl.cast(block, tl.int64) * BLOCK + tl.arange(0, BLOCK)
             mask = offs < numel
-            rma.store(slot + offs, tl.load(src + offs, mask=mask), cur, peer, heap_bases, mask=mask)
+            rma.put(src + offs, slot + offs, cur, peer, heap_bases, mask=mask)  # across nodes: one block transfer
         tl.debug_barrier()  # every thread's stores before the flag
         trace.end(span)
         pushes = tl.load(sent + peer * PROGRAMS) + 1
