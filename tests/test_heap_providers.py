@@ -318,16 +318,22 @@ def test_block_transfers_take_only_lanes_that_are_one_run_inside_the_heap(case, 
     """What the engine moves as one putmem/getmem (iris.put/get toward another node): the selected lanes
     are consecutive elements in lane order on both sides, toward one rank, the local side in the heap.
     The engine's calls need a GPU; which lanes form a run is plain Triton, checked here."""
+    got, rank = _outputs_of_case(_run_of_case, case, 5)
+    assert tuple(got[: len(expected)]) == expected, (case, got)
+    if expected[0]:
+        assert got[4] == rank
+
+
+def _outputs_of_case(kernel, case: str, outputs: int) -> tuple[list, int]:
+    """Run a case kernel on two heap buffers and one outside the heap; its int64 outputs and this rank."""
     ctx = iris.iris(1 << 16)
     remote, local = ctx.zeros(64, dtype=torch.int32), ctx.zeros(64, dtype=torch.int32)
     outside = torch.zeros(64, dtype=torch.int32, device=remote.device)  # not in the heap
-    out = torch.full((5,), -1, dtype=torch.int64, device=remote.device)
-    _run_of_case[(1,)](remote, local, outside, out, ctx.get_heap_bases(), CASE=case)
-    got = out.cpu().tolist()
-    assert tuple(got[: len(expected)]) == expected, (case, got)
-    if expected[0]:
-        assert got[4] == ctx.get_rank()
+    out = torch.full((outputs,), -1, dtype=torch.int64, device=remote.device)
+    kernel[(1,)](remote, local, outside, out, ctx.get_heap_bases(), CASE=case)
+    got, rank = out.cpu().tolist(), ctx.get_rank()
     ctx.close()
+    return got, rank
 
 
 @triton.jit
@@ -376,13 +382,7 @@ def test_block_transfers_of_a_tile_take_one_run_per_row(case, expected):
     """A tile of a wider matrix is not one run, but each of its rows is: the engine then moves it with one
     putmem/getmem per row (a row without lanes: none), if every row's lanes are one run toward one rank
     with the local side in the heap; anything else goes element by element."""
-    ctx = iris.iris(1 << 16)
-    remote, local = ctx.zeros(64, dtype=torch.int32), ctx.zeros(64, dtype=torch.int32)
-    outside = torch.zeros(64, dtype=torch.int32, device=remote.device)  # not in the heap
-    out = torch.full((14,), -1, dtype=torch.int64, device=remote.device)
-    _row_runs_of_case[(1,)](remote, local, outside, out, ctx.get_heap_bases(), CASE=case)
-    got = out.cpu().tolist()
+    got, rank = _outputs_of_case(_row_runs_of_case, case, 14)
     assert all(want is None or want == seen for want, seen in zip(expected, got)), (case, got)
     if expected[0]:
-        assert got[13] == ctx.get_rank()
-    ctx.close()
+        assert got[13] == rank
