@@ -31,6 +31,7 @@ def _misuse():
         lambda: ctx.ccl.broadcast(on_heap, src=world),                                                 # src
         lambda: ctx.ccl.all_to_all(on_heap.view(world, 8), on_heap.view(world, 8), config="fast"),    # config
         lambda: ctx.ccl.reduce_scatter(on_heap[4:12], on_heap),  # output overlaps another member's part
+        lambda: ctx.ccl.all_reduce(on_heap, on_heap, config=Config(hierarchy=(0,) * (world + 1))),  # hierarchy
     ])
     ctx.barrier()
     x = ctx.full((5,), float(ctx.get_rank() + 1))
@@ -48,6 +49,7 @@ def test_misuse_is_refused_before_any_launch(ranks):
         assert "is not a member of the group" in errors[4], errors
         assert "config must be an iris.ccl.Config" in errors[5], errors
         assert "may overlap input only as this member's own part" in errors[6], errors
+        assert f"Config.hierarchy names {ranks.world_size + 1} nodes" in errors[7], errors
         assert result == [float(ranks.world_size)] * 5
 
 

@@ -234,6 +234,9 @@ class AllReduceWorkspace:
 def _nodes_of_members(ctx, config, members) -> tuple[int, ...]:
     """The node of each member: Config.hierarchy, else the context's node map."""
     if config.hierarchy is not None:
+        if len(config.hierarchy) != members.size:  # before the default's choice reads it
+            raise ValueError(f"all_reduce: Config.hierarchy names {len(config.hierarchy)} nodes; the group has "
+                             f"{members.size} members (one node per member)")
         return config.hierarchy
     nodes = ctx.get_node_map()
     return tuple(nodes[rank] for rank in members.ranks)
