@@ -102,7 +102,7 @@ class Iris(TensorFactories):
         self.device = str(device)  # a string, as the original's ("cuda:0"); get_device(): the torch.device
         self.gpu_id = device.index or 0
         self.heap_size = int(heap_size)
-        layout = reserved_layout(self.num_ranks)  # device barrier, then collectives
+        layout = reserved_layout(self.num_ranks, across_nodes=len(set(nodes)) > 1)  # device barrier, then collectives
         try:
             self.heap = SymmetricHeap(backend, self.heap_size, device, comm, layout=layout, provider=provider,
                                      nodes=nodes)

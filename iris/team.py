@@ -24,6 +24,7 @@ import torch.distributed as dist
 import triton.language as tl
 
 from iris import debug as debug_mode
+from iris.device import engine
 from iris.device.barrier import FUSED_PROGRAMS
 from iris.device_barrier import DeviceBarrier
 from iris.memory.reserved import ReservedLayout
@@ -37,8 +38,13 @@ PUSH_BYTES = 256 << 10
 PUSH_PROGRAMS = 32
 
 
-def reserved_layout(world_size: int) -> ReservedLayout:
-    """The heap's reserved tail of a team of ``world_size`` ranks (the same on every rank)."""
+def reserved_layout(world_size: int, across_nodes: bool = False) -> ReservedLayout:
+    """The heap's reserved tail of a team of ``world_size`` ranks (the same on every rank); a job
+    ``across_nodes`` (the engine path compiled in) adds the engine's staging slots for block reads."""
+    staging = [  # just below the scratch word, where iris.device.engine finds them
+        ("engine.staging", engine.STAGING_SLOTS.value * engine.STAGING_BYTES.value // 8, torch.int64),
+        ("engine.staging_locks", engine.STAGING_SLOTS.value, torch.int32),
+    ] if across_nodes else []
     return ReservedLayout([
         ("barrier.arrivals", world_size * FUSED_PROGRAMS, torch.int64),  # [slot][rank], see iris.device_barrier
         ("ccl.locks", LOCK_WORDS.value, torch.int32),
@@ -46,6 +52,7 @@ def reserved_layout(world_size: int) -> ReservedLayout:
         # all_reduce's push variant (iris.ccl.all_reduce_push): [half][sender] landing zones and flags per program
         ("ccl.push_landing", 2 * world_size * PUSH_BYTES // 8, torch.int64),
         ("ccl.push_flags", 2 * world_size * PUSH_PROGRAMS, torch.int32),
+        *staging,
         ("engine.scratch", 2, torch.int64),  # what engine calls that move nothing aim at (iris.device.engine)
     ])
 
@@ -91,6 +98,8 @@ class Team:
         self.push_landing = heap.region("ccl.push_landing").view(torch.uint8)
         self.push_flags = heap.region("ccl.push_flags")
         self.push_flags.zero_()
+        if "engine.staging_locks" in heap.layout:  # a job across nodes: every staging slot free
+            heap.region("engine.staging_locks").zero_()
         # local: pushes sent to and received from each rank, per program ([sent | received][rank][program])
         self.push_counts = torch.zeros(2 * world_size * PUSH_PROGRAMS, dtype=torch.int32, device=heap.device)
         self._participants: dict[tuple[int, ...], Participants] = {}

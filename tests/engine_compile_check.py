@@ -108,6 +108,25 @@ for kernel, signature, constants in (
     assert "nvshmemx_putmem_block" in ptx, f"{kernel.fn.__name__}: no block transfer toward other nodes"
     print(kernel.fn.__name__, "compiled for sm_90 with block transfers toward other nodes")
 
+# Their reads of other members' blocks come in as block transfers too (one getmem per block and peer into a
+# staging slot of the reader's heap): one_shot's, two_shot's and reduce_scatter's.
+from iris.ccl.reduce_scatter import _reduce_scatter_kernel  # noqa: E402
+
+for kernel, signature, constants in (
+    (_all_reduce_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", "chunk": "i32", **group, "locks": "*i32",
+                          "flags": "*i64", "counts": "*i64", **barrier},
+     {**launch, "VARIANT": "one_shot", "OP": "sum", "ACC": tl.float32}),
+    (_all_reduce_kernel, {"src": "*fp32", "dst": "*fp32", "numel": "i32", "chunk": "i32", **group, "locks": "*i32",
+                          "flags": "*i64", "counts": "*i64", **barrier},
+     {**launch, "VARIANT": "two_shot", "OP": "max", "ACC": tl.float32}),
+    (_reduce_scatter_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", **group, **barrier},
+     {**launch, "INTERLEAVED": False, "OP": "sum", "ACC": tl.float32}),
+):
+    signature.update({name: "constexpr" for name in constants})
+    ptx = triton.compile(ASTSource(kernel, signature, constants), target=SM_90, options=OPTIONS).asm["ptx"]
+    assert "nvshmemx_getmem_block" in ptx, f"{kernel.fn.__name__} {constants}: no block read toward other nodes"
+    print(kernel.fn.__name__, constants.get("VARIANT", ""), "compiled for sm_90 with block reads toward other nodes")
+
 # The cut library is the whole one for every call the engine makes: the same PTX, to the byte.
 src = ASTSource(every_op, sig, {"BLOCK": 128})
 with_slim = triton.compile(src, target=SM_90, options=OPTIONS).asm["ptx"]

@@ -24,7 +24,10 @@ NVSHMEM has fetch-add, swap and compare-and-swap on 32- and 64-bit words; every 
 or, xor, min, max, float add) is a compare-and-swap loop here, and a 16-bit one a loop on the 32-bit
 word that holds it. Each call moves one element, except where ``iris.put`` or ``iris.get`` moves a
 block whose lanes are one run of consecutive elements on both sides (a 1-D block, or a tile of whole
-rows), with its local side in the heap: one block-wide ``putmem``/``getmem`` then moves the run.
+rows), with its local side in the heap: one block-wide ``putmem``/``getmem`` then moves the run; and
+where a read (``iris.load``, the collectives' reductions) takes such a block of at most STAGING_BYTES: one
+``getmem`` lands it in a staging slot of this rank's heap (taken under a lock word, given back after), and
+the program loads it from there.
 
 Example (what ``iris.store`` compiles to toward rank ``peer`` when the job spans nodes)::
 
@@ -43,6 +46,12 @@ ON = tl.constexpr(False)
 # word (iris.device.rma.CHECKS_AFTER_BASES = 17 words past the bases), then the scratch word's address.
 _WORLD_BEFORE_BASES = tl.constexpr(1)  # rma.HEAP_BASES_SLOT - rma.WORLD_SLOT
 SCRATCH_AFTER_BASES = tl.constexpr(18)
+
+# Block reads toward another node land in a staging slot of this rank's heap first (a getmem needs memory the
+# transport can write): STAGING_SLOTS slots of STAGING_BYTES each, then a lock word (int32) per slot, laid out
+# just below the scratch word in the reserved tail of a job across nodes (iris.team.reserved_layout).
+STAGING_SLOTS = tl.constexpr(256)
+STAGING_BYTES = tl.constexpr(8192)
 
 
 #: every NVSHMEM device function the engine path calls (what iris.memory.providers.engine_library keeps)
@@ -209,13 +218,62 @@ def get_values(pointer, rank, cur, heap_bases, lanes):
 
 
 @triton.jit
+def acquire_slot(locks, start):
+    """A staging slot of the ``STAGING_SLOTS`` whose lock words are ``locks``, taken (its word set to 1): the
+    first free one from ``start`` on. A holder waits for nothing else before it gives its slot back, so a
+    program that finds every slot taken waits only for programs that are running."""
+    slot = start % STAGING_SLOTS
+    while tl.atomic_cas(locks + slot, 0, 1, sem="acquire", scope="gpu") != 0:
+        slot = (slot + 1) % STAGING_SLOTS
+    return slot
+
+
+@triton.jit
+def release_slot(locks, slot):
+    """Give staging slot ``slot`` back, after every thread of the program is done with it."""
+    tl.debug_barrier()
+    tl.atomic_xchg(locks + slot, 0, sem="release", scope="gpu")
+
+
+@triton.jit
+def _staging_locks(heap_bases):
+    """The staging slots' lock words: just below the scratch word (see STAGING_SLOTS)."""
+    return (_scratch_address(heap_bases) - STAGING_SLOTS * 4).to(tl.pointer_type(tl.int32))
+
+
+@triton.jit
+def _staged_read(near, pointer, rank, cur, heap_bases, lanes):
+    """(whether it did, ``near`` with ``lanes`` read) where ``lanes`` of ``rank``'s ``pointer`` are one run (or a
+    tile of row runs): one getmem (per row) into a staging slot of this rank's heap, then loads from there."""
+    locks = _staging_locks(heap_bases)
+    slot = acquire_slot(locks, tl.program_id(0) + tl.program_id(1) * 61 + tl.program_id(2) * 127)
+    slot_start = locks.to(tl.int64) - (STAGING_SLOTS - slot) * STAGING_BYTES
+    index = tl.reshape(tl.arange(0, pointer.numel), pointer.shape)
+    stage = slot_start.to(tl.pointer_type(pointer.dtype.element_ty)) + index
+    result = near
+    staged = move_run(False, pointer, stage, rank, cur, heap_bases, lanes)
+    if staged:  # volatile: the transport may have written the slot past this SM's cache
+        result = tl.where(lanes, tl.load(stage, mask=lanes, volatile=True), near)
+    release_slot(locks, slot)
+    return staged, result
+
+
+@triton.jit
 def read(near, pointer, rank, cur, heap_bases, far_lanes, mask):
-    """``near`` (the pointer path's result) with the lanes of ``mask`` toward a far rank read through the engine."""
+    """``near`` (the pointer path's result) with the lanes of ``mask`` toward a far rank read through the engine:
+    a block of at most STAGING_BYTES whose lanes are one run (or a tile of row runs) with one getmem (per row)
+    through a staging slot, any other lanes with one read each."""
     lanes = and_mask(mask, far_lanes)
     result = near
     if any_lane(lanes):
-        words = get_values(pointer, rank, cur, heap_bases, lanes)
-        result = tl.where(lanes, _from_words(words, pointer.dtype.element_ty), near)
+        staged = any_lane(lanes) & False
+        bits: tl.constexpr = 8 if pointer.dtype.element_ty == tl.int1 else pointer.dtype.element_ty.primitive_bitwidth
+        if pointer.type.is_block():
+            if pointer.numel * bits <= STAGING_BYTES * 8:
+                staged, result = _staged_read(near, pointer, rank, cur, heap_bases, lanes)
+        if not staged:
+            words = get_values(pointer, rank, cur, heap_bases, lanes)
+            result = tl.where(lanes, _from_words(words, pointer.dtype.element_ty), near)
     return result
 
 

@@ -31,6 +31,9 @@ class ReservedLayout:
             offset += count * size
         self.nbytes = offset
 
+    def __contains__(self, name: str) -> bool:
+        return name in self._places
+
     def place(self, name: str) -> tuple[int, int, torch.dtype]:
         """(offset in the tail, element count, dtype) of region ``name``."""
         try:
