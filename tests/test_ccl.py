@@ -1,5 +1,8 @@
 """iris.ccl argument checking: errors name the bad field or tensor before any launch."""
 
+import dataclasses
+import math
+
 import pytest
 import torch
 
@@ -249,13 +252,13 @@ HIERARCHIES = {2: [(0, 0), (0, 1)], 4: [(0, 0, 1, 1), (0, 1, 0, 1), (0, 0, 0, 0)
 
 
 def _hierarchical_all_reduce():
-    from iris.ccl import all_reduce_hierarchical
+    from iris.ccl import hierarchy
 
     ctx = iris.iris(1 << 22)
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     wrong = []
     for nodes in HIERARCHIES[world]:  # where the layout pays, the default takes the hierarchical variant
-        variant = None if all_reduce_hierarchical.pays(nodes) else "hierarchical"
+        variant = None if hierarchy.pays(nodes) else "hierarchical"
         config = Config(all_reduce_variant=variant, hierarchy=nodes, block_size=64)
         # numel: a multiple of every node's size, a tail of 1, fewer elements than a node has members
         for numel, dtype, op, in_place in [(1000, torch.float32, ReduceOp.SUM, False),
@@ -286,7 +289,7 @@ def test_the_hierarchical_all_reduce_reduces_every_element_for_every_node_layout
 
 
 def test_the_hierarchy_splits_members_into_node_and_cross_node_teams():
-    from iris.ccl.all_reduce_hierarchical import pays, teams
+    from iris.ccl.hierarchy import blocked, pays, teams
 
     assert teams((0, 1, 2, 3), (0, 0, 1, 1), rank=2) == ((2, 3), (0, 2))
     assert teams((0, 1, 2, 3), (0, 1, 0, 1), rank=3) == ((1, 3), (2, 3))
@@ -300,6 +303,48 @@ def test_the_hierarchy_splits_members_into_node_and_cross_node_teams():
     assert not pays((0, 0, 0, 0))  # one node: nothing to save
     assert not pays((0, 1))  # one member per node: the flat all_reduce is the same traffic
     assert not pays((0, 0, 1))  # nodes of different sizes: the slices would not line up
+    assert blocked((0, 0, 1, 1)) and blocked((1, 1, 0, 0)) and blocked((0, 0, 0, 0)) and blocked((0, 1))
+    assert not blocked((0, 1, 0, 1)) and not blocked((0, 0, 1)) and not blocked((0, 1, 1, 0))
+
+
+def _hierarchical_all_gather():
+    from iris.ccl import hierarchy
+    from iris.ccl.all_gather import all_gather
+
+    ctx = iris.iris(1 << 22)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    wrong, steps = [], []
+    for nodes in HIERARCHIES[world] + [(1, 1, 0, 0)] * (world == 4):
+        config = Config(hierarchy=nodes, block_size=64)
+        for shape, dtype, fused in [((1000,), torch.float32, True), ((3,), torch.bfloat16, True),
+                                    ((37, 5), torch.int32, False), ((300,), torch.float32, False)]:
+            mine = (torch.arange(math.prod(shape), device=ctx.get_device()) + 10000 * rank).reshape(shape)
+            out = ctx.full((world * shape[0],) + shape[1:], -99, dtype=dtype)
+            launches = all_gather(out, mine.to(dtype), ctx,  # the function: its launches, which ctx.ccl keeps
+                                  config=dataclasses.replace(config, fused_bytes=(1 << 30) if fused else 0))
+            want = torch.cat([(torch.arange(math.prod(shape), device=ctx.get_device()) + 10000 * r).reshape(shape)
+                              for r in range(world)]).to(dtype)
+            if not torch.equal(out, want):
+                wrong.append((nodes, shape, str(dtype), fused, int((out != want).sum())))
+            # the hierarchical gather: one launch across nodes, one per node inside it (fused: no barriers apart)
+            hierarchical = hierarchy.pays(nodes) and hierarchy.blocked(nodes)
+            steps.append((nodes, fused, len(launches), hierarchical))
+    ctx.close()
+    return wrong, steps
+
+
+def test_the_hierarchical_all_gather_gathers_every_block_in_member_order_for_every_node_layout(ranks):
+    """With members in node blocks (as torchrun and Slurm number them), all_gather goes across nodes first
+    (each member's block to the members at its place on the other nodes: 1 / G of the flat gather's traffic
+    over the network) and then inside each node; other layouts gather flat. Every layout, shapes, dtypes,
+    fused or not (the layout forced by Config.hierarchy, since this host is one node)."""
+    for rank, (wrong, steps) in enumerate(ranks.run(_hierarchical_all_gather)):
+        assert wrong == [], (rank, wrong)
+        for nodes, fused, launches, hierarchical in steps:
+            count = len(set(nodes))  # fused: a launch per step; else each step's barriers too (none between)
+            want = (1 + count if fused else 2 * count + 4) if hierarchical else (1 if fused else 3)
+            assert launches == want, (rank, nodes, fused, launches)
+        assert any(hierarchical for *_, hierarchical in steps) == (ranks.world_size == 4)
 
 
 @pytest.mark.parametrize("value", [(0, 1.5), "0,1", (-1, 0)])

@@ -1,4 +1,12 @@
-"""all_gather: every member's (M, N) input, stacked by group index into everyone's (W*M, N) output."""
+"""all_gather: every member's (M, N) input, stacked by group index into everyone's (W*M, N) output.
+
+Members on several nodes in node blocks (G members on each of N nodes, numbered node by node, as
+torchrun and Slurm do; the node of each member from ``Config.hierarchy`` or the context's node map)
+gather hierarchically: first across nodes, each member's block to the members at its place on the
+other nodes (its cross team), then inside each node, every block a member holds to the node's other
+members. The network then carries (N - 1) x M per member instead of (W - G) x M. Other layouts, and
+one node, gather flat.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +14,19 @@ import triton
 import triton.language as tl
 
 from iris.device import rma, tracing
-from iris.ccl import _common
+from iris.ccl import _common, hierarchy
 from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.device.tracing import elements_bytes
 
 
 @triton.jit
-def _all_gather_piece(pid, trace, src, dst, numel, members, count, index, cur, heap_bases, BLOCK: tl.constexpr):
+def _all_gather_piece(pid, trace, src, dst, numel, stride, members, count, index, cur, heap_bases,
+                      BLOCK: tl.constexpr):
     span = trace.start(tracing.PUT, cur, -1, dst, pid, -1, elements_bytes(dst, count * BLOCK))
     offs = tl.cast(pid, tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel
     data = tl.load(src + offs, mask=mask)
-    slot = dst + tl.cast(index, tl.int64) * numel + offs
+    slot = dst + tl.cast(index, tl.int64) * stride + offs
     store_to_members(slot, data, members, count, index, cur, heap_bases, mask)  # from a different peer on each
     trace.end(span)
 
@@ -39,12 +48,13 @@ def store_to_members(slot, data, members, count, start, cur, heap_bases, mask):
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
-def _all_gather_kernel(src, dst, numel, members, count, index, cur, heap_bases, arrivals, expected, programs,
+def _all_gather_kernel(src, dst, numel, stride, members, count, index, cur, heap_bases, arrivals, expected, programs,
                        FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr,
                        BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr, BLOCK: tl.constexpr):
+    """Member ``index``'s ``numel`` elements of ``src`` into ``dst + index * stride`` of every member."""
     trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, TRACE)
     for pid in range(tl.program_id(0), programs, tl.num_programs(0)):  # skeleton: iris.device.barrier
-        _all_gather_piece(pid, trace, src, dst, numel, members, count, index, cur, heap_bases, BLOCK)
+        _all_gather_piece(pid, trace, src, dst, numel, stride, members, count, index, cur, heap_bases, BLOCK)
     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 
 
@@ -74,7 +84,34 @@ def all_gather(output, input, ctx, group=None, async_op=False, config=None):
         raise ValueError(f"{what}: output must hold {members.size} x input ({members.size * input.numel()} "
                          f"{input.dtype} elements, shape ({members.size}*M, N)); got {tuple(output.shape)} "
                          f"{output.dtype} for input {tuple(input.shape)}")
-    numel = input.numel()
-    return _common.run(ctx, group, async_op, _common.fuse(config, input.nbytes), _all_gather_kernel,
-                       triton.cdiv(numel, config.block_size), input, output, numel, members.tensor, members.size,
+    nodes = hierarchy.nodes_of_members(ctx, config, members, what)
+    if hierarchy.pays(nodes) and hierarchy.blocked(nodes):
+        return _gather_hierarchically(ctx, output.reshape(-1), input.reshape(-1), config, group,
+                                      *hierarchy.teams(members.ranks, nodes, ctx.get_rank(), what), async_op)
+    return _gather(ctx, output, input, input.numel(), group, async_op, config)
+
+
+def _gather(ctx, dst, src, stride: int, group, async_op: bool, config) -> list:
+    """Every member's ``src`` into ``dst`` (a heap tensor, or a view of one) at ``index * stride`` elements,
+    ``index`` its place in ``group``."""
+    members = ctx.team.participants(group)
+    numel = src.numel()
+    return _common.run(ctx, group, async_op, _common.fuse(config, src.nbytes), _all_gather_kernel,
+                       triton.cdiv(numel, config.block_size), src, dst, numel, stride, members.tensor, members.size,
                        members.index, ctx.get_rank(), ctx.get_heap_bases(), BLOCK=config.block_size)
+
+
+def _gather_hierarchically(ctx, output, input, config, group, node_team, cross_team, async_op: bool) -> list:
+    """all_gather of members in node blocks (module doc): with M elements per member, G per node and N nodes,
+    member g = n G + i (node n, place i) gets its block at output[g M:]. Across nodes, the cross team of
+    place i gathers into blocks i, G + i, 2 G + i, ... (stride G M); then inside the node, for each node m,
+    the node's members gather block m G + i of each into output[m G M:]. The group's barriers (the
+    collective's own) begin the first step; each step's own begin the next."""
+    numel, size = input.numel(), len(node_team)
+    place = node_team.index(ctx.get_rank())
+    launches = _gather(ctx, output[place * numel:], input, size * numel, cross_team, False, config)
+    for node in range(len(cross_team)):
+        mine = output[(node * size + place) * numel:][:numel]  # what the cross step brought from that node
+        launches += _gather(ctx, output[node * size * numel:], mine, numel, node_team,
+                            async_op or node < len(cross_team) - 1, config)
+    return launches

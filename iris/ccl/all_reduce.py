@@ -42,7 +42,7 @@ import triton
 import triton.language as tl
 
 from iris.device import atomics, rma, sync, tracing
-from iris.ccl import _common, all_reduce_hierarchical, all_reduce_push, tuned
+from iris.ccl import _common, all_reduce_hierarchical, all_reduce_push, hierarchy, tuned
 from iris.ccl.all_gather import store_to_members
 from iris.ccl.reduction import combine, reduce_block
 from iris.team import LOCK_WORDS, PUSH_BYTES
@@ -231,17 +231,6 @@ class AllReduceWorkspace:
         self.teams = teams
 
 
-def _nodes_of_members(ctx, config, members) -> tuple[int, ...]:
-    """The node of each member: Config.hierarchy, else the context's node map."""
-    if config.hierarchy is not None:
-        if len(config.hierarchy) != members.size:  # before the default's choice reads it
-            raise ValueError(f"all_reduce: Config.hierarchy names {len(config.hierarchy)} nodes; the group has "
-                             f"{members.size} members (one node per member)")
-        return config.hierarchy
-    nodes = ctx.get_node_map()
-    return tuple(nodes[rank] for rank in members.ranks)
-
-
 def _check_atomic(ctx, dtype, op) -> None:
     """The atomic variant needs the backend's atomics for ``dtype`` and ``op`` (errors before any launch)."""
     if op is not ReduceOp.SUM and dtype not in (torch.float32, torch.int32):
@@ -265,10 +254,10 @@ def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=N
         group = workspace.group
     members = ctx.team.participants(group)
     in_place = input.numel() > 0 and output.data_ptr() == input.data_ptr()
-    nodes = _nodes_of_members(ctx, config, members)
+    nodes = hierarchy.nodes_of_members(ctx, config, members, what)
     variant = config.all_reduce_variant
     if variant is None:
-        hierarchical = all_reduce_hierarchical.pays(nodes)
+        hierarchical = hierarchy.pays(nodes)
         variant = "hierarchical" if hierarchical else choose_variant(input.nbytes, in_place, members.size, input.dtype)
     if in_place and variant not in IN_PLACE:
         raise ValueError(f"all_reduce: {variant} cannot run in place (other members still read input while it "
@@ -278,7 +267,7 @@ def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=N
     ctx.team.check_tensor(what, "output", output, _common.REDUCE_DTYPES, symmetric=variant not in LOCAL_OUTPUT)
     teams = None
     if variant == "hierarchical":
-        teams = all_reduce_hierarchical.teams(members.ranks, nodes, ctx.get_rank())
+        teams = hierarchy.teams(members.ranks, nodes, ctx.get_rank())
     return AllReduceWorkspace(variant, group, members, teams)
 
 

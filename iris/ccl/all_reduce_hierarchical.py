@@ -18,7 +18,7 @@ and are rounded to the data's dtype between steps.
 
 Which node a member is on: ``Config.hierarchy`` (one number per member), else the context's node map.
 The default variant is this one when the group spans several nodes with the same number of members
-each, more than one (:func:`pays`).
+each, more than one (:func:`iris.ccl.hierarchy.pays`; the teams: :func:`iris.ccl.hierarchy.teams`).
 
 Example:
     >>> config = iris.ccl.Config(all_reduce_variant="hierarchical", hierarchy=(0, 0, 1, 1))
@@ -30,48 +30,6 @@ from __future__ import annotations
 import dataclasses
 
 from iris.ccl import all_gather, reduce_scatter
-
-
-def _members_by_node(nodes: tuple[int, ...], ranks: tuple[int, ...]) -> dict[int, list[int]]:
-    by_node: dict[int, list[int]] = {}
-    for rank, node in zip(ranks, nodes):
-        by_node.setdefault(node, []).append(rank)
-    return by_node
-
-
-def teams(ranks: tuple[int, ...], nodes: tuple[int, ...], rank: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(the node team, the cross team) of ``rank`` among members ``ranks`` on ``nodes`` (one per member).
-
-    The node team is ``rank``'s node's members in member order; the cross team, the members that
-    are at the same place on their node as ``rank`` on its own, one per node in order of first
-    appearance.
-
-    Raises:
-        ValueError: ``nodes`` is not one per member, or the nodes hold different numbers of members.
-
-    Example:
-        >>> teams((0, 1, 2, 3), (0, 0, 1, 1), rank=2)
-        ((2, 3), (0, 2))
-    """
-    if len(nodes) != len(ranks):
-        raise ValueError(f"all_reduce (hierarchical): one node per member: got {len(nodes)} for {len(ranks)} "
-                         f"members (Config.hierarchy, or the context's node map)")
-    by_node = _members_by_node(nodes, ranks)
-    sizes = {len(members) for members in by_node.values()}
-    if len(sizes) > 1:
-        counts = ", ".join(f"node {node} has {len(members)}" for node, members in by_node.items())
-        raise ValueError(f"all_reduce (hierarchical): {counts} members; each node needs the same number (each "
-                         "member's slice is reduced across nodes with its counterparts); use a flat variant")
-    node_team = tuple(by_node[nodes[ranks.index(rank)]])
-    place = node_team.index(rank)
-    return node_team, tuple(members[place] for members in by_node.values())
-
-
-def pays(nodes: tuple[int, ...]) -> bool:
-    """Whether the hierarchical all_reduce is the default for members on ``nodes``: several nodes, the
-    same number of members on each, more than one (one per node: the flat all_reduce moves the same)."""
-    sizes = {len(members) for members in _members_by_node(nodes, nodes).values()}
-    return len(sizes) == 1 and sizes.pop() > 1 and len(set(nodes)) > 1
 
 
 def launch(ctx, output, input, op, config, group, node_team, cross_team, async_op, flat_all_reduce) -> list:
@@ -94,11 +52,12 @@ def launch(ctx, output, input, op, config, group, node_team, cross_team, async_o
         head_in, head_out = flat_in[:size * chunk], flat_out[:size * chunk]
         place = node_team.index(ctx.get_rank())
         part = head_out[place * chunk:(place + 1) * chunk]  # this member's chunk, where the result keeps it
+        inside = dataclasses.replace(config, hierarchy=None)  # the node team's steps: one node
         # no barrier after the reduce: the node's next step (the gather's) starts with one
         launches += reduce_scatter.reduce_scatter(part, head_in, ctx, op=op, group=node_team, async_op=True,
-                                                  config=config)
+                                                  config=inside)
         if len(cross_team) > 1:
             across = dataclasses.replace(config, all_reduce_variant=None, hierarchy=tuple(range(len(cross_team))))
             launches += flat_all_reduce(part, part, ctx, op=op, group=cross_team, config=across)
-        launches += all_gather.all_gather(head_out, part, ctx, group=node_team, async_op=async_op, config=config)
+        launches += all_gather.all_gather(head_out, part, ctx, group=node_team, async_op=async_op, config=inside)
     return launches
