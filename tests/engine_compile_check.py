@@ -86,7 +86,7 @@ compiled = triton.compile(ASTSource(bools, {"buf": "*i1", "peer": "i32", "heap_b
 print("bools compiled for sm_90")
 
 # The collectives' writes toward other members go out as block transfers from memory (one putmem per block
-# and peer across nodes, not one message per element): two_shot's and all_gather's, and push's.
+# and peer across nodes, not one message per element): two_shot's, ring's and all_gather's, and push's.
 from iris.ccl.all_gather import _all_gather_kernel  # noqa: E402
 from iris.ccl.all_reduce import _all_reduce_kernel  # noqa: E402
 from iris.ccl.all_reduce_push import _all_reduce_push_kernel  # noqa: E402
@@ -98,6 +98,9 @@ for kernel, signature, constants in (
     (_all_reduce_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", "chunk": "i32", **group, "locks": "*i32",
                           "flags": "*i64", "counts": "*i64", **barrier},
      {**launch, "VARIANT": "two_shot", "OP": "sum", "ACC": tl.float32}),
+    (_all_reduce_kernel, {"src": "*fp32", "dst": "*fp32", "numel": "i32", "chunk": "i32", **group, "locks": "*i32",
+                          "flags": "*i64", "counts": "*i64", **barrier},
+     {**launch, "VARIANT": "ring", "OP": "sum", "ACC": tl.float32}),
     (_all_gather_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", "stride": "i32", **group, **barrier},
      launch),
     (_all_reduce_push_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", "blocks": "i32", **group,

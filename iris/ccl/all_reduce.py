@@ -124,7 +124,10 @@ def _ring_piece(pid, src, dst, numel, chunk, members, count, index, cur, heap_ba
     (index - s - 1) summed over s + 2 members; after the last, chunk (index + 1) is complete and
     the gather steps pass the complete chunks on. Each step stores into the right neighbour's
     output, then adds 1 to its flag (release); a member waits for its own flag (acquire) to
-    count one more before it reads what its left neighbour stored.
+    count one more before it reads what its left neighbour stored. In a job across nodes (the engine
+    path) each step's store is a block put from memory: the input at step 0, later this member's own
+    copy of the chunk, stored back as read first (no member writes that chunk here again before this
+    step has sent it: every later write of it comes around the ring after this member's signal).
     """
     right = tl.load(members + (index + 1) % count)
     within = tl.cast(pid, tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -138,11 +141,18 @@ def _ring_piece(pid, src, dst, numel, chunk, members, count, index, cur, heap_ba
             c = (index + 1 - (step - (count - 1)) + 2 * count) % count  # gather steps: complete chunks
         offs = c * chunk + within
         mask = (within < chunk) & (offs < numel)
-        if step == 0:
-            out = tl.load(src + offs, mask=mask)
+        if rma.ENGINE:  # toward another node a block put, from memory (see store_to_members)
+            if step == 0:
+                rma.put(src + offs, dst + offs, cur, right, heap_bases, mask=mask)
+            else:  # stored back as read (volatile), so the put's own reads of it see those values
+                tl.store(dst + offs, tl.load(dst + offs, mask=mask, volatile=True), mask=mask)
+                rma.put(dst + offs, dst + offs, cur, right, heap_bases, mask=mask)
         else:
-            out = tl.load(dst + offs, mask=mask, volatile=True)  # computed here, or stored by the left neighbour
-        rma.store(dst + offs, out, cur, right, heap_bases, mask=mask)
+            if step == 0:
+                out = tl.load(src + offs, mask=mask)
+            else:
+                out = tl.load(dst + offs, mask=mask, volatile=True)  # computed here, or stored by the left neighbour
+            rma.store(dst + offs, out, cur, right, heap_bases, mask=mask)
         tl.debug_barrier()  # every thread's store before the flag
         sync.signal(flag, 1, cur, right, heap_bases, op="add")
         seen += 1
