@@ -28,7 +28,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from iris.device import rma, tracing
+from iris.ccl.all_gather import store_to_members
+from iris.device import tracing
 from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.device.tracing import elements_bytes
 from iris.kernel_launch import bind
@@ -63,8 +64,8 @@ def _matmul_gather_kernel(a, b, out, bias, M, N, K, stride_am, stride_ak, stride
         else:
             place = rows[:, None].to(tl.int64) * stride_om + (cols[None, :] + index * N) * stride_on
         span = trace.start(tracing.PUT, cur, -1, out, tile_m, tile_n, elements_bytes(out, count * BLOCK_M * BLOCK_N))
-        for i in range(0, count):  # start at a different member on every rank
-            rma.store(out + place, value, cur, tl.load(members + (index + i) % count), heap_bases, mask=mask)
+        # into every member, from a different one on every rank; across nodes as block puts (one per row)
+        store_to_members(out + place, value, members, count, index, cur, heap_bases, mask)
         trace.end(span)
     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 
