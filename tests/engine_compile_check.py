@@ -86,50 +86,46 @@ compiled = triton.compile(ASTSource(bools, {"buf": "*i1", "peer": "i32", "heap_b
 print("bools compiled for sm_90")
 
 # The collectives' writes toward other members go out as block transfers from memory (one putmem per block
-# and peer across nodes, not one message per element): two_shot's, ring's and all_gather's, and push's.
+# and peer across nodes, not one message per element): two_shot's, ring's and all_gather's, and push's; their
+# reads of other members' blocks come in as block transfers too (one getmem per block and peer into a staging
+# slot of the reader's heap): one_shot's, two_shot's and reduce_scatter's.
 from iris.ccl.all_gather import _all_gather_kernel  # noqa: E402
 from iris.ccl.all_reduce import _all_reduce_kernel  # noqa: E402
 from iris.ccl.all_reduce_push import _all_reduce_push_kernel  # noqa: E402
+from iris.ccl.reduce_scatter import _reduce_scatter_kernel  # noqa: E402
 
 group = {"members": "*i32", "count": "i32", "index": "i32", "cur": "i32", "heap_bases": "*i64"}
 barrier = {"arrivals": "*i64", "expected": "*i64", "programs": "i32"}
 launch = {"FUSED": True, "EXIT_BARRIER": True, "WORLD": 2, "BARRIER_BLOCK": 16, "TRACE": False, "BLOCK": 1024}
-for kernel, signature, constants in (
-    (_all_reduce_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", "chunk": "i32", **group, "locks": "*i32",
-                          "flags": "*i64", "counts": "*i64", **barrier},
-     {**launch, "VARIANT": "two_shot", "OP": "sum", "ACC": tl.float32}),
-    (_all_reduce_kernel, {"src": "*fp32", "dst": "*fp32", "numel": "i32", "chunk": "i32", **group, "locks": "*i32",
-                          "flags": "*i64", "counts": "*i64", **barrier},
-     {**launch, "VARIANT": "ring", "OP": "sum", "ACC": tl.float32}),
-    (_all_gather_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", "stride": "i32", **group, **barrier},
-     launch),
-    (_all_reduce_push_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", "blocks": "i32", **group,
-                               "landing": "*bf16", "flags": "*i32", "counts": "*i32"},
-     {"WORLD": 2, "PROGRAMS": 32, "CAPACITY": 131072, "OP": "sum", "ACC": tl.float32, "BLOCK": 1024, "TRACE": False}),
+
+
+def all_reduce(dtype, variant, op="sum"):
+    """_all_reduce_kernel's signature and constants for ``variant``."""
+    return (_all_reduce_kernel, {"src": dtype, "dst": dtype, "numel": "i32", "chunk": "i32", **group,
+                                 "locks": "*i32", "flags": "*i64", "counts": "*i64", **barrier},
+            {**launch, "VARIANT": variant, "OP": op, "ACC": tl.float32})
+
+
+PUT, GET = "nvshmemx_putmem_block", "nvshmemx_getmem_block"
+for symbol, (kernel, signature, constants) in (
+    (PUT, all_reduce("*bf16", "two_shot")),
+    (PUT, all_reduce("*fp32", "ring")),
+    (PUT, (_all_gather_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", "stride": "i32", **group, **barrier},
+           launch)),
+    (PUT, (_all_reduce_push_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", "blocks": "i32", **group,
+                                     "landing": "*bf16", "flags": "*i32", "counts": "*i32"},
+           {"WORLD": 2, "PROGRAMS": 32, "CAPACITY": 131072, "OP": "sum", "ACC": tl.float32, "BLOCK": 1024,
+            "TRACE": False})),
+    (GET, all_reduce("*bf16", "one_shot")),
+    (GET, all_reduce("*fp32", "two_shot", "max")),
+    (GET, (_reduce_scatter_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", **group, **barrier},
+           {**launch, "INTERLEAVED": False, "OP": "sum", "ACC": tl.float32})),
 ):
     signature.update({name: "constexpr" for name in constants})
     ptx = triton.compile(ASTSource(kernel, signature, constants), target=SM_90, options=OPTIONS).asm["ptx"]
-    assert "nvshmemx_putmem_block" in ptx, f"{kernel.fn.__name__}: no block transfer toward other nodes"
-    print(kernel.fn.__name__, "compiled for sm_90 with block transfers toward other nodes")
-
-# Their reads of other members' blocks come in as block transfers too (one getmem per block and peer into a
-# staging slot of the reader's heap): one_shot's, two_shot's and reduce_scatter's.
-from iris.ccl.reduce_scatter import _reduce_scatter_kernel  # noqa: E402
-
-for kernel, signature, constants in (
-    (_all_reduce_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", "chunk": "i32", **group, "locks": "*i32",
-                          "flags": "*i64", "counts": "*i64", **barrier},
-     {**launch, "VARIANT": "one_shot", "OP": "sum", "ACC": tl.float32}),
-    (_all_reduce_kernel, {"src": "*fp32", "dst": "*fp32", "numel": "i32", "chunk": "i32", **group, "locks": "*i32",
-                          "flags": "*i64", "counts": "*i64", **barrier},
-     {**launch, "VARIANT": "two_shot", "OP": "max", "ACC": tl.float32}),
-    (_reduce_scatter_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", **group, **barrier},
-     {**launch, "INTERLEAVED": False, "OP": "sum", "ACC": tl.float32}),
-):
-    signature.update({name: "constexpr" for name in constants})
-    ptx = triton.compile(ASTSource(kernel, signature, constants), target=SM_90, options=OPTIONS).asm["ptx"]
-    assert "nvshmemx_getmem_block" in ptx, f"{kernel.fn.__name__} {constants}: no block read toward other nodes"
-    print(kernel.fn.__name__, constants.get("VARIANT", ""), "compiled for sm_90 with block reads toward other nodes")
+    way = "writes" if symbol == PUT else "reads"
+    assert symbol in ptx, f"{kernel.fn.__name__} {constants.get('VARIANT', '')}: no block {way} toward other nodes"
+    print(kernel.fn.__name__, constants.get("VARIANT", ""), f"compiled for sm_90 with block {way} toward other nodes")
 
 # The cut library is the whole one for every call the engine makes: the same PTX, to the byte.
 src = ASTSource(every_op, sig, {"BLOCK": 128})
