@@ -102,7 +102,8 @@ class Iris(TensorFactories):
         self.device = str(device)  # a string, as the original's ("cuda:0"); get_device(): the torch.device
         self.gpu_id = device.index or 0
         self.heap_size = int(heap_size)
-        layout = reserved_layout(self.num_ranks, across_nodes=len(set(nodes)) > 1)  # device barrier, then collectives
+        # device barrier, collectives, and the engine's staging where the provider may compile its path
+        layout = reserved_layout(self.num_ranks, engine_path=provider.reaches_by_engine)
         try:
             self.heap = SymmetricHeap(backend, self.heap_size, device, comm, layout=layout, provider=provider,
                                      nodes=nodes)

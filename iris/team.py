@@ -38,13 +38,14 @@ PUSH_BYTES = 256 << 10
 PUSH_PROGRAMS = 32
 
 
-def reserved_layout(world_size: int, across_nodes: bool = False) -> ReservedLayout:
-    """The heap's reserved tail of a team of ``world_size`` ranks (the same on every rank); a job
-    ``across_nodes`` (the engine path compiled in) adds the engine's staging slots for block reads."""
+def reserved_layout(world_size: int, engine_path: bool = False) -> ReservedLayout:
+    """The heap's reserved tail of a team of ``world_size`` ranks (the same on every rank); a heap whose
+    provider may compile the engine path (``engine_path``: HeapProvider.reaches_by_engine) adds the engine's
+    staging slots for block reads."""
     staging = [  # just below the scratch word, where iris.device.engine finds them
         ("engine.staging", engine.STAGING_SLOTS.value * engine.STAGING_BYTES.value // 8, torch.int64),
         ("engine.staging_locks", engine.STAGING_SLOTS.value, torch.int32),
-    ] if across_nodes else []
+    ] if engine_path else []
     return ReservedLayout([
         ("barrier.arrivals", world_size * FUSED_PROGRAMS, torch.int64),  # [slot][rank], see iris.device_barrier
         ("ccl.locks", LOCK_WORDS.value, torch.int32),
@@ -98,7 +99,7 @@ class Team:
         self.push_landing = heap.region("ccl.push_landing").view(torch.uint8)
         self.push_flags = heap.region("ccl.push_flags")
         self.push_flags.zero_()
-        if "engine.staging_locks" in heap.layout:  # a job across nodes: every staging slot free
+        if "engine.staging_locks" in heap.layout:  # a heap the engine may reach: every staging slot free
             heap.region("engine.staging_locks").zero_()
         # local: pushes sent to and received from each rank, per program ([sent | received][rank][program])
         self.push_counts = torch.zeros(2 * world_size * PUSH_PROGRAMS, dtype=torch.int32, device=heap.device)

@@ -400,14 +400,16 @@ def test_block_transfers_of_a_tile_take_one_run_per_row(case, expected):
         assert got[13] == rank
 
 
-def test_a_job_across_nodes_lays_out_the_engines_staging_slots_just_below_the_scratch_word():
+def test_a_heap_the_engine_may_reach_lays_out_the_staging_slots_just_below_the_scratch_word():
     """Block reads toward another node land in a staging slot of the reader's heap; the engine finds the
-    slots and their lock words from the scratch word's address, so they must lie right below it. A job
-    inside one node (no engine path) reserves none of it."""
+    slots and their lock words from the scratch word's address, so they must lie right below it. Every heap
+    of a provider that may compile the engine path has them (the shmem heap compiles it wherever the
+    engine maps no pointer to a rank, on one node too); the ipc heap, which never does, reserves none."""
     from iris.team import reserved_layout
 
+    assert create_provider("shmem").reaches_by_engine and not create_provider("ipc").reaches_by_engine
     for world in (1, 2, 3, 8):
-        layout = reserved_layout(world, across_nodes=True)
+        layout = reserved_layout(world, engine_path=True)
         staging, slots, _ = layout.place("engine.staging")
         locks, words, _ = layout.place("engine.staging_locks")
         scratch, _, _ = layout.place("engine.scratch")

@@ -62,6 +62,9 @@ class HeapProvider(ABC):
 
     #: the name ``heap=`` and IRIS_HEAP spell
     name: str = ""
+    #: whether its heaps may compile the engine path (:mod:`iris.device.engine`: ranks it maps no pointer
+    #: to), whose block reads need staging slots in the heap's reserved tail (:func:`iris.team.reserved_layout`)
+    reaches_by_engine: bool = False
 
     @abstractmethod
     def refusal(self, job: JobFacts) -> str | None:

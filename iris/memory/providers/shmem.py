@@ -135,6 +135,7 @@ def _use_torch_shmem_backend(symm_mem, device) -> None:
 
 class ShmemHeap(HeapProvider):
     name = "shmem"
+    reaches_by_engine = True  # a rank on another node, or one the engine maps no pointer to (see create)
 
     def refusal(self, job: JobFacts) -> str | None:
         gap = limitation(job.backend, "shmem_heap")
