@@ -86,7 +86,8 @@ compiled = triton.compile(ASTSource(bools, {"buf": "*i1", "peer": "i32", "heap_b
 print("bools compiled for sm_90")
 
 # The collectives' writes toward other members go out as block transfers from memory (one putmem per block
-# and peer across nodes, not one message per element): two_shot's, ring's and all_gather's, and push's; their
+# and peer across nodes, not one message per element): two_shot's, ring's and all_gather's, push's, and the
+# reducing fused ops' partial tiles (owner-reduce's sums too, one putmem per tile row); the collectives'
 # reads of other members' blocks come in as block transfers too (one getmem per block and peer into a staging
 # slot of the reader's heap): one_shot's, two_shot's and reduce_scatter's.
 from iris.ccl.all_gather import _all_gather_kernel  # noqa: E402
@@ -106,8 +107,29 @@ def all_reduce(dtype, variant, op="sum"):
             {**launch, "VARIANT": variant, "OP": op, "ACC": tl.float32})
 
 
+def matmul_reduce(scatter, owner, comm_programs=0):
+    """_matmul_reduce_kernel's signature and constants (bf16 operands, a small tile, no TMA)."""
+    from iris.ops.matmul_reduce import _matmul_reduce_kernel
+
+    ints = {"M", "N", "K", "width", "count", "index", "cur"} | {n for n in _matmul_reduce_kernel.arg_names
+                                                                  if n.startswith("stride")}
+    kinds = {"flags": "*i64", "seen": "*i64", "ready": "*i32", "calls": "*i64", "members": "*i32",
+             "heap_bases": "*i64", "arrivals": "*i64", "expected": "*i64"}
+    constants = {"SCATTER": scatter, "OWNER": owner, "TRACE": False, "TMA": False, "HAS_BIAS": False,
+                 "UPCAST": False, "WORLD": 2, "BARRIER_BLOCK": 16, "COMM_PROGRAMS": comm_programs, "BLOCK_M": 64,
+                 "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 4}
+    signature = {n: "i32" if n in ints else kinds.get(n, "*bf16") for n in _matmul_reduce_kernel.arg_names
+                 if n not in constants}
+    return _matmul_reduce_kernel, signature, constants
+
+
 PUT, GET = "nvshmemx_putmem_block", "nvshmemx_getmem_block"
+calls = {}  # call sites of the block transfer, per case
 for symbol, (kernel, signature, constants) in (
+    (PUT, matmul_reduce(scatter=False, owner=False)),  # the fused ops' partial tiles (and owner's sums)
+    (PUT, matmul_reduce(scatter=False, owner=True)),
+    (PUT, matmul_reduce(scatter=True, owner=False)),
+    (PUT, matmul_reduce(scatter=False, owner=False, comm_programs=1)),
     (PUT, all_reduce("*bf16", "two_shot")),
     (PUT, all_reduce("*fp32", "ring")),
     (PUT, (_all_gather_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", "stride": "i32", **group, **barrier},
@@ -124,8 +146,14 @@ for symbol, (kernel, signature, constants) in (
     signature.update({name: "constexpr" for name in constants})
     ptx = triton.compile(ASTSource(kernel, signature, constants), target=SM_90, options=OPTIONS).asm["ptx"]
     way = "writes" if symbol == PUT else "reads"
-    assert symbol in ptx, f"{kernel.fn.__name__} {constants.get('VARIANT', '')}: no block {way} toward other nodes"
-    print(kernel.fn.__name__, constants.get("VARIANT", ""), f"compiled for sm_90 with block {way} toward other nodes")
+    case = constants.get("VARIANT") or " ".join(f"{k}={constants[k]}" for k in ("SCATTER", "OWNER", "COMM_PROGRAMS")
+                                                if k in constants)
+    assert symbol in ptx, f"{kernel.fn.__name__} {case}: no block {way} toward other nodes"
+    print(kernel.fn.__name__, case, f"compiled for sm_90 with block {way} toward other nodes")
+    calls[case] = ptx.count(symbol)
+# Owner-reduce's owner sends its sums as block puts as well: call sites beyond the partial tiles' own.
+push_to_all, owner = "SCATTER=False OWNER=False COMM_PROGRAMS=0", "SCATTER=False OWNER=True COMM_PROGRAMS=0"
+assert calls[owner] > calls[push_to_all], calls
 
 # The cut library is the whole one for every call the engine makes: the same PTX, to the byte.
 src = ASTSource(every_op, sig, {"BLOCK": 128})

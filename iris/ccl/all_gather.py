@@ -27,18 +27,20 @@ def _all_gather_piece(pid, trace, src, dst, numel, stride, members, count, index
     mask = offs < numel
     data = tl.load(src + offs, mask=mask)
     slot = dst + tl.cast(index, tl.int64) * stride + offs
-    store_to_members(slot, data, members, count, index, cur, heap_bases, mask)  # from a different peer on each
+    store_to_members(slot, data, members, count, index, cur, heap_bases, mask, 0)  # from a different peer on each
     trace.end(span)
 
 
 @triton.jit
-def store_to_members(slot, data, members, count, start, cur, heap_bases, mask):
-    """Store ``data`` at ``slot`` on every member (this one included), from member ``start`` on. In a job
-    across nodes (the engine path) the block is stored here first and put from here: one block transfer
-    per peer toward another node, instead of one engine store per element."""
+def store_to_members(slot, data, members, count, start, cur, heap_bases, mask, first):
+    """Store ``data`` at ``slot`` on the members at places ``start + first``, ..., ``start + count - 1`` (mod
+    ``count``): every member with ``first`` 0; with ``first`` 1 and ``start`` this member's place, every other
+    one. In a job across nodes (the engine path) the block is stored here first, whatever ``first``, and put
+    from here: one block transfer per peer (per row of a tile) toward another node, instead of one engine
+    store per element."""
     if rma.ENGINE:
         tl.store(slot, data, mask=mask)
-    for i in range(0, count):
+    for i in range(first, count):
         peer = tl.load(members + (start + i) % count)
         if rma.ENGINE:
             if peer != cur:

@@ -77,7 +77,7 @@ def _two_shot_piece(pid, src, dst, numel, members, count, index, cur, heap_bases
     offs = (tl.cast(pid, tl.int64) * count + index) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel
     acc = reduce_block(src, offs, mask, members, count, index, cur, heap_bases, OP, ACC).to(dst.dtype.element_ty)
-    store_to_members(dst + offs, acc, members, count, index, cur, heap_bases, mask)
+    store_to_members(dst + offs, acc, members, count, index, cur, heap_bases, mask, 0)
 
 
 @triton.jit

@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 from iris.ccl.all_gather import store_to_members
-from iris.device import rma, sync, tracing
+from iris.device import sync, tracing
 from iris.device.barrier import GROUP_ARGS, enter
 from iris.kernel_launch import bind
 from iris.ops import _fused
@@ -75,12 +75,8 @@ def _push_due(step, a, gathered, flags, M, K_r, split, stride_am, stride_ak, til
                 mask = (rows[:, None] < M) & (ks[None, :] < K_r)
                 x = tl.load(a + rows[:, None].to(tl.int64) * stride_am + ks[None, :] * stride_ak, mask=mask)
                 place = index * slot + rows[:, None].to(tl.int64) * K_r + ks[None, :]
-                if rma.ENGINE:  # across nodes: stored in this member's own slot and put from there (per row)
-                    store_to_members(gathered + place, x, members, count, index, cur, heap_bases, mask)
-                else:
-                    for i in range(1, count):
-                        rma.store(gathered + place, x, cur, tl.load(members + (index + i) % count), heap_bases,
-                                   mask=mask)
+                # to every other member (across nodes: stored in this member's own slot, put from there per row)
+                store_to_members(gathered + place, x, members, count, index, cur, heap_bases, mask, 1)
             tl.debug_barrier()  # every thread's stores of the piece before the flags
             for i in range(1, count):
                 sync.signal(flags + row_block, 1, cur, tl.load(members + (index + i) % count), heap_bases, op="add")

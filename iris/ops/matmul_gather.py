@@ -65,7 +65,7 @@ def _matmul_gather_kernel(a, b, out, bias, M, N, K, stride_am, stride_ak, stride
             place = rows[:, None].to(tl.int64) * stride_om + (cols[None, :] + index * N) * stride_on
         span = trace.start(tracing.PUT, cur, -1, out, tile_m, tile_n, elements_bytes(out, count * BLOCK_M * BLOCK_N))
         # into every member, from a different one on every rank; across nodes as block puts (one per row)
-        store_to_members(out + place, value, members, count, index, cur, heap_bases, mask)
+        store_to_members(out + place, value, members, count, index, cur, heap_bases, mask, 0)
         trace.end(span)
     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 

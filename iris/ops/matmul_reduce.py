@@ -27,6 +27,11 @@ member waits for that count and copies the sum into its output. A rank sends abo
 2 (W - 1) / W tiles' bytes per tile instead of W - 1 (docs/benchmarks.md has the model); at 2
 ranks both send one and push-to-all, a hop shorter, stays the default.
 
+In a job across nodes (the engine path of a shmem heap, docs/multi-node.md) a partial tile goes toward a
+member on another node as block transfers, one per tile row: stored in this rank's outbox (an (M, N) heap
+tensor of the workspace, made only there) and put from it; the owner's sum goes out the same way, from its
+own slot. Inside a node, and without the engine path, the stores are as above.
+
 Before its first store a program passes a barrier with the programs of the same id on the other
 ranks (:func:`iris.device.barrier.enter`): every member's previous call has ended, so nobody still
 reads a slot about to be overwritten. Nothing waits after the last tile: each rank's output is
@@ -55,6 +60,7 @@ import torch
 import triton
 import triton.language as tl
 
+from iris.ccl.all_gather import store_to_members
 from iris.device import rma, sync, tracing
 from iris.device.barrier import GROUP_ARGS, enter
 from iris.kernel_launch import bind
@@ -130,10 +136,8 @@ def _finish(tile, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, widt
         total = add_bias(total, bias, cols, N, HAS_BIAS).to(out.dtype.element_ty)
         tl.store(out + rows[:, None].to(tl.int64) * stride_om + (cols[None, :] - lo) * stride_on, total, mask=mask)
         if OWNER:  # every member gets the same bits: the owner's sum, into the owner's slot there
-            for i in range(1, count):
-                member = tl.load(members + (index + i) % count)
-                rma.store(partials + index * slot + place, total.to(partials.dtype.element_ty), cur, member,
-                          heap_bases, mask=mask)
+            store_to_members(partials + index * slot + place, total.to(partials.dtype.element_ty), members, count,
+                             index, cur, heap_bases, mask, 1)
             tl.debug_barrier()  # every thread's stores before the flags
             for i in range(1, count):
                 sync.signal(flags + tile, 1, cur, tl.load(members + (index + i) % count), heap_bases, op="add")
@@ -160,21 +164,31 @@ def _collect(tile, tiles_m, tiles_n, out, partials, flags, seen, M, N, stride_om
 
 
 @triton.jit
-def _push(part, tile, rows, cols, tile_n, partials, M, N, width, members, count, index, cur, heap_bases, programs,
-          SCATTER: tl.constexpr, OWNER: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Store this rank's partial tile into slot ``index`` of every member that gets partials of it."""
+def _push(part, tile, rows, cols, tile_n, partials, outbox, M, N, width, members, count, index, cur, heap_bases,
+          programs, SCATTER: tl.constexpr, OWNER: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Store this rank's partial tile into slot ``index`` of every member that gets partials of it. In a job
+    across nodes (the engine path) the tile is stored in this rank's ``outbox`` (an (M, N) heap tensor) first
+    and put from there: one block transfer per tile row toward a member on another node, not one engine
+    store per element (a slot of its own cannot serve: reduce_scatter's slots hold other columns)."""
+    if rma.ENGINE:
+        tl.store(outbox + rows[:, None].to(tl.int64) * N + cols[None, :], part,
+                 mask=(rows[:, None] < M) & (cols[None, :] < N))
     for i in range(0, count):  # start at a different member on every rank
         position = (index + i) % count
         lo, own = _owned(position, N, width, SCATTER)
         if _receives(tile, tile_n, position, lo, own, programs, count, OWNER, BLOCK_N):
             mask = (rows[:, None] < M) & (cols[None, :] >= lo) & (cols[None, :] < lo + own)
             place = index * (tl.cast(M, tl.int64) * own) + rows[:, None].to(tl.int64) * own + (cols[None, :] - lo)
-            rma.store(partials + place, part, cur, tl.load(members + position), heap_bases, mask=mask)
+            if rma.ENGINE:
+                rma.put(outbox + rows[:, None].to(tl.int64) * N + cols[None, :], partials + place, cur,
+                        tl.load(members + position), heap_bases, mask=mask)
+            else:
+                rma.store(partials + place, part, cur, tl.load(members + position), heap_bases, mask=mask)
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
-def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, stage, ready, calls, M, N, K, width, stride_am,
-                          stride_ak, stride_bk, stride_bn, stride_om, stride_on, members, count, index, cur,
+def _matmul_reduce_kernel(a, b, out, bias, partials, outbox, flags, seen, stage, ready, calls, M, N, K, width,
+                          stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on, members, count, index, cur,
                           heap_bases, arrivals, expected, SCATTER: tl.constexpr, OWNER: tl.constexpr,
                           TRACE: tl.constexpr, TMA: tl.constexpr, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr,
                           WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr, COMM_PROGRAMS: tl.constexpr,
@@ -212,8 +226,8 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, stage, ready, 
                               compute, SCATTER, OWNER, BLOCK_N, GROUP_M)
                 span = trace.start(tracing.PUT, cur, cur, partials, tile_m, tile_n,
                                    BLOCK_M * BLOCK_N * (partials.dtype.element_ty.primitive_bitwidth // 8))
-                _push(acc.to(partials.dtype.element_ty), tile, rows, cols, tile_n, partials, M, N, width, members,
-                      count, index, cur, heap_bases, compute, SCATTER, OWNER, BLOCK_N)
+                _push(acc.to(partials.dtype.element_ty), tile, rows, cols, tile_n, partials, outbox, M, N, width,
+                      members, count, index, cur, heap_bases, compute, SCATTER, OWNER, BLOCK_N)
                 trace.end(span)
                 if previous >= 0:
                     span = trace.start(tracing.REDUCE, cur, cur, flags + previous, -1, -1, 0)
@@ -258,8 +272,8 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, flags, seen, stage, ready, 
             tl.debug_barrier()  # the acquire before any thread reads the staged tile
             part = tl.load(stage + rows[:, None].to(tl.int64) * N + cols[None, :],
                            mask=(rows[:, None] < M) & (cols[None, :] < N))
-            _push(part, tile, rows, cols, tile_n, partials, M, N, width, members, count, index, cur, heap_bases,
-                  COMM_PROGRAMS, SCATTER, False, BLOCK_N)
+            _push(part, tile, rows, cols, tile_n, partials, outbox, M, N, width, members, count, index, cur,
+                  heap_bases, COMM_PROGRAMS, SCATTER, False, BLOCK_N)
             _announce(tile, tiles_m, tiles_n, flags, N, width, members, count, index, cur, heap_bases, COMM_PROGRAMS,
                       SCATTER, False, BLOCK_N, GROUP_M)
             if previous >= 0:
@@ -280,11 +294,14 @@ def problem(what: str, scatter: bool, ctx, output, A, B, config):
     width = N // world if scatter else N
     tile = _fused.tile(ctx, config, A.dtype, M, N)
     owner = reduces_at_owner(scatter, ctx, config)  # its flags count differently: a workspace of its own
-    key = (what, M, N, output.dtype, tuple(tile.values()), config.comm_programs, owner)
+    engine = bool(rma.ENGINE.value)  # the engine path compiled in (a shmem heap): the pushes need an outbox
+    key = (what, M, N, output.dtype, tuple(tile.values()), config.comm_programs, owner, engine)
     tiles = tile_count(M, N, tile)
     spec = {"partials": _fused.Buffer(world * M * width, output.dtype, heap=True),
             "flags": _fused.Buffer(tiles, torch.int64, heap=True, zeroed=True),
             "seen": _fused.Buffer(tiles, torch.int64, heap=False, zeroed=True)}  # tile counts seen so far
+    if engine:  # each partial tile stored here, then put from here toward other nodes (see _push)
+        spec["outbox"] = _fused.Buffer(M * N, output.dtype, heap=True)
     if config.comm_programs:  # the compute programs' staged tiles, their flags, and the call count
         spec.update(stage=_fused.Buffer(M * N, output.dtype, heap=False),
                     ready=_fused.Buffer(tiles, torch.int32, heap=False, zeroed=True),
@@ -343,7 +360,8 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
         stage, ready, calls = workspace.partials, workspace.flags, workspace.seen  # unused
     launches = [bind(
         _matmul_reduce_kernel, (programs,),
-        A, B, output, bias if bias is not None else output, workspace.partials, workspace.flags, workspace.seen,
+        A, B, output, bias if bias is not None else output, workspace.partials,
+        getattr(workspace, "outbox", workspace.partials), workspace.flags, workspace.seen,
         stage, ready, calls, M, N, A.shape[1], width, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
         output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), SCATTER=scatter,
         OWNER=reduces_at_owner(scatter, ctx, config), TRACE=ctx.tracing.enabled,
