@@ -149,6 +149,7 @@ class Plans:
     def __init__(self, ctx):
         self._ctx = ctx  # the context (a weak proxy): its team says whether debug mode is on
         self._plans: dict = {}
+        self._kept: dict = {}  # heap workspaces, by problem: never dropped (a plan may use one)
 
     def __len__(self) -> int:
         return len(self._plans)
@@ -165,6 +166,13 @@ class Plans:
             for launch in plan.launches:
                 launch()
         return plan
+
+    def kept(self, key, make):
+        """The workspace kept for problem ``key``, made by ``make()`` on first use (heap allocations are
+        collective: every rank asks for the same problems in the same order)."""
+        if key not in self._kept:
+            self._kept[key] = make()
+        return self._kept[key]
 
     def remember(self, key, launches, result=None) -> Plans.Plan:
         """Keep the ``launches`` a call made (callables: bound launches, or stream work such as a counter's

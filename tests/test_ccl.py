@@ -347,6 +347,71 @@ def test_the_hierarchical_all_gather_gathers_every_block_in_member_order_for_eve
         assert any(hierarchical for *_, hierarchical in steps) == (ranks.world_size == 4)
 
 
+def _hierarchical_reduce_scatter():
+    from iris.ccl import hierarchy
+    from iris.ccl.reduce_scatter import reduce_scatter
+
+    ctx = iris.iris(1 << 22)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    wrong, steps = [], []
+    for nodes in HIERARCHIES[world] + [(1, 1, 0, 0)] * (world == 4):
+        config = Config(hierarchy=nodes, block_size=64)
+        for shape, dtype, op, fused in [((1000,), torch.float32, ReduceOp.SUM, True),
+                                        ((3,), torch.bfloat16, ReduceOp.SUM, True),
+                                        ((37, 5), torch.int32, ReduceOp.MAX, False),
+                                        ((300,), torch.float32, ReduceOp.MIN, False)]:
+            def part(r):  # rank r's input: world blocks of shape, small integers (exact in every dtype)
+                whole = torch.arange(world * math.prod(shape), device=ctx.get_device()) % 97 + 3 * r
+                return whole.reshape((world * shape[0],) + shape[1:]).to(dtype)
+
+            x = ctx.empty((world * shape[0],) + shape[1:], dtype=dtype)
+            x.copy_(part(rank))
+            out = torch.full(shape, -99, dtype=dtype, device=ctx.get_device())
+            for _ in range(2):  # twice: the kept workspace reused
+                launches = reduce_scatter(out, x, ctx, op=op,  # the function: its launches, which ctx.ccl keeps
+                                          config=dataclasses.replace(config, fused_bytes=(1 << 30) if fused else 0))
+            every = torch.stack([part(r) for r in range(world)]).to(torch.float64)
+            reduce = {ReduceOp.SUM: lambda t: t.sum(0), ReduceOp.MAX: lambda t: t.amax(0),
+                      ReduceOp.MIN: lambda t: t.amin(0)}[op]
+            want = reduce(every)[rank * shape[0]:(rank + 1) * shape[0]].to(dtype)
+            if not torch.equal(out, want):
+                wrong.append((nodes, shape, str(dtype), op.value, fused, int((out != want).sum())))
+            hierarchical = hierarchy.pays(nodes) and hierarchy.blocked(nodes)
+            steps.append((nodes, fused, len(launches), hierarchical))
+    # a heap with no room for the workspace: the flat reduce_scatter (every rank alike), right all the same
+    x = ctx.full((world * 8,), rank + 1, dtype=torch.float32)
+    for size in (1 << 16, 256, 1):  # every byte taken
+        try:
+            while True:
+                ctx.empty(size, dtype=torch.uint8)
+        except MemoryError:
+            pass
+    out = torch.zeros(8, device=ctx.get_device())
+    launches = reduce_scatter(out, x, ctx, config=Config(hierarchy=(0, 0, 1, 1) if world == 4 else None,
+                                                         fused_bytes=0))
+    if not torch.equal(out, torch.full_like(out, world * (world + 1) / 2)):
+        wrong.append(("heap full", out.tolist()))
+    steps.append(((0,) * world, False, len(launches), False))
+    ctx.close()
+    return wrong, steps
+
+
+def test_the_hierarchical_reduce_scatter_reduces_every_part_for_every_node_layout(ranks):
+    """With members in node blocks, reduce_scatter reduces inside the node first (each member gets its node's
+    sum of the parts of its counterparts on every node: N parts) and then across nodes among the members at
+    its place (its own part): (N - 1) parts per member over the network, where the flat one reads W - G.
+    Other layouts reduce flat. SUM, MAX and MIN, shapes, dtypes, fused or not (layouts forced by
+    Config.hierarchy, since this host is one node), each twice (the workspace kept and reused); where the heap
+    has no room for the workspace, flat."""
+    for rank, (wrong, steps) in enumerate(ranks.run(_hierarchical_reduce_scatter)):
+        assert wrong == [], (rank, wrong)
+        for nodes, fused, launches, hierarchical in steps:
+            count = len(set(nodes))  # a launch per node inside it, then one across (not fused: + barriers)
+            want = (count + 1 if fused else 2 * count + 3) if hierarchical else (1 if fused else 3)
+            assert launches == want, (rank, nodes, fused, launches)
+        assert any(hierarchical for *_, hierarchical in steps) == (ranks.world_size == 4)
+
+
 @pytest.mark.parametrize("value", [(0, 1.5), "0,1", (-1, 0)])
 def test_config_refuses_a_malformed_hierarchy(value):
     with pytest.raises(ValueError, match=r"Config.hierarchy="):

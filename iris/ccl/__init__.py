@@ -46,6 +46,12 @@ class CCL:
         self._ctx = weakref.proxy(ctx)  # held weakly: the context, and with it the heap, dies with its last user
         self._plans = Plans(self._ctx)
 
+    def kept_workspace(self, key, make):
+        """The heap workspace this context keeps for a collective's problem ``key`` (the hierarchical
+        reduce_scatter's), made by ``make()`` on first use (collective: every rank of the job asks for the
+        same problems in the same order)."""
+        return self._plans.kept(key, make)
+
     @checked_across_ranks
     def all_gather(self, output_tensor, input_tensor, group=None, async_op=False, config=None):
         """(W*M, N) output from each member's (M, N) input; see :func:`iris.ccl.all_gather.all_gather`."""

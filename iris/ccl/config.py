@@ -51,8 +51,8 @@ class Config:
             all_reduce across nodes, all_gather inside the node; see
             :mod:`iris.ccl.all_reduce_hierarchical`); None picks hierarchical for members on several
             nodes of the same size, else by size (see :func:`iris.ccl.all_reduce.choose_variant`).
-        hierarchy: the node of each member, in the group's member order, for the hierarchical all_reduce
-            and all_gather (:mod:`iris.ccl.hierarchy`)
+        hierarchy: the node of each member, in the group's member order, for the hierarchical all_reduce,
+            all_gather and reduce_scatter (:mod:`iris.ccl.hierarchy`)
             (e.g. ``(0, 0, 1, 1)``); None: the context's node map (``ctx.get_node_map()``). Any
             grouping may be given, e.g. pairs of GPUs on one switch.
         all_reduce_distribution: accepted for compatibility with the original API (0 or 1); unused.

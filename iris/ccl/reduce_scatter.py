@@ -6,19 +6,31 @@ Two layouts, told apart by the output's size:
 - the original Iris's: input and output both (M, N); member i gets its two_shot slice (blocks
   i, i + W, ... of ``Config.block_size`` elements of the flat tensor) reduced, at the same positions,
   and the rest of its output is left as it was.
+
+In torch's layout, members on several nodes in node blocks (G members on each of N nodes, numbered node
+by node; the nodes from ``Config.hierarchy`` or the context's node map) reduce hierarchically when the
+group is the whole job: first inside the node, where the member at place i gets its node's sum of parts
+i, G + i, 2G + i, ... (one per node: its counterparts' parts) into a kept heap workspace of N parts, then
+across nodes among the members at place i, each getting its own part summed over the nodes. The network
+then carries (N - 1) parts per member instead of (W - G); floats are rounded to the data's dtype between
+the steps. A group that is not the whole job reduces flat (the workspace is a heap allocation that every
+rank makes), and so do other layouts, one node, and a heap with no room for the workspace (logged).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import triton
 import triton.language as tl
 
-from iris.ccl import _common
+from iris.ccl import _common, hierarchy
 from iris.device import tracing
 from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.device.tracing import elements_bytes
 from iris.ccl.reduction import reduce_block
 from iris.ccl.config import ReduceOp
+from iris.logging import WARNING, log
 
 
 @triton.jit
@@ -96,6 +108,14 @@ def reduce_scatter(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=Fal
                                                                                      output.numel()):
         raise ValueError(f"{what}: in torch's layout output may overlap input only as this member's own part of it "
                          f"(elements {members.index} x M on; other members read the rest)")
+    if not interleaved:
+        nodes = hierarchy.nodes_of_members(ctx, config, members, what)
+        if hierarchy.pays(nodes) and hierarchy.blocked(nodes) and members.size == ctx.get_num_ranks():
+            node_team, cross_team = hierarchy.teams(members.ranks, nodes, ctx.get_rank(), what)
+            sums = _node_sums(ctx, len(cross_team) * output.numel(), input.dtype)
+            if sums is not None:
+                return _reduce_hierarchically(ctx, output.reshape(-1), input.reshape(-1), op, config, node_team,
+                                              cross_team, sums)
     numel = input.numel() if interleaved else output.numel()
     blocks = triton.cdiv(numel, config.block_size)
     programs = triton.cdiv(blocks, members.size) if interleaved else blocks
@@ -103,3 +123,36 @@ def reduce_scatter(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=Fal
                        input, output, numel, members.tensor, members.size, members.index, ctx.get_rank(),
                        ctx.get_heap_bases(), INTERLEAVED=interleaved, OP=op.value,
                        ACC=tl.float32 if input.dtype.is_floating_point else tl.int32, BLOCK=config.block_size)
+
+
+def _node_sums(ctx, numel: int, dtype):
+    """The hierarchical steps' heap workspace of ``numel`` elements, kept by ``ctx.ccl``; None where the heap
+    has no room for it: that call, and every later one of that size and dtype, reduces flat (every rank
+    alike: the heaps of a job hold the same allocations)."""
+    def make():
+        try:
+            return ctx.empty(numel, dtype=dtype)
+        except MemoryError as exc:
+            log(WARNING, f"reduce_scatter: no room on the heap for the hierarchical workspace of {numel} {dtype} "
+                         f"elements ({exc}); reducing flat across nodes at this size", ctx.get_rank(),
+                ctx.get_num_ranks())
+            return None
+
+    return ctx.ccl.kept_workspace(("reduce_scatter (hierarchical)", numel, dtype), make)
+
+
+def _reduce_hierarchically(ctx, output, input, op, config, node_team, cross_team, sums) -> list:
+    """reduce_scatter of members in node blocks (module doc): with M elements per part, G members per node
+    and N nodes, member g = n G + i (node n, place i) gets part g reduced over every member. Inside the
+    node, for each node m, the node's members reduce parts m G, ..., m G + G - 1 and the member at place
+    i keeps part m G + i's node sum at ``sums[m M:]``; then the cross team of place i reduces ``sums``,
+    member n getting part n. The last step always ends with its barrier: the next call rewrites the
+    ``sums`` that this one's cross members read."""
+    numel, size, count = output.numel(), len(node_team), len(cross_team)
+    inside = dataclasses.replace(config, hierarchy=None)  # each step's members: one node, or one per node
+    launches = []
+    for node in range(count):  # no barrier after these: the next one's, and the cross step's, begin with one
+        launches += reduce_scatter(sums[node * numel:][:numel], input[node * size * numel:][:size * numel], ctx,
+                                   op=op, group=node_team, async_op=True, config=inside)
+    return launches + reduce_scatter(output, sums, ctx, op=op, group=cross_team, config=inside)
+

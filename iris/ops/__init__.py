@@ -58,7 +58,6 @@ class Ops:
 
     def __init__(self, ctx):
         self._ctx = weakref.proxy(ctx)  # held weakly: the context, and with it the heap, dies with its last user
-        self._workspaces: dict = {}
         self._plans = Plans(self._ctx)
 
     def _call(self, op: str, run, output, A, B, bias, async_op, config, workspace):
@@ -79,9 +78,7 @@ class Ops:
     def kept_workspace(self, key, make):
         """The workspace this context keeps for problem ``key``, made by ``make()`` on first use (collective:
         every rank calls it for the same problems in the same order)."""
-        if key not in self._workspaces:
-            self._workspaces[key] = make()
-        return self._workspaces[key]
+        return self._plans.kept(key, make)
 
     def workspace_layout(self, op: str, output, A, B, config=None) -> tuple:
         """(key, {name: Buffer}) of ``op``'s workspace for these tensors, to lay one out by hand:
