@@ -155,4 +155,3 @@ def _reduce_hierarchically(ctx, output, input, op, config, node_team, cross_team
         launches += reduce_scatter(sums[node * numel:][:numel], input[node * size * numel:][:size * numel], ctx,
                                    op=op, group=node_team, async_op=True, config=inside)
     return launches + reduce_scatter(output, sums, ctx, op=op, group=cross_team, config=inside)
-
