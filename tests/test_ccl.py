@@ -289,7 +289,7 @@ def test_the_hierarchical_all_reduce_reduces_every_element_for_every_node_layout
 
 
 def test_the_hierarchy_splits_members_into_node_and_cross_node_teams():
-    from iris.ccl.hierarchy import blocked, pays, teams
+    from iris.ccl.hierarchy import blocked, dealt, pays, teams
 
     assert teams((0, 1, 2, 3), (0, 0, 1, 1), rank=2) == ((2, 3), (0, 2))
     assert teams((0, 1, 2, 3), (0, 1, 0, 1), rank=3) == ((1, 3), (2, 3))
@@ -305,10 +305,21 @@ def test_the_hierarchy_splits_members_into_node_and_cross_node_teams():
     assert not pays((0, 0, 1))  # nodes of different sizes: the slices would not line up
     assert blocked((0, 0, 1, 1)) and blocked((1, 1, 0, 0)) and blocked((0, 0, 0, 0)) and blocked((0, 1))
     assert not blocked((0, 1, 0, 1)) and not blocked((0, 0, 1)) and not blocked((0, 1, 1, 0))
+    assert dealt((0, 1, 0, 1)) and dealt((1, 0, 1, 0)) and dealt((0, 1, 2, 0, 1, 2))
+    assert not dealt((0, 0, 1, 1)) and not dealt((0, 1, 1, 0)) and not dealt((0, 1, 0))
+
+
+def _steps_inside_the_node(nodes) -> int:
+    """How many steps a hierarchical all_gather or reduce_scatter takes inside the node (beside its one
+    across nodes): one per node for members in node blocks, one for members dealt in turn; 0: flat."""
+    from iris.ccl import hierarchy
+
+    if not hierarchy.pays(nodes) or not (hierarchy.blocked(nodes) or hierarchy.dealt(nodes)):
+        return 0
+    return len(set(nodes)) if hierarchy.blocked(nodes) else 1
 
 
 def _hierarchical_all_gather():
-    from iris.ccl import hierarchy
     from iris.ccl.all_gather import all_gather
 
     ctx = iris.iris(1 << 22)
@@ -326,9 +337,7 @@ def _hierarchical_all_gather():
                               for r in range(world)]).to(dtype)
             if not torch.equal(out, want):
                 wrong.append((nodes, shape, str(dtype), fused, int((out != want).sum())))
-            # the hierarchical gather: one launch across nodes, one per node inside it (fused: no barriers apart)
-            hierarchical = hierarchy.pays(nodes) and hierarchy.blocked(nodes)
-            steps.append((nodes, fused, len(launches), hierarchical))
+            steps.append((nodes, fused, len(launches), _steps_inside_the_node(nodes)))
     ctx.close()
     return wrong, steps
 
@@ -336,19 +345,18 @@ def _hierarchical_all_gather():
 def test_the_hierarchical_all_gather_gathers_every_block_in_member_order_for_every_node_layout(ranks):
     """With members in node blocks (as torchrun and Slurm number them), all_gather goes across nodes first
     (each member's block to the members at its place on the other nodes: 1 / G of the flat gather's traffic
-    over the network) and then inside each node; other layouts gather flat. Every layout, shapes, dtypes,
+    over the network) and then inside each node, once per node; members dealt to the nodes in turn
+    (0, 1, 0, 1) the same, with one step inside the node; other layouts gather flat. Every layout, shapes, dtypes,
     fused or not (the layout forced by Config.hierarchy, since this host is one node)."""
     for rank, (wrong, steps) in enumerate(ranks.run(_hierarchical_all_gather)):
         assert wrong == [], (rank, wrong)
-        for nodes, fused, launches, hierarchical in steps:
-            count = len(set(nodes))  # fused: a launch per step; else each step's barriers too (none between)
-            want = (1 + count if fused else 2 * count + 4) if hierarchical else (1 if fused else 3)
+        for nodes, fused, launches, inside in steps:  # fused: a launch per step; else each step's barriers too
+            want = (1 + inside if fused else 2 * inside + 4) if inside else (1 if fused else 3)
             assert launches == want, (rank, nodes, fused, launches)
-        assert any(hierarchical for *_, hierarchical in steps) == (ranks.world_size == 4)
+        assert any(inside for *_, inside in steps) == (ranks.world_size == 4)
 
 
 def _hierarchical_reduce_scatter():
-    from iris.ccl import hierarchy
     from iris.ccl.reduce_scatter import reduce_scatter
 
     ctx = iris.iris(1 << 22)
@@ -376,8 +384,7 @@ def _hierarchical_reduce_scatter():
             want = reduce(every)[rank * shape[0]:(rank + 1) * shape[0]].to(dtype)
             if not torch.equal(out, want):
                 wrong.append((nodes, shape, str(dtype), op.value, fused, int((out != want).sum())))
-            hierarchical = hierarchy.pays(nodes) and hierarchy.blocked(nodes)
-            steps.append((nodes, fused, len(launches), hierarchical))
+            steps.append((nodes, fused, len(launches), _steps_inside_the_node(nodes)))
     # a heap with no room for the workspace: the flat reduce_scatter (every rank alike), right all the same
     x = ctx.full((world * 8,), rank + 1, dtype=torch.float32)
     for size in (1 << 16, 256, 1):  # every byte taken
@@ -391,7 +398,7 @@ def _hierarchical_reduce_scatter():
                                                          fused_bytes=0))
     if not torch.equal(out, torch.full_like(out, world * (world + 1) / 2)):
         wrong.append(("heap full", out.tolist()))
-    steps.append(((0,) * world, False, len(launches), False))
+    steps.append(((0,) * world, False, len(launches), 0))
     ctx.close()
     return wrong, steps
 
@@ -400,16 +407,16 @@ def test_the_hierarchical_reduce_scatter_reduces_every_part_for_every_node_layou
     """With members in node blocks, reduce_scatter reduces inside the node first (each member gets its node's
     sum of the parts of its counterparts on every node: N parts) and then across nodes among the members at
     its place (its own part): (N - 1) parts per member over the network, where the flat one reads W - G.
-    Other layouts reduce flat. SUM, MAX and MIN, shapes, dtypes, fused or not (layouts forced by
-    Config.hierarchy, since this host is one node), each twice (the workspace kept and reused); where the heap
-    has no room for the workspace, flat."""
+    Members dealt to the nodes in turn (0, 1, 0, 1) the same, with one step inside the node (each place's
+    counterparts' parts are one run). Other layouts reduce flat. SUM, MAX and MIN, shapes, dtypes, fused or
+    not (layouts forced by Config.hierarchy, since this host is one node), each twice (the workspace kept and
+    reused); where the heap has no room for the workspace, flat."""
     for rank, (wrong, steps) in enumerate(ranks.run(_hierarchical_reduce_scatter)):
         assert wrong == [], (rank, wrong)
-        for nodes, fused, launches, hierarchical in steps:
-            count = len(set(nodes))  # a launch per node inside it, then one across (not fused: + barriers)
-            want = (count + 1 if fused else 2 * count + 3) if hierarchical else (1 if fused else 3)
+        for nodes, fused, launches, inside in steps:  # the steps inside the node, then one across
+            want = (inside + 1 if fused else 2 * inside + 3) if inside else (1 if fused else 3)
             assert launches == want, (rank, nodes, fused, launches)
-        assert any(hierarchical for *_, hierarchical in steps) == (ranks.world_size == 4)
+        assert any(inside for *_, inside in steps) == (ranks.world_size == 4)
 
 
 @pytest.mark.parametrize("value", [(0, 1.5), "0,1", (-1, 0)])

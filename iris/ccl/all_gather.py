@@ -4,8 +4,9 @@ Members on several nodes in node blocks (G members on each of N nodes, numbered 
 torchrun and Slurm do; the node of each member from ``Config.hierarchy`` or the context's node map)
 gather hierarchically: first across nodes, each member's block to the members at its place on the
 other nodes (its cross team), then inside each node, every block a member holds to the node's other
-members. The network then carries (N - 1) x M per member instead of (W - G) x M. Other layouts, and
-one node, gather flat.
+members. The network then carries (N - 1) x M per member instead of (W - G) x M. Members dealt to the
+nodes in turn (member g on the (g mod N)-th node: (0, 1, 0, 1)) gather the same way, the step inside the
+node one launch (each place's blocks are one run). Other layouts, and one node, gather flat.
 """
 
 from __future__ import annotations
@@ -90,6 +91,9 @@ def all_gather(output, input, ctx, group=None, async_op=False, config=None):
     if hierarchy.pays(nodes) and hierarchy.blocked(nodes):
         return _gather_hierarchically(ctx, output.reshape(-1), input.reshape(-1), config, group,
                                       *hierarchy.teams(members.ranks, nodes, ctx.get_rank(), what), async_op)
+    if hierarchy.pays(nodes) and hierarchy.dealt(nodes):
+        return _gather_dealt(ctx, output.reshape(-1), input.reshape(-1), config,
+                             *hierarchy.teams(members.ranks, nodes, ctx.get_rank(), what), async_op)
     return _gather(ctx, output, input, input.numel(), group, async_op, config)
 
 
@@ -117,3 +121,16 @@ def _gather_hierarchically(ctx, output, input, config, group, node_team, cross_t
         launches += _gather(ctx, output[node * size * numel:], mine, numel, node_team,
                             async_op or node < len(cross_team) - 1, config)
     return launches
+
+
+def _gather_dealt(ctx, output, input, config, node_team, cross_team, async_op: bool) -> list:
+    """all_gather of members dealt to the nodes in turn (module doc): with M elements per member and N nodes,
+    member g = i N + n (place i on node n) gets its block at output[g M:]. The cross team of place i is
+    members i N, ..., i N + N - 1: across nodes it gathers into their run of blocks at output[i N M:]; then
+    inside the node, one step: each member's run of N blocks into the same run of every member of the node.
+    The group's barriers begin the first step; the cross step's exit barrier (every block of the run
+    arrived) begins the second."""
+    numel, count = input.numel(), len(cross_team)
+    run = output[node_team.index(ctx.get_rank()) * count * numel:][:count * numel]
+    launches = _gather(ctx, run, input, numel, cross_team, False, config)
+    return launches + _gather(ctx, output, run, count * numel, node_team, async_op, config)

@@ -79,3 +79,17 @@ def blocked(nodes: tuple[int, ...]) -> bool:
     sizes = {len(members) for members in by_node.values()}
     return len(sizes) == 1 and all(members == list(range(members[0], members[0] + len(members)))
                                    for members in by_node.values())
+
+
+def dealt(nodes: tuple[int, ...]) -> bool:
+    """Whether members are dealt to the nodes in turn, member g on the (g mod N)-th of N nodes (as a job
+    numbered round-robin over its nodes): each place's members (one per node) are then consecutive in
+    member order, the layout whose gathered blocks a cross step places in one run.
+
+    Example:
+        >>> dealt((0, 1, 0, 1)), dealt((0, 0, 1, 1))
+        (True, False)
+    """
+    count = len(set(nodes))
+    return len(nodes) % count == 0 and len(set(nodes[:count])) == count and \
+        all(node == nodes[g % count] for g, node in enumerate(nodes))

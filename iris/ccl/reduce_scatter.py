@@ -13,8 +13,10 @@ group is the whole job: first inside the node, where the member at place i gets 
 i, G + i, 2G + i, ... (one per node: its counterparts' parts) into a kept heap workspace of N parts, then
 across nodes among the members at place i, each getting its own part summed over the nodes. The network
 then carries (N - 1) parts per member instead of (W - G); floats are rounded to the data's dtype between
-the steps. A group that is not the whole job reduces flat (the workspace is a heap allocation that every
-rank makes), and so do other layouts, one node, and a heap with no room for the workspace (logged).
+the steps. Members dealt to the nodes in turn (member g on the (g mod N)-th node) reduce the same way,
+inside the node in one step. A group that is not the whole job reduces flat (the workspace is a heap
+allocation that every rank makes), and so do other layouts, one node, and a heap with no room for the
+workspace (logged).
 """
 
 from __future__ import annotations
@@ -110,12 +112,13 @@ def reduce_scatter(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=Fal
                          f"(elements {members.index} x M on; other members read the rest)")
     if not interleaved:
         nodes = hierarchy.nodes_of_members(ctx, config, members, what)
-        if hierarchy.pays(nodes) and hierarchy.blocked(nodes) and members.size == ctx.get_num_ranks():
+        blocked = hierarchy.blocked(nodes)
+        if hierarchy.pays(nodes) and (blocked or hierarchy.dealt(nodes)) and members.size == ctx.get_num_ranks():
             node_team, cross_team = hierarchy.teams(members.ranks, nodes, ctx.get_rank(), what)
             sums = _node_sums(ctx, len(cross_team) * output.numel(), input.dtype)
             if sums is not None:
                 return _reduce_hierarchically(ctx, output.reshape(-1), input.reshape(-1), op, config, node_team,
-                                              cross_team, sums)
+                                              cross_team, sums, blocked)
     numel = input.numel() if interleaved else output.numel()
     blocks = triton.cdiv(numel, config.block_size)
     programs = triton.cdiv(blocks, members.size) if interleaved else blocks
@@ -141,17 +144,22 @@ def _node_sums(ctx, numel: int, dtype):
     return ctx.ccl.kept_workspace(("reduce_scatter (hierarchical)", numel, dtype), make)
 
 
-def _reduce_hierarchically(ctx, output, input, op, config, node_team, cross_team, sums) -> list:
-    """reduce_scatter of members in node blocks (module doc): with M elements per part, G members per node
-    and N nodes, member g = n G + i (node n, place i) gets part g reduced over every member. Inside the
-    node, for each node m, the node's members reduce parts m G, ..., m G + G - 1 and the member at place
-    i keeps part m G + i's node sum at ``sums[m M:]``; then the cross team of place i reduces ``sums``,
-    member n getting part n. The last step always ends with its barrier: the next call rewrites the
-    ``sums`` that this one's cross members read."""
+def _reduce_hierarchically(ctx, output, input, op, config, node_team, cross_team, sums, blocked: bool) -> list:
+    """reduce_scatter of members in node blocks (``blocked``) or dealt to the nodes in turn (module doc), with
+    M elements per part, G members per node and N nodes. In node blocks member g = n G + i (node n, place
+    i): inside the node, for each node m, the node's members reduce parts m G, ..., m G + G - 1 and the
+    member at place i keeps part m G + i's node sum at ``sums[m M:]``. Dealt, member g = i N + n: the parts
+    of place i's cross team are one run, i N, ..., i N + N - 1, which one reduce inside the node leaves in
+    ``sums``. Then the cross team of place i reduces ``sums``, member n getting part n (its own). The last
+    step always ends with its barrier: the next call rewrites the ``sums`` that this one's cross members
+    read."""
     numel, size, count = output.numel(), len(node_team), len(cross_team)
     inside = dataclasses.replace(config, hierarchy=None)  # each step's members: one node, or one per node
+    if blocked:  # (node sums, the parts they sum) of each step inside the node
+        steps = [(sums[m * numel:][:numel], input[m * size * numel:][:size * numel]) for m in range(count)]
+    else:
+        steps = [(sums, input)]
     launches = []
-    for node in range(count):  # no barrier after these: the next one's, and the cross step's, begin with one
-        launches += reduce_scatter(sums[node * numel:][:numel], input[node * size * numel:][:size * numel], ctx,
-                                   op=op, group=node_team, async_op=True, config=inside)
+    for node_sums, parts in steps:  # no barrier after these: the next step's begins with one
+        launches += reduce_scatter(node_sums, parts, ctx, op=op, group=node_team, async_op=True, config=inside)
     return launches + reduce_scatter(output, sums, ctx, op=op, group=cross_team, config=inside)
