@@ -289,7 +289,7 @@ def test_the_hierarchical_all_reduce_reduces_every_element_for_every_node_layout
 
 
 def test_the_hierarchy_splits_members_into_node_and_cross_node_teams():
-    from iris.ccl.hierarchy import blocked, dealt, pays, teams
+    from iris.ccl.hierarchy import arrangement, blocked, dealt, pays, teams
 
     assert teams((0, 1, 2, 3), (0, 0, 1, 1), rank=2) == ((2, 3), (0, 2))
     assert teams((0, 1, 2, 3), (0, 1, 0, 1), rank=3) == ((1, 3), (2, 3))
@@ -307,16 +307,16 @@ def test_the_hierarchy_splits_members_into_node_and_cross_node_teams():
     assert not blocked((0, 1, 0, 1)) and not blocked((0, 0, 1)) and not blocked((0, 1, 1, 0))
     assert dealt((0, 1, 0, 1)) and dealt((1, 0, 1, 0)) and dealt((0, 1, 2, 0, 1, 2))
     assert not dealt((0, 0, 1, 1)) and not dealt((0, 1, 1, 0)) and not dealt((0, 1, 0))
+    assert [arrangement(n) for n in ((0, 0, 1, 1), (0, 1, 0, 1), (0, 1, 1, 0), (0, 0, 0, 0), (0, 1))] == \
+        ["blocked", "dealt", None, None, None]
 
 
 def _steps_inside_the_node(nodes) -> int:
     """How many steps a hierarchical all_gather or reduce_scatter takes inside the node (beside its one
     across nodes): one per node for members in node blocks, one for members dealt in turn; 0: flat."""
-    from iris.ccl import hierarchy
+    from iris.ccl.hierarchy import arrangement
 
-    if not hierarchy.pays(nodes) or not (hierarchy.blocked(nodes) or hierarchy.dealt(nodes)):
-        return 0
-    return len(set(nodes)) if hierarchy.blocked(nodes) else 1
+    return {"blocked": len(set(nodes)), "dealt": 1, None: 0}[arrangement(nodes)]
 
 
 def _hierarchical_all_gather():

@@ -88,12 +88,11 @@ def all_gather(output, input, ctx, group=None, async_op=False, config=None):
                          f"{input.dtype} elements, shape ({members.size}*M, N)); got {tuple(output.shape)} "
                          f"{output.dtype} for input {tuple(input.shape)}")
     nodes = hierarchy.nodes_of_members(ctx, config, members, what)
-    if hierarchy.pays(nodes) and hierarchy.blocked(nodes):
-        return _gather_hierarchically(ctx, output.reshape(-1), input.reshape(-1), config, group,
-                                      *hierarchy.teams(members.ranks, nodes, ctx.get_rank(), what), async_op)
-    if hierarchy.pays(nodes) and hierarchy.dealt(nodes):
-        return _gather_dealt(ctx, output.reshape(-1), input.reshape(-1), config,
-                             *hierarchy.teams(members.ranks, nodes, ctx.get_rank(), what), async_op)
+    arrangement = hierarchy.arrangement(nodes)
+    if arrangement is not None:
+        gather = _gather_hierarchically if arrangement == "blocked" else _gather_dealt
+        return gather(ctx, output.reshape(-1), input.reshape(-1), config,
+                      *hierarchy.teams(members.ranks, nodes, ctx.get_rank(), what), async_op)
     return _gather(ctx, output, input, input.numel(), group, async_op, config)
 
 
@@ -107,7 +106,7 @@ def _gather(ctx, dst, src, stride: int, group, async_op: bool, config) -> list:
                        members.index, ctx.get_rank(), ctx.get_heap_bases(), BLOCK=config.block_size)
 
 
-def _gather_hierarchically(ctx, output, input, config, group, node_team, cross_team, async_op: bool) -> list:
+def _gather_hierarchically(ctx, output, input, config, node_team, cross_team, async_op: bool) -> list:
     """all_gather of members in node blocks (module doc): with M elements per member, G per node and N nodes,
     member g = n G + i (node n, place i) gets its block at output[g M:]. Across nodes, the cross team of
     place i gathers into blocks i, G + i, 2 G + i, ... (stride G M); then inside the node, for each node m,

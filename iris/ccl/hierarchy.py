@@ -93,3 +93,17 @@ def dealt(nodes: tuple[int, ...]) -> bool:
     count = len(set(nodes))
     return len(nodes) % count == 0 and len(set(nodes[:count])) == count and \
         all(node == nodes[g % count] for g, node in enumerate(nodes))
+
+
+def arrangement(nodes: tuple[int, ...]) -> str | None:
+    """How a hierarchical all_gather or reduce_scatter runs over members on ``nodes``: "blocked" (members
+    in node blocks), "dealt" (dealt to the nodes in turn), or None (flat: the hierarchy does not pay, or
+    the layout is neither).
+
+    Example:
+        >>> arrangement((0, 0, 1, 1)), arrangement((0, 1, 0, 1)), arrangement((0, 1, 1, 0))
+        ('blocked', 'dealt', None)
+    """
+    if not pays(nodes):
+        return None
+    return "blocked" if blocked(nodes) else "dealt" if dealt(nodes) else None

@@ -112,13 +112,13 @@ def reduce_scatter(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=Fal
                          f"(elements {members.index} x M on; other members read the rest)")
     if not interleaved:
         nodes = hierarchy.nodes_of_members(ctx, config, members, what)
-        blocked = hierarchy.blocked(nodes)
-        if hierarchy.pays(nodes) and (blocked or hierarchy.dealt(nodes)) and members.size == ctx.get_num_ranks():
+        arrangement = hierarchy.arrangement(nodes)
+        if arrangement is not None and members.size == ctx.get_num_ranks():
             node_team, cross_team = hierarchy.teams(members.ranks, nodes, ctx.get_rank(), what)
             sums = _node_sums(ctx, len(cross_team) * output.numel(), input.dtype)
             if sums is not None:
                 return _reduce_hierarchically(ctx, output.reshape(-1), input.reshape(-1), op, config, node_team,
-                                              cross_team, sums, blocked)
+                                              cross_team, sums, arrangement == "blocked")
     numel = input.numel() if interleaved else output.numel()
     blocks = triton.cdiv(numel, config.block_size)
     programs = triton.cdiv(blocks, members.size) if interleaved else blocks
