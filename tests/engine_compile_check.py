@@ -124,6 +124,7 @@ def matmul_reduce(scatter, owner, comm_programs=0):
 
 
 PUT, GET = "nvshmemx_putmem_block", "nvshmemx_getmem_block"
+steps = {"src_step": "i64", "dst_step": "i64"}  # all_gather's and reduce_scatter's repeats
 calls = {}  # call sites of the block transfer, per case
 for symbol, (kernel, signature, constants) in (
     (PUT, matmul_reduce(scatter=False, owner=False)),  # the fused ops' partial tiles (and owner's sums)
@@ -132,7 +133,8 @@ for symbol, (kernel, signature, constants) in (
     (PUT, matmul_reduce(scatter=False, owner=False, comm_programs=1)),
     (PUT, all_reduce("*bf16", "two_shot")),
     (PUT, all_reduce("*fp32", "ring")),
-    (PUT, (_all_gather_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", "stride": "i32", **group, **barrier},
+    (PUT, (_all_gather_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", "stride": "i32", **steps, **group,
+                                 **barrier},
            launch)),
     (PUT, (_all_reduce_push_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", "blocks": "i32", **group,
                                      "landing": "*bf16", "flags": "*i32", "counts": "*i32"},
@@ -140,7 +142,7 @@ for symbol, (kernel, signature, constants) in (
             "TRACE": False})),
     (GET, all_reduce("*bf16", "one_shot")),
     (GET, all_reduce("*fp32", "two_shot", "max")),
-    (GET, (_reduce_scatter_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", **group, **barrier},
+    (GET, (_reduce_scatter_kernel, {"src": "*bf16", "dst": "*bf16", "numel": "i32", **steps, **group, **barrier},
            {**launch, "INTERLEAVED": False, "OP": "sum", "ACC": tl.float32})),
 ):
     signature.update({name: "constexpr" for name in constants})

@@ -313,10 +313,11 @@ def test_the_hierarchy_splits_members_into_node_and_cross_node_teams():
 
 def _steps_inside_the_node(nodes) -> int:
     """How many steps a hierarchical all_gather or reduce_scatter takes inside the node (beside its one
-    across nodes): one per node for members in node blocks, one for members dealt in turn; 0: flat."""
+    across nodes): one, for members in node blocks (every node's blocks in one launch) and for members dealt
+    in turn; 0: flat."""
     from iris.ccl.hierarchy import arrangement
 
-    return {"blocked": len(set(nodes)), "dealt": 1, None: 0}[arrangement(nodes)]
+    return 0 if arrangement(nodes) is None else 1
 
 
 def _hierarchical_all_gather():
@@ -345,8 +346,8 @@ def _hierarchical_all_gather():
 def test_the_hierarchical_all_gather_gathers_every_block_in_member_order_for_every_node_layout(ranks):
     """With members in node blocks (as torchrun and Slurm number them), all_gather goes across nodes first
     (each member's block to the members at its place on the other nodes: 1 / G of the flat gather's traffic
-    over the network) and then inside each node, once per node; members dealt to the nodes in turn
-    (0, 1, 0, 1) the same, with one step inside the node; other layouts gather flat. Every layout, shapes, dtypes,
+    over the network) and then inside each node, every node's blocks in one step; members dealt to the nodes
+    in turn (0, 1, 0, 1) the same; other layouts gather flat. Every layout, shapes, dtypes,
     fused or not (the layout forced by Config.hierarchy, since this host is one node)."""
     for rank, (wrong, steps) in enumerate(ranks.run(_hierarchical_all_gather)):
         assert wrong == [], (rank, wrong)

@@ -21,13 +21,15 @@ from iris.device.tracing import elements_bytes
 
 
 @triton.jit
-def _all_gather_piece(pid, trace, src, dst, numel, stride, members, count, index, cur, heap_bases,
-                      BLOCK: tl.constexpr):
+def _all_gather_piece(pid, trace, src, dst, numel, stride, src_step, dst_step, members, count, index, cur,
+                      heap_bases, BLOCK: tl.constexpr):
+    pieces = tl.cdiv(numel, BLOCK)  # per repeat
+    repeat = pid // pieces
+    offs = tl.cast(pid - repeat * pieces, tl.int64) * BLOCK + tl.arange(0, BLOCK)
     span = trace.start(tracing.PUT, cur, -1, dst, pid, -1, elements_bytes(dst, count * BLOCK))
-    offs = tl.cast(pid, tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel
-    data = tl.load(src + offs, mask=mask)
-    slot = dst + tl.cast(index, tl.int64) * stride + offs
+    data = tl.load(src + tl.cast(repeat, tl.int64) * src_step + offs, mask=mask)
+    slot = dst + tl.cast(repeat, tl.int64) * dst_step + tl.cast(index, tl.int64) * stride + offs
     store_to_members(slot, data, members, count, index, cur, heap_bases, mask, 0)  # from a different peer on each
     trace.end(span)
 
@@ -51,13 +53,16 @@ def store_to_members(slot, data, members, count, start, cur, heap_bases, mask, f
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
-def _all_gather_kernel(src, dst, numel, stride, members, count, index, cur, heap_bases, arrivals, expected, programs,
-                       FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr,
+def _all_gather_kernel(src, dst, numel, stride, src_step, dst_step, members, count, index, cur, heap_bases, arrivals,
+                       expected, programs, FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr,
                        BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr, BLOCK: tl.constexpr):
-    """Member ``index``'s ``numel`` elements of ``src`` into ``dst + index * stride`` of every member."""
+    """Member ``index``'s ``numel`` elements of ``src`` into ``dst + index * stride`` of every member, and so
+    on for each repeat r (``programs`` / cdiv(numel, BLOCK) of them): ``src + r * src_step`` into ``dst + r *
+    dst_step + index * stride``."""
     trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, TRACE)
     for pid in range(tl.program_id(0), programs, tl.num_programs(0)):  # skeleton: iris.device.barrier
-        _all_gather_piece(pid, trace, src, dst, numel, stride, members, count, index, cur, heap_bases, BLOCK)
+        _all_gather_piece(pid, trace, src, dst, numel, stride, src_step, dst_step, members, count, index, cur,
+                          heap_bases, BLOCK)
     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 
 
@@ -96,30 +101,32 @@ def all_gather(output, input, ctx, group=None, async_op=False, config=None):
     return _gather(ctx, output, input, input.numel(), group, async_op, config)
 
 
-def _gather(ctx, dst, src, stride: int, group, async_op: bool, config) -> list:
+def _gather(ctx, dst, src, stride: int, group, async_op: bool, config, repeats: int = 1, src_step: int = 0,
+            dst_step: int = 0) -> list:
     """Every member's ``src`` into ``dst`` (a heap tensor, or a view of one) at ``index * stride`` elements,
-    ``index`` its place in ``group``."""
+    ``index`` its place in ``group``; with ``repeats`` > 1, ``src`` being the first of that many blocks
+    ``src_step`` elements apart, each into ``dst`` ``dst_step`` elements further on than the one before (one
+    launch; ``src`` and ``dst`` views reaching that far)."""
     members = ctx.team.participants(group)
     numel = src.numel()
-    return _common.run(ctx, group, async_op, _common.fuse(config, src.nbytes), _all_gather_kernel,
-                       triton.cdiv(numel, config.block_size), src, dst, numel, stride, members.tensor, members.size,
-                       members.index, ctx.get_rank(), ctx.get_heap_bases(), BLOCK=config.block_size)
+    return _common.run(ctx, group, async_op, _common.fuse(config, repeats * src.nbytes), _all_gather_kernel,
+                       repeats * triton.cdiv(numel, config.block_size), src, dst, numel, stride, src_step, dst_step,
+                       members.tensor, members.size, members.index, ctx.get_rank(), ctx.get_heap_bases(),
+                       BLOCK=config.block_size)
 
 
 def _gather_hierarchically(ctx, output, input, config, node_team, cross_team, async_op: bool) -> list:
     """all_gather of members in node blocks (module doc): with M elements per member, G per node and N nodes,
     member g = n G + i (node n, place i) gets its block at output[g M:]. Across nodes, the cross team of
-    place i gathers into blocks i, G + i, 2 G + i, ... (stride G M); then inside the node, for each node m,
-    the node's members gather block m G + i of each into output[m G M:]. The group's barriers (the
-    collective's own) begin the first step; each step's own begin the next."""
-    numel, size = input.numel(), len(node_team)
+    place i gathers into blocks i, G + i, 2 G + i, ... (stride G M); then inside the node, in one launch, for
+    each node m the node's members gather block m G + i of each into output[m G M:]. The group's barriers
+    (the collective's own) begin the first step; the cross step's exit barrier begins the second."""
+    numel, size, count = input.numel(), len(node_team), len(cross_team)
     place = node_team.index(ctx.get_rank())
     launches = _gather(ctx, output[place * numel:], input, size * numel, cross_team, False, config)
-    for node in range(len(cross_team)):
-        mine = output[(node * size + place) * numel:][:numel]  # what the cross step brought from that node
-        launches += _gather(ctx, output[node * size * numel:], mine, numel, node_team,
-                            async_op or node < len(cross_team) - 1, config)
-    return launches
+    firsts = output[place * numel:][:numel]  # what the cross step brought from node 0; node m's: m G M further
+    return launches + _gather(ctx, output, firsts, numel, node_team, async_op, config, repeats=count,
+                              src_step=size * numel, dst_step=size * numel)
 
 
 def _gather_dealt(ctx, output, input, config, node_team, cross_team, async_op: bool) -> list:

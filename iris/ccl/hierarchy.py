@@ -16,6 +16,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+
 
 def _members_by_node(nodes: tuple[int, ...], ranks: tuple[int, ...]) -> dict[int, list[int]]:
     by_node: dict[int, list[int]] = {}
@@ -36,6 +38,7 @@ def nodes_of_members(ctx, config, members, what: str) -> tuple[int, ...]:
     return tuple(nodes[rank] for rank in members.ranks)
 
 
+@functools.lru_cache(maxsize=64)  # asked on every call not replayed, of the same few layouts
 def teams(ranks: tuple[int, ...], nodes: tuple[int, ...], rank: int,
           what: str = "all_reduce (hierarchical)") -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(the node team, the cross team) of ``rank`` among members ``ranks`` on ``nodes`` (one per member).
@@ -95,6 +98,7 @@ def dealt(nodes: tuple[int, ...]) -> bool:
         all(node == nodes[g % count] for g, node in enumerate(nodes))
 
 
+@functools.lru_cache(maxsize=64)
 def arrangement(nodes: tuple[int, ...]) -> str | None:
     """How a hierarchical all_gather or reduce_scatter runs over members on ``nodes``: "blocked" (members
     in node blocks), "dealt" (dealt to the nodes in turn), or None (flat: the hierarchy does not pay, or

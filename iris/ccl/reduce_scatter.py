@@ -10,13 +10,13 @@ Two layouts, told apart by the output's size:
 In torch's layout, members on several nodes in node blocks (G members on each of N nodes, numbered node
 by node; the nodes from ``Config.hierarchy`` or the context's node map) reduce hierarchically when the
 group is the whole job: first inside the node, where the member at place i gets its node's sum of parts
-i, G + i, 2G + i, ... (one per node: its counterparts' parts) into a kept heap workspace of N parts, then
-across nodes among the members at place i, each getting its own part summed over the nodes. The network
-then carries (N - 1) parts per member instead of (W - G); floats are rounded to the data's dtype between
-the steps. Members dealt to the nodes in turn (member g on the (g mod N)-th node) reduce the same way,
-inside the node in one step. A group that is not the whole job reduces flat (the workspace is a heap
-allocation that every rank makes), and so do other layouts, one node, and a heap with no room for the
-workspace (logged).
+i, G + i, 2G + i, ... (one per node: its counterparts' parts) into a kept heap workspace of N parts (one
+launch for all N), then across nodes among the members at place i, each getting its own part summed over
+the nodes. The network then carries (N - 1) parts per member instead of (W - G); floats are rounded to the
+data's dtype between the steps. Members dealt to the nodes in turn (member g on the (g mod N)-th node)
+reduce the same way. A group that is not the whole job reduces flat (the workspace is a heap allocation
+that every rank makes), and so do other layouts, one node, and a heap with no room for the workspace
+(logged).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from iris.logging import WARNING, log
 
 
 @triton.jit
-def _reduce_scatter_piece(pid, trace, src, dst, numel, members, count, index, cur, heap_bases,
+def _reduce_scatter_piece(pid, trace, src, dst, numel, src_step, dst_step, members, count, index, cur, heap_bases,
                           INTERLEAVED: tl.constexpr, OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
     span = trace.start(tracing.REDUCE, cur, -1, src, pid, -1, elements_bytes(src, count * BLOCK))
     lanes = tl.arange(0, BLOCK)
@@ -44,24 +44,30 @@ def _reduce_scatter_piece(pid, trace, src, dst, numel, members, count, index, cu
         offs = (tl.cast(pid, tl.int64) * count + index) * BLOCK + lanes
         out = offs
         mask = offs < numel
-    else:  # numel: of the output, one member's share of the input
-        out = tl.cast(pid, tl.int64) * BLOCK + lanes
-        offs = tl.cast(index, tl.int64) * numel + out
-        mask = out < numel
+    else:  # numel: of the output, one member's share of the input (of each repeat's)
+        pieces = tl.cdiv(numel, BLOCK)
+        repeat = pid // pieces
+        within = tl.cast(pid - repeat * pieces, tl.int64) * BLOCK + lanes
+        offs = tl.cast(repeat, tl.int64) * src_step + tl.cast(index, tl.int64) * numel + within
+        out = tl.cast(repeat, tl.int64) * dst_step + within
+        mask = within < numel
     acc = reduce_block(src, offs, mask, members, count, index, cur, heap_bases, OP, ACC)
     tl.store(dst + out, acc.to(dst.dtype.element_ty), mask=mask)
     trace.end(span)
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
-def _reduce_scatter_kernel(src, dst, numel, members, count, index, cur, heap_bases, arrivals, expected, programs,
-                           FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr,
+def _reduce_scatter_kernel(src, dst, numel, src_step, dst_step, members, count, index, cur, heap_bases, arrivals,
+                           expected, programs, FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr,
                            BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr, INTERLEAVED: tl.constexpr,
                            OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """Torch's layout: this member's part of ``src`` reduced into ``dst``, and so on for each repeat r
+    (``programs`` / cdiv(numel, BLOCK) of them) from ``src + r * src_step`` into ``dst + r * dst_step``; the
+    original's: its two_shot slice of ``src`` into the same positions of ``dst`` (see the module doc)."""
     trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, TRACE)
     for pid in range(tl.program_id(0), programs, tl.num_programs(0)):  # skeleton: iris.device.barrier
-        _reduce_scatter_piece(pid, trace, src, dst, numel, members, count, index, cur, heap_bases, INTERLEAVED, OP,
-                              ACC, BLOCK)
+        _reduce_scatter_piece(pid, trace, src, dst, numel, src_step, dst_step, members, count, index, cur,
+                              heap_bases, INTERLEAVED, OP, ACC, BLOCK)
     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 
 
@@ -119,12 +125,20 @@ def reduce_scatter(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=Fal
             if sums is not None:
                 return _reduce_hierarchically(ctx, output.reshape(-1), input.reshape(-1), op, config, node_team,
                                               cross_team, sums, arrangement == "blocked")
+    return _reduce(ctx, output, input, op, group, async_op, config, interleaved)
+
+
+def _reduce(ctx, output, input, op, group, async_op: bool, config, interleaved: bool, repeats: int = 1) -> list:
+    """The reduce_scatter kernel's launches (checked arguments); with ``repeats`` > 1 (torch's layout),
+    ``input`` and ``output`` are the first of that many problems, each the last one's size further on (one
+    launch; views reaching that far)."""
+    members = ctx.team.participants(group)
     numel = input.numel() if interleaved else output.numel()
     blocks = triton.cdiv(numel, config.block_size)
-    programs = triton.cdiv(blocks, members.size) if interleaved else blocks
-    return _common.run(ctx, group, async_op, _common.fuse(config, input.nbytes), _reduce_scatter_kernel, programs,
-                       input, output, numel, members.tensor, members.size, members.index, ctx.get_rank(),
-                       ctx.get_heap_bases(), INTERLEAVED=interleaved, OP=op.value,
+    programs = triton.cdiv(blocks, members.size) if interleaved else repeats * blocks
+    return _common.run(ctx, group, async_op, _common.fuse(config, repeats * input.nbytes), _reduce_scatter_kernel,
+                       programs, input, output, numel, input.numel(), numel, members.tensor, members.size,
+                       members.index, ctx.get_rank(), ctx.get_heap_bases(), INTERLEAVED=interleaved, OP=op.value,
                        ACC=tl.float32 if input.dtype.is_floating_point else tl.int32, BLOCK=config.block_size)
 
 
@@ -147,19 +161,16 @@ def _node_sums(ctx, numel: int, dtype):
 def _reduce_hierarchically(ctx, output, input, op, config, node_team, cross_team, sums, blocked: bool) -> list:
     """reduce_scatter of members in node blocks (``blocked``) or dealt to the nodes in turn (module doc), with
     M elements per part, G members per node and N nodes. In node blocks member g = n G + i (node n, place
-    i): inside the node, for each node m, the node's members reduce parts m G, ..., m G + G - 1 and the
-    member at place i keeps part m G + i's node sum at ``sums[m M:]``. Dealt, member g = i N + n: the parts
-    of place i's cross team are one run, i N, ..., i N + N - 1, which one reduce inside the node leaves in
-    ``sums``. Then the cross team of place i reduces ``sums``, member n getting part n (its own). The last
-    step always ends with its barrier: the next call rewrites the ``sums`` that this one's cross members
-    read."""
+    i): inside the node, in one launch, for each node m the node's members reduce parts m G, ..., m G + G - 1
+    and the member at place i keeps part m G + i's node sum at ``sums[m M:]``. Dealt, member g = i N + n:
+    the parts of place i's cross team are one run, i N, ..., i N + N - 1, which one reduce inside the node
+    leaves in ``sums``. Then the cross team of place i reduces ``sums``, member n getting part n (its own).
+    The last step always ends with its barrier: the next call rewrites the ``sums`` that this one's cross
+    members read."""
     numel, size, count = output.numel(), len(node_team), len(cross_team)
     inside = dataclasses.replace(config, hierarchy=None)  # each step's members: one node, or one per node
-    if blocked:  # (node sums, the parts they sum) of each step inside the node
-        steps = [(sums[m * numel:][:numel], input[m * size * numel:][:size * numel]) for m in range(count)]
+    if blocked:  # node 0's node sums and the parts they sum; node m's, m M and m G M further on
+        launches = _reduce(ctx, sums[:numel], input[:size * numel], op, node_team, True, inside, False, count)
     else:
-        steps = [(sums, input)]
-    launches = []
-    for node_sums, parts in steps:  # no barrier after these: the next step's begins with one
-        launches += reduce_scatter(node_sums, parts, ctx, op=op, group=node_team, async_op=True, config=inside)
-    return launches + reduce_scatter(output, sums, ctx, op=op, group=cross_team, config=inside)
+        launches = _reduce(ctx, sums, input, op, node_team, True, inside, False)
+    return launches + _reduce(ctx, output, sums, op, cross_team, False, inside, False)

@@ -170,9 +170,9 @@ def _push(part, tile, rows, cols, tile_n, partials, outbox, M, N, width, members
     across nodes (the engine path) the tile is stored in this rank's ``outbox`` (an (M, N) heap tensor) first
     and put from there: one block transfer per tile row toward a member on another node, not one engine
     store per element (a slot of its own cannot serve: reduce_scatter's slots hold other columns)."""
+    mine = outbox + rows[:, None].to(tl.int64) * N + cols[None, :]  # the tile in the outbox
     if rma.ENGINE:
-        tl.store(outbox + rows[:, None].to(tl.int64) * N + cols[None, :], part,
-                 mask=(rows[:, None] < M) & (cols[None, :] < N))
+        tl.store(mine, part, mask=(rows[:, None] < M) & (cols[None, :] < N))
     for i in range(0, count):  # start at a different member on every rank
         position = (index + i) % count
         lo, own = _owned(position, N, width, SCATTER)
@@ -180,8 +180,7 @@ def _push(part, tile, rows, cols, tile_n, partials, outbox, M, N, width, members
             mask = (rows[:, None] < M) & (cols[None, :] >= lo) & (cols[None, :] < lo + own)
             place = index * (tl.cast(M, tl.int64) * own) + rows[:, None].to(tl.int64) * own + (cols[None, :] - lo)
             if rma.ENGINE:
-                rma.put(outbox + rows[:, None].to(tl.int64) * N + cols[None, :], partials + place, cur,
-                        tl.load(members + position), heap_bases, mask=mask)
+                rma.put(mine, partials + place, cur, tl.load(members + position), heap_bases, mask=mask)
             else:
                 rma.store(partials + place, part, cur, tl.load(members + position), heap_bases, mask=mask)
 
