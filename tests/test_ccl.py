@@ -96,6 +96,25 @@ def test_repeated_calls_replay_their_launches_on_new_data(ranks):
         assert plans == 6  # all_reduce, all_gather, all_reduce MAX, all_reduce on the views, each config
 
 
+def _broadcasts():
+    ctx = iris.iris(1 << 20)
+    world, rank = ctx.get_num_ranks(), ctx.get_rank()
+    seen = []
+    for src in range(world):
+        for numel, fused_bytes in ((1000, 1 << 20), (1000, 0), (3, 0)):  # one fused launch, or three
+            t = ctx.full((numel,), float(10 * rank + 1))
+            ctx.ccl.broadcast(t, src=src, config=Config(block_size=64, fused_bytes=fused_bytes))
+            seen.append((src, numel, fused_bytes, sorted(set(t.tolist()))))
+    ctx.close()
+    return seen
+
+
+def test_broadcast_copies_the_sources_tensor_into_every_members(ranks):
+    for seen in ranks.run(_broadcasts):
+        for src, numel, fused_bytes, values in seen:
+            assert values == [float(10 * src + 1)], (src, numel, fused_bytes, values)
+
+
 def test_default_all_reduce_variant_follows_the_tuned_table():
     """iris/ccl/tuned.py is written by benchmarks/ccl.py --tune (tests/test_ccl_benchmark.py checks it is
     what the committed CSVs give); the default variant is its entry for the size, else two_shot."""
