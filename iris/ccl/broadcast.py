@@ -27,8 +27,8 @@ def broadcast(tensor, ctx, src=0, group=None, async_op=False, config=None):
     if src not in members.ranks:
         raise ValueError(f"broadcast: src={src!r} is not a member of the group {list(members.ranks)}")
     numel = tensor.numel()
-    # all_gather's kernel with index 0 (the same slot of every member), with work only on the source;
-    # the others take part in the barriers (inside the kernel when fused).
+    # all_gather's kernel with index 0 (the same slot of every member) and one repeat (steps 0, 0), with
+    # work only on the source; the others take part in the barriers (inside the kernel when fused).
     pieces = triton.cdiv(numel, config.block_size)
     return _common.run(ctx, group, async_op, _common.fuse(config, tensor.nbytes), _all_gather_kernel,
                        pieces if ctx.get_rank() == src else 0, tensor, tensor, numel, numel, 0, 0, members.tensor,
