@@ -43,11 +43,22 @@ if [ "${1:-}" = --quick ]; then
   IRIS_SIMULATION=1 CUDA_VISIBLE_DEVICES=0 python -m pytest conformance -q -p no:cacheprovider -n "$workers" \
     --ranks 4 --hypothesis-profile ci >"$logs/quick-sim4.log" 2>&1 &
   sim_pid=$!
+  sampler=""
+  if command -v nvidia-smi >/dev/null; then  # each GPU's memory every second: how full it was at an out-of-memory
+    nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits -lms 1000 \
+      >"$logs/quick-memory.log" 2>/dev/null &
+    sampler=$!
+  fi
   for job in "tests:$tests_pid" "conformance:$conformance_pid" "sim4:$sim_pid"; do
     name=${job%%:*}
     wait "${job#*:}" || status=1
     echo "[quick] $name: $(grep -E 'passed|failed|error' "$logs/quick-$name.log" | tail -1)"
   done
+  if [ -n "$sampler" ]; then
+    kill "$sampler" 2>/dev/null
+    echo "[quick] GPU memory at its peak: $(awk -F', *' '$2 > peak[$1] { peak[$1] = $2; total[$1] = $3 }
+      END { for (g in peak) printf "GPU %s %d of %d MiB; ", g, peak[g], total[g] }' "$logs/quick-memory.log")"
+  fi
   echo "[quick] gate: $([ $status = 0 ] && echo PASSED || echo FAILED) in $(( $(date +%s) - started )) s" \
     "($gpus GPU(s), $node_ranks ranks on the node, 4 simulated ranks on GPU 0)"
   exit $status
