@@ -95,9 +95,9 @@ def all_gather(output, input, ctx, group=None, async_op=False, config=None):
     nodes = hierarchy.nodes_of_members(ctx, config, members, what)
     arrangement = hierarchy.arrangement(nodes)
     if arrangement is not None:
-        gather = _gather_hierarchically if arrangement == "blocked" else _gather_dealt
-        return gather(ctx, output.reshape(-1), input.reshape(-1), config,
-                      *hierarchy.teams(members.ranks, nodes, ctx.get_rank(), what), async_op)
+        return _gather_hierarchically(ctx, output.reshape(-1), input.reshape(-1), config,
+                                      *hierarchy.teams(members.ranks, nodes, ctx.get_rank(), what), async_op,
+                                      arrangement == "blocked")
     return _gather(ctx, output, input, input.numel(), group, async_op, config)
 
 
@@ -115,28 +115,21 @@ def _gather(ctx, dst, src, stride: int, group, async_op: bool, config, repeats: 
                        BLOCK=config.block_size)
 
 
-def _gather_hierarchically(ctx, output, input, config, node_team, cross_team, async_op: bool) -> list:
-    """all_gather of members in node blocks (module doc): with M elements per member, G per node and N nodes,
-    member g = n G + i (node n, place i) gets its block at output[g M:]. Across nodes, the cross team of
-    place i gathers into blocks i, G + i, 2 G + i, ... (stride G M); then inside the node, in one launch, for
-    each node m the node's members gather block m G + i of each into output[m G M:]. The group's barriers
-    (the collective's own) begin the first step; the cross step's exit barrier begins the second."""
+def _gather_hierarchically(ctx, output, input, config, node_team, cross_team, async_op: bool, blocked: bool) -> list:
+    """all_gather of members in node blocks (``blocked``) or dealt to the nodes in turn (module doc), with M
+    elements per member, G members per node and N nodes: member g gets its block at output[g M:]. In node
+    blocks member g = n G + i (node n, place i): across nodes, the cross team of place i gathers into blocks
+    i, G + i, 2 G + i, ... (G M apart); then inside the node, in one launch repeated for each node m, the
+    node's members gather block m G + i of each into output[m G M:]. Dealt, member g = i N + n: the cross
+    team of place i is members i N, ..., i N + N - 1, which gather into their run of blocks at
+    output[i N M:]; then inside the node each member's run is its one block. The group's barriers begin the
+    first step; the cross step's exit barrier (every block arrived) begins the second."""
     numel, size, count = input.numel(), len(node_team), len(cross_team)
     place = node_team.index(ctx.get_rank())
-    launches = _gather(ctx, output[place * numel:], input, size * numel, cross_team, False, config)
-    firsts = output[place * numel:][:numel]  # what the cross step brought from node 0; node m's: m G M further
-    return launches + _gather(ctx, output, firsts, numel, node_team, async_op, config, repeats=count,
-                              src_step=size * numel, dst_step=size * numel)
-
-
-def _gather_dealt(ctx, output, input, config, node_team, cross_team, async_op: bool) -> list:
-    """all_gather of members dealt to the nodes in turn (module doc): with M elements per member and N nodes,
-    member g = i N + n (place i on node n) gets its block at output[g M:]. The cross team of place i is
-    members i N, ..., i N + N - 1: across nodes it gathers into their run of blocks at output[i N M:]; then
-    inside the node, one step: each member's run of N blocks into the same run of every member of the node.
-    The group's barriers begin the first step; the cross step's exit barrier (every block of the run
-    arrived) begins the second."""
-    numel, count = input.numel(), len(cross_team)
-    run = output[node_team.index(ctx.get_rank()) * count * numel:][:count * numel]
-    launches = _gather(ctx, run, input, numel, cross_team, False, config)
-    return launches + _gather(ctx, output, run, count * numel, node_team, async_op, config)
+    if blocked:  # (first block of this place, the cross members' distance, the block inside the node, repeats)
+        start, across, block, repeats = place * numel, size * numel, numel, count
+    else:
+        start, across, block, repeats = place * count * numel, numel, count * numel, 1
+    launches = _gather(ctx, output[start:], input, across, cross_team, False, config)
+    return launches + _gather(ctx, output, output[start:][:block], block, node_team, async_op, config,
+                              repeats=repeats, src_step=size * numel, dst_step=size * numel)
