@@ -28,7 +28,9 @@ For every op and shape, in one run, process group and on the same tensors:
 It prints each fused time's speedup over torch+nccl (and over torch fused) and its overlap efficiency,
 max(T_gemm, T_comm) / T_fused with the faster GEMM and the faster communication (1: the
 communication is completely hidden behind the faster GEMM). Each figure is the median of --iters
-calls between CUDA events after --warmup calls (the first calls autotune the GEMM). --validate
+calls between CUDA events after --warmup calls (the first calls autotune the GEMM), every figure of
+a shape sampled in turns (a GPU at its power limit clocks lower the longer it is busy: timed one
+after the other, the first figure would get the fresher GPU). --validate
 compares each fused output with torch+nccl's. --profile then runs each fused op once more with
 tracing on and says where its time went (iris.tracing.summarize, the mean over ranks): per program,
 the time in compute spans (the GEMM's tiles), in pushes, reductions, waits and barriers, the time no
@@ -52,7 +54,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _results import default_csv, git_commit, host_us, median_us, write_csv
+from _results import default_csv, git_commit, host_us, interleaved_median_us, write_csv
 
 import iris
 from iris.distributed import job_world_size
@@ -283,9 +285,11 @@ def main() -> int:
         columns["profile_programs"] = everyone[0]["programs"]
         return columns
 
-    def timed(fn):
+    def timed(calls: dict) -> dict:
+        """Each call's median time, the samples taken in turns (see _results.interleaved_median_us), rank 0's."""
         ctx.barrier()
-        us = median_us(fn, args.warmup, args.iters, gpu, sample_us=0, agree=lambda b: ctx.broadcast(b, src=0))
+        us = interleaved_median_us(calls, args.warmup, args.iters, gpu, sample_us=0,
+                                   agree=lambda b: ctx.broadcast(b, src=0), before_each=ctx.barrier)
         return ctx.broadcast(us, src=0)
 
     for op in args.ops:
@@ -300,25 +304,24 @@ def main() -> int:
                         error = ((p.out.float() - p.ref.float()).norm() / p.ref.float().norm()).item()
                         if error > 2e-2:
                             problems.append(f"{op} {M}x{N}x{K}: relative error {error:.3g} against torch+nccl")
-                    t = {"fused": timed(p.fused), "torch+nccl": timed(p.torch_nccl)}
+                    calls = {"fused": p.fused, "torch+nccl": p.torch_nccl}
                     torch_fused, why = p.torch_fused()
-                    t["torch fused"] = float("nan")
                     if torch_fused is not None:
                         try:
+                            theirs = torch_fused().float()  # a first call: does torch take this shape?
                             if args.validate:
-                                theirs = torch_fused().float()
                                 error = ((p.out.float() - theirs).norm() / theirs.norm()).item()
                                 if error > 2e-2:
                                     problems.append(f"{op} {M}x{N}x{K}: torch fused differs from iris by {error:.3g}")
-                            t["torch fused"] = timed(torch_fused)
+                            calls["torch fused"] = torch_fused
                         except Exception as exc:  # a shape or dtype torch refuses: say so, keep the rest
                             why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
                     if why and rank == 0 and (op, why) not in reasons:
                         reasons.add((op, why))
                         print(f"note: no torch fused figure for {op}: {why}", flush=True)
-                    t.update({"cublas": timed(p.gemm_torch), "iris gemm": timed(p.gemm_iris)})
-                    for label, call in p.comm_calls(arena[biggest:]).items():
-                        t[label] = timed(call)
+                    calls.update({"cublas": p.gemm_torch, "iris gemm": p.gemm_iris, **p.comm_calls(arena[biggest:])})
+                    t = timed(calls)
+                    t = {label: t.get(label, float("nan")) for label in ("fused", "torch+nccl", "torch fused", *calls)}
                     gemm, comm = min(t["cublas"], t["iris gemm"]), min(t["nccl"], t["iris.ccl"])
                     row = {**base, "op": op, "M": M, "N": N, "K": K, **{f"{k}_us": v for k, v in t.items()},
                            "speedup": t["torch+nccl"] / t["fused"],

@@ -1,0 +1,37 @@
+"""benchmarks/_results.py's timing: what it promises about the order in which it takes samples."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def results():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import _results
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return _results
+
+
+def test_interleaved_timing_takes_every_calls_samples_in_turns(results):
+    """Sample i of every call comes before sample i + 1 of any, so that calls compared in one table
+    see the same clocks (a GPU at its power limit clocks lower the longer it has been busy)."""
+    order = []
+    calls = {name: (lambda name=name: order.append(name)) for name in ("fused", "cublas", "nccl")}
+    figures = results.interleaved_median_us(calls, warmup=2, iters=4, gpu=False)
+    assert list(figures) == ["fused", "cublas", "nccl"] and all(us > 0 for us in figures.values())
+    warm, timed = order[:6], order[6:]
+    assert sorted(warm) == sorted(["fused", "cublas", "nccl"] * 2)
+    assert timed == ["fused", "cublas", "nccl"] * 4
+
+
+def test_interleaved_timing_of_one_call_is_the_median_of_its_samples(results):
+    ticks = iter([0.0, 1e-6, 1e-6, 4e-6, 4e-6, 6e-6])  # samples of 1, 3 and 2 us
+    figures = results.interleaved_median_us({"only": lambda: None}, warmup=0, iters=3, gpu=False,
+                                            clock=lambda: next(ticks))
+    assert figures == {"only": pytest.approx(2.0)}
