@@ -80,8 +80,11 @@ def interleaved_median_us(calls: dict, warmup: int, iters: int, gpu: bool, sampl
     under back-to-back 4096 x 8192 x 8192 GEMMs, 1980 MHz when fresh), and figures timed one after
     the other would credit the first with the fresh GPU.
 
-    ``before_each``: called before each sample, outside its time (say ``ctx.barrier``, so that the
-    ranks start each collective's sample together). ``clock``: the host clock of the CPU path.
+    ``before_each``: called before each sample, outside its time: ``ctx.device_barrier``, so that the
+    ranks start each collective's sample together. Not a host barrier (``ctx.barrier``): waiting for
+    the GPU before each sample leaves it idle until the sample's first launch, and the sample then
+    times the host's launch path as well (120 us more for iris.ops.matmul's autotuned launch at
+    1024 x 8192 x 8192 on an H200). ``clock``: the host clock of the CPU path.
 
     Example:
         >>> interleaved_median_us({"fused": p.fused, "cublas": p.gemm_torch}, 3, 20, gpu=True)

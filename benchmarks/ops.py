@@ -289,7 +289,7 @@ def main() -> int:
         """Each call's median time, the samples taken in turns (see _results.interleaved_median_us), rank 0's."""
         ctx.barrier()
         us = interleaved_median_us(calls, args.warmup, args.iters, gpu, sample_us=0,
-                                   agree=lambda b: ctx.broadcast(b, src=0), before_each=ctx.barrier)
+                                   agree=lambda b: ctx.broadcast(b, src=0), before_each=ctx.device_barrier)
         return ctx.broadcast(us, src=0)
 
     for op in args.ops:
