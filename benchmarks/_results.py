@@ -72,7 +72,7 @@ def median_us(fn, warmup: int, iters: int, gpu: bool, sample_us: float = 50.0, a
 
 
 def interleaved_median_us(calls: dict, warmup: int, iters: int, gpu: bool, sample_us: float = 50.0, agree=None,
-                          before_each=None, clock=time.perf_counter) -> dict:
+                          before_each=None, settle_ms: float = 0.0, clock=time.perf_counter) -> dict:
     """:func:`median_us` of each of ``calls`` (label -> function), with the samples taken in turns:
     sample i of every call before sample i + 1 of any. Figures that one table compares (a fused op,
     its GEMM alone, its communication alone) then see the same clocks: a GPU held at its power limit
@@ -84,7 +84,11 @@ def interleaved_median_us(calls: dict, warmup: int, iters: int, gpu: bool, sampl
     ranks start each collective's sample together. Not a host barrier (``ctx.barrier``): waiting for
     the GPU before each sample leaves it idle until the sample's first launch, and the sample then
     times the host's launch path as well (120 us more for iris.ops.matmul's autotuned launch at
-    1024 x 8192 x 8192 on an H200). ``clock``: the host clock of the CPU path.
+    1024 x 8192 x 8192 on an H200). ``settle_ms``: after the warmup calls, the calls go on in turns,
+    untimed, for about this long, so that every shape is timed on a GPU under sustained load, not
+    one shape on a GPU that had just sat idle while kernels compiled and the next on a busy one
+    (cuBLAS at 1024 x 8192 x 8192 on an H200: 170.0 us unsettled, 192.7 and 196.6 us settled, in one
+    session). ``clock``: the host clock (the CPU path's samples, and the settling time).
 
     Example:
         >>> interleaved_median_us({"fused": p.fused, "cublas": p.gemm_torch}, 3, 20, gpu=True)
@@ -93,6 +97,8 @@ def interleaved_median_us(calls: dict, warmup: int, iters: int, gpu: bool, sampl
     for fn in calls.values():  # first calls compile and bind: not part of any figure
         for _ in range(warmup):
             fn()
+    if settle_ms > 0:
+        _settle(calls, settle_ms, gpu, agree, before_each, clock)
     samples = {label: [] for label in calls}
     if not gpu:  # the interpreter runs a launch to completion before returning
         for _ in range(iters):
@@ -117,6 +123,24 @@ def interleaved_median_us(calls: dict, warmup: int, iters: int, gpu: bool, sampl
     torch.cuda.synchronize()
     return {label: statistics.median([start.elapsed_time(end) * 1e3 / batches[label] for start, end in events])
             for label, events in samples.items()}
+
+
+def _settle(calls: dict, settle_ms: float, gpu: bool, agree, before_each, clock) -> None:
+    """Run ``calls`` in turns, untimed, for about ``settle_ms`` (the same number of rounds on every rank)."""
+    def one_round():
+        for fn in calls.values():
+            if before_each is not None:
+                before_each()
+            fn()
+
+    wait = torch.cuda.synchronize if gpu else (lambda: None)
+    wait()
+    start = clock()
+    one_round()
+    wait()
+    rounds = max(0, min(1000, math.ceil(settle_ms / max((clock() - start) * 1e3, 1e-3)) - 1))
+    for _ in range(rounds if agree is None else int(agree(rounds))):
+        one_round()
 
 
 def _batch_size(fn, sample_us: float, agree) -> int:

@@ -28,7 +28,8 @@ For every op and shape, in one run, process group and on the same tensors:
 It prints each fused time's speedup over torch+nccl (and over torch fused) and its overlap efficiency,
 max(T_gemm, T_comm) / T_fused with the faster GEMM and the faster communication (1: the
 communication is completely hidden behind the faster GEMM). Each figure is the median of --iters
-calls between CUDA events after --warmup calls (the first calls autotune the GEMM), every figure of
+calls between CUDA events after --warmup calls (the first calls autotune the GEMM) and --settle-ms
+of untimed calls (a GPU that sat idle while kernels compiled is slow at first), every figure of
 a shape sampled in turns (a GPU at its power limit clocks lower the longer it is busy: timed one
 after the other, the first figure would get the fresher GPU). --validate
 compares each fused output with torch+nccl's. --profile then runs each fused op once more with
@@ -74,6 +75,8 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--k", nargs="+", type=int, default=[8192] if gpu else [64])
     parser.add_argument("--iters", type=int, default=10 if gpu else 1)
     parser.add_argument("--warmup", type=int, default=3 if gpu else 1)
+    parser.add_argument("--settle-ms", type=float, default=300.0 if gpu else 0.0,
+                        help="after the warmup, run a shape's calls in turns for this long before timing them")
     parser.add_argument("--csv", type=Path, default=None,
                         help="CSV path (default benchmarks/results/ops_<gpu>_<W>ranks.csv)")
     parser.add_argument("--validate", action="store_true", help="compare each fused output with torch+nccl's")
@@ -289,7 +292,8 @@ def main() -> int:
         """Each call's median time, the samples taken in turns (see _results.interleaved_median_us), rank 0's."""
         ctx.barrier()
         us = interleaved_median_us(calls, args.warmup, args.iters, gpu, sample_us=0,
-                                   agree=lambda b: ctx.broadcast(b, src=0), before_each=ctx.device_barrier)
+                                   agree=lambda b: ctx.broadcast(b, src=0), before_each=ctx.device_barrier,
+                                   settle_ms=args.settle_ms)
         return ctx.broadcast(us, src=0)
 
     for op in args.ops:

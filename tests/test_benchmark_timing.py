@@ -35,3 +35,18 @@ def test_interleaved_timing_of_one_call_is_the_median_of_its_samples(results):
     figures = results.interleaved_median_us({"only": lambda: None}, warmup=0, iters=3, gpu=False,
                                             clock=lambda: next(ticks))
     assert figures == {"only": pytest.approx(2.0)}
+
+
+def test_settling_runs_the_calls_in_turns_for_about_the_time_asked_before_any_sample(results):
+    order, now = [], [0.0]
+
+    def clock():
+        return now[0]
+
+    def call(name):
+        order.append(name)
+        now[0] += 1e-3  # each call takes 1 ms of the fake clock
+
+    calls = {name: (lambda name=name: call(name)) for name in ("fused", "cublas")}
+    results.interleaved_median_us(calls, warmup=0, iters=1, gpu=False, settle_ms=10, clock=clock)
+    assert order == ["fused", "cublas"] * 5 + ["fused", "cublas"]  # 5 rounds of 2 ms settle, then 1 sample each
