@@ -23,15 +23,22 @@ from iris.device.tracing import elements_bytes
 @triton.jit
 def _all_gather_piece(pid, trace, src, dst, numel, stride, src_step, dst_step, members, count, index, cur,
                       heap_bases, BLOCK: tl.constexpr):
-    pieces = tl.cdiv(numel, BLOCK)  # per repeat
-    repeat = pid // pieces
-    offs = tl.cast(pid - repeat * pieces, tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    repeat, offs = piece_of_repeat(pid, numel, BLOCK)
     span = trace.start(tracing.PUT, cur, -1, dst, pid, -1, elements_bytes(dst, count * BLOCK))
     mask = offs < numel
-    data = tl.load(src + tl.cast(repeat, tl.int64) * src_step + offs, mask=mask)
-    slot = dst + tl.cast(repeat, tl.int64) * dst_step + tl.cast(index, tl.int64) * stride + offs
+    data = tl.load(src + repeat * src_step + offs, mask=mask)
+    slot = dst + repeat * dst_step + tl.cast(index, tl.int64) * stride + offs
     store_to_members(slot, data, members, count, index, cur, heap_bases, mask, 0)  # from a different peer on each
     trace.end(span)
+
+
+@triton.jit
+def piece_of_repeat(pid, numel, BLOCK: tl.constexpr):
+    """(repeat, offsets within it), both 64-bit, of program ``pid`` of a launch that does the same work
+    for several repeats, cdiv(``numel``, BLOCK) programs of BLOCK elements each per repeat."""
+    pieces = tl.cdiv(numel, BLOCK)
+    repeat = pid // pieces
+    return tl.cast(repeat, tl.int64), tl.cast(pid - repeat * pieces, tl.int64) * BLOCK + tl.arange(0, BLOCK)
 
 
 @triton.jit

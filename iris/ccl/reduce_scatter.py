@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from iris.ccl import _common, hierarchy
+from iris.ccl.all_gather import piece_of_repeat
 from iris.device import tracing
 from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.device.tracing import elements_bytes
@@ -39,17 +40,14 @@ from iris.logging import WARNING, log
 def _reduce_scatter_piece(pid, trace, src, dst, numel, src_step, dst_step, members, count, index, cur, heap_bases,
                           INTERLEAVED: tl.constexpr, OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
     span = trace.start(tracing.REDUCE, cur, -1, src, pid, -1, elements_bytes(src, count * BLOCK))
-    lanes = tl.arange(0, BLOCK)
     if INTERLEAVED:  # numel: of input and output alike
-        offs = (tl.cast(pid, tl.int64) * count + index) * BLOCK + lanes
+        offs = (tl.cast(pid, tl.int64) * count + index) * BLOCK + tl.arange(0, BLOCK)
         out = offs
         mask = offs < numel
     else:  # numel: of the output, one member's share of the input (of each repeat's)
-        pieces = tl.cdiv(numel, BLOCK)
-        repeat = pid // pieces
-        within = tl.cast(pid - repeat * pieces, tl.int64) * BLOCK + lanes
-        offs = tl.cast(repeat, tl.int64) * src_step + tl.cast(index, tl.int64) * numel + within
-        out = tl.cast(repeat, tl.int64) * dst_step + within
+        repeat, within = piece_of_repeat(pid, numel, BLOCK)
+        offs = repeat * src_step + tl.cast(index, tl.int64) * numel + within
+        out = repeat * dst_step + within
         mask = within < numel
     acc = reduce_block(src, offs, mask, members, count, index, cur, heap_bases, OP, ACC)
     tl.store(dst + out, acc.to(dst.dtype.element_ty), mask=mask)
