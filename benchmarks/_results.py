@@ -13,6 +13,9 @@ from pathlib import Path
 import torch
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# GPU clock cycles per microsecond at the highest clocks of the GPUs we time on (an H200 boosts to 1980
+# MHz): a spin of lead_us * this lasts at least lead_us.
+SPIN_CYCLES_PER_US = 2000
 
 
 def git_commit() -> str:
@@ -72,7 +75,8 @@ def median_us(fn, warmup: int, iters: int, gpu: bool, sample_us: float = 50.0, a
 
 
 def interleaved_median_us(calls: dict, warmup: int, iters: int, gpu: bool, sample_us: float = 50.0, agree=None,
-                          before_each=None, settle_ms: float = 0.0, clock=time.perf_counter) -> dict:
+                          before_each=None, settle_ms: float = 0.0, lead_us: float = 0.0,
+                          clock=time.perf_counter) -> dict:
     """:func:`median_us` of each of ``calls`` (label -> function), with the samples taken in turns:
     sample i of every call before sample i + 1 of any. Figures that one table compares (a fused op,
     its GEMM alone, its communication alone) then see the same clocks: a GPU held at its power limit
@@ -88,7 +92,12 @@ def interleaved_median_us(calls: dict, warmup: int, iters: int, gpu: bool, sampl
     untimed, for about this long, so that every shape is timed on a GPU under sustained load, not
     one shape on a GPU that had just sat idle while kernels compiled and the next on a busy one
     (cuBLAS at 1024 x 8192 x 8192 on an H200: 170.0 us unsettled, 192.7 and 196.6 us settled, in one
-    session). ``clock``: the host clock (the CPU path's samples, and the settling time).
+    session). ``lead_us`` (GPU): before each sample's start event, the GPU spins this long
+    (``torch.cuda._sleep``), so that the host has launched the sample's calls before its clock
+    starts. Without it a sample that follows one whose host path outlasts its GPU time (a
+    collective of little data, host-bound) starts on an idle GPU and times its own launch path too:
+    a fused op whose kernel took 175.3 us (torch.profiler) measured 214.3 us after iris.ccl.all_gather
+    at one rank. ``clock``: the host clock (the CPU path's samples, and the settling time).
 
     Example:
         >>> interleaved_median_us({"fused": p.fused, "cublas": p.gemm_torch}, 3, 20, gpu=True)
@@ -114,6 +123,8 @@ def interleaved_median_us(calls: dict, warmup: int, iters: int, gpu: bool, sampl
         for label, fn in calls.items():
             if before_each is not None:
                 before_each()
+            if lead_us:
+                torch.cuda._sleep(int(lead_us * SPIN_CYCLES_PER_US))
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             for _ in range(batches[label]):

@@ -31,7 +31,8 @@ communication is completely hidden behind the faster GEMM). Each figure is the m
 calls between CUDA events after --warmup calls (the first calls autotune the GEMM) and --settle-ms
 of untimed calls (a GPU that sat idle while kernels compiled is slow at first), every figure of
 a shape sampled in turns (a GPU at its power limit clocks lower the longer it is busy: timed one
-after the other, the first figure would get the fresher GPU). --validate
+after the other, the first figure would get the fresher GPU), each sample after a device barrier
+and a head start of LEAD_US for the host (the sample times the GPU's work, not a launch path). --validate
 compares each fused output with torch+nccl's. --profile then runs each fused op once more with
 tracing on and says where its time went (iris.tracing.summarize, the mean over ranks): per program,
 the time in compute spans (the GEMM's tiles), in pushes, reductions, waits and barriers, the time no
@@ -65,6 +66,11 @@ from iris.testing.fused_ops import OPS
 
 # The kinds of span the fused ops record (docs/tracing.md), in the profile's columns.
 PROFILED = ("barrier", "compute", "put", "reduce", "wait")
+
+
+# The GPU's head start on each sample (see _results.interleaved_median_us): longer than the slowest host
+# path among a shape's calls (iris.ops.matmul's autotuned launch, torch's fused ops).
+LEAD_US = 300.0
 
 
 def parse_args(gpu: bool) -> argparse.Namespace:
@@ -293,7 +299,7 @@ def main() -> int:
         ctx.barrier()
         us = interleaved_median_us(calls, args.warmup, args.iters, gpu, sample_us=0,
                                    agree=lambda b: ctx.broadcast(b, src=0), before_each=ctx.device_barrier,
-                                   settle_ms=args.settle_ms)
+                                   settle_ms=args.settle_ms, lead_us=LEAD_US if gpu else 0.0)
         return ctx.broadcast(us, src=0)
 
     for op in args.ops:
