@@ -11,6 +11,8 @@ IRIS_WAIT_TIMEOUT           seconds a wait may last in debug mode (default 10)
 IRIS_LOG_LEVEL              level of the ``[Iris] [rank/world]`` lines (default WARNING)
 IRIS_NODE_MAP               the node of each rank, e.g. ``0,1`` (default: from the ranks' host names)
 IRIS_HEAP                   the heap provider, ``ipc`` (default) or ``shmem`` (see iris.memory.providers)
+IRIS_GRAPH_REPLAY           ``1``: a repeated ccl/ops call replays its launches from a CUDA/HIP graph
+                            captured on its second call (see iris.kernel_launch.Plans)
 NVSHMEM_SYMMETRIC_SIZE      NVSHMEM's own heap; set by the shmem heap provider when unset, to hold Iris's heap
 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE  CUDA MPS's share of a GPU's threads per process; read by the shmem heap
 IRIS_CROSS_COMPILE          CPU backend: also compile every launched kernel for these GPU targets
@@ -152,6 +154,11 @@ def default_nvshmem_symmetric_size(heap_bytes: int) -> None:
     user set NVSHMEM_SYMMETRIC_SIZE. Its default, 1 GiB, is smaller than Iris's default heap."""
     if "NVSHMEM_SYMMETRIC_SIZE" not in os.environ:
         os.environ["NVSHMEM_SYMMETRIC_SIZE"] = str(heap_bytes + heap_bytes // 8 + (256 << 20))
+
+
+def graph_replay() -> bool:
+    """IRIS_GRAPH_REPLAY: remembered calls replay from a captured graph (one driver call per call)."""
+    return flag("IRIS_GRAPH_REPLAY")
 
 
 def simulation() -> bool:

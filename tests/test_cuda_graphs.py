@@ -109,3 +109,49 @@ def _collectives_replay_on_rank():
 
 def test_collectives_replay_in_a_graph(ranks):
     assert ranks.run(_collectives_replay_on_rank) == [[]] * ranks.world_size
+
+
+def _eager_calls_from_graphs_on_rank():
+    """IRIS_GRAPH_REPLAY=1: repeated eager calls (fresh data each time) replay a graph captured on their second
+    call; a call inside the user's own capture runs its launches into that capture instead."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("IRIS_GRAPH_REPLAY", "1")
+        ctx = iris.iris(1 << 22)
+        ccl = ctx.ccl  # its remembered calls read the switch now
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    x, out = ctx.zeros(N, dtype=torch.float32), ctx.zeros(N, dtype=torch.float32)
+    gathered = ctx.zeros(world * N, dtype=torch.float32)
+    base = torch.arange(N, dtype=torch.float32, device=x.device)
+    wrong = []
+
+    def check(call, total):
+        if not (torch.equal(out.cpu(), total) and torch.equal(gathered.cpu(), total.repeat(world))):
+            wrong.append(call)
+
+    for call in range(1, 6):
+        x.copy_(base + rank + call)
+        ccl.all_reduce(out, x)
+        ccl.all_gather(gathered, out)
+        torch.cuda.synchronize()
+        check(call, torch.arange(N, dtype=torch.float32) * world + sum(range(world)) + world * call)
+        ctx.barrier()
+    graphs = sum(plan.graph is not None for plan in ccl._plans.plans())
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        ccl.all_reduce(out, x)
+        ccl.all_gather(gathered, out)
+    for replay in range(6, 9):
+        with torch.cuda.stream(stream):
+            x.copy_(base + rank + replay)
+            graph.replay()
+        stream.synchronize()
+        check(replay, torch.arange(N, dtype=torch.float32) * world + sum(range(world)) + world * replay)
+        ctx.barrier()
+    ctx.close()
+    return wrong, graphs
+
+
+def test_repeated_eager_calls_replay_from_a_graph_when_asked(ranks):
+    assert ranks.run(_eager_calls_from_graphs_on_rank) == [([], 2)] * ranks.world_size
