@@ -362,7 +362,8 @@ def main() -> int:
     if args.trace:
         ctx.tracing.enable(max_events=1_000_000)  # later events are dropped; the kernels still take the recording path
     base = {"gpu": gpu_name, "backend": iris.runtime.SELECTED, "world_size": world, "version": iris.__version__,
-            "commit": git_commit(), "iters": args.iters, "trace": int(args.trace)}
+            "commit": git_commit(), "iters": args.iters, "trace": int(args.trace),
+            "graph_replay": int(iris.config.graph_replay())}
     rows, problems = [], []
     if args.host and gpu:
         rows += null_launch_rows(base, buffers.heap)
