@@ -43,11 +43,16 @@ if [ "${1:-}" = --quick ]; then
   IRIS_SIMULATION=1 CUDA_VISIBLE_DEVICES=0 python -m pytest conformance -q -p no:cacheprovider -n "$workers" \
     --ranks 4 --hypothesis-profile ci >"$logs/quick-sim4.log" 2>&1 &
   sim_pid=$!
-  sampler=""
+  sampler="" counter=""
   if command -v nvidia-smi >/dev/null; then  # each GPU's memory every second: how full it was at an out-of-memory
     nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits -lms 1000 \
       >"$logs/quick-memory.log" 2>/dev/null &
     sampler=$!
+    # and how many processes held a CUDA context (the out-of-memory at a context's creation came with
+    # 35.7 of 143.8 GB in use: memory was not what ran out)
+    while sleep 1; do nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | wc -l; done \
+      >"$logs/quick-processes.log" &
+    counter=$!
   fi
   for job in "tests:$tests_pid" "conformance:$conformance_pid" "sim4:$sim_pid"; do
     name=${job%%:*}
@@ -55,9 +60,10 @@ if [ "${1:-}" = --quick ]; then
     echo "[quick] $name: $(grep -E 'passed|failed|error' "$logs/quick-$name.log" | tail -1)"
   done
   if [ -n "$sampler" ]; then
-    kill "$sampler" 2>/dev/null
+    kill "$sampler" "$counter" 2>/dev/null
     echo "[quick] GPU memory at its peak: $(awk -F', *' '$2 > peak[$1] { peak[$1] = $2; total[$1] = $3 }
-      END { for (g in peak) printf "GPU %s %d of %d MiB; ", g, peak[g], total[g] }' "$logs/quick-memory.log")"
+      END { for (g in peak) printf "GPU %s %d of %d MiB; ", g, peak[g], total[g] }' "$logs/quick-memory.log")" \
+      "processes with a CUDA context at most: $(sort -n "$logs/quick-processes.log" | tail -1)"
   fi
   echo "[quick] gate: $([ $status = 0 ] && echo PASSED || echo FAILED) in $(( $(date +%s) - started )) s" \
     "($gpus GPU(s), $node_ranks ranks on the node, 4 simulated ranks on GPU 0)"
