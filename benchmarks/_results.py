@@ -80,15 +80,15 @@ def interleaved_median_us(calls: dict, warmup: int, iters: int, gpu: bool, sampl
     """:func:`median_us` of each of ``calls`` (label -> function), with the samples taken in turns:
     sample i of every call before sample i + 1 of any. Figures that one table compares (a fused op,
     its GEMM alone, its communication alone) then see the same clocks: a GPU held at its power limit
-    by GEMMs runs at lower clocks the longer it has been busy (an H200 at 1665-1755 MHz and 690 W
+    by GEMMs runs at lower clocks the longer it has been busy (an H200 at 1665-1845 MHz and 680-692 W
     under back-to-back 4096 x 8192 x 8192 GEMMs, 1980 MHz when fresh), and figures timed one after
     the other would credit the first with the fresh GPU.
 
     ``before_each``: called before each sample, outside its time: ``ctx.device_barrier``, so that the
     ranks start each collective's sample together. Not a host barrier (``ctx.barrier``): waiting for
     the GPU before each sample leaves it idle until the sample's first launch, and the sample then
-    times the host's launch path as well (120 us more for iris.ops.matmul's autotuned launch at
-    1024 x 8192 x 8192 on an H200). ``settle_ms``: after the warmup calls, the calls go on in turns,
+    times the host's launch path as well (iris.ops.matmul's autotuned launch at 1024 x 8192 x 8192
+    on an H200: 338 us against 186). ``settle_ms``: after the warmup calls, the calls go on in turns,
     untimed, for about this long, so that every shape is timed on a GPU under sustained load, not
     one shape on a GPU that had just sat idle while kernels compiled and the next on a busy one
     (cuBLAS at 1024 x 8192 x 8192 on an H200: 170.0 us unsettled, 192.7 and 196.6 us settled, in one
