@@ -67,7 +67,7 @@ class BoundLaunch:
         stream = _current_stream(self._device)
         gx, gy, gz = self._grid
         enter = _RUNTIME_KNOBS.launch_enter_hook
-        if _hook_free():
+        if _no_hook(enter):
             self._run(gx, gy, gz, stream, self._function, self._metadata, None, None, None, *self._values)
         else:  # as Triton launches it, so that the hook (a profiler) sees the launch
             launch_metadata = compiled.launch_metadata(self._grid, stream, *self._values)
@@ -179,7 +179,7 @@ class Plans:
             return None
         if plan is None:
             return None
-        if self._graphs and _hook_free() and not torch.cuda.is_current_stream_capturing():
+        if self._graphs and _no_hook(_RUNTIME_KNOBS.launch_enter_hook) and not torch.cuda.is_current_stream_capturing():
             if not plan.captured:
                 plan.captured = True
                 plan.graph = self._captured(plan.launches)
@@ -229,9 +229,8 @@ class Plans:
         return plan
 
 
-def _hook_free() -> bool:
-    """Whether no Triton launch hook is installed (Triton 3.6 keeps an empty chain where none is)."""
-    enter = _RUNTIME_KNOBS.launch_enter_hook
+def _no_hook(enter) -> bool:
+    """Whether ``enter``, Triton's launch-enter hook, is none (Triton 3.6 keeps an empty chain where none is)."""
     return enter is None or getattr(enter, "calls", None) == []
 
 
