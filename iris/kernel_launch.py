@@ -138,8 +138,8 @@ class Plans:
 
     With IRIS_GRAPH_REPLAY=1 (read when the context's ``ccl``/``ops`` is made) and a GPU, a plan's
     launches are captured into a CUDA/HIP graph on its first replay, and later replays launch that graph:
-    one driver call per call instead of one per launch (on an H200 host at one rank, 6.3-6.8 us of host
-    time per ccl call instead of 11.8-29.7). Not while the stream is being captured (the user's own
+    one driver call per call instead of one per launch (on an H200 host at one rank, 5.5-9.6 us of host
+    time per ccl call instead of 7.8-29.7, two runs). Not while the stream is being captured (the user's own
     graph gets the launches), nor while a Triton launch hook (a profiler) is installed; a plan whose
     capture fails keeps its launches.
 
