@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 from _results import median_us
 
-from iris.ops.gemm import matmul, tile_of, tile_product
+from iris.ops.gemm import accumulate_described, matmul, tile_of, tile_product
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages): the fused ops' default first
 TILES = [(128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (128, 128, 64, 4, 4), (128, 128, 64, 8, 4),
@@ -67,10 +67,9 @@ def _product(a, b, out, M, N, K, MODE: tl.constexpr, BLOCK_M: tl.constexpr, BLOC
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for k in tl.range(0, K, BLOCK_K, num_stages=STAGES):
                 acc = tl.dot(a_desc.load([tile_m * BLOCK_M, k]), b_desc.load([k, tile_n * BLOCK_N]), acc)
-        else:  # flattened: the pipeline depth is the kernel's num_stages
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for k in range(0, K, BLOCK_K):
-                acc = tl.dot(a_desc.load([tile_m * BLOCK_M, k]), b_desc.load([k, tile_n * BLOCK_N]), acc)
+        else:  # flattened: the fused ops' own descriptor loop; the pipeline depth is the kernel's num_stages
+            acc = accumulate_described(tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), a_desc, b_desc, K,
+                                       tile_m * BLOCK_M, tile_n * BLOCK_N, False, BLOCK_K)
         if MODE == 4:
             halves = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
             c_desc.store([tile_m * BLOCK_M, tile_n * BLOCK_N], halves[0].to(out.dtype.element_ty))
