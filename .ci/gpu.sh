@@ -48,10 +48,13 @@ if [ "${1:-}" = --quick ]; then
     nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits -lms 1000 \
       >"$logs/quick-memory.log" 2>/dev/null &
     sampler=$!
-    # and how many processes held a CUDA context (the out-of-memory at a context's creation came with
-    # 35.7 of 143.8 GB in use: memory was not what ran out)
-    while sleep 1; do nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | wc -l; done \
-      >"$logs/quick-processes.log" &
+    # and how many processes held a CUDA context, and the host memory still available (the out-of-memory
+    # at a context's creation came with 35.7 of 143.8 GB of GPU memory in use: GPU memory was not what ran
+    # out; a context also takes host memory, and every rank process holds torch and Triton)
+    while sleep 1; do
+      echo "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | wc -l)" \
+        "$(awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo)"
+    done >"$logs/quick-processes.log" &
     counter=$!
   fi
   for job in "tests:$tests_pid" "conformance:$conformance_pid" "sim4:$sim_pid"; do
@@ -63,7 +66,9 @@ if [ "${1:-}" = --quick ]; then
     kill "$sampler" "$counter" 2>/dev/null
     echo "[quick] GPU memory at its peak: $(awk -F', *' '$2 > peak[$1] { peak[$1] = $2; total[$1] = $3 }
       END { for (g in peak) printf "GPU %s %d of %d MiB; ", g, peak[g], total[g] }' "$logs/quick-memory.log")" \
-      "processes with a CUDA context at most: $(sort -n "$logs/quick-processes.log" | tail -1)"
+      "processes with a CUDA context at most: $(sort -n "$logs/quick-processes.log" | tail -1 | cut -d' ' -f1);" \
+      "host memory available at least: $(sort -k2 -n "$logs/quick-processes.log" | head -1 | cut -d' ' -f2) of" \
+      "$(awk '/^MemTotal:/ { print int($2 / 1024) }' /proc/meminfo) MiB"
   fi
   echo "[quick] gate: $([ $status = 0 ] && echo PASSED || echo FAILED) in $(( $(date +%s) - started )) s" \
     "($gpus GPU(s), $node_ranks ranks on the node, 4 simulated ranks on GPU 0)"
