@@ -11,8 +11,8 @@ IRIS_WAIT_TIMEOUT           seconds a wait may last in debug mode (default 10)
 IRIS_LOG_LEVEL              level of the ``[Iris] [rank/world]`` lines (default WARNING)
 IRIS_NODE_MAP               the node of each rank, e.g. ``0,1`` (default: from the ranks' host names)
 IRIS_HEAP                   the heap provider, ``ipc`` (default) or ``shmem`` (see iris.memory.providers)
-IRIS_GRAPH_REPLAY           ``1``: a repeated ccl/ops call replays its launches from a CUDA/HIP graph
-                            captured on its second call (see iris.kernel_launch.Plans)
+IRIS_GRAPH_REPLAY           default ``1``: a repeated ccl/ops call replays its launches from a CUDA/HIP
+                            graph captured on its second call (see iris.kernel_launch.Plans); ``0``: off
 NVSHMEM_SYMMETRIC_SIZE      NVSHMEM's own heap; set by the shmem heap provider when unset, to hold Iris's heap
 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE  CUDA MPS's share of a GPU's threads per process; read by the shmem heap
 IRIS_CROSS_COMPILE          CPU backend: also compile every launched kernel for these GPU targets
@@ -42,6 +42,7 @@ import os
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 MPI_SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE")
 _TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 
 def text(name: str, default: str = "") -> str:
@@ -52,6 +53,18 @@ def text(name: str, default: str = "") -> str:
 def flag(name: str) -> bool:
     """Whether ``name`` is set to 1, true, yes or on (any case)."""
     return text(name).strip().lower() in _TRUE
+
+
+def switch(name: str, default: bool) -> bool:
+    """A switch that is on (or off) unless set otherwise: 1, true, yes, on / 0, false, no, off (any case);
+    unset or empty: ``default``. Any other value is refused, naming it (a typo must not flip the switch)."""
+    value = text(name).strip().lower()
+    if not value:
+        return default
+    if value in _TRUE or value in _FALSE:
+        return value in _TRUE
+    raise ValueError(f"{name}={text(name)!r}: give 0 or 1 (or off/on), or leave it unset for the default "
+                     f"({int(default)})")
 
 
 def backend_request() -> str:
@@ -157,8 +170,8 @@ def default_nvshmem_symmetric_size(heap_bytes: int) -> None:
 
 
 def graph_replay() -> bool:
-    """IRIS_GRAPH_REPLAY: remembered calls replay from a captured graph (one driver call per call)."""
-    return flag("IRIS_GRAPH_REPLAY")
+    """IRIS_GRAPH_REPLAY (on unless 0): remembered calls replay from a captured graph (one driver call per call)."""
+    return switch("IRIS_GRAPH_REPLAY", True)
 
 
 def simulation() -> bool:

@@ -111,11 +111,15 @@ def test_collectives_replay_in_a_graph(ranks):
     assert ranks.run(_collectives_replay_on_rank) == [[]] * ranks.world_size
 
 
-def _eager_calls_from_graphs_on_rank():
-    """IRIS_GRAPH_REPLAY=1: repeated eager calls (fresh data each time) replay a graph captured on their second
-    call; a call inside the user's own capture runs its launches into that capture instead."""
+def _eager_calls_from_graphs_on_rank(setting):
+    """Repeated eager calls (fresh data each time) replay a graph captured on their second call unless
+    IRIS_GRAPH_REPLAY=0 (``setting``; None: unset); a call inside the user's own capture runs its launches
+    into that capture instead. Returns the wrong calls and how many remembered calls have a graph."""
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("IRIS_GRAPH_REPLAY", "1")
+        if setting is None:
+            env.delenv("IRIS_GRAPH_REPLAY", raising=False)
+        else:
+            env.setenv("IRIS_GRAPH_REPLAY", setting)
         ctx = iris.iris(1 << 22)
         ccl = ctx.ccl  # its remembered calls read the switch now
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
@@ -153,5 +157,6 @@ def _eager_calls_from_graphs_on_rank():
     return wrong, graphs
 
 
-def test_repeated_eager_calls_replay_from_a_graph_when_asked(ranks):
-    assert ranks.run(_eager_calls_from_graphs_on_rank) == [([], 2)] * ranks.world_size
+@pytest.mark.parametrize("setting, graphs", [(None, 2), ("1", 2), ("0", 0)], ids=["default", "on", "off"])
+def test_repeated_eager_calls_replay_from_a_graph_unless_turned_off(ranks, setting, graphs):
+    assert ranks.run(_eager_calls_from_graphs_on_rank, setting) == [([], graphs)] * ranks.world_size
