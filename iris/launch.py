@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import json
 import os
 import random
 import signal
@@ -241,7 +242,15 @@ def main(argv=None) -> int:
     run_parser.add_argument("script", help="Python script to run (or -m module)")
     run_parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the script")
     sub.add_parser("cleanup", help="remove the shared-memory segments that killed ranks left in /dev/shm")
+    info_parser = sub.add_parser("info", help="versions, backend, GPUs, heap providers and switches, for a bug report")
+    info_parser.add_argument("--json", action="store_true", help="the same facts as JSON")
     args = parser.parse_args(argv)
+    if args.command == "info":
+        from iris.info import collect, render  # imported here: `iris run` stays light
+
+        facts = collect()
+        print(json.dumps(facts, indent=2) if args.json else render(facts))
+        return 0
     if args.command == "cleanup":
         removed = remove_stale_segments()
         for path in removed:

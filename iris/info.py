@@ -1,0 +1,115 @@
+"""``iris info``: what a bug report needs to say about this machine and process, without starting a job.
+
+Versions (Iris, Python, torch, Triton), the backend and why it was chosen, each GPU (name, compute
+capability or architecture, SMs, memory) and which pairs reach each other by peer access, the heap
+providers this process could use, Iris's switches as set and what each means here (a value Iris
+would refuse is reported as refused, not raised), and the gaps of the backend from the capability
+table (:mod:`iris.capabilities`). It creates no context, heap or process group.
+
+Example:
+    $ iris info            # a few lines of text
+    $ iris info --json     # the same facts, for a script or an issue
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+
+from iris import config
+
+# The switches a user sets, each with the config reader that says what it means in this process.
+_SWITCHES = {
+    "IRIS_BACKEND": lambda: config.backend_request() or "chosen by what torch sees",
+    "IRIS_SIMULATION": lambda: "several ranks per GPU" if config.simulation() else "off",
+    "IRIS_HEAP": lambda: config.heap_request() or "ipc (default)",
+    "IRIS_NODE_MAP": lambda: config.text("IRIS_NODE_MAP") or "from the ranks' host names",
+    "IRIS_GRAPH_REPLAY": lambda: ("on" if config.graph_replay() else "off")
+    + (" (default)" if not config.text("IRIS_GRAPH_REPLAY").strip() else ""),
+    "IRIS_DEBUG": lambda: "on" if config.debug_requested() else "off",
+    "IRIS_WAIT_TIMEOUT": lambda: f"{config.wait_timeout_s():g} s (debug mode's waits)",
+    "IRIS_LOG_LEVEL": config.log_level_name,
+    "IRIS_CROSS_COMPILE": lambda: config.cross_compile_targets() or "off",
+}
+
+
+def collect() -> dict:
+    """The facts, as a JSON-ready dict: versions, backend, devices, heap providers, switches, gaps."""
+    import torch
+    import triton
+
+    import iris
+    from iris.capabilities import LIMITATIONS
+    from iris.memory.providers.shmem import engine_available
+
+    backend = iris.runtime.SELECTED
+    requested = config.backend_request()
+    return {
+        "versions": {"iris": iris.__version__, "python": platform.python_version(), "torch": torch.__version__,
+                     "triton": triton.__version__, "cuda": torch.version.cuda, "hip": torch.version.hip},
+        "backend": {"name": backend,
+                    "why": f"IRIS_BACKEND={requested}" if requested else
+                    ("torch sees a GPU" if backend != "cpu" else "torch sees no GPU"),
+                    "kernels": "Triton's interpreter" if iris.runtime.interpreted() else "compiled for the GPU"},
+        "devices": _devices(backend),
+        "heap_providers": {"ipc": "available",
+                           "shmem": "available" if backend != "cpu" and engine_available() else
+                           "not available: " + ("the CPU backend" if backend == "cpu" else
+                                                "torch has no NVSHMEM/rocSHMEM for this GPU")},
+        "mpi4py": importlib.util.find_spec("mpi4py") is not None,
+        "switches": {name: _meaning(name, reader) for name, reader in _SWITCHES.items()},
+        "gaps": [{"feature": row.feature, "dtype": row.dtype, "reason": row.reason}
+                 for row in LIMITATIONS if row.backend == backend],
+    }
+
+
+def _meaning(name: str, reader) -> dict:
+    try:
+        means = reader()
+    except ValueError as error:
+        means = f"refused: {error}"
+    return {"value": config.text(name), "means": means}
+
+
+def _devices(backend: str) -> list[dict]:
+    if backend == "cpu":
+        return []
+    import torch
+
+    devices = []
+    count = torch.cuda.device_count()
+    for index in range(count):
+        props = torch.cuda.get_device_properties(index)
+        arch = getattr(props, "gcnArchName", "") if backend == "hip" else f"sm_{props.major}{props.minor}"
+        devices.append({"index": index, "name": props.name, "arch": arch, "units": props.multi_processor_count,
+                        "memory_gib": round(props.total_memory / (1 << 30), 1),
+                        "peers": [other for other in range(count)
+                                  if other != index and torch.cuda.can_device_access_peer(index, other)]})
+    return devices
+
+
+def render(facts: dict) -> str:
+    """The facts as text, one fact a line."""
+    versions = facts["versions"]
+    toolkit = f"CUDA {versions['cuda']}" if versions["cuda"] else (f"HIP {versions['hip']}" if versions["hip"] else
+                                                                   "CPU build")
+    backend = facts["backend"]
+    lines = [f"iris {versions['iris']}, python {versions['python']}, torch {versions['torch']} ({toolkit}), "
+             f"triton {versions['triton']}",
+             f"backend: {backend['name']} ({backend['why']}; kernels: {backend['kernels']})"]
+    if not facts["devices"]:
+        lines.append("devices: none (ranks map each other's heaps through POSIX shared memory)")
+    for device in facts["devices"]:
+        peers = ", ".join(map(str, device["peers"])) or "none"
+        lines.append(f"device {device['index']}: {device['name']}, {device['arch']}, {device['units']} compute units, "
+                     f"{device['memory_gib']} GiB, peer access to: {peers}")
+    lines.append("heap provider: " + "; ".join(f"{name} {state}" for name, state in facts["heap_providers"].items()))
+    lines.append(f"mpi4py: {'installed' if facts['mpi4py'] else 'not installed (pip install iris[mpi])'}")
+    lines.append("switches:")
+    for name, switch in facts["switches"].items():
+        shown = repr(switch["value"]) if switch["value"] else "unset"
+        lines.append(f"  {name:20} {shown:12} {switch['means']}")
+    lines.append(f"gaps of the {backend['name']} backend (iris.capabilities): {len(facts['gaps'])}")
+    for gap in facts["gaps"]:
+        lines.append(f"  {gap['feature']}{' (' + gap['dtype'] + ')' if gap['dtype'] else ''}: {gap['reason']}")
+    return "\n".join(lines)

@@ -1,0 +1,46 @@
+"""`iris info`: what a bug report needs about this machine and this process, without starting a job."""
+
+import json
+import os
+import subprocess
+import sys
+
+import torch
+import triton
+
+import iris
+
+
+def _info(*args, **env):
+    environment = {name: value for name, value in os.environ.items() if name != "IRIS_GRAPH_REPLAY"} | env
+    return subprocess.run([sys.executable, "-m", "iris", "info", *args], capture_output=True, text=True, timeout=120,
+                          env=environment)
+
+
+def test_info_names_versions_backend_devices_and_switches():
+    proc = _info()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert f"iris {iris.__version__}" in out
+    assert f"torch {torch.__version__}" in out and f"triton {triton.__version__}" in out
+    assert f"backend: {iris.runtime.SELECTED}" in out
+    assert "IRIS_GRAPH_REPLAY" in out and "heap provider: ipc" in out
+
+
+def test_info_as_json_holds_the_same_facts():
+    proc = _info("--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    facts = json.loads(proc.stdout)
+    assert facts["versions"]["iris"] == iris.__version__
+    assert facts["backend"]["name"] == iris.runtime.SELECTED
+    assert facts["switches"]["IRIS_GRAPH_REPLAY"] == {"value": "", "means": "on (default)"}
+    if iris.runtime.SELECTED == "cpu":
+        assert facts["devices"] == []
+        assert any(gap["feature"] == "cuda_graph" for gap in facts["gaps"])
+
+
+def test_info_reports_a_switch_it_cannot_read_instead_of_failing():
+    proc = _info("--json", IRIS_GRAPH_REPLAY="sometimes")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    means = json.loads(proc.stdout)["switches"]["IRIS_GRAPH_REPLAY"]
+    assert means["value"] == "sometimes" and "refused" in means["means"]
