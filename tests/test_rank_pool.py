@@ -31,6 +31,12 @@ def _hang_on_rank_1():
     return "fine"
 
 
+def _out_of_memory_on_rank_0():
+    if int(os.environ["RANK"]) == 0:
+        raise RuntimeError("CUDA error: out of memory")
+    return "fine"
+
+
 def _violation_on_rank_0(case):
     return Verdict([f"saw {case['x']}"] if int(os.environ["RANK"]) == 0 else [], value=case["x"])
 
@@ -52,6 +58,17 @@ def test_exception_names_rank_and_traceback_and_keeps_the_ranks(pool):
     assert info.value.failures.keys() == {1}
     assert "planted failure on rank 1" in str(info.value) and "Traceback" in str(info.value)
     assert pool.run(_pid) == before  # every rank answered: no restart
+
+
+def test_an_out_of_memory_failure_says_how_full_the_machine_was(pool):
+    """A rank that ran out of memory (the GPU gate's rare failure at a context's creation) reports the host's
+    available memory and, where a GPU tool answers, the GPU's: what ran out, told at the time it did."""
+    with pytest.raises(RankFailure) as info:
+        pool.run(_out_of_memory_on_rank_0)
+    text = info.value.failures[0]
+    assert "CUDA error: out of memory" in text
+    assert "memory when this failed:\n  host: " in text and "MiB available" in text
+    assert 1 not in info.value.failures
 
 
 def test_exit_code_reaches_the_runner_and_the_pool_restarts(pool):

@@ -23,6 +23,7 @@ import multiprocessing as mp
 import os
 import pickle
 import signal
+import subprocess
 import tempfile
 import time
 import traceback
@@ -68,7 +69,33 @@ def _worker(rank: int, world: int, port: int, job: str, conn) -> None:
         try:
             _reply(conn, "ok", fn(*args, **kwargs))
         except BaseException:  # report everything, including assertion errors and SystemExit
-            _reply(conn, "error", traceback.format_exc())
+            failure = traceback.format_exc()
+            if "out of memory" in failure:
+                failure += _memory_report()
+            _reply(conn, "error", failure)
+
+
+def _memory_report() -> str:
+    """How full the machine was, told by the rank that ran out of memory while it still can: the host's
+    available memory and, where nvidia-smi answers, each GPU's use and how many processes hold a context
+    on it (the GPU gate's rare out-of-memory at a new context's first kernel came with GPU memory to spare)."""
+    lines = ["memory when this failed:"]
+    try:
+        with open("/proc/meminfo") as meminfo:
+            kib = {line.split(":")[0]: int(line.split()[1]) for line in meminfo if line.split()[1:]}
+        lines.append(f"  host: {kib['MemAvailable'] >> 10} of {kib['MemTotal'] >> 10} MiB available")
+    except (OSError, KeyError, ValueError):
+        lines.append("  host: /proc/meminfo unreadable")
+    for query in (["--query-gpu=index,memory.used,memory.total", "--format=csv,noheader"],
+                  ["--query-compute-apps=gpu_uuid,pid,used_memory", "--format=csv,noheader"]):
+        try:
+            answer = subprocess.run(["nvidia-smi", *query], capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.SubprocessError):
+            break
+        rows = answer.strip().splitlines()
+        lines.append(f"  nvidia-smi {query[0]}: {len(rows)} rows")
+        lines += [f"    {row}" for row in rows[:80]]
+    return "\n".join(lines) + "\n"
 
 
 def _reply(conn, status: str, payload) -> None:
