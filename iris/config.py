@@ -27,7 +27,9 @@ TRITON_INTERPRET            Triton's own switch; the CPU backend sets it to ``1`
 RANK, WORLD_SIZE, ...       the launcher's (torchrun, ``iris run``; mpirun's size variables)
 ==========================  =========================================================================
 
-Values are read when asked for, not cached: a test may change one between contexts.
+Values are read when asked for, not cached: a test may change one between contexts. The switches
+(IRIS_SIMULATION, IRIS_DEBUG, IRIS_GRAPH_REPLAY) take 1, true, yes, on or 0, false, no, off (any
+case); any other word is refused with its name when a context is made, before any allocation.
 
 Example:
     >>> from iris import config
@@ -48,11 +50,6 @@ _FALSE = ("0", "false", "no", "off")
 def text(name: str, default: str = "") -> str:
     """The variable ``name`` as set, else ``default``."""
     return os.environ.get(name, default)
-
-
-def flag(name: str) -> bool:
-    """Whether ``name`` is set to 1, true, yes or on (any case)."""
-    return text(name).strip().lower() in _TRUE
 
 
 def switch(name: str, default: bool) -> bool:
@@ -108,7 +105,7 @@ def engine_cache() -> str:
 
 def debug_requested() -> bool:
     """IRIS_DEBUG: contexts start in debug mode."""
-    return flag("IRIS_DEBUG")
+    return switch("IRIS_DEBUG", False)
 
 
 def wait_timeout_s() -> float:
@@ -176,7 +173,7 @@ def graph_replay() -> bool:
 
 def simulation() -> bool:
     """IRIS_SIMULATION: several ranks may share a GPU on purpose."""
-    return flag("IRIS_SIMULATION")
+    return switch("IRIS_SIMULATION", False)
 
 
 def heap_bases_prefix() -> str:

@@ -47,7 +47,8 @@ def _validate(heap_size, allocator_type, debug) -> None:
         raise ValueError(f"heap_size={heap_size} must be positive (bytes of symmetric heap per rank)")
     if allocator_type not in ALLOCATORS:
         raise ValueError(f"allocator_type={allocator_type!r} is not an allocator; use one of {', '.join(ALLOCATORS)}")
-    config.graph_replay()  # a switch set to a word it cannot read is refused now, not at the first collective
+    # a switch set to a word it cannot read is refused now, before any allocation or collective
+    config.graph_replay(), config.debug_requested(), config.simulation()
 
 
 class Iris(TensorFactories):

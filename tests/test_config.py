@@ -15,15 +15,32 @@ def test_graph_replay_is_on_unless_turned_off(monkeypatch, value, on):
     assert config.graph_replay() is on
 
 
-def test_a_switch_given_a_word_it_does_not_know_says_so(monkeypatch):
-    monkeypatch.setenv("IRIS_GRAPH_REPLAY", "maybe")
-    with pytest.raises(ValueError, match="IRIS_GRAPH_REPLAY='maybe'.*0 or 1"):
-        config.graph_replay()
+SWITCHES = {"IRIS_GRAPH_REPLAY": config.graph_replay, "IRIS_DEBUG": config.debug_requested,
+            "IRIS_SIMULATION": config.simulation}
 
 
-def test_a_context_refuses_a_switch_it_cannot_read_before_allocating(monkeypatch):
+@pytest.mark.parametrize("name", SWITCHES)
+def test_a_switch_given_a_word_it_does_not_know_says_so(monkeypatch, name):
+    """A typo (``IRIS_DEBUG=ture``) must not leave a switch silently off."""
+    monkeypatch.setenv(name, "maybe")
+    with pytest.raises(ValueError, match=f"{name}='maybe'.*0 or 1"):
+        SWITCHES[name]()
+
+
+@pytest.mark.parametrize("name", ["IRIS_DEBUG", "IRIS_SIMULATION"])
+@pytest.mark.parametrize("value, on", [(None, False), ("1", True), ("TRUE", True), ("0", False), ("", False)])
+def test_debug_and_simulation_are_off_unless_turned_on(monkeypatch, name, value, on):
+    if value is None:
+        monkeypatch.delenv(name, raising=False)
+    else:
+        monkeypatch.setenv(name, value)
+    assert SWITCHES[name]() is on
+
+
+@pytest.mark.parametrize("name", SWITCHES)
+def test_a_context_refuses_a_switch_it_cannot_read_before_allocating(monkeypatch, name):
     import iris
 
-    monkeypatch.setenv("IRIS_GRAPH_REPLAY", "sometimes")
-    with pytest.raises(ValueError, match="IRIS_GRAPH_REPLAY='sometimes'"):
+    monkeypatch.setenv(name, "sometimes")
+    with pytest.raises(ValueError, match=f"{name}='sometimes'"):
         iris.iris(1 << 20)
