@@ -17,12 +17,13 @@ import importlib.util
 import platform
 
 from iris import config
+from iris.memory.providers import provider_name
 
 # The switches a user sets, each with the config reader that says what it means in this process.
 _SWITCHES = {
     "IRIS_BACKEND": lambda: config.backend_request() or "chosen by what torch sees",
     "IRIS_SIMULATION": lambda: "several ranks per GPU" if config.simulation() else "off",
-    "IRIS_HEAP": lambda: config.heap_request() or "ipc (default)",
+    "IRIS_HEAP": lambda: provider_name(None) + ("" if config.heap_request() else " (default)"),
     "IRIS_NODE_MAP": lambda: config.text("IRIS_NODE_MAP") or "from the ranks' host names",
     "IRIS_GRAPH_REPLAY": lambda: ("on" if config.graph_replay() else "off")
     + (" (default)" if not config.text("IRIS_GRAPH_REPLAY").strip() else ""),

@@ -39,8 +39,9 @@ def test_info_as_json_holds_the_same_facts():
         assert any(gap["feature"] == "cuda_graph" for gap in facts["gaps"])
 
 
-def test_info_reports_a_switch_it_cannot_read_instead_of_failing():
-    proc = _info("--json", IRIS_GRAPH_REPLAY="sometimes")
+def test_info_reports_a_setting_it_cannot_read_instead_of_failing():
+    proc = _info("--json", IRIS_GRAPH_REPLAY="sometimes", IRIS_HEAP="nvlink")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    means = json.loads(proc.stdout)["switches"]["IRIS_GRAPH_REPLAY"]
-    assert means["value"] == "sometimes" and "refused" in means["means"]
+    switches = json.loads(proc.stdout)["switches"]
+    assert switches["IRIS_GRAPH_REPLAY"]["value"] == "sometimes" and "refused" in switches["IRIS_GRAPH_REPLAY"]["means"]
+    assert switches["IRIS_HEAP"]["value"] == "nvlink" and "not a heap provider" in switches["IRIS_HEAP"]["means"]
