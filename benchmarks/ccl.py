@@ -2,6 +2,7 @@
 
     iris run -n 2 benchmarks/ccl.py [--collectives all_reduce all_gather reduce_scatter all_to_all]
                                     [--dtypes bf16] [--min 1K] [--max 256M] [--iters 50] [--warmup 10]
+                                    [--sample-us 200]
                                     [--csv PATH] [--validate] [--graph] [--host] [--trace]
 
 Sizes are bytes of input per rank, powers of two from --min to --max (all_gather's output is W
@@ -25,8 +26,11 @@ process group and with the same buffers:
 
 Each figure is the median over --iters samples after --warmup calls, per call, on rank 0. A
 sample is a batch of calls launched back to back from the host between CUDA events, as
-nccl-tests times (enough calls for about 50 us; one for longer calls). On the CPU backend it is
-perf_counter around single calls: a smoke test, not a figure.
+nccl-tests times (enough calls for about --sample-us, 200 us, at most 100; one for longer calls;
+nccl-tests times 20 calls per event pair). The batch spreads the host's cost of recording the two
+events over its calls: a collective whose host path is what limits it would carry a share of
+that cost in each call of a short batch.
+On the CPU backend it is perf_counter around single calls: a smoke test, not a figure.
 Bus bandwidth follows NCCL: all_reduce moves 2(W-1)/W of the data per rank, the others (W-1)/W.
 --validate first checks every iris row (each variant, copy-in) once per size against NCCL on
 small-integer data.
@@ -83,7 +87,9 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--min", type=parse_size, default=parse_size("1K"), help="smallest size per rank (1K)")
     parser.add_argument("--max", type=parse_size, default=parse_size("256M" if gpu else "16K"),
                         help="largest size per rank (256M on a GPU, 16K on the CPU backend)")
-    parser.add_argument("--iters", type=int, default=50 if gpu else 2, help="timed calls per point")
+    parser.add_argument("--iters", type=int, default=50 if gpu else 2, help="timed samples per point")
+    parser.add_argument("--sample-us", type=float, default=200.0,
+                        help="how long a sample's batch of calls lasts, about (200 us; one call when longer)")
     parser.add_argument("--warmup", type=int, default=10 if gpu else 1, help="untimed calls first")
     parser.add_argument("--csv", type=Path, default=None, help="CSV path (default benchmarks/results/ccl_...)")
     parser.add_argument("--validate", action="store_true", help="check iris against NCCL once per size")
@@ -103,9 +109,9 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     args = parser.parse_args()
     if args.tune and args.csv is not None:
         parser.error("--tune builds the table from benchmarks/results/: leave --csv out")
-    if args.min < 16 or args.max < args.min or args.iters < 1 or args.warmup < 0:
-        parser.error(f"need 16 <= --min <= --max, --iters >= 1, --warmup >= 0; got {args.min}, {args.max}, "
-                     f"{args.iters}, {args.warmup}")
+    if args.min < 16 or args.max < args.min or args.iters < 1 or args.warmup < 0 or args.sample_us < 0:
+        parser.error(f"need 16 <= --min <= --max, --iters >= 1, --warmup >= 0, --sample-us >= 0; got {args.min}, "
+                     f"{args.max}, {args.iters}, {args.warmup}, {args.sample_us}")
     args.sizes = [args.min << i for i in range((args.max // args.min).bit_length()) if args.min << i <= args.max]
     return args
 
@@ -200,7 +206,8 @@ def timed_rows(ctx, args, gpu, point, bus, calls) -> list[dict]:
                 continue  # captured, and a failed capture leaves torch's allocator mid-capture until exit
             ctx.barrier()
             try:
-                us, note = ctx.broadcast(graph_median_us(call, args.warmup, args.iters, agree=agree), src=0), ""
+                us, note = ctx.broadcast(graph_median_us(call, args.warmup, args.iters, args.sample_us, agree=agree),
+                                         src=0), ""
             except Exception as exc:  # a call torch cannot capture: the row says why
                 us, note = "", f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
             rows.append({**point, "impl": f"{label}+graph", "us": us, "busbw_gbps": "" if us == "" else bus / us / 1e3,
@@ -362,7 +369,7 @@ def main() -> int:
     if args.trace:
         ctx.tracing.enable(max_events=1_000_000)  # later events are dropped; the kernels still take the recording path
     base = {"gpu": gpu_name, "backend": iris.runtime.SELECTED, "world_size": world, "version": iris.__version__,
-            "commit": git_commit(), "iters": args.iters, "trace": int(args.trace),
+            "commit": git_commit(), "iters": args.iters, "sample_us": args.sample_us, "trace": int(args.trace),
             "graph_replay": int(iris.config.graph_replay())}
     rows, problems = [], []
     if args.host and gpu:
@@ -398,7 +405,8 @@ def main() -> int:
                         rows.append({**point, "impl": label, "us": "", "busbw_gbps": "", "note": call})
                         continue
                     ctx.barrier()
-                    us = median_us(call, args.warmup, args.iters, gpu, agree=lambda batch: ctx.broadcast(batch, src=0))
+                    us = median_us(call, args.warmup, args.iters, gpu, args.sample_us,
+                                   agree=lambda batch: ctx.broadcast(batch, src=0))
                     us = ctx.broadcast(us, src=0)
                     rows.append({**point, "impl": label, "us": us, "busbw_gbps": bus / us / 1e3, "note": ""})
                 rows += timed_rows(ctx, args, gpu, point, bus, calls)
