@@ -27,6 +27,7 @@ step() {  # step NAME COMMAND...: run, log, remember failure, print one summary 
 }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | sed "s/^/[$tag] gpu: /"
 python -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
+python -m iris info >"$logs/$tag-info.txt" 2>&1  # versions, GPUs and peer access, switches: beside every log
 if [ "${1:-}" = --quick ]; then
   # Compiling the kernels (a fresh machine has no Triton cache) is most of the time: pytest-xdist spreads
   # the tests over workers (each with its own ranks), so kernels compile side by side on the host's cores.
