@@ -26,10 +26,10 @@ process group and with the same buffers:
 
 Each figure is the median over --iters samples after --warmup calls, per call, on rank 0. A
 sample is a batch of calls launched back to back from the host between CUDA events, as
-nccl-tests times (enough calls for about --sample-us, 200 us, at most 100; one for longer calls;
-nccl-tests times 20 calls per event pair). The batch spreads the host's cost of recording the two
-events over its calls: a collective whose host path is what limits it would carry a share of
-that cost in each call of a short batch.
+nccl-tests times (it takes 20 calls per event pair): enough calls for about --sample-us, 200 us,
+at most 100; one for longer calls. The batch spreads the host's cost of recording the two events
+over its calls: a collective whose host path is what limits it would carry a share of that cost
+in each call of a short batch.
 On the CPU backend it is perf_counter around single calls: a smoke test, not a figure.
 Bus bandwidth follows NCCL: all_reduce moves 2(W-1)/W of the data per rank, the others (W-1)/W.
 --validate first checks every iris row (each variant, copy-in) once per size against NCCL on
