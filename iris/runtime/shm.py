@@ -38,7 +38,8 @@ def _human(nbytes: int) -> str:
     raise AssertionError("unreachable")
 
 
-def _memory_available() -> int | None:
+def memory_available() -> int | None:
+    """The host's available memory in bytes (/proc/meminfo's MemAvailable), or None where it cannot be read."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -58,7 +59,7 @@ def capacity_report() -> str:
                      f"({_human(fs.f_bavail * fs.f_frsize)} free)")
     except OSError:
         parts.append(f"{SHM_DIRECTORY} is missing")
-    available = _memory_available()
+    available = memory_available()
     if available is not None:
         parts.append(f"{_human(available)} of memory available")
     return ", ".join(parts)

@@ -31,6 +31,7 @@ import uuid
 from multiprocessing.connection import wait
 
 from iris import config
+from iris.runtime.shm import memory_available
 
 DEFAULT_TIMEOUT = config.test_timeout_s()
 
@@ -79,13 +80,9 @@ def _memory_report() -> str:
     """How full the machine was, told by the rank that ran out of memory while it still can: the host's
     available memory and, where nvidia-smi answers, each GPU's use and how many processes hold a context
     on it (the GPU gate's rare out-of-memory at a new context's first kernel came with GPU memory to spare)."""
-    lines = ["memory when this failed:"]
-    try:
-        with open("/proc/meminfo") as meminfo:
-            kib = {line.split(":")[0]: int(line.split()[1]) for line in meminfo if line.split()[1:]}
-        lines.append(f"  host: {kib['MemAvailable'] >> 10} of {kib['MemTotal'] >> 10} MiB available")
-    except (OSError, KeyError, ValueError):
-        lines.append("  host: /proc/meminfo unreadable")
+    available = memory_available()
+    host = f"{available >> 20} MiB available" if available is not None else "/proc/meminfo unreadable"
+    lines = ["memory when this failed:", f"  host: {host}"]
     for query in (["--query-gpu=index,memory.used,memory.total", "--format=csv,noheader"],
                   ["--query-compute-apps=gpu_uuid,pid,used_memory", "--format=csv,noheader"]):
         try:
