@@ -16,9 +16,9 @@ process group and with the same buffers:
                       all_to_all_single); gloo on the CPU backend
     symm_mem          torch.ops.symm_mem one_shot_all_reduce / two_shot_all_reduce_ (all_reduce only,
                       where torch has them; otherwise the row says why)
-    <impl>+graph      with --graph, up to --graph-max bytes: iris (default variant), iris.push (the
-                      barrier-free variant), nccl and symm_mem replayed from a CUDA graph (a batch of
-                      calls captured once)
+    <impl>+graph      with --graph, up to --graph-max bytes: iris (default variant), iris.push and
+                      iris.ll (the barrier-free variants), nccl and symm_mem replayed from a CUDA graph
+                      (a batch of calls captured once)
     iris (host)       with --host: host microseconds per iris call issued back to back, beside the
                       floor of launching an empty Triton kernel (``null (host)``: Triton's own
                       launch, and ``null bound (host)``: iris's remembered launch, which a
@@ -36,8 +36,8 @@ Bus bandwidth follows NCCL: all_reduce moves 2(W-1)/W of the data per rank, the 
 small-integer data.
 Tuning: --tune, after a run whose CSV goes to its default place, writes iris/ccl/tuned.py, the
 default all_reduce variant by world size, dtype and size, from every
-benchmarks/results/ccl_<gpu>_<W>ranks.csv of that GPU (this run's among them): the fastest of one_shot
-and push where its median time is at least --tune-margin (10%) below two_shot's, else two_shot. --tune-from CSV...
+benchmarks/results/ccl_<gpu>_<W>ranks.csv of that GPU (this run's among them): the fastest of one_shot,
+push and ll where its median time is at least --tune-margin (10%) below two_shot's, else two_shot. --tune-from CSV...
 writes it from given runs without running anything (several runs of one world size: the median).
 Output: a table, printed as each point is measured, with each time's ratio to NCCL (>1: faster
 than NCCL); at the end a CSV and, with matplotlib, one PNG per collective (latency and bus
@@ -66,9 +66,8 @@ from _results import default_csv, git_commit, graph_median_us, host_us, median_u
 import iris
 from iris.distributed import job_world_size
 from iris.capabilities import find_limitation
-from iris.ccl import Config
+from iris.ccl import Config, all_reduce_push
 from iris.ccl.config import ALL_REDUCE_VARIANTS
-from iris.team import PUSH_BYTES
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "int32": torch.int32,
           "fp8e4m3": torch.float8_e4m3fn, "fp8e5m2": torch.float8_e5m2}
@@ -77,7 +76,7 @@ REDUCING = ("all_reduce", "reduce_scatter")
 TUNED = Path(__file__).resolve().parents[1] / "iris" / "ccl" / "tuned.py"
 # The variants a default may be: each gives every member the same bits in a fixed order (atomic,
 # spinlock and ring sum in arrival order); two_shot is the fallback, its traffic bounded in W.
-TUNED_VARIANTS = ("one_shot", "two_shot", "push")
+TUNED_VARIANTS = ("one_shot", "two_shot", "push", "ll")
 
 
 def parse_args(gpu: bool) -> argparse.Namespace:
@@ -164,8 +163,9 @@ def _iris_variants(ctx, name, inp, out, world):
             if row is not None:
                 calls[f"iris.{variant}"] = row.reason
                 continue
-            if variant == "push" and inp.nbytes > PUSH_BYTES:
-                calls["iris.push"] = f"push takes at most {PUSH_BYTES} bytes per rank (its landing zones)"
+            if not all_reduce_push.holds(variant, inp.numel(), inp.element_size()):
+                calls[f"iris.{variant}"] = f"{variant} takes at most {all_reduce_push.capacity(variant)} per rank " \
+                                           "(its landing zones)"
                 continue
             config = Config(all_reduce_variant=variant)
             calls[f"iris.{variant}"] = lambda config=config: ctx.ccl.all_reduce(out, inp, config=config)
@@ -199,7 +199,7 @@ def timed_rows(ctx, args, gpu, point, bus, calls) -> list[dict]:
     agree = lambda batch: ctx.broadcast(batch, src=0)  # noqa: E731
     if args.graph and gpu and point["bytes"] <= args.graph_max:
         for label, call in calls.items():
-            if isinstance(call, str) or label not in ("iris", "iris.push", "nccl", "symm_mem.one_shot",
+            if isinstance(call, str) or label not in ("iris", "iris.push", "iris.ll", "nccl", "symm_mem.one_shot",
                                                        "symm_mem.two_shot"):
                 continue
             if label == "nccl" and "nccl" not in str(dist.get_backend()):  # gloo (CPU backend, simulation) cannot be
@@ -342,8 +342,8 @@ def write_tuned(path: Path, paths, margin: float) -> None:
     path.write_text(f'''"""The default all_reduce variant by world size, dtype and bytes per rank (iris.ccl.all_reduce).
 
 Written by benchmarks/ccl.py (--tune after a run, or --tune-from CSV...), not by hand: at each size
-measured, the fastest of one_shot and push where its median time over the runs is at least {margin:.0%}
-below two_shot's, else two_shot; a size between two measured ones takes the smaller one's variant. Runs:
+measured, the fastest of one_shot, push and ll where its median time over the runs is at least
+{margin:.0%} below two_shot's, else two_shot; a size between two measured ones takes the smaller one's variant. Runs:
 
 {chr(10).join(runs)}
 """

@@ -159,7 +159,7 @@ def collective_cases(draw, world_size: int):
         case["src"] = draw(st.sampled_from(members))
     if op == "all_reduce":
         case.update(reduce=draw(st.sampled_from(("sum", "max", "min"))), in_place=draw(st.booleans()))
-        variants = ("two_shot", "push") if case["in_place"] else ("one_shot", "two_shot", "push") + STEPWISE
+        variants = ("two_shot", "push", "ll") if case["in_place"] else ("one_shot", "two_shot", "push", "ll") + STEPWISE
         case["variant"] = draw(st.sampled_from(variants))
     if op == "reduce_scatter":
         layout = draw(st.sampled_from(("torch", "original"))) if len(members) > 1 else "torch"
@@ -231,7 +231,7 @@ def replayed_cases(draw, world_size: int):
     if op in REDUCING:
         case.update(reduce=draw(st.sampled_from(("sum", "max", "min"))), layout="torch")
     if op == "all_reduce":
-        case["variant"] = draw(st.sampled_from(("one_shot", "two_shot", "push") + STEPWISE))
+        case["variant"] = draw(st.sampled_from(("one_shot", "two_shot", "push", "ll") + STEPWISE))
         if _atomic_refusal(case):
             case["variant"] = "two_shot"
     return case

@@ -36,6 +36,9 @@ LOCK_WORDS = tl.constexpr(4096)
 # the most programs of one call (each with its own flags and counts per peer).
 PUSH_BYTES = 256 << 10
 PUSH_PROGRAMS = 32
+# all_reduce's ll variant (the same module): the most elements of a message (each lands as one 8-byte word,
+# the element's bits beside its flag), and its programs count like push's.
+LL_WORDS = 32 << 10
 
 
 def reserved_layout(world_size: int, engine_path: bool = False) -> ReservedLayout:
@@ -53,6 +56,7 @@ def reserved_layout(world_size: int, engine_path: bool = False) -> ReservedLayou
         # all_reduce's push variant (iris.ccl.all_reduce_push): [half][sender] landing zones and flags per program
         ("ccl.push_landing", 2 * world_size * PUSH_BYTES // 8, torch.int64),
         ("ccl.push_flags", 2 * world_size * PUSH_PROGRAMS, torch.int32),
+        ("ccl.ll_landing", 2 * world_size * LL_WORDS, torch.int64),  # [half][sender] words: flag | element
         *staging,
         ("engine.scratch", 2, torch.int64),  # what engine calls that move nothing aim at (iris.device.engine)
     ])
@@ -103,6 +107,11 @@ class Team:
             heap.region("engine.staging_locks").zero_()
         # local: pushes sent to and received from each rank, per program ([sent | received][rank][program])
         self.push_counts = torch.zeros(2 * world_size * PUSH_PROGRAMS, dtype=torch.int32, device=heap.device)
+        # the ll variant's own landing words and counts: its flags live in the words, so a word left by a push
+        # call (raw data) must never be read as one of its words
+        self.ll_landing = heap.region("ccl.ll_landing")
+        self.ll_landing.zero_()  # flag 0: no push of the ll variant ever carries it
+        self.ll_counts = torch.zeros_like(self.push_counts)
         self._participants: dict[tuple[int, ...], Participants] = {}
         self.debug = False  # this context's debug mode (ctx.set_debug): cross-rank checks and diagnoses
 

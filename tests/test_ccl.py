@@ -9,6 +9,7 @@ import torch
 import iris
 from iris.ccl import Config, ReduceOp
 from iris.ccl.config import ALL_REDUCE_VARIANTS
+from iris.team import LL_WORDS, PUSH_BYTES
 from iris.testing import refusals
 
 
@@ -26,6 +27,8 @@ def _misuse():
     ctx = iris.iris(1 << 20)
     world = ctx.get_num_ranks()
     on_heap = ctx.zeros(world * 8, dtype=torch.float32)
+    past_push = ctx.zeros(PUSH_BYTES // 4 + 1, dtype=torch.float32)  # one element past the landing zones
+    past_ll = past_push[:LL_WORDS + 1]
     errors = refusals([
         lambda: ctx.ccl.all_gather(torch.zeros(world * 8, device=ctx.get_device()), on_heap[:8].clone()),  # not heap
         lambda: ctx.ccl.all_gather(on_heap, on_heap[:7].clone()),                                     # size
@@ -35,6 +38,8 @@ def _misuse():
         lambda: ctx.ccl.all_to_all(on_heap.view(world, 8), on_heap.view(world, 8), config="fast"),    # config
         lambda: ctx.ccl.reduce_scatter(on_heap[4:12], on_heap),  # output overlaps another member's part
         lambda: ctx.ccl.all_reduce(on_heap, on_heap, config=Config(hierarchy=(0,) * (world + 1))),  # hierarchy
+        lambda: ctx.ccl.all_reduce(past_push, past_push, config=Config(all_reduce_variant="push")),    # too big
+        lambda: ctx.ccl.all_reduce(past_ll, past_ll, config=Config(all_reduce_variant="ll")),          # too big
     ])
     ctx.barrier()
     x = ctx.full((5,), float(ctx.get_rank() + 1))
@@ -53,6 +58,8 @@ def test_misuse_is_refused_before_any_launch(ranks):
         assert "config must be an iris.ccl.Config" in errors[5], errors
         assert "may overlap input only as this member's own part" in errors[6], errors
         assert f"Config.hierarchy names {ranks.world_size + 1} nodes" in errors[7], errors
+        assert f"the push variant holds at most {PUSH_BYTES} bytes per rank" in errors[8], errors
+        assert f"the ll variant holds at most {LL_WORDS} elements per rank" in errors[9], errors
         assert result == [float(ranks.world_size)] * 5
 
 
@@ -144,8 +151,10 @@ def _every_all_reduce_variant():
     seen = {}
     for variant in ALL_REDUCE_VARIANTS:
         # bfloat16: the variants that sum in float32 carry an accumulator of another type than the data's
-        # (the GPU compilers refuse a loop that changes a variable's type; the interpreter does not)
-        for dtype in (torch.float32, torch.int32) + (() if variant == "atomic" else (torch.bfloat16,)):
+        # (the GPU compilers refuse a loop that changes a variable's type; the interpreter does not); float16
+        # too where ll moves its bits by another path than bfloat16's
+        dtypes = (torch.float32, torch.int32) + (() if variant == "atomic" else (torch.bfloat16,))
+        for dtype in dtypes + ((torch.float16,) if variant == "ll" else ()):
             for op in (ReduceOp.SUM, ReduceOp.MAX):
                 x = ctx.full((1000,), rank + 1, dtype=dtype)  # 16 blocks of 64: many programs, a ragged tail
                 out = ctx.zeros(1000, dtype=dtype)
@@ -185,9 +194,10 @@ def test_all_reduce_over_a_group_of_one_copies_the_input(ranks):
             assert values == [rank + 1.5], (rank, variant, values)
 
 
-def _push_all_reduce_many_times(rounds):
-    """The push variant called again and again, on new data each time, in place and not, with groups between:
-    its landing zones are reused every other call and its counters are per pair of ranks."""
+def _push_all_reduce_many_times(rounds, variants):
+    """The barrier-free variants (push, ll) called again and again, on new data each time, in place and not,
+    with groups between, taking ``variants`` in turn: their landing zones are reused every other call and
+    their counters are per pair of ranks (each variant its own: a mix stays apart)."""
     import torch.distributed as dist
 
     ctx = iris.iris(1 << 20)
@@ -195,8 +205,8 @@ def _push_all_reduce_many_times(rounds):
     pairs = [dist.new_group([r, (r + 1) % world]) for r in range(world)]  # every rank makes every group
     generator = torch.Generator().manual_seed(1234)
     failures = []
-    config = Config(all_reduce_variant="push", block_size=64)
     for step in range(rounds):
+        config = Config(all_reduce_variant=variants[step % len(variants)], block_size=64)
         numel = (97, 1000, 4096)[step % 3]  # one program, ragged blocks, more blocks than programs
         inputs = [torch.randint(-1000, 1000, (numel,), dtype=torch.int32, generator=generator).to(ctx.get_device())
                   for _ in range(world)]
@@ -221,12 +231,13 @@ def _push_all_reduce_many_times(rounds):
     return failures
 
 
-def test_the_push_variant_reuses_its_landing_zones_correctly(ranks):
-    for rank, failures in enumerate(ranks.run(_push_all_reduce_many_times, 12)):
+@pytest.mark.parametrize("variants", [("push",), ("ll",), ("push", "ll", "ll")], ids="+".join)
+def test_the_barrier_free_variants_reuse_their_landing_zones_correctly(ranks, variants):
+    for rank, failures in enumerate(ranks.run(_push_all_reduce_many_times, 12, variants)):
         assert failures == [], (rank, failures)
 
 
-def _push_all_reduce_back_to_back(calls):
+def _push_all_reduce_back_to_back(calls, variant):
     """Calls issued back to back on new data each time: a member that finishes a call early pushes the next
     one while the others still read the last (the landing zones' two halves keep them apart). One program:
     the interpreter runs a rank's programs in order, so with several a peer's next push for a program comes
@@ -236,7 +247,7 @@ def _push_all_reduce_back_to_back(calls):
     x = ctx.arange(4096, dtype=torch.int32)
     x.mul_(rank + 1)
     out = ctx.empty(4096, dtype=torch.int32)
-    config = Config(all_reduce_variant="push", block_size=4096)
+    config = Config(all_reduce_variant=variant, block_size=4096)
     base = torch.arange(4096, dtype=torch.int32, device=ctx.get_device()) * (world * (world + 1) // 2)
     wrong = []
     for call in range(calls):
@@ -248,15 +259,15 @@ def _push_all_reduce_back_to_back(calls):
     return wrong
 
 
-def test_the_push_variant_keeps_back_to_back_calls_apart(ranks):
-    for rank, wrong in enumerate(ranks.run(_push_all_reduce_back_to_back, 60)):
+@pytest.mark.parametrize("variant", ["push", "ll"])
+def test_the_barrier_free_variants_keep_back_to_back_calls_apart(ranks, variant):
+    for rank, wrong in enumerate(ranks.run(_push_all_reduce_back_to_back, 60, variant)):
         assert wrong == [], (rank, wrong)
 
 
-def test_a_tuned_push_entry_is_the_default_in_place_too_and_never_past_its_landing_zones(monkeypatch):
+def test_a_tuned_push_or_ll_entry_is_the_default_in_place_too_and_never_past_its_landing_zones(monkeypatch):
     from iris.ccl import tuned
     from iris.ccl.all_reduce import choose_variant
-    from iris.team import PUSH_BYTES
 
     monkeypatch.setitem(tuned.ALL_REDUCE, (3, "bf16"), ((4096, "push"), (8192, "one_shot"), (1 << 40, "push")))
     assert choose_variant(1024, in_place=False, world_size=3, dtype=torch.bfloat16) == "push"
@@ -264,6 +275,9 @@ def test_a_tuned_push_entry_is_the_default_in_place_too_and_never_past_its_landi
     assert choose_variant(4096, in_place=False, world_size=3, dtype=torch.bfloat16) == "one_shot"
     assert choose_variant(4096, in_place=True, world_size=3, dtype=torch.bfloat16) == "two_shot"
     assert choose_variant(PUSH_BYTES + 2, in_place=False, world_size=3, dtype=torch.bfloat16) == "two_shot"
+    monkeypatch.setitem(tuned.ALL_REDUCE, (5, "bf16"), ((1 << 40, "ll"),))  # ll holds LL_WORDS elements
+    assert choose_variant(2 * LL_WORDS, in_place=True, world_size=5, dtype=torch.bfloat16) == "ll"
+    assert choose_variant(2 * LL_WORDS + 2, in_place=False, world_size=5, dtype=torch.bfloat16) == "two_shot"
 
 
 # (world size, the node of each member): one node, one member per node, nodes in blocks and interleaved

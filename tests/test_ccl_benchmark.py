@@ -81,15 +81,16 @@ def test_the_committed_table_is_what_the_committed_runs_give(tmp_path):
     assert table == tuned.ALL_REDUCE
 
 
-def test_tuning_takes_push_where_it_is_fastest_and_runs_without_it(tmp_path):
-    """push competes where a run measured it; runs without push rows (the older CSVs) tune as before."""
+def test_tuning_takes_push_or_ll_where_fastest_and_runs_without_them(tmp_path):
+    """push and ll compete where a run measured them; runs without their rows (the older CSVs) tune as before."""
     path = tmp_path / "push.csv"
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["world_size", "commit", "collective", "dtype", "bytes", "impl", "us"])
         writer.writeheader()
-        for nbytes, times in {1024: (8, 10, 5), 4096: (8, 10, 9.5), 65536: (12, 10, 11)}.items():
-            for impl, us in zip(("iris.one_shot", "iris.two_shot", "iris.push"), times):
+        for nbytes, times in {1024: (8, 10, 5, 6), 2048: (8, 10, 5, 4), 4096: (8, 10, 9.5, 9.6),
+                              65536: (12, 10, 11, 12)}.items():
+            for impl, us in zip(("iris.one_shot", "iris.two_shot", "iris.push", "iris.ll"), times):
                 writer.writerow(dict(world_size=2, commit="abc1234", collective="all_reduce", dtype="bf16",
                                      bytes=nbytes, impl=impl, us=us))
     table, _ = _tune(tmp_path, path)
-    assert table == {(2, "bf16"): ((4096, "push"), (65536, "one_shot"))}
+    assert table == {(2, "bf16"): ((2048, "push"), (4096, "ll"), (65536, "one_shot"))}

@@ -40,6 +40,20 @@ if ctx.get_rank() == 0:
         raise SystemExit(7)
 """
 
+COUNTS_APART = """
+import iris
+from iris.ccl import Config
+ctx = iris.iris(1 << 16)
+x = ctx.ones(100)
+if ctx.get_rank() == 1:
+    ctx.team.ll_counts += 4   # as after calls that failed part-way on rank 1 alone: its push carries 5, not 1
+try:
+    ctx.ccl.all_reduce(x, x, config=Config(all_reduce_variant="ll"))
+except iris.WaitTimeoutError as exc:
+    print("CAUGHT", exc, flush=True)
+    raise SystemExit(7)
+"""
+
 
 def _launch(tmp_path, script, env_extra):
     path = tmp_path / "hang.py"
@@ -71,6 +85,15 @@ def test_absent_peer_in_device_barrier_is_named(tmp_path):
     assert proc.returncode == 7, out
     line = next(text for text in out.splitlines() if "CAUGHT" in text)
     assert "device_barrier" in line and "rank 1" in line and "rank 0 program 0" in line, line
+
+
+def test_landing_words_that_never_carry_the_awaited_number_are_named(tmp_path):
+    """all_reduce's ll variant waits on its landing words themselves: bounded like every wait in debug mode."""
+    proc = _launch(tmp_path, COUNTS_APART, {"IRIS_DEBUG": "1"})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 7, out
+    line = next(text for text in out.splitlines() if text.startswith("[rank 0]") and "CAUGHT" in text)
+    assert "rank 0 program 0" in line and "== 1" in line and "last saw 5" in line, line
 
 
 BAD_ACCESS = """

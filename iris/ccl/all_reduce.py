@@ -14,7 +14,10 @@ Variants (``Config.all_reduce_variant``):
 - push: no barrier; each member pushes its input into every other member's landing zone (in the
   heap's reserved tail) and sums its own input and what landed, in member order: one exchange of
   flags per call instead of two barriers, for messages up to 256 KiB per rank; in place too. See
-  :mod:`iris.ccl.all_reduce_push`. Not a default until measured on GPUs.
+  :mod:`iris.ccl.all_reduce_push`.
+- ll: push's low-latency form (as NCCL's LL protocol): each element lands beside the push's number in
+  one 8-byte word, and a member sums a block as soon as its words carry the number: no flags, no fence;
+  for messages up to 32768 elements per rank; in place too (same module).
 - hierarchical: reduce-scatter inside each node, all_reduce of each member's slice across nodes,
   all_gather inside the node (:mod:`iris.ccl.all_reduce_hierarchical`): the network carries 1 / G of
   the data with G members per node. The default for members on several nodes with as many members
@@ -45,7 +48,7 @@ from iris.device import atomics, rma, sync, tracing
 from iris.ccl import _common, all_reduce_hierarchical, all_reduce_push, hierarchy, tuned
 from iris.ccl.all_gather import store_to_members
 from iris.ccl.reduction import combine, reduce_block
-from iris.team import LOCK_WORDS, PUSH_BYTES
+from iris.team import LOCK_WORDS
 from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.device.tracing import elements_bytes
 from iris.ccl.config import ReduceOp
@@ -53,12 +56,15 @@ from iris.capabilities import find_limitation
 
 # The dtype names of benchmarks/ccl.py, which keys the tuned table by them.
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.int32: "int32"}
+ELEMENT_SIZES = {name: dtype.itemsize for dtype, name in DTYPE_NAMES.items()}
 # Variants whose programs synchronize inside the kernel (seeding before the barrier, ring flags).
 FUSED_ONLY = ("atomic", "spinlock", "ring")
 # Variants that may write their output over their input (no other member reads it after the write).
-IN_PLACE = ("two_shot", "push", "hierarchical")
+IN_PLACE = ("two_shot", "push", "ll", "hierarchical")
 # Variants that write only this member's output (it need not be on the heap).
-LOCAL_OUTPUT = ("one_shot", "push")
+LOCAL_OUTPUT = ("one_shot", "push", "ll")
+# Variants with their own kernel and landing zones in the heap's reserved tail (iris.ccl.all_reduce_push).
+BARRIER_FREE = ("push", "ll")
 
 
 @triton.jit
@@ -211,7 +217,8 @@ def choose_variant(nbytes: int, in_place: bool, world_size: int, dtype=torch.bfl
     The entry of :data:`iris.ccl.tuned.ALL_REDUCE` for the world size and dtype (a dtype not tuned
     takes the table of one that is): that table is written by ``benchmarks/ccl.py --tune`` from
     the committed runs, not by hand. In place, where the entry is one_shot: two_shot (one_shot would
-    overwrite what other members still read; push and two_shot run in place). Past its entries, and
+    overwrite what other members still read; push, ll and two_shot run in place). Past its entries,
+    past the landing zones of a push or ll entry, and
     for world sizes not measured: two_shot, whose traffic per member stays under twice the data
     while one_shot's grows with the members.
 
@@ -224,7 +231,8 @@ def choose_variant(nbytes: int, in_place: bool, world_size: int, dtype=torch.bfl
     if table is None:  # not tuned for this dtype: the first tuned dtype's table at this world size
         table = next((entries for (world, _), entries in tuned.ALL_REDUCE.items() if world == world_size), ())
     variant = next((variant for below, variant in table if nbytes < below), "two_shot")
-    if variant == "push" and nbytes > PUSH_BYTES:  # a table measured past the landing zones' size
+    element_size = ELEMENT_SIZES.get(name, 1)
+    if not all_reduce_push.holds(variant, nbytes // element_size, element_size):  # a table measured past them
         return "two_shot"
     return variant if variant in IN_PLACE or not in_place else "two_shot"
 
@@ -272,8 +280,8 @@ def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=N
     if in_place and variant not in IN_PLACE:
         raise ValueError(f"all_reduce: {variant} cannot run in place (other members still read input while it "
                          "would be overwritten); use Config(all_reduce_variant=\"two_shot\") or a separate output")
-    if variant == "push":
-        all_reduce_push.check_capacity(input.nbytes)
+    if variant in BARRIER_FREE:
+        all_reduce_push.check_capacity(variant, input)
     ctx.team.check_tensor(what, "output", output, _common.REDUCE_DTYPES, symmetric=variant not in LOCAL_OUTPUT)
     teams = None
     if variant == "hierarchical":
@@ -314,8 +322,9 @@ def all_reduce(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, 
     if variant == "hierarchical":  # other collectives over the node and cross teams
         return all_reduce_hierarchical.launch(ctx, output, input, op, config, group, *workspace.teams, async_op,
                                               flat_all_reduce=all_reduce)
-    if variant == "push":  # its own kernel: no barrier to fuse or not
-        return all_reduce_push.launch(ctx, output, input, members, op.value, acc, config.block_size)
+    if variant in BARRIER_FREE:  # their own kernels: no barrier to fuse or not
+        return all_reduce_push.launch(ctx, output, input, members, op.value, acc, config.block_size,
+                                      ll=variant == "ll")
     if variant == "atomic":
         _check_atomic(ctx, input.dtype, op)
     fuse = variant in FUSED_ONLY or _common.fuse(config, input.nbytes)

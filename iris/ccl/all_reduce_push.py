@@ -22,10 +22,19 @@ bounded by IRIS_WAIT_TIMEOUT and raises :class:`iris.WaitTimeoutError`): make a 
 
 Memory: the heap's reserved tail holds, per rank, 2 x world x PUSH_BYTES of landing zones and
 2 x world x PUSH_PROGRAMS flags (:func:`iris.team.reserved_layout`); a message may be at most
-PUSH_BYTES per rank. Not chosen by default until measured on GPUs (benchmarks/ccl.py times it).
+PUSH_BYTES per rank.
+
+The ll variant (low latency, as NCCL's LL protocol) drops the flags: each element lands as one 8-byte
+word, its bits in the low half and the push's number in the high half, stored at once. A reader spins
+on the words themselves (:func:`iris.device.sync.wait_flagged_words`) and may sum a block as soon as its
+words carry the number: no release fence before a flag, no separate flag round, and the blocks of one
+program are read as they land. It moves 4 bytes per 16-bit element (8 per 4 bytes of 32-bit ones), so it
+is for small messages: at most LL_WORDS elements per rank. Its landing words and counts are its own
+(a word a push call left there holds raw data, which could carry any number).
 
 Example:
     >>> ctx.ccl.all_reduce(out, x, config=Config(all_reduce_variant="push"))
+    >>> ctx.ccl.all_reduce(out, x, config=Config(all_reduce_variant="ll"))
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ from iris.device.barrier import GROUP_ARGS
 from iris.device.tracing import elements_bytes, tracing_from_context
 from iris.ccl.reduction import combine
 from iris.kernel_launch import bind
-from iris.team import PUSH_BYTES, PUSH_PROGRAMS
+from iris.team import LL_WORDS, PUSH_BYTES, PUSH_PROGRAMS
 
 
 @triton.jit
@@ -104,28 +113,122 @@ def _all_reduce_push_kernel(src, dst, numel, blocks, members, count, index, cur,
             acc = combine(acc, x.to(ACC), OP)
         tl.store(dst + offs, acc.to(dst.dtype.element_ty), mask=mask)
     trace.end(span)
+    tl.debug_barrier()  # every thread's reads of the counts above before one thread moves them on
     for i in range(1, count):  # count the receipts only now: the reads above used the slot they arrived in
         peer = tl.load(members + (index + i) % count)
         tl.store(received + peer * PROGRAMS, tl.load(received + peer * PROGRAMS) + 1)
 
 
-def check_capacity(nbytes: int) -> None:
-    """A message larger than the landing zones is refused before any launch."""
-    if nbytes > PUSH_BYTES:
-        raise ValueError(f"all_reduce: the push variant holds at most {PUSH_BYTES} bytes per rank in its landing "
-                         f"zones, got {nbytes}; use one_shot or two_shot for larger messages")
+@triton.jit
+def _as_word(x, flag):
+    """Each element of ``x`` (16 or 32 bits) beside ``flag`` in one int64 word: the flag in the high half."""
+    if x.dtype.primitive_bitwidth == 16:
+        bits = x.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    else:
+        bits = x.to(tl.int32, bitcast=True)
+    return (flag.to(tl.int64) << 32) | (bits.to(tl.int64) & 0xFFFFFFFF)
 
 
-def launch(ctx, output, input, members, op: str, acc, block_size: int):
-    """Launch the push all_reduce of ``input`` into ``output`` on the current stream; returns the bound launches."""
+@triton.jit
+def _from_words(words, like, ACC: tl.constexpr):
+    """The elements in the low halves of ``words``, of ``like``'s element type, in ``ACC``. A bfloat16 goes
+    through float32 (its bits are a float32's high half): Triton's interpreter has no bfloat16 bitcast."""
+    low = words.to(tl.int32)
+    if like.dtype.element_ty == tl.bfloat16:
+        x = (low << 16).to(tl.float32, bitcast=True)
+    elif like.dtype.element_ty.primitive_bitwidth == 16:
+        x = low.to(tl.int16).to(like.dtype.element_ty, bitcast=True)
+    else:
+        x = low.to(like.dtype.element_ty, bitcast=True)
+    return x.to(ACC)
+
+
+@triton.jit
+def _ll_member_block(src, landing, received, members, j, cur, offs, mask, WORLD: tl.constexpr,
+                     PROGRAMS: tl.constexpr, CAPACITY: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """Member ``j``'s block at ``offs`` in ``ACC``: this member's own from ``src``, a peer's from its words
+    here once they carry its push's number (no lane waits for this member's own)."""
+    member = tl.load(members + j)
+    lanes = member + tl.zeros([BLOCK], tl.int32)
+    counted = received + member * PROGRAMS
+    words = sync.wait_flagged_words(_slot(landing, counted, member, WORLD, CAPACITY) + offs, tl.load(counted) + 1,
+                                    mask & (lanes != cur))
+    return tl.where(lanes == cur, tl.load(src + offs, mask=mask & (lanes == cur)).to(ACC),
+                    _from_words(words, src, ACC))
+
+
+@triton.jit(do_not_specialize=GROUP_ARGS)
+def _all_reduce_ll_kernel(src, dst, numel, blocks, members, count, index, cur, heap_bases, landing, counts,
+                          WORLD: tl.constexpr, PROGRAMS: tl.constexpr, CAPACITY: tl.constexpr, OP: tl.constexpr,
+                          ACC: tl.constexpr, BLOCK: tl.constexpr, TRACE: tl.constexpr):
+    program = tl.program_id(0)
+    trace = tracing_from_context(heap_bases - rma.HEAP_BASES_SLOT, WORLD, TRACE)  # records nothing unless TRACE
+    sent = counts + program  # as in _all_reduce_push_kernel: [sent | received][rank][program]
+    received = counts + WORLD * PROGRAMS + program
+    for i in range(1, count):  # push: this program's blocks, each element beside the push's number
+        peer = tl.load(members + (index + i) % count)
+        flag = tl.load(sent + peer * PROGRAMS) + 1
+        slot = _slot(landing, sent + peer * PROGRAMS, cur, WORLD, CAPACITY)
+        span = trace.start(tracing.PUT, cur, peer, slot, -1, -1, 8 * numel)
+        for block in range(program, blocks, tl.num_programs(0)):
+            offs = tl.cast(block, tl.int64) * BLOCK + tl.arange(0, BLOCK)
+            mask = offs < numel
+            rma.store(slot + offs, _as_word(tl.load(src + offs, mask=mask), flag), cur, peer, heap_bases, mask=mask)
+        trace.end(span)
+    span = trace.start(tracing.REDUCE, cur, cur, dst, -1, -1, elements_bytes(src, numel))
+    for block in range(program, blocks, tl.num_programs(0)):  # sum in member order: the same bits everywhere
+        offs = tl.cast(block, tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < numel
+        acc = _ll_member_block(src, landing, received, members, 0, cur, offs, mask, WORLD, PROGRAMS, CAPACITY,
+                               ACC, BLOCK)
+        for j in range(1, count):
+            acc = combine(acc, _ll_member_block(src, landing, received, members, j, cur, offs, mask, WORLD,
+                                                PROGRAMS, CAPACITY, ACC, BLOCK), OP)
+        tl.store(dst + offs, acc.to(dst.dtype.element_ty), mask=mask)
+    trace.end(span)
+    tl.debug_barrier()  # every thread's reads of the counts above before one thread moves them on
+    for i in range(1, count):  # this call's pushes and receipts, counted
+        peer = tl.load(members + (index + i) % count)
+        tl.store(sent + peer * PROGRAMS, tl.load(sent + peer * PROGRAMS) + 1)
+        tl.store(received + peer * PROGRAMS, tl.load(received + peer * PROGRAMS) + 1)
+
+
+def holds(variant: str, numel: int, element_size: int) -> bool:
+    """Whether a message of ``numel`` elements of ``element_size`` bytes fits the landing zones of
+    ``variant`` ("push": PUSH_BYTES per rank, "ll": LL_WORDS elements; any other variant has none)."""
+    if variant == "push":
+        return numel * element_size <= PUSH_BYTES
+    return variant != "ll" or numel <= LL_WORDS
+
+
+def capacity(variant: str) -> str:
+    """What the landing zones of ``variant`` ("push" or "ll") hold per rank, in words."""
+    return f"{PUSH_BYTES} bytes" if variant == "push" else f"{LL_WORDS} elements"
+
+
+def check_capacity(variant: str, input) -> None:
+    """A message larger than ``variant``'s landing zones is refused before any launch."""
+    if not holds(variant, input.numel(), input.element_size()):
+        got = f"{input.nbytes} bytes" if variant == "push" else f"{input.numel()} elements"
+        raise ValueError(f"all_reduce: the {variant} variant holds at most {capacity(variant)} per rank in its "
+                         f"landing zones, got {got}; use one_shot or two_shot for larger messages")
+
+
+def launch(ctx, output, input, members, op: str, acc, block_size: int, ll: bool = False):
+    """Launch the push (``ll``: the ll) all_reduce of ``input`` into ``output`` on the current stream; returns
+    the bound launches."""
     team = ctx.team
+    world = ctx.get_num_ranks()
     blocks = triton.cdiv(input.numel(), block_size)
     programs = max(1, min(blocks, PUSH_PROGRAMS))
-    landing = team.push_landing.view(input.dtype)
-    bound = bind(_all_reduce_push_kernel, (programs,), input, output, input.numel(), blocks, members.tensor,
-                 members.size, members.index, ctx.get_rank(), ctx.get_heap_bases(), landing, team.push_flags,
-                 team.push_counts, WORLD=ctx.get_num_ranks(), PROGRAMS=PUSH_PROGRAMS,
-                 CAPACITY=landing.numel() // (2 * ctx.get_num_ranks()), OP=op, ACC=acc, BLOCK=block_size,
+    if ll:
+        kernel, buffers = _all_reduce_ll_kernel, (team.ll_landing, team.ll_counts)
+    else:
+        kernel, buffers = _all_reduce_push_kernel, (team.push_landing.view(input.dtype), team.push_flags,
+                                                    team.push_counts)
+    bound = bind(kernel, (programs,), input, output, input.numel(), blocks, members.tensor, members.size,
+                 members.index, ctx.get_rank(), ctx.get_heap_bases(), *buffers, WORLD=world, PROGRAMS=PUSH_PROGRAMS,
+                 CAPACITY=buffers[0].numel() // (2 * world), OP=op, ACC=acc, BLOCK=block_size,
                  TRACE=ctx.tracing.enabled)
     bound()
     team.diagnose_now_in_debug()

@@ -6,7 +6,7 @@ import dataclasses
 import enum
 from dataclasses import dataclass
 
-ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "atomic", "spinlock", "ring", "push", "hierarchical")
+ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "atomic", "spinlock", "ring", "push", "ll", "hierarchical")
 # The original's variants, all run by Iris's one kernel per collective (see Config's docstring for why).
 ALL_GATHER_VARIANTS = ("persistent", "partitioned")
 REDUCE_SCATTER_VARIANTS = ("two_shot", "ring_chunked")
@@ -45,10 +45,11 @@ class Config:
         block_size_m, block_size_n: the tile of all_to_all, over (rows, columns of one rank's chunk).
         all_reduce_variant: "one_shot" (each rank reads every input), "two_shot" (each rank
             reduces one slice and sends it to all), "atomic" (atomic adds into every output),
-            "spinlock" (locked read-modify-writes), "ring" (neighbour to neighbour) or "push" (no
+            "spinlock" (locked read-modify-writes), "ring" (neighbour to neighbour), "push" (no
             barrier: inputs pushed into each member's landing zones, up to 256 KiB per rank; see
-            :mod:`iris.ccl.all_reduce_push`), "hierarchical" (reduce-scatter inside each node,
-            all_reduce across nodes, all_gather inside the node; see
+            :mod:`iris.ccl.all_reduce_push`), "ll" (push with each element beside its flag in one
+            8-byte word: no fence, up to 32768 elements per rank; same module), "hierarchical"
+            (reduce-scatter inside each node, all_reduce across nodes, all_gather inside the node; see
             :mod:`iris.ccl.all_reduce_hierarchical`); None picks hierarchical for members on several
             nodes of the same size, else by size (see :func:`iris.ccl.all_reduce.choose_variant`).
         hierarchy: the node of each member, in the group's member order, for the hierarchical all_reduce,

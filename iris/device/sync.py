@@ -181,6 +181,40 @@ def wait_until(ptr, cmp: tl.constexpr, value, sem: tl.constexpr = tl.constexpr("
 
 
 @triton.jit
+def wait_flagged_words(ptr, flag, mask):
+    """Spin until every lane of ``mask`` of the current rank's int64 words at ``ptr`` carries ``flag`` (int32) in
+    its high half; returns the words (their low halves are the data a peer stored beside the flag).
+
+    A word and its flag arrive in one aligned 8-byte store, so a lane that shows the flag shows its data:
+    no fence and no acquire (the low-latency protocol of NCCL's LL, iris.ccl.all_reduce_push's ll). In debug
+    mode the wait gives up after IRIS_WAIT_TIMEOUT and reports the first lane still without its flag.
+
+    Example:
+        >>> words = iris.device.sync.wait_flagged_words(slot + offs, count + 1, offs < n)
+    """
+    words = tl.load(ptr, mask=mask, other=0, volatile=True)
+    # The count is carried as a scalar (barrier_round says why: Triton 3.6's layout pass).
+    late = tl.sum((mask & ((words >> 32).to(tl.int32) != flag)).to(tl.int32))
+    if DEBUG:
+        start = _clock_ns()
+        waited = start - start
+        while (late > 0) & (waited < WAIT_TIMEOUT_NS):
+            words = tl.load(ptr, mask=mask, other=0, volatile=True)
+            late = tl.sum((mask & ((words >> 32).to(tl.int32) != flag)).to(tl.int32))
+            waited = _clock_ns() - start
+        if late > 0:
+            lanes = mask & ((words >> 32).to(tl.int32) != flag)
+            first = tl.min(tl.where(lanes, ptr.to(tl.int64), 0x7FFFFFFFFFFFFFFF))
+            seen = tl.sum(tl.where(lanes & (ptr.to(tl.int64) == first), words >> 32, 0))
+            debug_report(WAIT_UNTIL_RECORD, first, flag, seen, _comparison_code("=="), waited)
+    else:
+        while late > 0:
+            words = tl.load(ptr, mask=mask, other=0, volatile=True)
+            late = tl.sum((mask & ((words >> 32).to(tl.int32) != flag)).to(tl.int32))
+    return words
+
+
+@triton.jit
 def barrier_kernel(arrivals, expected, members, count, cur, heap_bases, BLOCK: tl.constexpr):
     """One round of :meth:`iris.Iris.device_barrier` among ``members[:count]`` (one program)."""
     barrier_round(arrivals, expected, members, count, cur, heap_bases, BLOCK)
