@@ -153,6 +153,17 @@ for symbol, (kernel, signature, constants) in (
     assert symbol in ptx, f"{kernel.fn.__name__} {case}: no block {way} toward other nodes"
     print(kernel.fn.__name__, case, f"compiled for sm_90 with block {way} toward other nodes")
     calls[case] = ptx.count(symbol)
+# all_reduce's ll variant writes each word (an element beside its flag) toward another node as one 8-byte put.
+from iris.ccl.all_reduce_push import _all_reduce_ll_kernel  # noqa: E402
+
+ll_constants = {"WORLD": 2, "PROGRAMS": 32, "CAPACITY": 32768, "OP": "sum", "ACC": tl.float32, "BLOCK": 1024,
+                "TRACE": False}
+ll_signature = {"src": "*bf16", "dst": "*bf16", "numel": "i32", "blocks": "i32", **group, "landing": "*i64",
+                "counts": "*i32", **{name: "constexpr" for name in ll_constants}}
+ptx = triton.compile(ASTSource(_all_reduce_ll_kernel, ll_signature, ll_constants), target=SM_90,
+                     options=OPTIONS).asm["ptx"]
+assert "nvshmem_uint64_p" in ptx, "_all_reduce_ll_kernel: its words do not go out as 8-byte puts toward other nodes"
+print("_all_reduce_ll_kernel compiled for sm_90 with 8-byte puts toward other nodes")
 # Owner-reduce's owner sends its sums as block puts as well: call sites beyond the partial tiles' own.
 push_to_all, owner = "SCATTER=False OWNER=False COMM_PROGRAMS=0", "SCATTER=False OWNER=True COMM_PROGRAMS=0"
 assert calls[owner] > calls[push_to_all], calls

@@ -228,6 +228,7 @@ def test_the_engine_path_compiles_for_sm_90_with_nvshmem_linked(tmp_path):
     assert "barrier_kernel compiled for sm_90" in done.stdout and "bools compiled" in done.stdout, done.stdout
     assert "the cut library gives the same PTX as the whole one" in done.stdout, done.stdout
     assert "with block reads toward other nodes" in done.stdout and "with block writes" in done.stdout, done.stdout
+    assert "_all_reduce_ll_kernel compiled for sm_90 with 8-byte puts" in done.stdout, done.stdout
 
 
 def test_a_linked_module_that_is_not_as_expected_is_not_taken_for_the_cut_library():

@@ -30,7 +30,9 @@ on the words themselves (:func:`iris.device.sync.wait_flagged_words`) and may su
 words carry the number: no release fence before a flag, no separate flag round, and the blocks of one
 program are read as they land. It moves 4 bytes per 16-bit element (8 per 4 bytes of 32-bit ones), so it
 is for small messages: at most LL_WORDS elements per rank. Its landing words and counts are its own
-(a word a push call left there holds raw data, which could carry any number).
+(a word a push call left there holds raw data, which could carry any number). Toward a rank on another
+node (the shmem heap's engine path) each word goes as one 8-byte put of the engine: compiled in, not yet
+run there.
 
 Example:
     >>> ctx.ccl.all_reduce(out, x, config=Config(all_reduce_variant="push"))
