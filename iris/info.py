@@ -26,12 +26,20 @@ _SWITCHES = {
     "IRIS_HEAP": lambda: provider_name(None) + ("" if config.heap_request() else " (default)"),
     "IRIS_NODE_MAP": lambda: config.text("IRIS_NODE_MAP") or "from the ranks' host names",
     "IRIS_GRAPH_REPLAY": lambda: ("on" if config.graph_replay() else "off")
-    + (" (default)" if not config.text("IRIS_GRAPH_REPLAY").strip() else ""),
+    + (" (default)" if not config.text("IRIS_GRAPH_REPLAY").strip() else "") + _no_graphs_here(),
     "IRIS_DEBUG": lambda: "on" if config.debug_requested() else "off",
     "IRIS_WAIT_TIMEOUT": lambda: f"{config.wait_timeout_s():g} s (debug mode's waits)",
     "IRIS_LOG_LEVEL": config.log_level_name,
     "IRIS_CROSS_COMPILE": lambda: config.cross_compile_targets() or "off",
 }
+
+
+def _no_graphs_here() -> str:
+    """What IRIS_GRAPH_REPLAY changes on this backend: nothing where kernels run at once on the host."""
+    import iris
+
+    backend = iris.runtime.SELECTED
+    return f"; no effect on the {backend} backend (no graphs to capture)" if iris.runtime.interpreted() else ""
 
 
 def collect() -> dict:
