@@ -204,7 +204,8 @@ def holds(variant: str, numel: int, element_size: int) -> bool:
 
 
 def capacity(variant: str) -> str:
-    """What the landing zones of ``variant`` ("push" or "ll") hold per rank, in words."""
+    """What the landing zones of ``variant`` ("push" or "ll") hold per rank, in its unit: "262144 bytes",
+    "32768 elements"."""
     return f"{PUSH_BYTES} bytes" if variant == "push" else f"{LL_WORDS} elements"
 
 

@@ -181,6 +181,12 @@ def wait_until(ptr, cmp: tl.constexpr, value, sem: tl.constexpr = tl.constexpr("
 
 
 @triton.jit
+def _without_flag(words, flag, mask):
+    """The lanes of ``mask`` whose int64 word does not carry ``flag`` in its high half."""
+    return mask & ((words >> 32).to(tl.int32) != flag)
+
+
+@triton.jit
 def wait_flagged_words(ptr, flag, mask):
     """Spin until every lane of ``mask`` of the current rank's int64 words at ``ptr`` carries ``flag`` (int32) in
     its high half; returns the words (their low halves are the data a peer stored beside the flag).
@@ -194,23 +200,23 @@ def wait_flagged_words(ptr, flag, mask):
     """
     words = tl.load(ptr, mask=mask, other=0, volatile=True)
     # The count is carried as a scalar (barrier_round says why: Triton 3.6's layout pass).
-    late = tl.sum((mask & ((words >> 32).to(tl.int32) != flag)).to(tl.int32))
+    late = tl.sum(_without_flag(words, flag, mask).to(tl.int32))
     if DEBUG:
         start = _clock_ns()
         waited = start - start
         while (late > 0) & (waited < WAIT_TIMEOUT_NS):
             words = tl.load(ptr, mask=mask, other=0, volatile=True)
-            late = tl.sum((mask & ((words >> 32).to(tl.int32) != flag)).to(tl.int32))
+            late = tl.sum(_without_flag(words, flag, mask).to(tl.int32))
             waited = _clock_ns() - start
         if late > 0:
-            lanes = mask & ((words >> 32).to(tl.int32) != flag)
+            lanes = _without_flag(words, flag, mask)
             first = tl.min(tl.where(lanes, ptr.to(tl.int64), 0x7FFFFFFFFFFFFFFF))
             seen = tl.sum(tl.where(lanes & (ptr.to(tl.int64) == first), words >> 32, 0))
             debug_report(WAIT_UNTIL_RECORD, first, flag, seen, _comparison_code("=="), waited)
     else:
         while late > 0:
             words = tl.load(ptr, mask=mask, other=0, volatile=True)
-            late = tl.sum((mask & ((words >> 32).to(tl.int32) != flag)).to(tl.int32))
+            late = tl.sum(_without_flag(words, flag, mask).to(tl.int32))
     return words
 
 
