@@ -43,12 +43,13 @@ from iris.device import (
 )
 from iris.debug import DeviceAccessError, WaitTimeoutError
 from iris.logging import DEBUG, ERROR, INFO, WARNING, set_logger_level
+from iris.memory.providers import HeapProviderRefusal
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DEBUG", "ERROR", "INFO", "WARNING", "DeviceAccessError", "DeviceContext", "DeviceTracing", "Iris", "TraceEvent",
-    "TritonContext", "WaitTimeoutError",
+    "DEBUG", "ERROR", "INFO", "WARNING", "DeviceAccessError", "DeviceContext", "DeviceTracing", "HeapProviderRefusal",
+    "Iris", "TraceEvent", "TritonContext", "WaitTimeoutError",
     "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or", "atomic_sub", "atomic_xchg",
     "atomic_xor", "ccl", "copy", "current_rank", "get",
     "iris", "load", "ops", "put", "set_logger_level", "signal", "store", "translate", "wait_until",

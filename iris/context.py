@@ -15,7 +15,7 @@ from iris.distributed import init_distributed, node_map
 from iris.launch import enable_stack_dumps
 from iris.logging import log
 from iris.memory.heap import SymmetricHeap
-from iris.memory.providers import JobFacts, create_provider, provider_name
+from iris.memory.providers import HeapProviderRefusal, JobFacts, create_provider, provider_name
 from iris.memory.tensors import TensorFactories
 from iris.team import Team, reserved_layout
 
@@ -93,7 +93,7 @@ class Iris(TensorFactories):
         device = backend.device_for(comm.rank)
         refusal = provider.refusal(_job_facts(backend, comm, nodes, device, provider))  # the same on every rank
         if refusal:
-            raise RuntimeError(refusal)
+            raise HeapProviderRefusal(refusal)
         self._node_map = nodes
         self.backend = backend
         self.comm = comm

@@ -125,7 +125,7 @@ def test_contexts_take_the_chosen_provider_and_refuse_shmem_on_every_rank_on_the
     assert ranks.run(_context_with_heap, "ipc", "shmem") == ["ipc"] * world
     for answers in (ranks.run(_context_with_heap, "shmem", None), ranks.run(_context_with_heap, None, "shmem")):
         for kind, message, nothing_left in answers:
-            assert kind == "RuntimeError" and "heap='shmem'" in message and "CPU backend" in message, message
+            assert kind == "HeapProviderRefusal" and "heap='shmem'" in message and "CPU backend" in message, message
             assert nothing_left, "a refused heap left a shared-memory segment behind"
     for kind, message, _ in ranks.run(_context_with_heap, "rdma", None):
         assert kind == "ValueError" and "heap='rdma'" in message, message
@@ -141,7 +141,7 @@ def _context_across_nodes(world):
 
 def test_a_context_names_its_provider_in_the_error_of_a_job_across_nodes(ranks):
     for kind, message, _ in ranks.run(_context_across_nodes, ranks.world_size):
-        assert kind == "RuntimeError" and "heap='ipc'" in message and "inside one node" in message, message
+        assert kind == "HeapProviderRefusal" and "heap='ipc'" in message and "inside one node" in message, message
 
 
 @pytest.mark.skipif(limitation(SELECTED, "shmem_heap") is not None,
@@ -453,3 +453,32 @@ def test_a_staging_slot_is_the_first_free_one_from_the_start_and_comes_back_afte
     assert sorted(locks.nonzero().flatten().tolist()) == sorted(taken + [5, 6, count - 1])
     if SELECTED == "cpu":  # programs one after another: each takes the next free slots
         assert taken[:4] == [7, 8, 9, 10], taken
+
+
+@pytest.mark.skipif(SELECTED != "cpu", reason="needs a backend that refuses heap='shmem' for every job (the CPU's)")
+def test_a_test_the_heap_provider_asked_for_refuses_is_skipped_with_its_reason(tmp_path):
+    """`IRIS_HEAP=shmem pytest tests`: a test whose job the provider cannot serve (here: any, on the CPU backend)
+    is skipped with the provider's refusal as the reason, whether the context is made in the test's process,
+    on the rank pool's processes or under `iris run` (iris.testing.heap_refusals); a refusal of a provider the
+    test itself asked for, with IRIS_HEAP unset, stays a failure."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cases = ["tests/test_errors.py::test_out_must_match",                       # in the test's process
+             "tests/test_host_api.py::test_identity_and_heap_bases",           # the rank pool, 2 and 4 ranks
+             "tests/test_examples.py::test_hello_says_what_each_rank_did"]     # under `iris run`
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+
+    def pytest_run(*args, heap):
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *args], cwd=root,
+                              capture_output=True, text=True, timeout=600, env=env | {"IRIS_HEAP": heap})
+
+    proc = pytest_run(*cases, heap="shmem")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "4 skipped" in out and "failed" not in out, out[-3000:]
+    assert out.count("IRIS_HEAP=shmem: heap='shmem' cannot run on the CPU backend") == 3, out[-3000:]  # -rs groups
+    own = tmp_path / "test_own.py"
+    own.write_text("import iris\n\ndef test_asks_for_shmem():\n    iris.iris(1 << 16, heap='shmem')\n")
+    proc = pytest_run("-p", "iris.testing.heap_refusals", str(own), heap="")
+    assert proc.returncode == 1 and "1 failed" in proc.stdout and "HeapProviderRefusal" in proc.stdout, proc.stdout

@@ -31,6 +31,18 @@ from iris import config
 PROVIDERS = ("ipc", "shmem")
 
 
+class HeapProviderRefusal(RuntimeError):
+    """The heap provider cannot serve this job (raised by ``iris.iris()`` on every rank, before any allocation);
+    the message says why and what to do instead.
+
+    Example:
+        >>> try:
+        ...     ctx = iris.iris(heap="shmem")
+        ... except iris.HeapProviderRefusal as refusal:
+        ...     print(refusal)        # heap='shmem' needs torch.distributed: ...
+    """
+
+
 @dataclass(frozen=True)
 class JobFacts:
     """What a provider's refusal depends on, gathered from every rank (so equal on every rank).
