@@ -209,7 +209,7 @@ def test_ranks_on_one_host_form_one_node_and_a_forced_map_is_checked(ranks):
     assert ranks.run(_with_node_map, None) == [(0,) * world] * world  # one host: one node
     assert ranks.run(_with_node_map, ",".join(["3"] * world)) == [(3,) * world] * world
     for kind, message in ranks.run(_with_node_map, ",".join(str(r % 2) for r in range(world))):
-        assert kind == "RuntimeError" and "2 nodes" in message and "inside one node" in message, message
+        assert kind == "HeapProviderRefusal" and "2 nodes" in message and "inside one node" in message, message
     for kind, message in ranks.run(_with_node_map, "0,x"):
         assert kind == "ValueError" and "IRIS_NODE_MAP='0,x'" in message, message
     for kind, message in ranks.run(_with_node_map, "0"):
