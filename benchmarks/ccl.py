@@ -16,9 +16,9 @@ process group and with the same buffers:
                       all_to_all_single); gloo on the CPU backend
     symm_mem          torch.ops.symm_mem one_shot_all_reduce / two_shot_all_reduce_ (all_reduce only,
                       where torch has them; otherwise the row says why)
-    <impl>+graph      with --graph, up to --graph-max bytes: iris (default variant), iris.push and
-                      iris.ll (the barrier-free variants), nccl and symm_mem replayed from a CUDA graph
-                      (a batch of calls captured once)
+    <impl>+graph      with --graph, up to --graph-max bytes: iris (default variant), each variant the
+                      tuner weighs (one_shot, two_shot, push, ll), nccl and symm_mem replayed from a
+                      CUDA graph (a batch of calls captured once: the GPU's time per call)
     iris (host)       with --host: host microseconds per iris call issued back to back, beside the
                       floor of launching an empty Triton kernel (``null (host)``: Triton's own
                       launch, and ``null bound (host)``: iris's remembered launch, which a
@@ -39,6 +39,10 @@ default all_reduce variant by world size, dtype and size, from every
 benchmarks/results/ccl_<gpu>_<W>ranks.csv of that GPU (this run's among them): the fastest of one_shot,
 push and ll where its median time is at least --tune-margin (10%) below two_shot's, else two_shot. --tune-from CSV...
 writes it from given runs without running anything (several runs of one world size: the median).
+The times weighed are the graph-replay rows (--graph) at a size where a run has them for two_shot and
+another variant, else the eager rows: a repeated call replays from a graph (IRIS_GRAPH_REPLAY, on by
+default), and a small call issued eagerly costs the host's time whichever variant it runs (on 2 x H100,
+8-12 us of host time per call against 3.5-9 us of GPU time at 1-64 KiB), so eager rows rank variants by noise.
 Output: a table, printed as each point is measured, with each time's ratio to NCCL (>1: faster
 than NCCL); at the end a CSV and, with matplotlib, one PNG per collective (latency and bus
 bandwidth against size) under benchmarks/results/.
@@ -77,6 +81,9 @@ TUNED = Path(__file__).resolve().parents[1] / "iris" / "ccl" / "tuned.py"
 # The variants a default may be: each gives every member the same bits in a fixed order (atomic,
 # spinlock and ring sum in arrival order); two_shot is the fallback, its traffic bounded in W.
 TUNED_VARIANTS = ("one_shot", "two_shot", "push", "ll")
+# Timed replayed from a CUDA graph with --graph: the default, every variant the tuner weighs, the others' best.
+GRAPH_TIMED = ("iris", *(f"iris.{variant}" for variant in TUNED_VARIANTS), "nccl", "symm_mem.one_shot",
+               "symm_mem.two_shot")
 
 
 def parse_args(gpu: bool) -> argparse.Namespace:
@@ -199,8 +206,7 @@ def timed_rows(ctx, args, gpu, point, bus, calls) -> list[dict]:
     agree = lambda batch: ctx.broadcast(batch, src=0)  # noqa: E731
     if args.graph and gpu and point["bytes"] <= args.graph_max:
         for label, call in calls.items():
-            if isinstance(call, str) or label not in ("iris", "iris.push", "iris.ll", "nccl", "symm_mem.one_shot",
-                                                       "symm_mem.two_shot"):
+            if isinstance(call, str) or label not in GRAPH_TIMED:
                 continue
             if label == "nccl" and "nccl" not in str(dist.get_backend()):  # gloo (CPU backend, simulation) cannot be
                 continue  # captured, and a failed capture leaves torch's allocator mid-capture until exit
@@ -297,17 +303,25 @@ def validate(ctx, name, buffers, dtype, nbytes, world, rank) -> list[str]:
 
 def tuned_table(rows, margin: float) -> dict:
     """{(world, dtype): ((below bytes, variant), ...)} from the rows of ccl.py CSVs; see the module's docstring."""
-    times = {}
+    times = {"eager": {}, "graph": {}}
     for row in rows:
         impl = row["impl"].removeprefix("iris.")
+        replay = "graph" if impl.endswith("+graph") else "eager"
+        impl = impl.removesuffix("+graph")
         traced = row.get("trace", "0") not in ("", "0")  # the committed runs before the column: untraced
         if row["collective"] == "all_reduce" and impl in TUNED_VARIANTS and row["us"] and not traced:
             key = (int(row["world_size"]), row["dtype"], int(row["bytes"]))
-            times.setdefault(key, {}).setdefault(impl, []).append(float(row["us"]))
+            times[replay].setdefault(key, {}).setdefault(impl, []).append(float(row["us"]))
     winners = {}
-    for (world, dtype, nbytes), found in sorted(times.items()):
+    for key in sorted(times["eager"].keys() | times["graph"].keys()):
+        # Replayed from a graph where two_shot and another variant were (the GPU's time per call, what a
+        # repeated call costs); else eager.
+        found = times["graph"].get(key, {})
+        if "two_shot" not in found or len(found) < 2:
+            found = times["eager"].get(key, {})
         if "two_shot" not in found or len(found) < 2:
             continue
+        world, dtype, nbytes = key
         medians = {variant: statistics.median(us) for variant, us in found.items()}
         fastest = min((v for v in medians if v != "two_shot"), key=medians.get)
         winner = fastest if medians[fastest] < medians["two_shot"] * (1 - margin) else "two_shot"
@@ -343,7 +357,9 @@ def write_tuned(path: Path, paths, margin: float) -> None:
 
 Written by benchmarks/ccl.py (--tune after a run, or --tune-from CSV...), not by hand: at each size
 measured, the fastest of one_shot, push and ll where its median time over the runs is at least
-{margin:.0%} below two_shot's, else two_shot; a size between two measured ones takes the smaller one's variant. Runs:
+{margin:.0%} below two_shot's, else two_shot; a size between two measured ones takes the smaller one's variant.
+The times are those replayed from a CUDA graph where the runs have them for two_shot and another variant
+(the GPU's time per call), else the eager ones. Runs:
 
 {chr(10).join(runs)}
 """

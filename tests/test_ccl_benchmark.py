@@ -94,3 +94,26 @@ def test_tuning_takes_push_or_ll_where_fastest_and_runs_without_them(tmp_path):
                                      bytes=nbytes, impl=impl, us=us))
     table, _ = _tune(tmp_path, path)
     assert table == {(2, "bf16"): ((2048, "push"), (4096, "ll"), (65536, "one_shot"))}
+
+
+def test_tuning_takes_graph_replay_rows_where_a_run_has_them(tmp_path):
+    """A repeated call replays from a CUDA graph (IRIS_GRAPH_REPLAY, on by default), and eager figures of
+    small calls are the host's time, whichever variant runs: where a run timed two_shot and another
+    variant replayed from a graph, those rows decide; elsewhere the eager rows do, as before."""
+    path = tmp_path / "graph.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["world_size", "commit", "collective", "dtype", "bytes", "impl", "us"])
+        writer.writeheader()
+        eager = ("iris.one_shot", "iris.two_shot", "iris.push", "iris.ll")
+        replayed = tuple(f"{impl}+graph" for impl in eager)
+        for nbytes, times in {1024: {eager: (8, 10, 12, 13), replayed: (6, 6, 5.5, 3)},  # graph: ll
+                              2048: {eager: (8, 10, 12, 13), replayed: (6, 5, 5.5, 5)},  # graph: two_shot
+                              4096: {eager: (12, 10, 8, 13), ("iris.ll+graph",): (1,)},  # no two_shot replayed
+                              8192: {eager: (12, 10, 8, 13)}}.items():
+            for impls, us in times.items():
+                for impl, value in zip(impls, us):
+                    writer.writerow(dict(world_size=2, commit="abc1234", collective="all_reduce", dtype="bf16",
+                                         bytes=nbytes, impl=impl, us=value))
+    table, text = _tune(tmp_path, path)
+    assert table == {(2, "bf16"): ((2048, "ll"), (4096, "two_shot"), (1 << 62, "push"))}
+    assert "graph" in text  # the table says what its figures were
