@@ -20,10 +20,13 @@ ranks=$([ "$tag" = sim ] && echo 4 || echo "$gpus")
 status=0
 step() {  # step NAME COMMAND...: run, log, remember failure, print one summary line
   local name=$1; shift
-  "$@" >"$logs/$tag-$name.log" 2>&1
+  local failures="$logs/$tag-$name-failures.txt"  # a pytest step names each failure there as it happens
+  rm -f "$failures"
+  IRIS_FAILURE_LOG="$failures" "$@" >"$logs/$tag-$name.log" 2>&1
   local rc=$?
   [ $rc -ne 0 ] && status=1
   echo "[$tag] $name: exit $rc; $(grep -E 'passed|failed|error|received|consumed' "$logs/$tag-$name.log" | tail -1)"
+  if [ -s "$failures" ]; then sed "s/^/[$tag] $name: /" "$failures"; fi
 }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | sed "s/^/[$tag] gpu: /"
 python -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
@@ -35,14 +38,18 @@ if [ "${1:-}" = --quick ]; then
   started=$(date +%s)
   [ "$gpus" -ge 2 ] && node_ranks=$gpus || node_ranks=2
   node_env=$([ "$gpus" -ge 2 ] && echo "IRIS_SIMULATION=0" || echo "IRIS_SIMULATION=1")
-  env "$node_env" python -m pytest tests -q -p no:cacheprovider -n "$workers" --dist loadfile \
-    >"$logs/quick-tests.log" 2>&1 &
+  # Each session names its failures in quick-<name>-failures.txt as they happen (a killed gate still tells).
+  rm -f "$logs"/quick-*-failures.txt
+  env "$node_env" IRIS_FAILURE_LOG="$logs/quick-tests-failures.txt" \
+    python -m pytest tests -q -p no:cacheprovider -n "$workers" --dist loadfile >"$logs/quick-tests.log" 2>&1 &
   tests_pid=$!
-  env "$node_env" python -m pytest conformance -q -p no:cacheprovider -n "$workers" --ranks "$node_ranks" \
+  env "$node_env" IRIS_FAILURE_LOG="$logs/quick-conformance-failures.txt" \
+    python -m pytest conformance -q -p no:cacheprovider -n "$workers" --ranks "$node_ranks" \
     --hypothesis-profile ci >"$logs/quick-conformance.log" 2>&1 &
   conformance_pid=$!
-  IRIS_SIMULATION=1 CUDA_VISIBLE_DEVICES=0 python -m pytest conformance -q -p no:cacheprovider -n "$workers" \
-    --ranks 4 --hypothesis-profile ci >"$logs/quick-sim4.log" 2>&1 &
+  IRIS_SIMULATION=1 CUDA_VISIBLE_DEVICES=0 IRIS_FAILURE_LOG="$logs/quick-sim4-failures.txt" \
+    python -m pytest conformance -q -p no:cacheprovider -n "$workers" --ranks 4 --hypothesis-profile ci \
+    >"$logs/quick-sim4.log" 2>&1 &
   sim_pid=$!
   sampler="" counter=""
   if command -v nvidia-smi >/dev/null; then  # each GPU's memory every second: how full it was at an out-of-memory
@@ -62,6 +69,7 @@ if [ "${1:-}" = --quick ]; then
     name=${job%%:*}
     wait "${job#*:}" || status=1
     echo "[quick] $name: $(grep -E 'passed|failed|error' "$logs/quick-$name.log" | tail -1)"
+    if [ -s "$logs/quick-$name-failures.txt" ]; then sed "s/^/[quick] $name: /" "$logs/quick-$name-failures.txt"; fi
   done
   if [ -n "$sampler" ]; then
     kill "$sampler" "$counter" 2>/dev/null
