@@ -38,7 +38,10 @@ Tuning: --tune, after a run whose CSV goes to its default place, writes iris/ccl
 default all_reduce variant by world size, dtype and size, from every
 benchmarks/results/ccl_<gpu>_<W>ranks.csv of that GPU (this run's among them): the fastest of one_shot,
 push and ll where its median time is at least --tune-margin (10%) below two_shot's, else two_shot. --tune-from CSV...
-writes it from given runs without running anything (several runs of one world size: the median).
+writes it from given runs without running anything (several runs of one world size: the median); on a
+GPU of another kind than the table's runs, name the runs to keep beside the new one there, e.g. a 2-rank
+run on H100s beside the H200s' 4- and 8-rank runs (--tune alone would drop the world sizes it did not
+measure).
 The times weighed are the graph-replay rows (--graph) at a size where a run has them for two_shot and
 another variant, else the eager rows: a repeated call replays from a graph (IRIS_GRAPH_REPLAY, on by
 default), and a small call issued eagerly costs the host's time whichever variant it runs (on 2 x H100,
