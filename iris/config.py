@@ -23,6 +23,7 @@ IRIS_COMPILE_TARGET         set by the cross-compile gate in its workers: the ta
 IRIS_JOB_ID                 set by ``iris run`` and the test harness: names one launch's heap segments
 IRIS_STACKS_ON_SIGUSR1      set by ``iris run``: SIGUSR1 prints the rank's Python stacks
 IRIS_TEST_TIMEOUT           seconds a test's rank may take before the test fails (default 300)
+IRIS_FAILURE_LOG            tests: a file where each failing test is named as it fails (iris.testing.failure_log)
 TRITON_INTERPRET            Triton's own switch; the CPU backend sets it to ``1``
 RANK, WORLD_SIZE, ...       the launcher's (torchrun, ``iris run``; mpirun's size variables)
 ==========================  =========================================================================
@@ -191,6 +192,11 @@ def stack_dumps_requested() -> bool:
 
 def test_timeout_s() -> float:
     return float(text("IRIS_TEST_TIMEOUT", "300"))
+
+
+def failure_log() -> str:
+    """IRIS_FAILURE_LOG: where the test suites name each failing test as it fails ("" for nowhere)."""
+    return text("IRIS_FAILURE_LOG")
 
 
 def launcher_rank_and_world() -> tuple[int, int] | None:

@@ -14,16 +14,15 @@ Example:
 
 from __future__ import annotations
 
-import os
+from iris import config as iris_config
 
-VARIABLE = "IRIS_FAILURE_LOG"
 _path: str | None = None
 
 
 def pytest_configure(config):
     global _path
     # pytest-xdist's workers report to the controller, which runs this hook for their reports too.
-    _path = None if hasattr(config, "workerinput") else os.environ.get(VARIABLE) or None
+    _path = None if hasattr(config, "workerinput") else iris_config.failure_log() or None
 
 
 def pytest_runtest_logreport(report):
