@@ -41,18 +41,23 @@ def _tune(tmp_path, *csvs, margin=None):
     return namespace["ALL_REDUCE"], table.read_text()
 
 
-def _run_csv(path, world, times, trace=None):
-    """A ccl.py CSV of all_reduce rows: {bytes: (one_shot us, two_shot us)}; ``trace``: the column's value
-    (None: no column, as in the runs committed before it existed)."""
+PAIR = ("iris.one_shot", "iris.two_shot")
+TUNED = ("iris.one_shot", "iris.two_shot", "iris.push", "iris.ll")
+
+
+def _run_csv(path, world, times, trace=None, impls=PAIR):
+    """A ccl.py CSV of all_reduce rows: {bytes: (us of each of ``impls``, None for no row)}; ``trace``: the
+    column's value (None: no column, as in the runs committed before it existed)."""
     extra = {} if trace is None else {"trace": trace}
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["world_size", "commit", "collective", "dtype", "bytes", "impl", "us",
                                                *extra])
         writer.writeheader()
-        for nbytes, pair in times.items():
-            for impl, us in zip(("iris.one_shot", "iris.two_shot"), pair):
-                writer.writerow(dict(world_size=world, commit="abc1234", collective="all_reduce", dtype="bf16",
-                                     bytes=nbytes, impl=impl, us=us, **extra))
+        for nbytes, figures in times.items():
+            for impl, us in zip(impls, figures):
+                if us is not None:
+                    writer.writerow(dict(world_size=world, commit="abc1234", collective="all_reduce", dtype="bf16",
+                                         bytes=nbytes, impl=impl, us=us, **extra))
     return path
 
 
@@ -88,15 +93,8 @@ def test_the_committed_table_is_what_the_committed_runs_give(tmp_path):
 
 def test_tuning_takes_push_or_ll_where_fastest_and_runs_without_them(tmp_path):
     """push and ll compete where a run measured them; runs without their rows (the older CSVs) tune as before."""
-    path = tmp_path / "push.csv"
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["world_size", "commit", "collective", "dtype", "bytes", "impl", "us"])
-        writer.writeheader()
-        for nbytes, times in {1024: (8, 10, 5, 6), 2048: (8, 10, 5, 4), 4096: (8, 10, 9.5, 9.6),
-                              65536: (12, 10, 11, 12)}.items():
-            for impl, us in zip(("iris.one_shot", "iris.two_shot", "iris.push", "iris.ll"), times):
-                writer.writerow(dict(world_size=2, commit="abc1234", collective="all_reduce", dtype="bf16",
-                                     bytes=nbytes, impl=impl, us=us))
+    path = _run_csv(tmp_path / "push.csv", 2, {1024: (8, 10, 5, 6), 2048: (8, 10, 5, 4), 4096: (8, 10, 9.5, 9.6),
+                                               65536: (12, 10, 11, 12)}, impls=TUNED)
     table, _ = _tune(tmp_path, path)
     assert table == {(2, "bf16"): ((2048, "push"), (4096, "ll"), (65536, "one_shot"))}
 
@@ -105,20 +103,12 @@ def test_tuning_takes_graph_replay_rows_where_a_run_has_them(tmp_path):
     """A repeated call replays from a CUDA graph (IRIS_GRAPH_REPLAY, on by default), and eager figures of
     small calls are the host's time, whichever variant runs: where a run timed two_shot and another
     variant replayed from a graph, those rows decide; elsewhere the eager rows do, as before."""
-    path = tmp_path / "graph.csv"
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["world_size", "commit", "collective", "dtype", "bytes", "impl", "us"])
-        writer.writeheader()
-        eager = ("iris.one_shot", "iris.two_shot", "iris.push", "iris.ll")
-        replayed = tuple(f"{impl}+graph" for impl in eager)
-        for nbytes, times in {1024: {eager: (8, 10, 12, 13), replayed: (6, 6, 5.5, 3)},  # graph: ll
-                              2048: {eager: (8, 10, 12, 13), replayed: (6, 5, 5.5, 5)},  # graph: two_shot
-                              4096: {eager: (12, 10, 8, 13), ("iris.ll+graph",): (1,)},  # no two_shot replayed
-                              8192: {eager: (12, 10, 8, 13)}}.items():
-            for impls, us in times.items():
-                for impl, value in zip(impls, us):
-                    writer.writerow(dict(world_size=2, commit="abc1234", collective="all_reduce", dtype="bf16",
-                                         bytes=nbytes, impl=impl, us=value))
+    replayed = tuple(f"{impl}+graph" for impl in TUNED)
+    path = _run_csv(tmp_path / "graph.csv", 2, {
+        1024: (8, 10, 12, 13, 6, 6, 5.5, 3),  # replayed: ll
+        2048: (8, 10, 12, 13, 6, 5, 5.5, 5),  # replayed: two_shot
+        4096: (12, 10, 8, 13, None, None, None, 1),  # no two_shot replayed: eager, push
+        8192: (12, 10, 8, 13)}, impls=TUNED + replayed)
     table, text = _tune(tmp_path, path)
     assert table == {(2, "bf16"): ((2048, "ll"), (4096, "two_shot"), (1 << 62, "push"))}
     assert "graph" in text  # the table says what its figures were
