@@ -125,21 +125,24 @@ def test_broadcast_copies_the_sources_tensor_into_every_members(ranks):
 def test_default_all_reduce_variant_follows_the_tuned_table():
     """iris/ccl/tuned.py is written by benchmarks/ccl.py --tune (tests/test_ccl_benchmark.py checks it is
     what the committed CSVs give); the default variant is its entry for the size, else two_shot."""
-    from iris.ccl.all_reduce import choose_variant
+    from iris.ccl import all_reduce_push
+    from iris.ccl.all_reduce import ELEMENT_SIZES, choose_variant
     from iris.ccl.tuned import ALL_REDUCE
 
     assert {world for world, _ in ALL_REDUCE} <= {2, 4, 8}  # the world sizes measured (benchmarks/results/ccl_*)
     for (world, dtype), entries in ALL_REDUCE.items():
         low = 16
-        for below, variant in entries:  # every size of a range gets the range's variant
-            for nbytes in {low, (low + below) // 2, below - 1}:
-                assert choose_variant(nbytes, False, world, dtype) == variant, (world, dtype, nbytes)
+        for i, (below, variant) in enumerate(entries):  # every size of a range gets the range's variant
+            for nbytes in {low, (low + below) // 2, below - 1}:  # where it holds them, else the next entry's
+                holds = all_reduce_push.holds(variant, nbytes // ELEMENT_SIZES[dtype], ELEMENT_SIZES[dtype])
+                want = variant if holds else ([v for _, v in entries[i + 1:]] or ["two_shot"])[0]
+                assert choose_variant(nbytes, False, world, dtype) == want, (world, dtype, nbytes)
             low = below
         assert choose_variant(low, False, world, dtype) == "two_shot"  # past the last entry
     dtype_of_table = next(iter(ALL_REDUCE))[1]
     for (world, _), entries in ALL_REDUCE.items():  # a dtype not tuned takes the tuned one's table
-        assert choose_variant(entries[0][0] - 1, False, world, "fp32") == \
-            choose_variant(entries[0][0] - 1, False, world, dtype_of_table)
+        assert 1024 < entries[0][0]  # a size of the first range, that every variant holds in either dtype
+        assert choose_variant(1024, False, world, "fp32") == choose_variant(1024, False, world, dtype_of_table)
     for nbytes in (1024, 16 << 20):
         assert choose_variant(nbytes, in_place=False, world_size=3, dtype="bf16") == "two_shot"  # not measured
         assert choose_variant(nbytes, in_place=True, world_size=8, dtype="bf16") == "two_shot"  # one_shot cannot
@@ -278,6 +281,12 @@ def test_a_tuned_push_or_ll_entry_is_the_default_in_place_too_and_never_past_its
     monkeypatch.setitem(tuned.ALL_REDUCE, (5, "bf16"), ((1 << 40, "ll"),))  # ll holds LL_WORDS elements
     assert choose_variant(2 * LL_WORDS, in_place=True, world_size=5, dtype=torch.bfloat16) == "ll"
     assert choose_variant(2 * LL_WORDS + 2, in_place=False, world_size=5, dtype=torch.bfloat16) == "two_shot"
+    # a tuned range wider than its variant holds (ll measured at 64 KiB, push at 128 KiB): past what ll holds,
+    # the next entry's variant, not two_shot
+    monkeypatch.setitem(tuned.ALL_REDUCE, (5, "bf16"), ((4 * LL_WORDS, "ll"), (8 * LL_WORDS, "push")))
+    assert choose_variant(2 * LL_WORDS, in_place=False, world_size=5, dtype=torch.bfloat16) == "ll"
+    assert choose_variant(2 * LL_WORDS + 2, in_place=True, world_size=5, dtype=torch.bfloat16) == "push"
+    assert choose_variant(8 * LL_WORDS, in_place=False, world_size=5, dtype=torch.bfloat16) == "two_shot"
 
 
 # (world size, the node of each member): one node, one member per node, nodes in blocks and interleaved

@@ -217,10 +217,10 @@ def choose_variant(nbytes: int, in_place: bool, world_size: int, dtype=torch.bfl
     The entry of :data:`iris.ccl.tuned.ALL_REDUCE` for the world size and dtype (a dtype not tuned
     takes the table of one that is): that table is written by ``benchmarks/ccl.py --tune`` from
     the committed runs, not by hand. In place, where the entry is one_shot: two_shot (one_shot would
-    overwrite what other members still read; push, ll and two_shot run in place). Past its entries,
-    past the landing zones of a push or ll entry, and
-    for world sizes not measured: two_shot, whose traffic per member stays under twice the data
-    while one_shot's grows with the members.
+    overwrite what other members still read; push, ll and two_shot run in place). Past the landing
+    zones of a push or ll entry: the next entry's variant. Past its entries and for world sizes not
+    measured: two_shot, whose traffic per member stays under twice the data while one_shot's grows
+    with the members.
 
     Example:
         >>> choose_variant(1024, in_place=False, world_size=8, dtype=torch.bfloat16)
@@ -230,10 +230,12 @@ def choose_variant(nbytes: int, in_place: bool, world_size: int, dtype=torch.bfl
     table = tuned.ALL_REDUCE.get((world_size, name))
     if table is None:  # not tuned for this dtype: the first tuned dtype's table at this world size
         table = next((entries for (world, _), entries in tuned.ALL_REDUCE.items() if world == world_size), ())
-    variant = next((variant for below, variant in table if nbytes < below), "two_shot")
     element_size = ELEMENT_SIZES.get(name, 1)
-    if not all_reduce_push.holds(variant, nbytes // element_size, element_size):  # a table measured past them
-        return "two_shot"
+    # the first entry whose range takes this size and whose variant holds it (a range measured past a
+    # push or ll landing zone gives way to the next entry there)
+    variant = next((variant for below, variant in table
+                    if nbytes < below and all_reduce_push.holds(variant, nbytes // element_size, element_size)),
+                   "two_shot")
     return variant if variant in IN_PLACE or not in_place else "two_shot"
 
 

@@ -6,7 +6,7 @@ measured, the fastest of one_shot, push and ll where its median time over the ru
 The times are those replayed from a CUDA graph where the runs have them for two_shot and another variant
 (the GPU's time per call), else the eager ones. Runs:
 
-    ccl_nvidia-h200_2ranks.csv (commit 373b63c, 3e1e07b, 9d61d27, b1e2715, cdf3fde)
+    ccl_nvidia-h100_2ranks.csv (commit 6c630a0, d7c1536)
     ccl_nvidia-h200_4ranks.csv (commit 098bc0c, aa6608f)
     ccl_nvidia-h200_8ranks.csv (commit 098bc0c, aa6608f)
 """
@@ -14,9 +14,8 @@ The times are those replayed from a CUDA graph where the runs have them for two_
 # (world size, dtype): ((below this many bytes per rank, variant), ...); two_shot past the last entry.
 ALL_REDUCE = {
     (2, 'bf16'): (
-        (16384, 'push'),
-        (32768, 'two_shot'),
-        (65536, 'push'),
+        (131072, 'll'),
+        (262144, 'push'),
     ),
     (4, 'bf16'): (
         (4096, 'one_shot'),
