@@ -2,7 +2,7 @@
 
     iris run -n 2 benchmarks/ops.py [--ops matmul_all_reduce ...] [--m 128 512 1024 4096 16384] [--n 8192 14336]
                                     [--k 8192] [--iters 10] [--warmup 3] [--csv PATH] [--validate] [--trace]
-                                    [--profile] [--host]
+                                    [--profile [CALLS]] [--host]
 
 The shapes are a tensor-parallel MLP's (W ranks; M 128 and 512 are decode-like). For M, N, K from
 the command line, each rank's part:
@@ -33,10 +33,11 @@ of untimed calls (a GPU that sat idle while kernels compiled is slow at first), 
 a shape sampled in turns (a GPU at its power limit clocks lower the longer it is busy: timed one
 after the other, the first figure would get the fresher GPU), each sample after a device barrier
 and a head start of LEAD_US for the host (the sample times the GPU's work, not a launch path). --validate
-compares each fused output with torch+nccl's. --profile then runs each fused op once more with
-tracing on and says where its time went (iris.tracing.summarize, the mean over ranks): per program,
-the time in compute spans (the GEMM's tiles), in pushes, reductions, waits and barriers, the time no
-span covers, and the tail after the last tile; columns profile_* of the CSV. --host (GPU) also times
+compares each fused output with torch+nccl's. --profile [CALLS] then runs each fused op CALLS more
+times (5; 1 on the CPU) with tracing on, each call started as a timed sample is, and says where its
+time went (iris.tracing.summarize; the mean over ranks, then the median over the calls): per
+program, the time in compute spans (the GEMM's tiles), in pushes, reductions, waits and barriers,
+the time no span covers, and the tail after the last tile; columns profile_* of the CSV. --host (GPU) also times
 the host's share of a fused call (fused_host_us: host microseconds per call issued back to back;
 where it exceeds the GPU's time, the op is host-bound). Output: a table, a CSV and a PNG under
 benchmarks/results/. On the CPU backend it is a smoke test at tiny sizes, not a figure.
@@ -51,12 +52,13 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
 
 import argparse
 import functools
+import statistics
 import sys
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from _results import default_csv, git_commit, host_us, interleaved_median_us, write_csv
+from _results import SPIN_CYCLES_PER_US, default_csv, git_commit, host_us, interleaved_median_us, write_csv
 
 import iris
 from iris.distributed import job_world_size
@@ -89,12 +91,16 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--trace", action="store_true", help="tracing on (ctx.tracing.enable()) for the whole run: "
                         "the fused ops that record events (matmul_all_reduce, matmul_reduce_scatter) record them, to "
                         "compare their times with a run without it")
-    parser.add_argument("--profile", action="store_true", help="after timing, one traced call of each fused op: "
-                        "where its time went (per program: compute, put, reduce, wait, barrier, idle; the tail)")
+    parser.add_argument("--profile", type=int, nargs="?", const=5 if gpu else 1, default=0, metavar="CALLS",
+                        help="after timing, CALLS traced calls of each fused op (default 5; 1 on the CPU), each "
+                        "started as a timed sample is: where its time went (per program: compute, put, reduce, "
+                        "wait, barrier, idle; the tail), the median over the calls")
     parser.add_argument("--host", action="store_true", help="also time the host's share of each fused call (GPU)")
     parser.add_argument("--config", default="", help="FusedConfig fields for the fused ops, e.g. "
                         "block_size_n=128,num_stages=4 (default: FusedConfig()); switches as 0/1: tma_loads=1")
     args = parser.parse_args()
+    if args.profile < 0:
+        parser.error(f"--profile takes a number of calls >= 1, not {args.profile}")
     try:
         args.config = FusedConfig(**{k: config_value(k, v) for k, v in (kv.split("=") for kv in args.config.split(",")
                                                                         if kv)})
@@ -230,6 +236,32 @@ class Problem:
                 "iris.ccl": lambda: ccl.reduce_scatter(heap_out[: rows * cols // W], heap_in.view(-1))}
 
 
+def profile_columns(calls: list[list[dict]]) -> dict:
+    """The profile_* columns from traced calls: ``calls[i][r]`` is rank r's :func:`iris.tracing.summarize`
+    of call i. Each figure is the mean over the ranks of one call, then the median over the calls.
+
+    Example:
+        >>> profile_columns([[ctx.tracing.summary() for each rank] for each call])["profile_compute_us"]
+    """
+    def per_call(summaries: list[dict]) -> dict:
+        world = len(summaries)
+        columns = {f"profile_{key}_us": sum(s[f"{key}_us"] for s in summaries) / world
+                   for key in ("span", "idle", "tail")}
+        for kind in PROFILED:
+            columns[f"profile_{kind}_us"] = sum(s["kinds"].get(kind, {}).get("per_program_us", 0.0)
+                                                for s in summaries) / world
+        compute = [s["kinds"].get("compute", {}) for s in summaries]
+        columns["profile_compute_per_tile_us"] = (sum(c.get("count", 0) * c.get("mean_us", 0.0) for c in compute)
+                                                  / max(sum(c.get("count", 0) for c in compute), 1))
+        return columns
+
+    each = [per_call(summaries) for summaries in calls]
+    columns = {key: statistics.median(c[key] for c in each) for key in each[0]}
+    columns["profile_programs"] = calls[0][0]["programs"]
+    columns["profile_calls"] = len(calls)
+    return columns
+
+
 def heap_bytes(args, world: int, arena: int) -> int:
     """Symmetric heap per rank for the whole sweep: the arena (``arena`` bf16 elements) and the fused
     ops' workspaces. The heap never frees, and ctx.ops keeps each fused op's workspace for its
@@ -271,29 +303,25 @@ def main() -> int:
               f"{'overlap':>8}  (us)", flush=True)
 
     def profiled(p) -> dict:
-        """One traced call of p's fused op (after one that compiles the traced kernel): its summary, averaged
-        over the ranks, as profile_* columns."""
+        """args.profile traced calls of p's fused op (after one that compiles the traced kernel), each after
+        a device barrier and the GPU's head start, as a timed sample starts (one call alone starts when
+        each rank's host gets there: its barrier spans then measure the ranks' skew); profile_* columns."""
         if not ctx.tracing.enabled:
             ctx.tracing.enable(max_events=1_000_000)
         p.fused()
         ctx.barrier()
-        ctx.tracing.reset()
-        p.fused()
-        ctx.barrier()
-        everyone = ctx.comm.all_gather_object(ctx.tracing.summary())
+        calls = []
+        for _ in range(args.profile):
+            ctx.tracing.reset()
+            ctx.device_barrier()
+            if gpu:
+                torch.cuda._sleep(int(LEAD_US * SPIN_CYCLES_PER_US))
+            p.fused()
+            ctx.barrier()
+            calls.append(ctx.comm.all_gather_object(ctx.tracing.summary()))
         if not args.trace:
             ctx.tracing.disable()
-        columns = {f"profile_{key}_us": sum(s[f"{key}_us"] for s in everyone) / world
-                   for key in ("span", "idle", "tail")}
-        for kind in PROFILED:
-            columns[f"profile_{kind}_us"] = sum(s["kinds"].get(kind, {}).get("per_program_us", 0.0)
-                                                for s in everyone) / world
-        tiles = sum(s["kinds"].get("compute", {}).get("count", 0) for s in everyone)
-        columns["profile_compute_per_tile_us"] = sum(s["kinds"].get("compute", {}).get("count", 0) *
-                                                     s["kinds"].get("compute", {}).get("mean_us", 0.0)
-                                                     for s in everyone) / max(tiles, 1)
-        columns["profile_programs"] = everyone[0]["programs"]
-        return columns
+        return profile_columns(calls)
 
     def timed(calls: dict) -> dict:
         """Each call's median time, the samples taken in turns (see _results.interleaved_median_us), rank 0's."""
@@ -357,7 +385,8 @@ def main() -> int:
                             print("    traced: " + ", ".join(f"{key} {row[f'profile_{key}_us']:.1f}" for key in
                                   ("span", *PROFILED, "idle", "tail")) +
                                   f" us per program ({row['profile_programs']} programs); a tile's compute "
-                                  f"{row['profile_compute_per_tile_us']:.1f} us", flush=True)
+                                  f"{row['profile_compute_per_tile_us']:.1f} us; median of {args.profile} calls",
+                                  flush=True)
                     del p
     ctx.barrier()
     if rank == 0:

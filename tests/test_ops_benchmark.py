@@ -4,7 +4,9 @@ Three ranks: matmul_all_reduce's partials grow with the world size, and the heap
 sweep with no slack, so a term missing from that sum runs out of heap here.
 """
 
-from benchmark_runs import run_benchmark
+import sys
+
+from benchmark_runs import ROOT, run_benchmark
 
 OPS = {"matmul_all_reduce", "matmul_reduce_scatter", "all_gather_matmul", "matmul_all_gather", "gemm_all_scatter"}
 
@@ -27,12 +29,39 @@ def test_ops_benchmark_takes_config_switches_and_tracing(tmp_path):
 
 
 def test_ops_benchmark_profile_says_where_each_fused_ops_time_went(tmp_path):
-    """--profile: one traced call per problem after the timed ones; its per-program breakdown in the CSV."""
-    rows = run_benchmark("ops.py", 2, "--profile", "--ops", "matmul_all_reduce", "all_gather_matmul", "--m", "32",
-                         "--n", "64", "--k", "64", csv_path=tmp_path / "ops.csv")
+    """--profile N: N traced calls per problem after the timed ones; the median of their per-program
+    breakdowns in the CSV."""
+    rows = run_benchmark("ops.py", 2, "--profile", "2", "--ops", "matmul_all_reduce", "all_gather_matmul", "--m",
+                         "32", "--n", "64", "--k", "64", csv_path=tmp_path / "ops.csv")
     for row in rows:
-        assert row["trace"] == "0" and int(row["profile_programs"]) >= 1, row
+        assert row["trace"] == "0" and int(row["profile_programs"]) >= 1 and row["profile_calls"] == "2", row
         assert float(row["profile_compute_us"]) > 0 and float(row["profile_compute_per_tile_us"]) > 0, row
         assert float(row["profile_span_us"]) >= float(row["profile_tail_us"]) >= 0, row
     pushes = {row["op"]: float(row["profile_put_us"]) for row in rows}
     assert pushes["matmul_all_reduce"] > 0 and pushes["all_gather_matmul"] == 0  # it waits for its slices
+
+
+def test_a_profile_is_the_median_over_calls_of_the_mean_over_ranks():
+    """One traced call's breakdown moves with the ranks' launch skew (2 x H100: the barrier column of
+    one op 8.5 to 138 us at neighbouring sizes); the profile is the median over calls of the per-call
+    mean over ranks, so one skewed call does not make the figure."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from ops import profile_columns
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    def summary(span, barrier, compute, tiles, programs=4):
+        return {"span_us": span, "idle_us": 1.0, "tail_us": 2.0, "programs": programs,
+                "kinds": {"barrier": {"count": programs, "mean_us": barrier, "per_program_us": barrier},
+                          "compute": {"count": tiles, "mean_us": compute * programs / tiles,
+                                      "per_program_us": compute}}}
+
+    calls = [[summary(100, 10, 60, 8), summary(120, 30, 60, 8)],   # call 1: ranks' mean barrier 20, span 110
+             [summary(300, 200, 62, 8), summary(280, 180, 62, 8)],  # call 2: a skewed launch, barrier 190
+             [summary(104, 14, 58, 8), summary(106, 16, 58, 8)]]    # call 3: barrier 15, span 105
+    columns = profile_columns(calls)
+    assert columns["profile_calls"] == 3 and columns["profile_programs"] == 4
+    assert columns["profile_barrier_us"] == 20.0 and columns["profile_span_us"] == 110.0
+    assert columns["profile_compute_us"] == 60.0 and columns["profile_put_us"] == 0.0
+    assert columns["profile_compute_per_tile_us"] == 30.0  # 8 tiles over 4 programs of 60 us: 30 us a tile
