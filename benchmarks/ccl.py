@@ -60,6 +60,8 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
 
 import argparse
 import csv
+import ctypes
+import functools
 import math
 import statistics
 import sys
@@ -246,16 +248,33 @@ def nccl_call(name, inp, out):
     return lambda: dist.all_to_all_single(out, inp)
 
 
-def symm_mem_calls(numel: int, dtype, device) -> tuple[dict, str]:
-    """({label: call}, why-not) for torch symmetric memory's all_reduce on a fresh symmetric buffer."""
+@functools.cache
+def symmetric_buffer(nbytes: int, device) -> torch.Tensor:
+    """torch symmetric memory's buffer for the whole run (``nbytes``: the largest point), made and
+    rendezvoused on first use, on every rank at the same point; each point takes a view of it.
+
+    One allocation, never freed by Python: on torch's NVSHMEM backend (which the shmem heap selects) a
+    symmetric tensor's free is collective, and torch issues it from the tensor's deleter, that is from
+    the garbage collector (pytorch/pytorch#195500), so a rank that frees at another moment than its
+    peers waits for them forever (ccl.py on the shmem heap, 2 x H100: rank 1 never left main's
+    teardown, rank 0 waited in destroy_process_group). A buffer per point also cost a collective
+    allocation per point there. The process's end returns the memory."""
+    import torch.distributed._symmetric_memory as symm_mem
+
+    buf = symm_mem.empty(nbytes, dtype=torch.uint8, device=device)
+    symm_mem.rendezvous(buf, dist.group.WORLD.group_name)
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(buf))  # a reference never dropped: no free, even at exit
+    return buf
+
+
+def symm_mem_calls(numel: int, dtype, device, capacity: int) -> tuple[dict, str]:
+    """({label: call}, why-not) for torch symmetric memory's all_reduce on a view of the run's symmetric
+    buffer (:func:`symmetric_buffer` of ``capacity`` bytes)."""
     if device.type != "cuda":
         return {}, "torch symmetric memory needs CUDA"
     try:
-        import torch.distributed._symmetric_memory as symm_mem
-
         group = dist.group.WORLD.group_name
-        buf = symm_mem.empty(numel, dtype=dtype, device=device)
-        symm_mem.rendezvous(buf, group)
+        buf = symmetric_buffer(capacity, device)[: numel * dtype.itemsize].view(dtype)
         return {"symm_mem.one_shot": lambda: torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", group),
                 "symm_mem.two_shot": lambda: torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", group)}, ""
     except Exception as exc:  # a torch without it, or a dtype/size it refuses: say so in the table
@@ -415,7 +434,7 @@ def main() -> int:
                 first = len(rows)
                 calls["nccl"] = nccl_call(name, ref_in, ref_out)
                 if name == "all_reduce":
-                    extra, why = symm_mem_calls(n_in, dtype, device)
+                    extra, why = symm_mem_calls(n_in, dtype, device, max(args.sizes))
                     calls.update(extra or {"symm_mem": why})
                 point = {**base, "collective": name, "dtype": dtype_name, "bytes": nbytes}
                 bus = bus_bytes(name, nbytes, world) * bus_factor(name, world)  # bytes: us -> GB/s is bus / us / 1e3
