@@ -60,7 +60,6 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
 
 import argparse
 import csv
-import ctypes
 import functools
 import math
 import statistics
@@ -77,6 +76,7 @@ from iris.distributed import job_world_size
 from iris.capabilities import find_limitation
 from iris.ccl import Config, all_reduce_push
 from iris.ccl.config import ALL_REDUCE_VARIANTS
+from iris.memory.collective_free import never_free
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "int32": torch.int32,
           "fp8e4m3": torch.float8_e4m3fn, "fp8e5m2": torch.float8_e5m2}
@@ -263,7 +263,7 @@ def symmetric_buffer(nbytes: int, device) -> torch.Tensor:
 
     buf = symm_mem.empty(nbytes, dtype=torch.uint8, device=device)
     symm_mem.rendezvous(buf, dist.group.WORLD.group_name)
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(buf))  # a reference never dropped: no free, even at exit
+    never_free(buf)
     return buf
 
 

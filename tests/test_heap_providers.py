@@ -282,6 +282,22 @@ def test_a_collectively_freed_allocation_is_freed_on_every_rank_at_once_and_only
         assert left == [1]
 
 
+def test_memory_never_freed_outlives_its_last_name_and_a_garbage_collection():
+    """never_free: what a collective free cannot pair up (an allocation some ranks made, the engine's
+    memory at exit, benchmarks/ccl.py's torch symmetric buffer) stays alive with no name left."""
+    import gc
+    import weakref
+
+    from iris.memory.collective_free import never_free
+
+    kept, dropped = torch.ones(8), torch.ones(8)
+    kept_ref, dropped_ref = weakref.ref(kept), weakref.ref(dropped)
+    never_free(kept)
+    del kept, dropped
+    gc.collect()
+    assert dropped_ref() is None and kept_ref() is not None and float(kept_ref().sum()) == 8.0
+
+
 @triton.jit
 def _run_of_case(remote, local, outside, out, heap_bases, CASE: tl.constexpr):
     """engine._run on one pattern of lanes (the block transfers' test of what is one run)."""

@@ -39,6 +39,17 @@ def _storage_users(tensor: torch.Tensor) -> int | None:
     return int(count(tensor.untyped_storage()._cdata))
 
 
+def never_free(obj) -> None:
+    """Take a reference to ``obj`` that is never dropped: Python never frees it, not even at exit (the
+    process's end returns its memory). For memory whose free is collective where no collective free
+    can pair up (an allocation some ranks made, what is left at exit).
+
+    Example:
+        >>> never_free(symm_mem.empty(1 << 20, dtype=torch.uint8, device="cuda"))
+    """
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
 @dataclass(eq=False)
 class Kept:
     """One allocation held for a collective free: ``tensor`` (never handed out), what else must live as
@@ -76,7 +87,7 @@ class CollectiveFrees:
 
     def abandon(self, tensor: torch.Tensor) -> None:
         """Never free ``tensor`` (an allocation only some ranks made: no free of it can pair up)."""
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(tensor))
+        never_free(tensor)
 
     def free_unused(self, comm) -> int:
         """Collective: free, on every rank in the same order, the allocations unused on every rank.
@@ -101,4 +112,4 @@ class CollectiveFrees:
         if self._kept_at_exit:
             return
         self._kept_at_exit = True
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(self.entries))
+        never_free(self.entries)
