@@ -5,14 +5,22 @@
 #   the GPU gate (about 3 minutes; run before device code lands):  bash .ci/gpu.sh --quick
 #     every public device op, collective and fused op against torch (tests/), the conformance suite at
 #     profile ci on the node's GPUs, and the same at 4 ranks on one GPU with IRIS_SIMULATION=1, side by side.
-# Logs go to $OUT (the device tool's output folder) or ./gpu-logs. Where .git is stale (a copied tree),
-# pass the commit for the benchmark CSVs: IRIS_COMMIT=<git rev-parse --short HEAD> bash .ci/gpu.sh
+# Logs go to one archive, $OUT/gpu-logs.tgz (the device tool's output folder; written even when a time limit
+# stops the gate), or to ./gpu-logs. Where .git is stale (a copied tree), pass the commit for the benchmark
+# CSVs: IRIS_COMMIT=<git rev-parse --short HEAD> bash .ci/gpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export IRIS_TEST_TIMEOUT=${IRIS_TEST_TIMEOUT:-120}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 logs="${OUT:-gpu-logs}"
+if [ -n "${OUT:-}" ]; then
+  # The device tool brings back only a few files of $OUT: every log goes into one archive, gpu-logs.tgz,
+  # written on exit, also when a time limit stops the gate (timeout's TERM).
+  logs=$(mktemp -d)
+  trap 'tar czf "$OUT/gpu-logs.tgz" -C "$logs" . 2>/dev/null' EXIT
+  trap 'echo "[gpu.sh] stopped: the logs so far are in $OUT/gpu-logs.tgz"; exit 143' TERM INT
+fi
 mkdir -p "$logs"
 tag=$([ "${IRIS_SIMULATION:-0}" = 1 ] && echo sim || echo gpu)
 gpus=$(python -c 'import torch; print(torch.cuda.device_count())')
