@@ -207,8 +207,12 @@ def off_heap_read(ctx):
 
 def mismatched_all_reduce(ctx):
     x = ctx.ones(16 if ctx.get_rank() == 0 else 8)   # read within the heap either way
+    # two_shot, whose barriers pair up whatever the sizes: unchecked, the mismatch then runs to its end.
+    # (The barrier-free variants, push and ll, wait for what the smaller member never sends, until
+    # IRIS_WAIT_TIMEOUT: ll is the default at this size on 2 ranks.)
+    config = iris.ccl.Config(all_reduce_variant="two_shot")
     try:
-        ctx.ccl.all_reduce(x, x)
+        ctx.ccl.all_reduce(x, x, config=config)
     except ValueError:
         return "refused"
     ctx.barrier()
