@@ -1,6 +1,7 @@
 """Run one of benchmarks/*.py under ``iris run`` the way a user would, for the benchmarks' smoke tests."""
 
 import csv
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -27,3 +28,17 @@ def run_benchmark(script: str, ranks: int, *args: str, csv_path: Path | None = N
     assert "VALIDATION FAILED" not in proc.stdout
     with open(csv_path) as f:
         return list(csv.DictReader(f))
+
+
+def import_benchmark(name: str):
+    """benchmarks/<name>.py as a module (its own imports, such as _results, found beside it), for the
+    tests of a benchmark's pure functions.
+
+    Example:
+        >>> profile_columns = import_benchmark("ops").profile_columns
+    """
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))

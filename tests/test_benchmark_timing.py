@@ -1,21 +1,12 @@
 """benchmarks/_results.py's timing: what it promises about the order in which it takes samples."""
 
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from benchmark_runs import import_benchmark
 
 
 @pytest.fixture(scope="module")
 def results():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import _results
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return _results
+    return import_benchmark("_results")
 
 
 def test_interleaved_timing_takes_every_calls_samples_in_turns(results):

@@ -4,9 +4,7 @@ Three ranks: matmul_all_reduce's partials grow with the world size, and the heap
 sweep with no slack, so a term missing from that sum runs out of heap here.
 """
 
-import sys
-
-from benchmark_runs import ROOT, run_benchmark
+from benchmark_runs import import_benchmark, run_benchmark
 
 OPS = {"matmul_all_reduce", "matmul_reduce_scatter", "all_gather_matmul", "matmul_all_gather", "gemm_all_scatter"}
 
@@ -45,11 +43,7 @@ def test_a_profile_is_the_median_over_calls_of_the_mean_over_ranks():
     """One traced call's breakdown moves with the ranks' launch skew (2 x H100: the barrier column of
     one op 8.5 to 138 us at neighbouring sizes); the profile is the median over calls of the per-call
     mean over ranks, so one skewed call does not make the figure."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from ops import profile_columns
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    profile_columns = import_benchmark("ops").profile_columns
 
     def summary(span, barrier, compute, tiles, programs=4):
         return {"span_us": span, "idle_us": 1.0, "tail_us": 2.0, "programs": programs,

@@ -1,11 +1,6 @@
 """benchmarks/rma.py --pairs all measures and validates every ordered pair of ranks (CPU: a smoke test)."""
 
-import sys
-from pathlib import Path
-
-from benchmark_runs import run_benchmark
-
-ROOT = Path(__file__).resolve().parents[1]
+from benchmark_runs import import_benchmark, run_benchmark
 
 
 def test_rma_benchmark_covers_every_ordered_pair(tmp_path):
@@ -27,11 +22,7 @@ def test_rma_benchmark_with_tracing_validates_and_records_every_op(tmp_path):
     assert {r["trace"] for r in rows} == {"1"} and {"get", "load", "put", "store"} <= {r["op"] for r in rows}
 
 def test_plot_with_many_pairs_draws_one_line_per_op_with_the_spread_of_the_pairs():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from rma import bandwidth_by_op
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    bandwidth_by_op = import_benchmark("rma").bandwidth_by_op
     MiB = 1 << 20
     rows = [{"actor": a, "peer": p, "op": op, "bytes": size * MiB, "gbps": gbps}
             for (a, p, op, size, gbps) in [(0, 1, "put", 1, 10.0), (1, 0, "put", 1, 30.0), (0, 2, "put", 1, 20.0),
