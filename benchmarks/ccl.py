@@ -176,8 +176,8 @@ def _iris_variants(ctx, name, inp, out, world):
                 calls[f"iris.{variant}"] = row.reason
                 continue
             if not all_reduce_push.holds(variant, inp.numel(), inp.element_size()):
-                calls[f"iris.{variant}"] = f"{variant} takes at most {all_reduce_push.capacity(variant)} per rank " \
-                                           "(its landing zones)"
+                held = all_reduce_push.capacity(variant, inp.element_size())
+                calls[f"iris.{variant}"] = f"{variant} takes at most {held} per rank (its landing zones)"
                 continue
             config = Config(all_reduce_variant=variant)
             calls[f"iris.{variant}"] = lambda config=config: ctx.ccl.all_reduce(out, inp, config=config)

@@ -13,6 +13,8 @@ IRIS_NODE_MAP               the node of each rank, e.g. ``0,1`` (default: from t
 IRIS_HEAP                   the heap provider, ``ipc`` (default) or ``shmem`` (see iris.memory.providers)
 IRIS_GRAPH_REPLAY           default ``1``: a repeated ccl/ops call replays its launches from a CUDA/HIP
                             graph captured on its second call (see iris.kernel_launch.Plans); ``0``: off
+IRIS_LL_PACK                default ``0``: ``1`` packs two 16-bit elements into each word of all_reduce's
+                            ll variant (iris.ccl.all_reduce_push); the same on every rank
 NVSHMEM_SYMMETRIC_SIZE      NVSHMEM's own heap; set by the shmem heap provider when unset, to hold Iris's heap
 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE  CUDA MPS's share of a GPU's threads per process; read by the shmem heap
 IRIS_CROSS_COMPILE          CPU backend: also compile every launched kernel for these GPU targets
@@ -29,7 +31,7 @@ RANK, WORLD_SIZE, ...       the launcher's (torchrun, ``iris run``; mpirun's siz
 ==========================  =========================================================================
 
 Values are read when asked for, not cached: a test may change one between contexts. The switches
-(IRIS_SIMULATION, IRIS_DEBUG, IRIS_GRAPH_REPLAY) take 1, true, yes, on or 0, false, no, off (any
+(IRIS_SIMULATION, IRIS_DEBUG, IRIS_GRAPH_REPLAY, IRIS_LL_PACK) take 1, true, yes, on or 0, false, no, off (any
 case); any other word is refused with its name when a context is made, before any allocation.
 
 Example:
@@ -170,6 +172,12 @@ def default_nvshmem_symmetric_size(heap_bytes: int) -> None:
 def graph_replay() -> bool:
     """IRIS_GRAPH_REPLAY (on unless 0): remembered calls replay from a captured graph (one driver call per call)."""
     return switch("IRIS_GRAPH_REPLAY", True)
+
+
+def ll_pack() -> bool:
+    """IRIS_LL_PACK (off unless 1): all_reduce's ll carries two 16-bit elements per word, 2x the data a word
+    and 4x the landing capacity for them (not yet measured on a GPU: off by default)."""
+    return switch("IRIS_LL_PACK", False)
 
 
 def simulation() -> bool:

@@ -36,9 +36,12 @@ LOCK_WORDS = tl.constexpr(4096)
 # the most programs of one call (each with its own flags and counts per peer).
 PUSH_BYTES = 256 << 10
 PUSH_PROGRAMS = 32
-# all_reduce's ll variant (the same module): the most elements of a message (each lands as one 8-byte word,
-# the element's bits beside its flag), and its programs count like push's.
-LL_WORDS = 32 << 10
+# all_reduce's ll variant (the same module): the most 8-byte words of a message, each carrying the push's
+# number beside one element (or two of 16 bits with IRIS_LL_PACK: 512 KiB of bfloat16), and its programs count
+# like push's. With IRIS_LL_PACK off a message holds at most LL_UNPACKED elements (the landing zones ll was
+# measured with on GPUs).
+LL_WORDS = 128 << 10
+LL_UNPACKED = 32 << 10
 
 
 def reserved_layout(world_size: int, engine_path: bool = False) -> ReservedLayout:

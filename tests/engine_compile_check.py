@@ -156,8 +156,8 @@ for symbol, (kernel, signature, constants) in (
 # all_reduce's ll variant writes each word (an element beside its flag) toward another node as one 8-byte put.
 from iris.ccl.all_reduce_push import _all_reduce_ll_kernel  # noqa: E402
 
-ll_constants = {"WORLD": 2, "PROGRAMS": 32, "CAPACITY": 32768, "OP": "sum", "ACC": tl.float32, "BLOCK": 1024,
-                "TRACE": False}
+ll_constants = {"WORLD": 2, "PROGRAMS": 32, "CAPACITY": 131072, "OP": "sum", "ACC": tl.float32, "PACK": 2,
+                "BLOCK": 1024, "TRACE": False}
 ll_signature = {"src": "*bf16", "dst": "*bf16", "numel": "i32", "blocks": "i32", **group, "landing": "*i64",
                 "counts": "*i32", **{name: "constexpr" for name in ll_constants}}
 ptx = triton.compile(ASTSource(_all_reduce_ll_kernel, ll_signature, ll_constants), target=SM_90,

@@ -2,6 +2,7 @@
 
 import dataclasses
 import math
+import os
 
 import pytest
 import torch
@@ -9,7 +10,7 @@ import torch
 import iris
 from iris.ccl import Config, ReduceOp
 from iris.ccl.config import ALL_REDUCE_VARIANTS
-from iris.team import LL_WORDS, PUSH_BYTES
+from iris.team import LL_UNPACKED, LL_WORDS, PUSH_BYTES
 from iris.testing import refusals
 
 
@@ -28,7 +29,7 @@ def _misuse():
     world = ctx.get_num_ranks()
     on_heap = ctx.zeros(world * 8, dtype=torch.float32)
     past_push = ctx.zeros(PUSH_BYTES // 4 + 1, dtype=torch.float32)  # one element past the landing zones
-    past_ll = past_push[:LL_WORDS + 1]
+    past_ll = past_push[:LL_UNPACKED + 1]
     errors = refusals([
         lambda: ctx.ccl.all_gather(torch.zeros(world * 8, device=ctx.get_device()), on_heap[:8].clone()),  # not heap
         lambda: ctx.ccl.all_gather(on_heap, on_heap[:7].clone()),                                     # size
@@ -59,7 +60,7 @@ def test_misuse_is_refused_before_any_launch(ranks):
         assert "may overlap input only as this member's own part" in errors[6], errors
         assert f"Config.hierarchy names {ranks.world_size + 1} nodes" in errors[7], errors
         assert f"the push variant holds at most {PUSH_BYTES} bytes per rank" in errors[8], errors
-        assert f"the ll variant holds at most {LL_WORDS} elements per rank" in errors[9], errors
+        assert f"the ll variant holds at most {LL_UNPACKED} elements of 4 bytes per rank" in errors[9], errors
         assert result == [float(ranks.world_size)] * 5
 
 
@@ -174,6 +175,36 @@ def test_every_all_reduce_variant_reduces_every_element(ranks):
             assert values == [w * (w + 1) // 2 if op == "SUM" else w], (variant, dtype, op)
 
 
+def _ll_distinct_elements(numel, pack):
+    """ll, one element a word or (IRIS_LL_PACK=``pack``) two of 16 bits: each element different (a constant
+    fill would hide two swapped), an odd count (the last word carries one), many programs."""
+    os.environ["IRIS_LL_PACK"] = pack  # this rank process's own: read by each call's launch
+    try:
+        ctx = iris.iris(1 << 20)
+        rank = ctx.get_rank()
+        results = {}
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            x = ctx.zeros(numel, dtype=dtype)
+            x.copy_(torch.arange(numel, device=ctx.get_device()) % 16 + rank)  # sums stay exact in bfloat16
+            out = ctx.full((numel,), -1.0, dtype=dtype)
+            ctx.ccl.all_reduce(out, x, config=Config(all_reduce_variant="ll", block_size=64))
+            results[str(dtype)] = out.float().cpu()
+        ctx.close()
+    finally:
+        del os.environ["IRIS_LL_PACK"]
+    return results
+
+
+@pytest.mark.parametrize("pack", ["0", "1"])
+@pytest.mark.parametrize("numel", [1, 129, 1001])
+def test_ll_moves_each_element_of_every_word_to_its_place(ranks, numel, pack):
+    w = ranks.world_size
+    want = (torch.arange(numel) % 16 * w + w * (w - 1) // 2).float()
+    for results in ranks.run(_ll_distinct_elements, numel, pack):
+        for dtype, got in results.items():
+            assert torch.equal(got, want), (dtype, numel, (got != want).nonzero()[:8].flatten().tolist())
+
+
 def _every_variant_on_a_group_of_one():
     import torch.distributed as dist
 
@@ -278,15 +309,22 @@ def test_a_tuned_push_or_ll_entry_is_the_default_in_place_too_and_never_past_its
     assert choose_variant(4096, in_place=False, world_size=3, dtype=torch.bfloat16) == "one_shot"
     assert choose_variant(4096, in_place=True, world_size=3, dtype=torch.bfloat16) == "two_shot"
     assert choose_variant(PUSH_BYTES + 2, in_place=False, world_size=3, dtype=torch.bfloat16) == "two_shot"
-    monkeypatch.setitem(tuned.ALL_REDUCE, (5, "bf16"), ((1 << 40, "ll"),))  # ll holds LL_WORDS elements
-    assert choose_variant(2 * LL_WORDS, in_place=True, world_size=5, dtype=torch.bfloat16) == "ll"
-    assert choose_variant(2 * LL_WORDS + 2, in_place=False, world_size=5, dtype=torch.bfloat16) == "two_shot"
-    # a tuned range wider than its variant holds (ll measured at 64 KiB, push at 128 KiB): past what ll holds,
-    # the next entry's variant, not two_shot
-    monkeypatch.setitem(tuned.ALL_REDUCE, (5, "bf16"), ((4 * LL_WORDS, "ll"), (8 * LL_WORDS, "push")))
-    assert choose_variant(2 * LL_WORDS, in_place=False, world_size=5, dtype=torch.bfloat16) == "ll"
-    assert choose_variant(2 * LL_WORDS + 2, in_place=True, world_size=5, dtype=torch.bfloat16) == "push"
-    assert choose_variant(8 * LL_WORDS, in_place=False, world_size=5, dtype=torch.bfloat16) == "two_shot"
+    monkeypatch.setitem(tuned.ALL_REDUCE, (5, "bf16"), ((1 << 40, "ll"),))  # ll holds LL_UNPACKED elements
+    monkeypatch.delenv("IRIS_LL_PACK", raising=False)
+    assert choose_variant(2 * LL_UNPACKED, in_place=True, world_size=5, dtype=torch.bfloat16) == "ll"
+    assert choose_variant(2 * LL_UNPACKED + 2, in_place=False, world_size=5, dtype=torch.bfloat16) == "two_shot"
+    assert choose_variant(4 * LL_UNPACKED, in_place=False, world_size=5, dtype=torch.float32) == "ll"
+    monkeypatch.setenv("IRIS_LL_PACK", "1")  # LL_WORDS words of two 16-bit elements or one 32-bit
+    ll_bytes = 4 * LL_WORDS
+    assert choose_variant(ll_bytes, in_place=True, world_size=5, dtype=torch.bfloat16) == "ll"
+    assert choose_variant(ll_bytes + 2, in_place=False, world_size=5, dtype=torch.bfloat16) == "two_shot"
+    assert choose_variant(ll_bytes, in_place=False, world_size=5, dtype=torch.float32) == "ll"  # one per word
+    assert choose_variant(ll_bytes + 4, in_place=False, world_size=5, dtype=torch.float32) == "two_shot"
+    # a tuned range wider than its variant holds (ll measured to its capacity, one_shot past it): past what ll
+    # holds, the next entry's variant, not two_shot
+    monkeypatch.setitem(tuned.ALL_REDUCE, (5, "bf16"), ((2 * ll_bytes, "ll"), (1 << 40, "one_shot")))
+    assert choose_variant(ll_bytes, in_place=False, world_size=5, dtype=torch.bfloat16) == "ll"
+    assert choose_variant(ll_bytes + 2, in_place=False, world_size=5, dtype=torch.bfloat16) == "one_shot"
 
 
 # (world size, the node of each member): one node, one member per node, nodes in blocks and interleaved

@@ -16,7 +16,7 @@ def test_graph_replay_is_on_unless_turned_off(monkeypatch, value, on):
 
 
 SWITCHES = {"IRIS_GRAPH_REPLAY": config.graph_replay, "IRIS_DEBUG": config.debug_requested,
-            "IRIS_SIMULATION": config.simulation}
+            "IRIS_SIMULATION": config.simulation, "IRIS_LL_PACK": config.ll_pack}
 
 
 @pytest.mark.parametrize("name", SWITCHES)
@@ -27,7 +27,7 @@ def test_a_switch_given_a_word_it_does_not_know_says_so(monkeypatch, name):
         SWITCHES[name]()
 
 
-@pytest.mark.parametrize("name", ["IRIS_DEBUG", "IRIS_SIMULATION"])
+@pytest.mark.parametrize("name", ["IRIS_DEBUG", "IRIS_SIMULATION", "IRIS_LL_PACK"])
 @pytest.mark.parametrize("value, on", [(None, False), ("1", True), ("TRUE", True), ("0", False), ("", False)])
 def test_debug_and_simulation_are_off_unless_turned_on(monkeypatch, name, value, on):
     if value is None:

@@ -24,13 +24,14 @@ Memory: the heap's reserved tail holds, per rank, 2 x world x PUSH_BYTES of land
 2 x world x PUSH_PROGRAMS flags (:func:`iris.team.reserved_layout`); a message may be at most
 PUSH_BYTES per rank.
 
-The ll variant (low latency, as NCCL's LL protocol) drops the flags: each element lands as one 8-byte
-word, its bits in the low half and the push's number in the high half, stored at once. A reader spins
-on the words themselves (:func:`iris.device.sync.wait_flagged_words`) and may sum a block as soon as its
-words carry the number: no release fence before a flag, no separate flag round, and the blocks of one
-program are read as they land. It moves 4 bytes per 16-bit element (8 per 4 bytes of 32-bit ones), so it
-is for small messages: at most LL_WORDS elements per rank. Its landing words and counts are its own
-(a word a push call left there holds raw data, which could carry any number). Toward a rank on another
+The ll variant (low latency, as NCCL's LL protocol) drops the flags: each 8-byte word carries data in its
+low half and the push's number in its high half, stored at once. A reader spins on the words themselves
+(:func:`iris.device.sync.wait_flagged_words`) and may sum a block as soon as its words carry the number:
+no release fence before a flag, no separate flag round, and the blocks of one program are read as they
+land. A word carries one element (4x the data's bytes for 16-bit ones, at most LL_UNPACKED elements per
+rank), or with IRIS_LL_PACK=1 two 16-bit elements (2x the bytes, at most LL_WORDS words per rank; off
+until measured on GPUs): :func:`holds`. Its landing words and counts are its own (a word a push call
+left there holds raw data, which could carry any number). Toward a rank on another
 node (the shmem heap's engine path) each word goes as one 8-byte put of the engine: compiled in, not yet
 run there.
 
@@ -49,7 +50,8 @@ from iris.device.barrier import GROUP_ARGS
 from iris.device.tracing import elements_bytes, tracing_from_context
 from iris.ccl.reduction import combine
 from iris.kernel_launch import bind
-from iris.team import LL_WORDS, PUSH_BYTES, PUSH_PROGRAMS
+from iris import config
+from iris.team import LL_UNPACKED, LL_WORDS, PUSH_BYTES, PUSH_PROGRAMS
 
 
 @triton.jit
@@ -122,71 +124,93 @@ def _all_reduce_push_kernel(src, dst, numel, blocks, members, count, index, cur,
 
 
 @triton.jit
-def _as_word(x, flag):
-    """Each element of ``x`` (16 or 32 bits) beside ``flag`` in one int64 word: the flag in the high half."""
+def _bits(x):
+    """The bits of 16- or 32-bit elements ``x`` in the low half(s) of int32 lanes (16-bit ones zero-extended)."""
     if x.dtype.primitive_bitwidth == 16:
         bits = x.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
     else:
         bits = x.to(tl.int32, bitcast=True)
+    return bits
+
+
+@triton.jit
+def _words(src, w, numel, flag, PACK: tl.constexpr):
+    """Words ``w`` of ``src``: PACK elements each (elements PACK * w + k at bits 16 * k), ``flag`` in the high
+    half; an element past ``numel`` is 0."""
+    e = w * PACK
+    bits = _bits(tl.load(src + e, mask=e < numel, other=0))
+    if PACK == 2:
+        bits = bits | (_bits(tl.load(src + e + 1, mask=e + 1 < numel, other=0)) << 16)
     return (flag.to(tl.int64) << 32) | (bits.to(tl.int64) & 0xFFFFFFFF)
 
 
 @triton.jit
-def _from_words(words, like, ACC: tl.constexpr):
-    """The elements in the low halves of ``words``, of ``like``'s element type, in ``ACC``. A bfloat16 goes
-    through float32 (its bits are a float32's high half): Triton's interpreter has no bfloat16 bitcast."""
-    low = words.to(tl.int32)
+def _element(bits, like, ACC: tl.constexpr):
+    """The element of ``like``'s element type in int32 ``bits`` (a 16-bit one in their low half), in ``ACC``.
+    A bfloat16 goes through float32 (its bits are a float32's high half): Triton's interpreter has no
+    bfloat16 bitcast."""
     if like.dtype.element_ty == tl.bfloat16:
-        x = (low << 16).to(tl.float32, bitcast=True)
+        x = (bits << 16).to(tl.float32, bitcast=True)
     elif like.dtype.element_ty.primitive_bitwidth == 16:
-        x = low.to(tl.int16).to(like.dtype.element_ty, bitcast=True)
+        x = bits.to(tl.int16).to(like.dtype.element_ty, bitcast=True)
     else:
-        x = low.to(like.dtype.element_ty, bitcast=True)
+        x = bits.to(like.dtype.element_ty, bitcast=True)
     return x.to(ACC)
 
 
 @triton.jit
-def _ll_member_block(src, landing, received, members, j, cur, offs, mask, WORLD: tl.constexpr,
-                     PROGRAMS: tl.constexpr, CAPACITY: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
-    """Member ``j``'s block at ``offs`` in ``ACC``: this member's own from ``src``, a peer's from its words
-    here once they carry its push's number (no lane waits for this member's own)."""
+def _ll_member_block(src, landing, received, members, j, cur, w, numel, WORLD: tl.constexpr,
+                     PROGRAMS: tl.constexpr, CAPACITY: tl.constexpr, ACC: tl.constexpr, PACK: tl.constexpr,
+                     BLOCK: tl.constexpr):
+    """Member ``j``'s elements of words ``w`` in ``ACC``, as (first, second) of each word (the second is the
+    first again where PACK is 1): this member's own from ``src``, a peer's from its words here once they
+    carry its push's number (no lane waits for this member's own)."""
     member = tl.load(members + j)
-    lanes = member + tl.zeros([BLOCK], tl.int32)
+    own = (member + tl.zeros([BLOCK], tl.int32)) == cur
     counted = received + member * PROGRAMS
-    words = sync.wait_flagged_words(_slot(landing, counted, member, WORLD, CAPACITY) + offs, tl.load(counted) + 1,
-                                    mask & (lanes != cur))
-    return tl.where(lanes == cur, tl.load(src + offs, mask=mask & (lanes == cur)).to(ACC),
-                    _from_words(words, src, ACC))
+    e = w * PACK
+    words = sync.wait_flagged_words(_slot(landing, counted, member, WORLD, CAPACITY) + w, tl.load(counted) + 1,
+                                    (e < numel) & ~own)
+    low = words.to(tl.int32)
+    first = tl.where(own, tl.load(src + e, mask=(e < numel) & own).to(ACC), _element(low, src, ACC))
+    second = first
+    if PACK == 2:
+        second = tl.where(own, tl.load(src + e + 1, mask=(e + 1 < numel) & own).to(ACC),
+                          _element(low >> 16, src, ACC))
+    return first, second
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
 def _all_reduce_ll_kernel(src, dst, numel, blocks, members, count, index, cur, heap_bases, landing, counts,
                           WORLD: tl.constexpr, PROGRAMS: tl.constexpr, CAPACITY: tl.constexpr, OP: tl.constexpr,
-                          ACC: tl.constexpr, BLOCK: tl.constexpr, TRACE: tl.constexpr):
+                          ACC: tl.constexpr, PACK: tl.constexpr, BLOCK: tl.constexpr, TRACE: tl.constexpr):
     program = tl.program_id(0)
     trace = tracing_from_context(heap_bases - rma.HEAP_BASES_SLOT, WORLD, TRACE)  # records nothing unless TRACE
     sent = counts + program  # as in _all_reduce_push_kernel: [sent | received][rank][program]
     received = counts + WORLD * PROGRAMS + program
-    for i in range(1, count):  # push: this program's blocks, each element beside the push's number
+    for i in range(1, count):  # push: this program's blocks of words, PACK elements beside the push's number each
         peer = tl.load(members + (index + i) % count)
         flag = tl.load(sent + peer * PROGRAMS) + 1
         slot = _slot(landing, sent + peer * PROGRAMS, cur, WORLD, CAPACITY)
-        span = trace.start(tracing.PUT, cur, peer, slot, -1, -1, 8 * numel)
+        span = trace.start(tracing.PUT, cur, peer, slot, -1, -1, 8 * ((numel + PACK - 1) // PACK))
         for block in range(program, blocks, tl.num_programs(0)):
-            offs = tl.cast(block, tl.int64) * BLOCK + tl.arange(0, BLOCK)
-            mask = offs < numel
-            rma.store(slot + offs, _as_word(tl.load(src + offs, mask=mask), flag), cur, peer, heap_bases, mask=mask)
+            w = tl.cast(block, tl.int64) * BLOCK + tl.arange(0, BLOCK)
+            rma.store(slot + w, _words(src, w, numel, flag, PACK), cur, peer, heap_bases, mask=w * PACK < numel)
         trace.end(span)
     span = trace.start(tracing.REDUCE, cur, cur, dst, -1, -1, elements_bytes(src, numel))
     for block in range(program, blocks, tl.num_programs(0)):  # sum in member order: the same bits everywhere
-        offs = tl.cast(block, tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < numel
-        acc = _ll_member_block(src, landing, received, members, 0, cur, offs, mask, WORLD, PROGRAMS, CAPACITY,
-                               ACC, BLOCK)
+        w = tl.cast(block, tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        first, second = _ll_member_block(src, landing, received, members, 0, cur, w, numel, WORLD, PROGRAMS,
+                                         CAPACITY, ACC, PACK, BLOCK)
         for j in range(1, count):
-            acc = combine(acc, _ll_member_block(src, landing, received, members, j, cur, offs, mask, WORLD,
-                                                PROGRAMS, CAPACITY, ACC, BLOCK), OP)
-        tl.store(dst + offs, acc.to(dst.dtype.element_ty), mask=mask)
+            x, y = _ll_member_block(src, landing, received, members, j, cur, w, numel, WORLD, PROGRAMS, CAPACITY,
+                                    ACC, PACK, BLOCK)
+            first = combine(first, x, OP)
+            second = combine(second, y, OP)
+        e = w * PACK
+        tl.store(dst + e, first.to(dst.dtype.element_ty), mask=e < numel)
+        if PACK == 2:
+            tl.store(dst + e + 1, second.to(dst.dtype.element_ty), mask=e + 1 < numel)
     trace.end(span)
     tl.debug_barrier()  # every thread's reads of the counts above before one thread moves them on
     for i in range(1, count):  # this call's pushes and receipts, counted
@@ -195,26 +219,40 @@ def _all_reduce_ll_kernel(src, dst, numel, blocks, members, count, index, cur, h
         tl.store(received + peer * PROGRAMS, tl.load(received + peer * PROGRAMS) + 1)
 
 
+def ll_pack(element_size: int) -> int:
+    """Elements per ll word: two of 16 bits with IRIS_LL_PACK on, else one (the word's other half is the push's
+    number)."""
+    return 2 if element_size == 2 and config.ll_pack() else 1
+
+
+def ll_elements(element_size: int) -> int:
+    """The most elements of ``element_size`` bytes an ll message holds per rank: LL_WORDS words of
+    :func:`ll_pack` elements with IRIS_LL_PACK on, else LL_UNPACKED."""
+    return LL_WORDS * ll_pack(element_size) if config.ll_pack() else LL_UNPACKED
+
+
 def holds(variant: str, numel: int, element_size: int) -> bool:
     """Whether a message of ``numel`` elements of ``element_size`` bytes fits the landing zones of
-    ``variant`` ("push": PUSH_BYTES per rank, "ll": LL_WORDS elements; any other variant has none)."""
+    ``variant`` ("push": PUSH_BYTES per rank, "ll": :func:`ll_elements`; any other variant has none)."""
     if variant == "push":
         return numel * element_size <= PUSH_BYTES
-    return variant != "ll" or numel <= LL_WORDS
+    return variant != "ll" or numel <= ll_elements(element_size)
 
 
-def capacity(variant: str) -> str:
+def capacity(variant: str, element_size: int) -> str:
     """What the landing zones of ``variant`` ("push" or "ll") hold per rank, in its unit: "262144 bytes",
-    "32768 elements"."""
-    return f"{PUSH_BYTES} bytes" if variant == "push" else f"{LL_WORDS} elements"
+    "262144 elements of 2 bytes"."""
+    if variant == "push":
+        return f"{PUSH_BYTES} bytes"
+    return f"{ll_elements(element_size)} elements of {element_size} bytes"
 
 
 def check_capacity(variant: str, input) -> None:
     """A message larger than ``variant``'s landing zones is refused before any launch."""
     if not holds(variant, input.numel(), input.element_size()):
         got = f"{input.nbytes} bytes" if variant == "push" else f"{input.numel()} elements"
-        raise ValueError(f"all_reduce: the {variant} variant holds at most {capacity(variant)} per rank in its "
-                         f"landing zones, got {got}; use one_shot or two_shot for larger messages")
+        raise ValueError(f"all_reduce: the {variant} variant holds at most {capacity(variant, input.element_size())} "
+                         f"per rank in its landing zones, got {got}; use one_shot or two_shot for larger messages")
 
 
 def launch(ctx, output, input, members, op: str, acc, block_size: int, ll: bool = False):
@@ -222,17 +260,19 @@ def launch(ctx, output, input, members, op: str, acc, block_size: int, ll: bool 
     the bound launches."""
     team = ctx.team
     world = ctx.get_num_ranks()
-    blocks = triton.cdiv(input.numel(), block_size)
-    programs = max(1, min(blocks, PUSH_PROGRAMS))
-    if ll:
-        kernel, buffers = _all_reduce_ll_kernel, (team.ll_landing, team.ll_counts)
+    if ll:  # blocks of words, ll_pack elements each
+        pack = ll_pack(input.element_size())
+        kernel, buffers, extra = _all_reduce_ll_kernel, (team.ll_landing, team.ll_counts), {"PACK": pack}
     else:
-        kernel, buffers = _all_reduce_push_kernel, (team.push_landing.view(input.dtype), team.push_flags,
-                                                    team.push_counts)
+        pack = 1
+        kernel, buffers, extra = _all_reduce_push_kernel, (team.push_landing.view(input.dtype), team.push_flags,
+                                                           team.push_counts), {}
+    blocks = triton.cdiv(triton.cdiv(input.numel(), pack), block_size)
+    programs = max(1, min(blocks, PUSH_PROGRAMS))
     bound = bind(kernel, (programs,), input, output, input.numel(), blocks, members.tensor, members.size,
                  members.index, ctx.get_rank(), ctx.get_heap_bases(), *buffers, WORLD=world, PROGRAMS=PUSH_PROGRAMS,
                  CAPACITY=buffers[0].numel() // (2 * world), OP=op, ACC=acc, BLOCK=block_size,
-                 TRACE=ctx.tracing.enabled)
+                 TRACE=ctx.tracing.enabled, **extra)
     bound()
     team.diagnose_now_in_debug()
     return [bound]
