@@ -41,6 +41,16 @@ CALL_TIMEOUT = float(os.environ.get("IRIS_TEST_TIMEOUT", "180"))  # a case that 
 # ------------------------------------------------------------------------------------------- driver
 
 
+class CaseHung(BaseException):
+    """A case that hung: every rank still running at the time limit, none failed before it.
+
+    A BaseException, not an AssertionError, so that hypothesis ends the property at once instead of
+    shrinking it: shrinking runs smaller cases, and for a hang each would wait out the whole limit and
+    restart the pool (ten minutes or more before any report). pytest reports it as the test's failure,
+    with the case, each rank's stack and the reproduce line.
+    """
+
+
 class World:
     """The ranks of the session, and how a failing case is reported.
 
@@ -71,12 +81,16 @@ class World:
             Each rank's result (a list of violations, empty, or what ``fn`` returned after them).
 
         Raises:
-            AssertionError: a rank reported a violation, raised, crashed or hung.
+            AssertionError: a rank reported a violation, raised or crashed.
+            CaseHung: no rank answered within the time limit (not shrunk: see :class:`CaseHung`).
         """
         try:
             results = self.pool.run(fn, case, timeout=CALL_TIMEOUT if timeout is None else timeout)
         except RankFailure as exc:
-            raise AssertionError(f"{exc}\ncase: {case!r}\nreproduce: {self.reproduce_line()}") from None
+            report = f"{exc}\ncase: {case!r}\nreproduce: {self.reproduce_line()}"
+            if exc.hung:
+                raise CaseHung(report) from None
+            raise AssertionError(report) from None
         violations = {rank: result.violations for rank, result in enumerate(results) if result.violations}
         if violations:
             lines = [f"rank {rank}: {text}" for rank, texts in sorted(violations.items()) for text in texts[:8]]

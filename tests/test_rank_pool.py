@@ -101,6 +101,50 @@ def test_world_check_reports_rank_case_and_reproduce_line(pool):
     assert "pytest conformance/test_x.py::test_y --ranks 2 --hypothesis-profile ci" in text
 
 
+def _fail_on_rank_1_case(case):
+    return Verdict([], value=_fail_on_rank_1())
+
+
+def _hang_when_large(case):
+    if case["x"] >= 3 and int(os.environ["RANK"]) == 1:
+        time.sleep(60)
+    return Verdict([])
+
+
+def test_a_hung_case_is_reported_at_once_not_shrunk(pool):
+    """hypothesis shrinks a failing example by running smaller ones; for a hang each would wait out the whole
+    time limit and restart the pool (ten minutes or more before any report). A hang ends the property at
+    once, with its case, the stack where it hung and the reproduce line; a rank that only waited on a
+    failed one is an ordinary failure (shrunk as usual)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from conformance.harness import CaseHung
+
+    world = World(pool, "ci")
+    world.nodeid = "conformance/test_x.py::test_hang"
+    cases = []
+
+    @settings(max_examples=20, derandomize=True, database=None, deadline=None)
+    @given(st.integers(0, 20))
+    def prop(x):
+        cases.append(x)
+        world.check(_hang_when_large, {"x": x}, timeout=2)
+
+    started = time.monotonic()
+    with pytest.raises(CaseHung) as info:
+        prop()
+    assert time.monotonic() - started < 40, "shrunk: every smaller case waited out the limit"
+    assert sum(x >= 3 for x in cases) == 1, cases  # the first hung case ended the property
+    text = str(info.value)
+    assert f"case: {{'x': {cases[-1]}}}" in text and "_hang_when_large" in text and "no answer" in text
+    assert "pytest conformance/test_x.py::test_hang --ranks 2" in text
+    with pytest.raises(AssertionError) as failed:  # a rank that raised: an AssertionError, peers not "hung"
+        world.check(_fail_on_rank_1_case, {})
+    assert not isinstance(failed.value, CaseHung)
+    assert len(pool.run(_pid)) == 2
+
+
 _kept = {}
 
 

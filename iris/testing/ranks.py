@@ -37,10 +37,12 @@ DEFAULT_TIMEOUT = config.test_timeout_s()
 
 
 class RankFailure(AssertionError):
-    """One or more ranks failed; ``failures`` maps rank -> description."""
+    """One or more ranks failed; ``failures`` maps rank -> description. ``hung``: no rank answered or failed
+    within the whole time limit (not ranks left waiting on one that failed)."""
 
-    def __init__(self, failures: dict[int, str], what: str):
+    def __init__(self, failures: dict[int, str], what: str, hung: bool = False):
         self.failures = failures
+        self.hung = hung
         body = "\n".join(f"--- rank {r} ---\n{text}" for r, text in sorted(failures.items()))
         super().__init__(f"{what} failed on rank(s) {sorted(failures)}:\n{body}")
 
@@ -177,12 +179,14 @@ class RankPool:
         results: dict[int, object] = {}
         failures: dict[int, str] = {}
         lost = False  # a rank died or hung: the pool must be restarted
+        hung = False  # the whole limit passed with no rank failing first
         pending = dict(enumerate(self._conns))
         while pending:
             ready = wait(list(pending.values()), timeout=max(deadline - time.monotonic(), 0))
             if not ready:
                 waited = time.monotonic() - started
                 stacks = self._stacks(list(pending))
+                hung = not failures
                 for rank in pending:
                     failures[rank] = (f"no answer after {waited:.0f} s (hung, or waiting on a failed rank); "
                                       f"its stack:\n{stacks[rank]}")
@@ -209,7 +213,7 @@ class RankPool:
         if failures:
             if lost:
                 self.close()
-            raise RankFailure(failures, what)
+            raise RankFailure(failures, what, hung=hung)
         return [results[r] for r in range(self.world_size)]
 
     def _stacks(self, ranks: list[int]) -> dict[int, str]:
