@@ -46,6 +46,8 @@ The times weighed are the graph-replay rows (--graph) at a size where a run has 
 another variant, else the eager rows: a repeated call replays from a graph (IRIS_GRAPH_REPLAY, on by
 default), and a small call issued eagerly costs the host's time whichever variant it runs (on 2 x H100,
 8-12 us of host time per call against 3.5-9 us of GPU time at 1-64 KiB), so eager rows rank variants by noise.
+ll's rows count where the run packed ll's words as the tuner's IRIS_LL_PACK does (the CSV's ll_pack column;
+runs without it: one element a word): tune with IRIS_LL_PACK=1 to weigh two 16-bit elements a word.
 Output: a table, printed as each point is measured, with each time's ratio to NCCL (>1: faster
 than NCCL); at the end a CSV and, with matplotlib, one PNG per collective (latency and bus
 bandwidth against size) under benchmarks/results/.
@@ -326,11 +328,14 @@ def validate(ctx, name, buffers, dtype, nbytes, world, rank) -> list[str]:
 def tuned_table(rows, margin: float) -> dict:
     """{(world, dtype): ((below bytes, variant), ...)} from the rows of ccl.py CSVs; see the module's docstring."""
     times = {"eager": {}, "graph": {}}
+    packing = int(iris.config.ll_pack())  # ll's rows count where they were packed as ll is here
     for row in rows:
         impl = row["impl"].removeprefix("iris.")
         replay = "graph" if impl.endswith("+graph") else "eager"
         impl = impl.removesuffix("+graph")
         traced = row.get("trace", "0") not in ("", "0")  # the committed runs before the column: untraced
+        if impl == "ll" and int(row.get("ll_pack") or 0) != packing:  # before the column: one element a word
+            continue
         if row["collective"] == "all_reduce" and impl in TUNED_VARIANTS and row["us"] and not traced:
             key = (int(row["world_size"]), row["dtype"], int(row["bytes"]))
             times[replay].setdefault(key, {}).setdefault(impl, []).append(float(row["us"]))
@@ -408,7 +413,7 @@ def main() -> int:
         ctx.tracing.enable(max_events=1_000_000)  # later events are dropped; the kernels still take the recording path
     base = {"gpu": gpu_name, "backend": iris.runtime.SELECTED, "world_size": world, "version": iris.__version__,
             "commit": git_commit(), "iters": args.iters, "sample_us": args.sample_us, "trace": int(args.trace),
-            "graph_replay": int(iris.config.graph_replay())}
+            "graph_replay": int(iris.config.graph_replay()), "ll_pack": int(iris.config.ll_pack())}
     rows, problems = [], []
     if args.host and gpu:
         rows += null_launch_rows(base, buffers.heap)

@@ -1,6 +1,7 @@
 """benchmarks/ccl.py runs end to end and validates iris against torch.distributed (CPU: a smoke test)."""
 
 import csv
+import os
 import re
 import subprocess
 import sys
@@ -30,11 +31,12 @@ def test_ccl_benchmark_validates_and_writes_every_row(tmp_path):
         assert not any(impl.endswith(("+graph", "(host)")) for impl in impls)
 
 
-def _tune(tmp_path, *csvs, margin=None):
+def _tune(tmp_path, *csvs, margin=None, env=None):
     table = tmp_path / "tuned.py"
     command = [sys.executable, str(ROOT / "benchmarks" / "ccl.py"), "--tune-from", *map(str, csvs), "--tune-file",
                str(table)] + ([] if margin is None else ["--tune-margin", str(margin)])
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    environment = None if env is None else {**os.environ, **env}
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=120, env=environment)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     namespace = {}
     exec(table.read_text(), namespace)
@@ -45,10 +47,10 @@ PAIR = ("iris.one_shot", "iris.two_shot")
 TUNED = ("iris.one_shot", "iris.two_shot", "iris.push", "iris.ll")
 
 
-def _run_csv(path, world, times, trace=None, impls=PAIR):
-    """A ccl.py CSV of all_reduce rows: {bytes: (us of each of ``impls``, None for no row)}; ``trace``: the
-    column's value (None: no column, as in the runs committed before it existed)."""
-    extra = {} if trace is None else {"trace": trace}
+def _run_csv(path, world, times, trace=None, impls=PAIR, ll_pack=None):
+    """A ccl.py CSV of all_reduce rows: {bytes: (us of each of ``impls``, None for no row)}; ``trace`` and
+    ``ll_pack``: those columns' values (None: no column, as in the runs committed before it existed)."""
+    extra = {name: value for name, value in (("trace", trace), ("ll_pack", ll_pack)) if value is not None}
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["world_size", "commit", "collective", "dtype", "bytes", "impl", "us",
                                                *extra])
@@ -97,6 +99,15 @@ def test_tuning_takes_push_or_ll_where_fastest_and_runs_without_them(tmp_path):
                                                65536: (12, 10, 11, 12)}, impls=TUNED)
     table, _ = _tune(tmp_path, path)
     assert table == {(2, "bf16"): ((2048, "push"), (4096, "ll"), (65536, "one_shot"))}
+
+
+def test_ll_is_tuned_from_the_runs_whose_ll_packed_as_the_tuner_does(tmp_path):
+    """ll with IRIS_LL_PACK=1 (two 16-bit elements a word) is another protocol than ll without: a run's ll rows
+    count only where its ll_pack column matches the tuner's setting (no column: unpacked)."""
+    unpacked = _run_csv(tmp_path / "a.csv", 2, {1024: (8, 10, 9, 5), 262144: (20, 10, 8.5, 30)}, impls=TUNED)
+    packed = _run_csv(tmp_path / "b.csv", 2, {1024: (8, 10, 9, 5), 262144: (20, 10, 8.5, 6)}, impls=TUNED, ll_pack="1")
+    assert _tune(tmp_path, unpacked, packed)[0] == {(2, "bf16"): ((262144, "ll"), (1 << 62, "push"))}
+    assert _tune(tmp_path, unpacked, packed, env={"IRIS_LL_PACK": "1"})[0] == {(2, "bf16"): ((1 << 62, "ll"),)}
 
 
 def test_tuning_takes_graph_replay_rows_where_a_run_has_them(tmp_path):
