@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import iris
-from iris.ccl import Config, ReduceOp
+from iris.ccl import Config, ReduceOp, all_reduce_push
 from iris.ccl.config import ALL_REDUCE_VARIANTS
 from iris.team import LL_UNPACKED, LL_WORDS, PUSH_BYTES
 from iris.testing import refusals
@@ -29,7 +29,7 @@ def _misuse():
     world = ctx.get_num_ranks()
     on_heap = ctx.zeros(world * 8, dtype=torch.float32)
     past_push = ctx.zeros(PUSH_BYTES // 4 + 1, dtype=torch.float32)  # one element past the landing zones
-    past_ll = past_push[:LL_UNPACKED + 1]
+    past_ll = ctx.zeros(all_reduce_push.ll_elements(4) + 1, dtype=torch.float32)  # as IRIS_LL_PACK says here
     errors = refusals([
         lambda: ctx.ccl.all_gather(torch.zeros(world * 8, device=ctx.get_device()), on_heap[:8].clone()),  # not heap
         lambda: ctx.ccl.all_gather(on_heap, on_heap[:7].clone()),                                     # size
@@ -60,7 +60,8 @@ def test_misuse_is_refused_before_any_launch(ranks):
         assert "may overlap input only as this member's own part" in errors[6], errors
         assert f"Config.hierarchy names {ranks.world_size + 1} nodes" in errors[7], errors
         assert f"the push variant holds at most {PUSH_BYTES} bytes per rank" in errors[8], errors
-        assert f"the ll variant holds at most {LL_UNPACKED} elements of 4 bytes per rank" in errors[9], errors
+        assert f"the ll variant holds at most {all_reduce_push.ll_elements(4)} elements of 4 bytes per rank" \
+            in errors[9], errors
         assert result == [float(ranks.world_size)] * 5
 
 
@@ -126,7 +127,6 @@ def test_broadcast_copies_the_sources_tensor_into_every_members(ranks):
 def test_default_all_reduce_variant_follows_the_tuned_table():
     """iris/ccl/tuned.py is written by benchmarks/ccl.py --tune (tests/test_ccl_benchmark.py checks it is
     what the committed CSVs give); the default variant is its entry for the size, else two_shot."""
-    from iris.ccl import all_reduce_push
     from iris.ccl.all_reduce import ELEMENT_SIZES, choose_variant
     from iris.ccl.tuned import ALL_REDUCE
 

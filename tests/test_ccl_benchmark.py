@@ -35,7 +35,7 @@ def _tune(tmp_path, *csvs, margin=None, env=None):
     table = tmp_path / "tuned.py"
     command = [sys.executable, str(ROOT / "benchmarks" / "ccl.py"), "--tune-from", *map(str, csvs), "--tune-file",
                str(table)] + ([] if margin is None else ["--tune-margin", str(margin)])
-    environment = None if env is None else {**os.environ, **env}
+    environment = {**os.environ, "IRIS_LL_PACK": "0", **(env or {})}  # ll as the committed table's, unless asked
     proc = subprocess.run(command, capture_output=True, text=True, timeout=120, env=environment)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     namespace = {}
