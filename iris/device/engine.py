@@ -290,43 +290,54 @@ def put_values(pointer, value, rank, cur, heap_bases, lanes):
 @triton.jit
 def _runs(remote, local, rank, cur, heap_bases, lanes, index, AXIS: tl.constexpr):
     """The runs of the ``lanes`` of pointer blocks ``remote`` (on ``rank``) and ``local`` (one shape) along
-    ``AXIS`` (None: the whole block; 1: each row of a 2-D block), ``index`` being each lane's place along
-    it: whether some lane is selected and every run that has lanes is consecutive elements on each side
-    in lane order, all toward one rank, each local run inside this rank's heap (memory every transport
-    can move); and each run's (remote start, local start, bytes: 0 where it has no lanes), the rank."""
+    ``AXIS`` (None: the whole block; 1: each row of a 2-D block), ``index`` (int32) being each lane's place
+    along it: whether some lane is selected and every run that has lanes is consecutive elements on each
+    side in lane order, all toward one rank, each local run inside this rank's heap (memory every transport
+    can move); and each run's (remote start, local start, bytes: 0 where it has no lanes), the rank.
+
+    Compiled into every put and get toward other nodes, so it spends few reductions (each one a round of
+    shuffles per row a thread holds: the bulk of a fused op's code with the engine in): per run the first
+    index and the count (32-bit) and the remote start and local offset (64-bit); then one flag over the
+    block says whether any selected lane disagrees with its run (a lane past first + count - 1 where count
+    lanes are selected is a hole: indices are distinct) or with the rank of the block."""
     size: tl.constexpr = 1 if remote.dtype.element_ty == tl.int1 else remote.dtype.element_ty.primitive_bitwidth // 8
     selected = lanes & (index >= 0)  # a block even where lanes is one flag
     ranks = rank + tl.zeros(remote.shape, tl.int32)
-    far_start = remote.to(tl.int64) - index * size  # the same in every lane of a run
-    near_start = local.to(tl.int64) - index * size
+    far_start = remote.to(tl.int64) - index.to(tl.int64) * size  # the same in every lane of a run
+    offset = local.to(tl.int64) - remote.to(tl.int64)  # the same in every lane of a run
     first = tl.min(tl.where(selected, index, remote.numel), axis=AXIS)
-    count = tl.sum(selected.to(tl.int64), axis=AXIS)
+    count = tl.sum(selected.to(tl.int32), axis=AXIS)
     remote_start = tl.min(tl.where(selected, far_start, 0x7FFFFFFFFFFFFFFF), axis=AXIS)
-    local_start = tl.min(tl.where(selected, near_start, 0x7FFFFFFFFFFFFFFF), axis=AXIS)
+    local_offset = tl.min(tl.where(selected, offset, 0x7FFFFFFFFFFFFFFF), axis=AXIS)
     pe = tl.min(tl.where(selected, ranks, 0x7FFFFFFF))
-    nbytes = count * size
-    local_first = local_start + first * size
-    fine = (count == 0) | ((count == tl.max(tl.where(selected, index, -1), axis=AXIS) - first + 1)
-                           & (tl.max(tl.where(selected, far_start, 0), axis=AXIS) == remote_start)
-                           & (tl.max(tl.where(selected, near_start, 0), axis=AXIS) == local_start)
-                           & (local_first >= tl.load(heap_bases + cur))
-                           & (local_first + nbytes <= _scratch_address(heap_bases)))
-    ok = any_lane(selected) & ~any_lane(~fine) & (tl.max(tl.where(selected, ranks, -1)) == pe)
-    return ok, remote_start + first * size, local_first, nbytes, pe.to(tl.int32)
+    if AXIS is None:
+        lane_first, lane_count, lane_start, lane_offset = first, count, remote_start, local_offset
+    else:  # each row's figures beside its lanes
+        lane_first, lane_count = first[:, None], count[:, None]
+        lane_start, lane_offset = remote_start[:, None], local_offset[:, None]
+    astray = selected & ((index >= lane_first + lane_count) | (far_start != lane_start) | (offset != lane_offset)
+                         | (ranks != pe))
+    remote_first = remote_start + first.to(tl.int64) * size
+    local_first = remote_first + local_offset
+    nbytes = count.to(tl.int64) * size
+    inside = (count == 0) | ((local_first >= tl.load(heap_bases + cur))
+                             & (local_first + nbytes <= _scratch_address(heap_bases)))
+    ok = any_lane(count > 0) & ~any_lane(astray) & ~any_lane(~inside)
+    return ok, remote_first, local_first, nbytes, pe.to(tl.int32)
 
 
 @triton.jit
 def _run(remote, local, rank, cur, heap_bases, lanes):
     """_runs over the whole block: one run in lane order (a 1-D block, or a tile of whole rows; a tile
     whose rows are apart is not one)."""
-    index = tl.reshape(tl.arange(0, remote.numel), remote.shape).to(tl.int64)
+    index = tl.reshape(tl.arange(0, remote.numel), remote.shape)
     return _runs(remote, local, rank, cur, heap_bases, lanes, index, None)
 
 
 @triton.jit
 def _row_runs(remote, local, rank, cur, heap_bases, lanes):
     """_runs row by row, for a 2-D block: a run per row (a tile of a wider matrix), a row may have none."""
-    column = (tl.arange(0, remote.shape[1])[None, :] + tl.zeros(remote.shape, tl.int32)).to(tl.int64)
+    column = tl.arange(0, remote.shape[1])[None, :] + tl.zeros(remote.shape, tl.int32)
     return _runs(remote, local, rank, cur, heap_bases, lanes, column, 1)
 
 
