@@ -87,6 +87,15 @@ def test_a_rank_on_another_node_gets_base_zero_so_kernels_reach_it_through_the_e
     assert far_bases([0x1000, 0], (0, 0), 0) == [0x1000, 0]  # a peer the engine maps no pointer to stays 0
 
 
+def test_a_shmem_heap_larger_than_the_free_memory_is_refused_before_the_engine_allocates():
+    # NVSHMEM ends the process (exit 255) when it cannot back its heap; the check comes first, with numbers
+    from iris.memory.providers.shmem import size_refusal
+
+    message = size_refusal(1 << 50, free=80 << 30, total=141 << 30, device="cuda:1")
+    assert str(1 << 50) in message and f"{80 << 30} of {141 << 30} bytes free" in message and "cuda:1" in message
+    assert size_refusal(1 << 30, free=80 << 30, total=141 << 30, device="cuda:1") is None
+
+
 def _no_segment_stays_beyond(before) -> bool:
     """Whether every shared-memory segment that was not in ``before`` is gone within 2 s: a heap's segments are
     unlinked once mapped, so another test's job (pytest-xdist) shows one only for a moment; a leak stays."""

@@ -62,6 +62,20 @@ def _refusal_of_shared_devices(job: JobFacts) -> str | None:
     return None
 
 
+def size_refusal(nbytes: int, free: int, total: int, device) -> str | None:
+    """Why a heap of ``nbytes`` cannot be the engine's, where the device has ``free`` of ``total`` bytes
+    free (None if it can): NVSHMEM ends the process when it cannot back its heap, so this is asked first.
+
+    Example:
+        >>> size_refusal(1 << 50, free=80 << 30, total=141 << 30, device="cuda:0") is not None
+        True
+    """
+    if nbytes <= free:
+        return None
+    return (f"torch's {TORCH_BACKEND} symmetric memory cannot hold {nbytes} bytes on {device}: {device} has "
+            f"{free} of {total} bytes free")
+
+
 def far_bases(pointers: list[int], nodes: tuple[int, ...], rank: int) -> list[int]:
     """The heap bases a kernel of ``rank`` sees: the engine's pointer for each rank of its node (0 where the
     engine maps none), 0 for a rank the node map puts on another node (reached through the engine)."""
@@ -163,15 +177,17 @@ class ShmemHeap(HeapProvider):
         import torch.distributed as dist
         from torch.distributed import _symmetric_memory as symm_mem
 
-        config.default_nvshmem_symmetric_size(nbytes)  # the engine's own heap must hold ours
         frees = _collective_frees()
         frees.free_unused(comm)  # earlier shmem heaps that every rank has done with (collective, as is this call)
-        local, failure = None, None
-        try:
-            _use_torch_shmem_backend(symm_mem, device)
-            local = symm_mem.empty(nbytes, dtype=torch.uint8, device=device)
-        except (RuntimeError, MemoryError) as error:
-            failure = f"torch's {TORCH_BACKEND} symmetric memory could not allocate {nbytes} bytes on {device}: {error}"
+        local, failure = None, size_refusal(nbytes, *torch.cuda.mem_get_info(device), device)
+        if failure is None:
+            config.default_nvshmem_symmetric_size(nbytes)  # the engine's own heap must hold ours
+            try:
+                _use_torch_shmem_backend(symm_mem, device)
+                local = symm_mem.empty(nbytes, dtype=torch.uint8, device=device)
+            except (RuntimeError, MemoryError) as error:
+                failure = (f"torch's {TORCH_BACKEND} symmetric memory could not allocate {nbytes} bytes on {device}: "
+                           f"{error}")
         try:
             raise_if_any_rank_failed(comm, failure)  # before the collective rendezvous, which would wait for it
         except MemoryError:
