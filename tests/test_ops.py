@@ -92,18 +92,25 @@ def test_tma_loads_by_default_where_a_has_2048_rows_or_more():
 
 
 def test_the_default_tile_gives_way_to_a_smaller_one_where_it_leaves_most_programs_idle():
-    """fitted_launch(): with the tile fields at their defaults, the smaller tile where fewer waves of it
-    (at its measured cost per tile) finish sooner: decode-like M; a tile set by hand is used as set."""
-    from iris.ops._fused import SMALL_TILE, fitted_launch
+    """fitted_launch(): with the tile fields at their defaults, the tile whose waves (at its measured cost per
+    tile) finish soonest: a half-width or a small tile at decode-like M; a tile set by hand is used as set."""
+    from iris.ops._fused import HALF_TILE, SMALL_TILE, fitted_launch
+
+    def launch(tile):
+        return dict(BLOCK_M=tile["block_size_m"], BLOCK_N=tile["block_size_n"], BLOCK_K=64, GROUP_M=8,
+                    num_warps=tile["num_warps"], num_stages=tile["num_stages"])
 
     default = FusedConfig()
     big = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
-    small = dict(BLOCK_M=SMALL_TILE["block_size_m"], BLOCK_N=SMALL_TILE["block_size_n"], BLOCK_K=64, GROUP_M=8,
-                 num_warps=SMALL_TILE["num_warps"], num_stages=SMALL_TILE["num_stages"])
+    half = launch(dict(dict(block_size_m=128, block_size_n=256, num_warps=8, num_stages=3), **HALF_TILE))
+    small = launch(SMALL_TILE)
+    assert half["BLOCK_M"] * half["BLOCK_N"] * 2 == 128 * 256 and half != small
     assert fitted_launch(default, 128, 8192, 132, torch.bfloat16) == small  # 32 tiles on 132 programs
     assert fitted_launch(default, 512, 8192, 132, torch.bfloat16) == big  # 128 tiles: one wave already
-    assert fitted_launch(default, 128, 14336, 132, torch.bfloat16) == big  # 56 tiles; small ones take 2 waves
-    assert fitted_launch(default, 128, 8192, 66, torch.bfloat16) == big  # half the SMs (2 ranks on a GPU)
+    assert fitted_launch(default, 128, 14336, 132, torch.bfloat16) == half  # 56 tiles; 112 half ones, one wave
+    assert fitted_launch(default, 256, 8192, 132, torch.bfloat16) == half  # 64 tiles; small ones take 2 waves
+    assert fitted_launch(default, 256, 14336, 132, torch.bfloat16) == big  # 112 tiles: one wave already
+    assert fitted_launch(default, 128, 8192, 66, torch.bfloat16) == half  # half the SMs (2 ranks on a GPU)
     assert fitted_launch(default, 64, 4096, 66, torch.bfloat16) == small
     hand = FusedConfig(block_size_n=128)
     assert fitted_launch(hand, 128, 8192, 132, torch.bfloat16)["BLOCK_N"] == 128  # as set, not fitted

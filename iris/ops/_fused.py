@@ -54,10 +54,14 @@ class Workspace:
         return cls(key, tensors)
 
 
-# The tile FusedConfig's default tile gives way to where it leaves most programs idle (decode-like M),
-# and its cost per tile relative to the default's: on one H200 (K 8192, bf16) a 64 x 128 tile took
-# 42-46 us against the default 128 x 256's 81-97 us, a quarter of the work for about 0.53 of the time
-# (docs/benchmarks.md, "Decode-like M").
+# FusedConfig's default tile gives way where it leaves most programs idle (decode-like M) to one of these,
+# each with its time per tile relative to the default's, as measured on 2 x H200 (K 8192, bf16;
+# docs/benchmarks.md, "Decode-like M" and "One wave, half the tile"): a 64 x 128 tile took 42-46 us
+# against the default 128 x 256's 81-97 us (a quarter of the work for about 0.53 of the time); a 128 x 128
+# tile, half the work, about 0.88 of the time (the fused ops with one wave of it against one wave of
+# the default: 10-12 us less on 85-96 us of compute, at three shapes).
+HALF_TILE = dict(block_size_n=128)
+HALF_TILE_COST = 0.88
 SMALL_TILE = dict(block_size_m=64, block_size_n=128, num_warps=4, num_stages=4)
 SMALL_TILE_COST = 0.53
 _TILE_FIELDS = ("block_size_m", "block_size_n", "block_size_k", "group_size_m", "num_warps", "num_stages")
@@ -67,22 +71,26 @@ def fitted_launch(config: FusedConfig, rows: int, cols: int, programs: int, dtyp
     """The tile constexprs and launch options (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps,
     num_stages) for an (rows, cols) output on ``programs`` concurrent programs.
 
-    ``config``'s own, except where its tile fields are all at their defaults and the output's tiles
-    of :data:`SMALL_TILE`, in waves of ``programs``, would finish sooner (at :data:`SMALL_TILE_COST`
-    of a default tile's time each) than the default tile's waves: then the small tile. A tile set
-    by hand is used as set. float32 operands take half the K depth, so that the stages take the
-    shared memory they take in 16 bits.
+    ``config``'s own, except where its tile fields are all at their defaults: then, of the default
+    tile, :data:`HALF_TILE` and :data:`SMALL_TILE`, the one whose waves of ``programs`` tiles finish
+    soonest at its measured cost per tile (the default on a tie). A tile set by hand is used as set.
+    float32 operands take half the K depth, so that the stages take the shared memory they take in
+    16 bits.
 
     Example:
         >>> fitted_launch(FusedConfig(), 128, 8192, 132, torch.bfloat16)["BLOCK_M"]   # 32 tiles: too few
         64
+        >>> fitted_launch(FusedConfig(), 128, 14336, 132, torch.bfloat16)["BLOCK_N"]  # 56: 112 half tiles, one wave
+        128
     """
     if all(getattr(config, name) == getattr(FusedConfig, name) for name in _TILE_FIELDS):
-        waves = triton.cdiv(triton.cdiv(rows, config.block_size_m) * triton.cdiv(cols, config.block_size_n), programs)
-        small_waves = triton.cdiv(triton.cdiv(rows, SMALL_TILE["block_size_m"]) *
-                                  triton.cdiv(cols, SMALL_TILE["block_size_n"]), programs)
-        if small_waves * SMALL_TILE_COST < waves:
-            config = replace(config, **SMALL_TILE)
+        def cost(tile: FusedConfig, per_tile: float) -> float:
+            tiles = triton.cdiv(rows, tile.block_size_m) * triton.cdiv(cols, tile.block_size_n)
+            return triton.cdiv(tiles, programs) * per_tile
+
+        candidates = [(config, 1.0), (replace(config, **HALF_TILE), HALF_TILE_COST),
+                      (replace(config, **SMALL_TILE), SMALL_TILE_COST)]
+        config = min(candidates, key=lambda candidate: cost(*candidate))[0]  # min keeps the first of equals
     depth = max(16, config.block_size_k // 2) if dtype == torch.float32 else config.block_size_k
     return dict(BLOCK_M=config.block_size_m, BLOCK_N=config.block_size_n, BLOCK_K=depth,
                 GROUP_M=config.group_size_m, num_warps=config.num_warps, num_stages=config.num_stages)

@@ -18,8 +18,9 @@ class FusedConfig:
         group_size_m: tile rows walked together (L2 reuse); a power of two.
         num_warps: warps per program (4 or 8 for these tiles); num_stages: pipeline depth (>= 1).
             With all six tile fields at their defaults, a call whose output has too few tiles to
-            fill the SMs (decode-like M) takes a 64 x 128 tile with 4 warps and 4 stages where its
-            waves finish sooner (``iris.ops._fused.fitted_launch``); a tile set by hand is used as set.
+            fill the SMs (decode-like M) takes a 128 x 128 tile, or a 64 x 128 one with 4 warps and
+            4 stages, where its waves finish sooner (``iris.ops._fused.fitted_launch``); a tile set
+            by hand is used as set.
         comm_programs: matmul_all_reduce and matmul_reduce_scatter only. 0 (default): every program
             computes its tiles and exchanges them itself. N > 0: workgroup specialization, N programs
             only exchange and sum the tiles the others compute and stage (not yet measured on a GPU).
