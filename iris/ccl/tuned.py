@@ -6,6 +6,7 @@ measured, the fastest of one_shot, push and ll where its median time over the ru
 The times are those replayed from a CUDA graph where the runs have them for two_shot and another variant
 (the GPU's time per call), else the eager ones. Runs:
 
+    ccl_nvidia-h200_2ranks_graph.csv (commit acb75fe)
     ccl_nvidia-h100_2ranks.csv (commit 418e828, 6c630a0, d7c1536)
     ccl_nvidia-h200_4ranks.csv (commit 098bc0c, aa6608f)
     ccl_nvidia-h200_8ranks.csv (commit 098bc0c, aa6608f)
