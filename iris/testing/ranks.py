@@ -47,6 +47,10 @@ class RankFailure(AssertionError):
         super().__init__(f"{what} failed on rank(s) {sorted(failures)}:\n{body}")
 
 
+#: how long a hung rank is given to write its stacks after SIGUSR1 (see RankPool._stacks)
+STACK_WAIT_S = 10
+
+
 def _stack_file(job: str, rank: int) -> str:
     return os.path.join(tempfile.gettempdir(), f"iris-{job}-rank{rank}.stack")
 
@@ -225,16 +229,23 @@ class RankPool:
                 os.kill(self._procs[rank].pid, signal.SIGUSR1)
             except ProcessLookupError:
                 pass
-        time.sleep(1)
+        # A rank blocked in the driver (a GPU wait, a context switch under load) takes the signal only when
+        # the call returns: wait for every answer up to STACK_WAIT_S, not a fixed moment.
+        deadline = time.monotonic() + STACK_WAIT_S
         stacks = {}
-        for rank in ranks:
-            try:
-                with open(_stack_file(self.job, rank)) as file:
-                    text = file.read().strip()
-            except OSError:
-                text = ""
-            stacks[rank] = text[:4000] or "(no stack: the rank did not answer SIGUSR1)"
-        return stacks
+        while True:
+            for rank in ranks:
+                try:
+                    with open(_stack_file(self.job, rank)) as file:
+                        stacks[rank] = file.read().strip()[:4000]
+                except OSError:
+                    stacks[rank] = ""
+            if all(stacks.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        return {rank: text or f"(no stack: the rank did not answer SIGUSR1 within {STACK_WAIT_S} s; a process "
+                              "blocked in a driver call takes it only when the call returns)"
+                for rank, text in stacks.items()}
 
     def __enter__(self):
         return self
