@@ -52,6 +52,24 @@ def test_fused_op_takes_float32_operands(ranks, op):
         assert max(errors) <= TOLERANCE[torch.bfloat16], f"{op}, rank {rank}: relative errors {errors}"
 
 
+def test_all_gather_matmul_with_slices_sent_by_copies_matches_float64(ranks):
+    """FusedConfig(copy_engine=True): A's slices travel by whole copies (the copy engine on a GPU, a copy
+    between the mapped heaps here) after an entry barrier, with an arrival flag each, over calls that
+    reuse the workspace (the flags are cleared after each call)."""
+    config = FusedConfig(copy_engine=True)
+    for shape, out_dtype in (((40, 70, 24), torch.float32), ((64, 32, 50), torch.bfloat16)):
+        for rank, errors in enumerate(ranks.run(_run_op, "all_gather_matmul", *shape, out_dtype,
+                                                out_dtype == torch.float32, seeds=[1, 2, 3], config=config)):
+            assert max(errors) <= TOLERANCE[out_dtype], f"rank {rank}: relative errors {errors}"
+
+
+def test_all_gather_matmul_by_copies_at_three_ranks_matches_float64(three_ranks):
+    config = FusedConfig(copy_engine=True)
+    for rank, errors in enumerate(three_ranks.run(_run_op, "all_gather_matmul", 40, 72, 24, torch.bfloat16, True,
+                                                  seeds=[6, 7], config=config)):
+        assert max(errors) <= TOLERANCE[torch.bfloat16], f"rank {rank}: relative errors {errors}"
+
+
 @pytest.mark.parametrize("op", ["matmul_all_reduce", "matmul_reduce_scatter"])
 @pytest.mark.parametrize("comm_programs", [1, 3])
 def test_reduce_ops_with_communication_programs_match_float64(ranks, op, comm_programs):
@@ -208,7 +226,10 @@ def _refusals():
                          lambda: ctx.ops.all_gather_matmul(out, a, b),
                          lambda: ctx.ops.matmul_all_reduce(out[:, :8], a, b),
                          lambda: ctx.ops.matmul_all_reduce(
-                             out, a, b, workspace=ctx.ops.matmul_reduce_scatter_preamble(out[:, :16 // world], a, b))])
+                             out, a, b, workspace=ctx.ops.matmul_reduce_scatter_preamble(out[:, :16 // world], a, b)),
+                         lambda: ctx.ops.all_gather_matmul(out, torch.zeros(4, 8, dtype=a.dtype, device=device).t(),
+                                                           torch.zeros(4 * world, 16, dtype=b.dtype, device=device),
+                                                           config=FusedConfig(copy_engine=True))])
     ctx.close()
     return messages
 
@@ -223,11 +244,12 @@ def test_fused_ops_refuse_bad_operands_before_any_launch(ranks):
         assert "B has 4 rows; it needs" in messages[5]
         assert "output must have shape (8, 16)" in messages[6]
         assert "this workspace was made for another problem" in messages[7]
+        assert "copy_engine=True) sends A_shard in one copy per member, so it must be contiguous" in messages[8]
 
 
 @pytest.mark.parametrize("field,value", [("block_size_m", 8), ("block_size_n", 100), ("group_size_m", 3),
                                          ("num_warps", 0), ("num_stages", True), ("comm_programs", -1),
-                                         ("reduce_at_owner", 1)])
+                                         ("reduce_at_owner", 1), ("copy_engine", 1)])
 def test_fused_config_names_the_bad_field_and_value(field, value):
     with pytest.raises(ValueError) as info:
         FusedConfig(**{field: value})

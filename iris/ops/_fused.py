@@ -9,6 +9,7 @@ made for.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import torch
@@ -190,6 +191,78 @@ def barrier_arguments(ctx) -> tuple:
     members = ctx.team.participants(None)
     arrivals, expected, _, _ = ctx.team.barrier.arguments(None)
     return (members.tensor, members.size, members.index, ctx.get_rank(), ctx.get_heap_bases(), arrivals, expected)
+
+
+def copy_refusal(ctx) -> str | None:
+    """Why FusedConfig(copy_engine=True) cannot run in this job, or None: every member's heap must be mapped
+    here (none reached only through the engine, across nodes), and on GPUs each rank must have its own:
+    ranks sharing one (IRIS_SIMULATION) would copy inside it, where a copy may need the SMs the kernel
+    holds while it waits for the copy."""
+    if 0 in ctx.team.heap.bases:
+        return ("FusedConfig(copy_engine=True) copies into every member's heap, and a member here is reached only "
+                "through the engine (another node); use copy_engine=False")
+    if not ctx.team.backend.interpreted:
+        devices = [ctx.backend.device_for(rank) for rank in range(ctx.get_num_ranks())]
+        if len(set(devices)) < len(devices):
+            return ("FusedConfig(copy_engine=True) needs one GPU per rank; here ranks share a GPU "
+                    "(IRIS_SIMULATION?), where a copy could wait for the SMs the kernel holds. Use copy_engine=False")
+    return None
+
+
+@functools.cache
+def _copy_stream(device: torch.device):
+    """The side stream that carries copy_engine's copies on ``device`` (one per process and device)."""
+    return torch.cuda.Stream(device)
+
+
+@functools.cache
+def _one(device: torch.device) -> torch.Tensor:
+    """An int64 1 in host memory that the copies of arrival flags read (pinned where a GPU reads it)."""
+    return torch.ones(1, dtype=torch.int64, pin_memory=device.type != "cpu")
+
+
+def sent_by_copies(ctx, source: torch.Tensor, slots: torch.Tensor, flags: torch.Tensor) -> tuple:
+    """(send, finish): the launches that copy ``source`` into slot ``index`` (this rank's position) of
+    ``slots`` on every other member and then set that member's ``flags[index]`` to 1, and that clear this
+    rank's ``flags`` after the kernel that waited for them (FusedConfig.copy_engine).
+
+    ``send`` forks a side stream off the current one (after the entry barrier queued before it) and queues
+    the copies there: on a GPU the runtime's asynchronous copies between devices (the copy engine, no SM),
+    so they run beside the kernel queued next; on the CPU backend plain copies between the mapped heaps,
+    at once. ``finish`` clears the flags on the current stream (the next call's barrier orders it before
+    any member sets them again) and joins the side stream back. Both capture into a CUDA graph.
+
+    Example:
+        >>> send, finish = sent_by_copies(ctx, A_shard, workspace.gathered, workspace.flags)
+        >>> launches = [ctx.team.barrier.launch(None), send, kernel_launch, finish]
+    """
+    backend, bases, rank = ctx.backend, ctx.team.heap.bases, ctx.get_rank()
+    members = ctx.team.participants(None)
+    nbytes = source.numel() * source.element_size()
+
+    def at(tensor: torch.Tensor, member: int, offset: int) -> int:  # ``tensor``'s place in ``member``'s heap
+        return bases[member] + tensor.data_ptr() - bases[rank] + offset
+
+    others = [member for member in members.ranks if member != rank]
+    copies = [(at(slots, member, members.index * nbytes), source.data_ptr(), nbytes) for member in others]
+    arrivals = [(at(flags, member, members.index * flags.element_size()), _one(source.device).data_ptr(),
+                 flags.element_size()) for member in others]
+    interpreted = ctx.team.backend.interpreted
+
+    def send():
+        stream = None
+        if not interpreted:
+            stream = _copy_stream(source.device)
+            stream.wait_stream(torch.cuda.current_stream())
+        for dst, src, size in copies + arrivals:  # in order on one stream: every member's data before its flag
+            backend.copy(dst, src, size, stream)
+
+    def finish():
+        flags.zero_()
+        if not interpreted:
+            torch.cuda.current_stream().wait_stream(_copy_stream(source.device))
+
+    return send, finish
 
 
 def standalone(op: str, operand: str = "A"):

@@ -19,6 +19,12 @@ first push a program passes a barrier with the programs of the same id on the ot
 previous call has ended, so nobody still reads a slot about to be overwritten). The flags count
 up across calls; a local call counter, incremented on the stream after each launch, says how far.
 
+With ``FusedConfig(copy_engine=True)`` the programs push nothing: after a device barrier, a side
+stream copies A_shard whole into every other member's slot and then sets that member's arrival
+flag for this rank (the copy engine on a GPU, no SM), while the kernel multiplies its own slice
+and waits on its own flags; the flags are cleared on the stream after the kernel
+(:func:`iris.ops._fused.sent_by_copies`). Off until measured on GPUs.
+
 Example:
     >>> A_shard = torch.randn(M, K // W, dtype=torch.bfloat16, device=ctx.get_device())
     >>> out = torch.empty(M, N, dtype=torch.bfloat16, device=ctx.get_device())
@@ -106,16 +112,19 @@ def _all_gather_matmul_kernel(a, b, out, bias, gathered, flags, calls, M, N, K_r
                               arrivals, expected, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, WORLD: tl.constexpr,
                               BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr, BLOCK_M: tl.constexpr,
                               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                              TMA: tl.constexpr = False):
+                              TMA: tl.constexpr = False, PUSHED: tl.constexpr = True):
+    # PUSHED: the programs push A's pieces (flags per row block). Else copies made them arrive (copy_engine):
+    # the host's barrier came first, and ``flags`` holds one arrival flag per member position.
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
-    trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK, TRACE)
+    trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, PUSHED, BARRIER_BLOCK, TRACE)
     want = (tl.load(calls) + 1) * (count - 1) * split  # every piece of a row block, from every other member
     slot = tl.cast(M, tl.int64) * K_r
     step = 0
     for tile in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
-        _push_due(step, a, gathered, flags, M, K_r, split, stride_am, stride_ak, tiles_m, tiles_n, members, count,
-                  index, cur, heap_bases, BLOCK_M, GROUP_M, False)
+        if PUSHED:
+            _push_due(step, a, gathered, flags, M, K_r, split, stride_am, stride_ak, tiles_m, tiles_n, members,
+                      count, index, cur, heap_bases, BLOCK_M, GROUP_M, False)
         tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
         rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
         cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -125,7 +134,11 @@ def _all_gather_matmul_kernel(a, b, out, bias, gathered, flags, calls, M, N, K_r
                              stride_bn, tile_m, tile_n, UPCAST, TMA, BLOCK_M, BLOCK_N, BLOCK_K)  # its own: no wait
         if count > 1:
             waiting = trace.start(tracing.WAIT, cur, cur, flags + tile_m, tile_m, tile_n, 0)
-            sync.wait_until(flags + tile_m, ">=", want)
+            if PUSHED:
+                sync.wait_until(flags + tile_m, ">=", want)
+            else:
+                for i in range(1, count):
+                    sync.wait_until(flags + (index + i) % count, ">=", 1)
             tl.debug_barrier()  # the acquire before any thread reads the gathered slices
             if TMA:
                 sync.async_proxy_fence()  # ... and before the descriptors read them
@@ -139,15 +152,15 @@ def _all_gather_matmul_kernel(a, b, out, bias, gathered, flags, calls, M, N, K_r
                  acc.to(out.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
         trace.end(span)
         step += 1
-    # Pieces due after this program's last tile (the schedule leaves none; kept so that none is ever lost).
-    _push_due(step, a, gathered, flags, M, K_r, split, stride_am, stride_ak, tiles_m, tiles_n, members, count,
-              index, cur, heap_bases, BLOCK_M, GROUP_M, True)
+    if PUSHED:  # pieces due after this program's last tile (the schedule leaves none; kept so that none is lost)
+        _push_due(step, a, gathered, flags, M, K_r, split, stride_am, stride_ak, tiles_m, tiles_n, members, count,
+                  index, cur, heap_bases, BLOCK_M, GROUP_M, True)
 
 
 WHAT = "all_gather_matmul"
 
 
-def _check(ctx, output, A_shard, B, bias) -> None:
+def _check(ctx, output, A_shard, B, bias, config) -> None:
     world = ctx.get_num_ranks()
 
     if not all(isinstance(t, torch.Tensor) and t.dim() == 2 for t in (A_shard, B)):
@@ -158,6 +171,13 @@ def _check(ctx, output, A_shard, B, bias) -> None:
     # A_shard times B's first K_r rows has the operands' and output's dtypes, devices and shapes of the whole
     _fused.check(WHAT, ctx, output, A_shard, B[: A_shard.shape[1]], bias, lambda M, K, N: (M, N),
                  symmetric_output=False)
+    if config.copy_engine:
+        if not A_shard.is_contiguous():
+            raise ValueError(f"{WHAT}: FusedConfig(copy_engine=True) sends A_shard in one copy per member, so it must "
+                             f"be contiguous (strides {tuple(A_shard.stride())}); pass A_shard.contiguous()")
+        refusal = _fused.copy_refusal(ctx)
+        if refusal:
+            raise ValueError(f"{WHAT}: {refusal}")
 
 
 def problem(ctx, output, A_shard, config):
@@ -166,10 +186,11 @@ def problem(ctx, output, A_shard, config):
     M, K_r = A_shard.shape
     N = output.shape[1]
     tile = _fused.tile(ctx, config, A_shard.dtype, M, N)
-    key = (WHAT, M, K_r, N, A_shard.dtype, tuple(tile.values()))
+    key = (WHAT, M, K_r, N, A_shard.dtype, tuple(tile.values()), config.copy_engine)
     tiles_m = triton.cdiv(M, tile["BLOCK_M"])
     spec = {"gathered": _fused.Buffer(world * M * K_r, A_shard.dtype, heap=True),
-            "flags": _fused.Buffer(tiles_m, torch.int64, heap=True, zeroed=True),
+            # pushed: pieces counted per row block; copied: one arrival flag per member position
+            "flags": _fused.Buffer(world if config.copy_engine else tiles_m, torch.int64, heap=True, zeroed=True),
             "calls": _fused.Buffer(1, torch.int64, heap=False, zeroed=True)}
     return key, spec, tile
 
@@ -185,7 +206,7 @@ def _tma_loads(ctx, config, A_shard, B) -> bool:
 def preamble(ctx, output, A_shard, B, config=None) -> _fused.Workspace:
     """Check the operands and make the workspace, on every rank at once (it is a heap allocation)."""
     config = FusedConfig() if config is None else config
-    _check(ctx, output, A_shard, B, None)
+    _check(ctx, output, A_shard, B, None, config)
     key, spec, _ = problem(ctx, output, A_shard, config)
     return _fused.Workspace.allocate(ctx, key, spec)
 
@@ -205,7 +226,7 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
         config: an :class:`iris.ops.FusedConfig`. workspace: from ``ctx.ops.all_gather_matmul_preamble``.
     """
     config = FusedConfig() if config is None else config
-    _check(ctx, output, A_shard, B, bias)
+    _check(ctx, output, A_shard, B, bias, config)
     key, spec, tile = problem(ctx, output, A_shard, config)
     workspace = _fused.workspace_for(ctx, WHAT, key, spec, workspace)
     M, K_r = A_shard.shape
@@ -218,7 +239,10 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
         workspace.calls, M, N, K_r, split, A_shard.stride(0), A_shard.stride(1), B.stride(0), B.stride(1),
         output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), HAS_BIAS=bias is not None,
         UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block,
-        TRACE=ctx.tracing.enabled, TMA=_tma_loads(ctx, config, A_shard, B), **tile),
+        TRACE=ctx.tracing.enabled, TMA=_tma_loads(ctx, config, A_shard, B), PUSHED=not config.copy_engine, **tile),
         # on the stream, after the launch: the next call waits for one more round
         functools.partial(workspace.calls.add_, 1)]
+    if config.copy_engine:  # barrier, the copies forked off, the kernel, then its flags cleared and the copies joined
+        send, finish = _fused.sent_by_copies(ctx, A_shard, workspace.gathered, workspace.flags)
+        launches = [ctx.team.barrier.launch(None), send, launches[0], finish]
     return workspace, launches

@@ -72,3 +72,9 @@ class Backend(ABC):
     @abstractmethod
     def compute_unit_count(self, device: torch.device) -> int:
         """Streaming multiprocessors, compute units or CPU cores of ``device``."""
+
+    @abstractmethod
+    def copy(self, dst: int, src: int, nbytes: int, stream=None) -> None:
+        """Copy ``nbytes`` from address ``src`` to ``dst`` (either in any heap this process maps, or pinned host
+        memory) in ``stream``'s order: the runtime's asynchronous copy on a GPU (the copy engine between
+        devices), at once on the CPU backend. ``stream``: a torch stream, or None for the current one."""

@@ -26,6 +26,7 @@ from iris.runtime.base import Backend, HeapMemory, raise_if_any_rank_failed
 IPC_HANDLE_BYTES = 64  # CUDA_IPC_HANDLE_SIZE; hipIpcMemHandle_t has the same 64 reserved bytes
 IPC_LAZY_ENABLE_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess == hipIpcMemLazyEnablePeerAccess
 OUT_OF_MEMORY = 2  # cudaErrorMemoryAllocation == hipErrorOutOfMemory
+MEMCPY_DEFAULT = 4  # cudaMemcpyDefault == hipMemcpyDefault: the direction from the addresses
 
 
 class IpcMemHandle(ctypes.Structure):
@@ -83,6 +84,7 @@ class GpuRuntime:
         self._get_handle = self._fn("IpcGetMemHandle", [ctypes.POINTER(IpcMemHandle), vp])
         self._open_handle = self._fn("IpcOpenMemHandle", [ctypes.POINTER(vp), IpcMemHandle, ctypes.c_uint])
         self._close_handle = self._fn("IpcCloseMemHandle", [vp])
+        self._memcpy_async = self._fn("MemcpyAsync", [vp, vp, ctypes.c_size_t, ctypes.c_int, vp])
         self._error_string = getattr(self.lib, self.prefix + "GetErrorString")
         self._error_string.argtypes = [ctypes.c_int]
         self._error_string.restype = ctypes.c_char_p
@@ -120,6 +122,13 @@ class GpuRuntime:
 
     def close_ipc_handle(self, ptr: int) -> None:
         self.check(self._close_handle(ctypes.c_void_p(ptr)), "IpcCloseMemHandle")
+
+    def memcpy_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        """``nbytes`` from ``src`` to ``dst`` on ``stream`` (a raw handle); the addresses say where they are
+        (unified addressing: ``cudaMemcpyDefault`` / ``hipMemcpyDefault``)."""
+        status = self._memcpy_async(ctypes.c_void_p(dst), ctypes.c_void_p(src), nbytes, MEMCPY_DEFAULT,
+                                    ctypes.c_void_p(stream))
+        self.check(status, "MemcpyAsync")
 
 
 class _DeviceAllocation:
@@ -189,6 +198,10 @@ class IpcBackend(Backend):
 
     def compute_unit_count(self, device) -> int:
         return torch.cuda.get_device_properties(device).multi_processor_count
+
+    def copy(self, dst: int, src: int, nbytes: int, stream=None) -> None:
+        stream = torch.cuda.current_stream() if stream is None else stream
+        self.runtime.memcpy_async(dst, src, nbytes, stream.cuda_stream)
 
     def create_heap(self, nbytes: int, device, comm) -> HeapMemory:
         self.activate(device)
