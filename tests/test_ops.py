@@ -52,10 +52,27 @@ def test_fused_op_takes_float32_operands(ranks, op):
         assert max(errors) <= TOLERANCE[torch.bfloat16], f"{op}, rank {rank}: relative errors {errors}"
 
 
+def _copy_refusal():
+    from iris.ops._fused import copy_refusal
+
+    ctx = iris.iris(1 << 20)
+    refusal = copy_refusal(ctx)
+    ctx.close()
+    return refusal
+
+
+def _skip_where_copies_are_refused(pool):
+    """copy_engine needs one GPU per rank: a pool with more ranks than GPUs is refused (the op's own check)."""
+    refusal = pool.run(_copy_refusal)[0]
+    if refusal:
+        pytest.skip(refusal)
+
+
 def test_all_gather_matmul_with_slices_sent_by_copies_matches_float64(ranks):
     """FusedConfig(copy_engine=True): A's slices travel by whole copies (the copy engine on a GPU, a copy
     between the mapped heaps here) after an entry barrier, with an arrival flag each, over calls that
     reuse the workspace (the flags are cleared after each call)."""
+    _skip_where_copies_are_refused(ranks)
     config = FusedConfig(copy_engine=True)
     for shape, out_dtype in (((40, 70, 24), torch.float32), ((64, 32, 50), torch.bfloat16)):
         for rank, errors in enumerate(ranks.run(_run_op, "all_gather_matmul", *shape, out_dtype,
@@ -64,6 +81,7 @@ def test_all_gather_matmul_with_slices_sent_by_copies_matches_float64(ranks):
 
 
 def test_all_gather_matmul_by_copies_at_three_ranks_matches_float64(three_ranks):
+    _skip_where_copies_are_refused(three_ranks)
     config = FusedConfig(copy_engine=True)
     for rank, errors in enumerate(three_ranks.run(_run_op, "all_gather_matmul", 40, 72, 24, torch.bfloat16, True,
                                                   seeds=[6, 7], config=config)):
