@@ -176,7 +176,8 @@ def graph_replay() -> bool:
 
 def ll_pack() -> bool:
     """IRIS_LL_PACK (off unless 1): all_reduce's ll carries two 16-bit elements per word, 2x the data a word
-    and 4x the landing capacity for them (not yet measured on a GPU: off by default)."""
+    and 4x the landing capacity for them. Off by default: on 2 x H200 it was slower at 1-4 KiB and from 256
+    KiB, faster only at 128 KiB (docs/benchmarks.md)."""
     return switch("IRIS_LL_PACK", False)
 
 
