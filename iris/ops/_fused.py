@@ -243,10 +243,13 @@ def sent_by_copies(ctx, source: torch.Tensor, slots: torch.Tensor, flags: torch.
     def at(tensor: torch.Tensor, member: int, offset: int) -> int:  # ``tensor``'s place in ``member``'s heap
         return bases[member] + tensor.data_ptr() - bases[rank] + offset
 
-    others = [member for member in members.ranks if member != rank]
-    copies = [(at(slots, member, members.index * nbytes), source.data_ptr(), nbytes) for member in others]
-    arrivals = [(at(flags, member, members.index * flags.element_size()), _one(source.device).data_ptr(),
-                 flags.element_size()) for member in others]
+    # member by member, from the next one on (every rank starts at a different member), each one's data then its flag
+    transfers = []
+    for step in range(1, members.size):
+        member = members.ranks[(members.index + step) % members.size]
+        transfers += [(at(slots, member, members.index * nbytes), source.data_ptr(), nbytes),
+                      (at(flags, member, members.index * flags.element_size()), _one(source.device).data_ptr(),
+                       flags.element_size())]
     interpreted = ctx.team.backend.interpreted
 
     def send():
@@ -254,7 +257,7 @@ def sent_by_copies(ctx, source: torch.Tensor, slots: torch.Tensor, flags: torch.
         if not interpreted:
             stream = _copy_stream(source.device)
             stream.wait_stream(torch.cuda.current_stream())
-        for dst, src, size in copies + arrivals:  # in order on one stream: every member's data before its flag
+        for dst, src, size in transfers:  # in order on one stream: a member's data lands before its flag
             backend.copy(dst, src, size, stream)
 
     def finish():
