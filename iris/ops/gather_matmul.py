@@ -233,16 +233,16 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
     N = output.shape[1]
     programs = _fused.launch_size(ctx, tile_count(M, N, tile))
     split = max(1, programs // triton.cdiv(M, tile["BLOCK_M"]))  # pieces per row block: every program pushes
-    launches = [bind(
+    kernel = bind(
         _all_gather_matmul_kernel, (programs,),
         A_shard, B, output, bias if bias is not None else output, workspace.gathered, workspace.flags,
         workspace.calls, M, N, K_r, split, A_shard.stride(0), A_shard.stride(1), B.stride(0), B.stride(1),
         output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), HAS_BIAS=bias is not None,
         UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block,
-        TRACE=ctx.tracing.enabled, TMA=_tma_loads(ctx, config, A_shard, B), PUSHED=not config.copy_engine, **tile),
-        # on the stream, after the launch: the next call waits for one more round
-        functools.partial(workspace.calls.add_, 1)]
+        TRACE=ctx.tracing.enabled, TMA=_tma_loads(ctx, config, A_shard, B), PUSHED=not config.copy_engine, **tile)
     if config.copy_engine:  # barrier, the copies forked off, the kernel, then its flags cleared and the copies joined
         send, finish = _fused.sent_by_copies(ctx, A_shard, workspace.gathered, workspace.flags)
-        launches = [ctx.team.barrier.launch(None), send, launches[0], finish]
+        launches = [ctx.team.barrier.launch(None), send, kernel, finish]
+    else:  # on the stream, after the launch, the call counter: the next call waits for one more round
+        launches = [kernel, functools.partial(workspace.calls.add_, 1)]
     return workspace, launches
