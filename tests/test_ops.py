@@ -88,6 +88,38 @@ def test_all_gather_matmul_by_copies_at_three_ranks_matches_float64(three_ranks)
         assert max(errors) <= TOLERANCE[torch.bfloat16], f"rank {rank}: relative errors {errors}"
 
 
+def test_all_gather_matmul_with_slices_pushed_by_programs_matches_float64(ranks):
+    """FusedConfig(copy_engine=False): the computing programs store A's pieces into every member (the
+    way of sending taken from 1025 rows on, and wherever copies are refused)."""
+    for rank, errors in enumerate(ranks.run(_run_op, "all_gather_matmul", 40, 70, 24, torch.float32, True,
+                                            seeds=[1, 2], config=FusedConfig(copy_engine=False))):
+        assert max(errors) <= TOLERANCE[torch.float32], f"rank {rank}: relative errors {errors}"
+
+
+def _ways_of_sending():
+    from iris.ops.gather_matmul import sends_by_copies
+
+    ctx = iris.iris(1 << 20)
+    device, world = ctx.get_device(), ctx.get_num_ranks()
+    a = {rows: torch.zeros(rows, 16, dtype=torch.bfloat16, device=device) for rows in (40, 1024, 1025)}
+    ways = [sends_by_copies(ctx, FusedConfig(), a[40]), sends_by_copies(ctx, FusedConfig(), a[1024]),
+            sends_by_copies(ctx, FusedConfig(), a[1025]),
+            sends_by_copies(ctx, FusedConfig(), torch.zeros(16, 40, dtype=torch.bfloat16, device=device).t()),
+            sends_by_copies(ctx, FusedConfig(copy_engine=False), a[40]),
+            sends_by_copies(ctx, FusedConfig(copy_engine=True, block_size_m=64), a[1025])]
+    ctx.close()
+    return ways
+
+
+def test_all_gather_matmul_sends_by_copies_up_to_1024_rows_where_the_job_allows(ranks):
+    """copy_engine=None (default): by copies at <= 1024 rows of a contiguous A_shard (measured faster
+    there on 2 x H100), by the programs beyond, for a non-contiguous A_shard, and where the job refuses
+    copies; True and False are kept as set."""
+    refused = ranks.run(_copy_refusal)[0] is not None
+    for ways in ranks.run(_ways_of_sending):
+        assert ways == [not refused, not refused, False, False, False, True]
+
+
 @pytest.mark.parametrize("op", ["matmul_all_reduce", "matmul_reduce_scatter"])
 @pytest.mark.parametrize("comm_programs", [1, 3])
 def test_reduce_ops_with_communication_programs_match_float64(ranks, op, comm_programs):

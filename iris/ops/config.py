@@ -38,12 +38,14 @@ class FusedConfig:
             all_gather_matmul loads its own slice, B's, and the gathered slices (after their flags'
             acquire and an async-proxy fence: peers wrote them with ordinary stores) through
             descriptors; at one rank on one H200 they made it 9-11% faster at M 1024-16384.
-        copy_engine: all_gather_matmul only. False (default): the computing programs store A's pieces
-            into every member between their tiles. True: after an entry barrier, A_shard goes to every
-            member in one copy each, by the copy engine on a side stream (no SM), and then that member's
-            arrival flag, while the kernel multiplies this rank's own slice; it needs a contiguous
-            A_shard and one GPU per rank inside one node. Built on the CPU backend's copies (between
-            the mapped heaps) and not yet run on a GPU: off until measured.
+        copy_engine: all_gather_matmul only. False: the computing programs store A's pieces into every
+            member between their tiles. True: after an entry barrier, A_shard goes to every member in one
+            copy each, by the copy engine on a side stream (no SM), and then that member's arrival flag,
+            while the kernel multiplies this rank's own slice; it needs a contiguous A_shard and one GPU
+            per rank inside one node. None (default): by copies where A_shard has at most 1024 rows
+            (``iris.ops.gather_matmul.COPY_ENGINE_AUTO_ROWS``) and the job and A_shard allow it, else
+            by the programs: on 2 x H100 the copies were 3-7% faster at M 128-1024 and 4-8% slower at
+            M 4096-16384 (benchmarks/results/ops_agm_nvidia-h100_2ranks_copy_engine.csv).
         all_reduce_variant: accepted for code written for the original (its choice of the all-reduce
             inside matmul_all_reduce: None or one of iris.ccl's variants); Iris's fused kernel
             exchanges its tiles itself, so it has no effect.
@@ -63,7 +65,7 @@ class FusedConfig:
     reduce_at_owner: bool | None = None
     tma_loads: bool | None = None
     all_reduce_variant: str | None = None
-    copy_engine: bool = False
+    copy_engine: bool | None = None
 
     def __post_init__(self):
         if self.all_reduce_variant is not None and self.all_reduce_variant not in ALL_REDUCE_VARIANTS:
@@ -83,8 +85,8 @@ class FusedConfig:
                 raise ValueError(f"FusedConfig.{name}={value!r}: must be a power of two")
         if not isinstance(self.tma_loads, (bool, type(None))):
             raise ValueError(f"FusedConfig.tma_loads={self.tma_loads!r}: must be None, True or False")
-        if not isinstance(self.copy_engine, bool):
-            raise ValueError(f"FusedConfig.copy_engine={self.copy_engine!r}: must be True or False")
+        if not isinstance(self.copy_engine, (bool, type(None))):
+            raise ValueError(f"FusedConfig.copy_engine={self.copy_engine!r}: must be None, True or False")
         if not isinstance(self.reduce_at_owner, (bool, type(None))):
             raise ValueError(f"FusedConfig.reduce_at_owner={self.reduce_at_owner!r}: must be None, True or False")
         if self.reduce_at_owner and self.comm_programs:

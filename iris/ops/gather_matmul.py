@@ -19,11 +19,12 @@ first push a program passes a barrier with the programs of the same id on the ot
 previous call has ended, so nobody still reads a slot about to be overwritten). The flags count
 up across calls; a local call counter, incremented on the stream after each launch, says how far.
 
-With ``FusedConfig(copy_engine=True)`` the programs push nothing: after a device barrier, a side
+Sent by copies (``FusedConfig.copy_engine``; by default where A_shard has at most 1024 rows,
+:func:`sends_by_copies`), the programs push nothing: after a device barrier, a side
 stream copies A_shard whole into every other member's slot and then sets that member's arrival
 flag for this rank (the copy engine on a GPU, no SM), while the kernel multiplies its own slice
 and waits on its own flags; the flags are cleared on the stream after the kernel
-(:func:`iris.ops._fused.sent_by_copies`). Off until measured on GPUs.
+(:func:`iris.ops._fused.sent_by_copies`).
 
 Example:
     >>> A_shard = torch.randn(M, K // W, dtype=torch.bfloat16, device=ctx.get_device())
@@ -171,7 +172,7 @@ def _check(ctx, output, A_shard, B, bias, config) -> None:
     # A_shard times B's first K_r rows has the operands' and output's dtypes, devices and shapes of the whole
     _fused.check(WHAT, ctx, output, A_shard, B[: A_shard.shape[1]], bias, lambda M, K, N: (M, N),
                  symmetric_output=False)
-    if config.copy_engine:
+    if config.copy_engine:  # asked for: refused aloud (None takes the programs' way where copies cannot go)
         if not A_shard.is_contiguous():
             raise ValueError(f"{WHAT}: FusedConfig(copy_engine=True) sends A_shard in one copy per member, so it must "
                              f"be contiguous (strides {tuple(A_shard.stride())}); pass A_shard.contiguous()")
@@ -180,17 +181,30 @@ def _check(ctx, output, A_shard, B, bias, config) -> None:
             raise ValueError(f"{WHAT}: {refusal}")
 
 
+COPY_ENGINE_AUTO_ROWS = 1024
+
+
+def sends_by_copies(ctx, config, A_shard) -> bool:
+    """Whether this call sends A_shard by copies (FusedConfig.copy_engine; None: where A_shard has at most
+    COPY_ENGINE_AUTO_ROWS rows, is contiguous and the job allows copies, :func:`iris.ops._fused.copy_refusal`)."""
+    if config.copy_engine is not None:
+        return config.copy_engine
+    return (A_shard.shape[0] <= COPY_ENGINE_AUTO_ROWS and A_shard.is_contiguous()
+            and _fused.copy_refusal(ctx) is None)
+
+
 def problem(ctx, output, A_shard, config):
     """(key, spec, tile) of one call."""
     world = ctx.get_num_ranks()
     M, K_r = A_shard.shape
     N = output.shape[1]
     tile = _fused.tile(ctx, config, A_shard.dtype, M, N)
-    key = (WHAT, M, K_r, N, A_shard.dtype, tuple(tile.values()), config.copy_engine)
+    copied = sends_by_copies(ctx, config, A_shard)
+    key = (WHAT, M, K_r, N, A_shard.dtype, tuple(tile.values()), copied)
     tiles_m = triton.cdiv(M, tile["BLOCK_M"])
     spec = {"gathered": _fused.Buffer(world * M * K_r, A_shard.dtype, heap=True),
             # pushed: pieces counted per row block; copied: one arrival flag per member position
-            "flags": _fused.Buffer(world if config.copy_engine else tiles_m, torch.int64, heap=True, zeroed=True),
+            "flags": _fused.Buffer(world if copied else tiles_m, torch.int64, heap=True, zeroed=True),
             "calls": _fused.Buffer(1, torch.int64, heap=False, zeroed=True)}
     return key, spec, tile
 
@@ -228,6 +242,7 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
     config = FusedConfig() if config is None else config
     _check(ctx, output, A_shard, B, bias, config)
     key, spec, tile = problem(ctx, output, A_shard, config)
+    copied = key[-1]  # FusedConfig.copy_engine as problem() resolved it
     workspace = _fused.workspace_for(ctx, WHAT, key, spec, workspace)
     M, K_r = A_shard.shape
     N = output.shape[1]
@@ -239,8 +254,8 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
         workspace.calls, M, N, K_r, split, A_shard.stride(0), A_shard.stride(1), B.stride(0), B.stride(1),
         output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), HAS_BIAS=bias is not None,
         UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block,
-        TRACE=ctx.tracing.enabled, TMA=_tma_loads(ctx, config, A_shard, B), PUSHED=not config.copy_engine, **tile)
-    if config.copy_engine:  # barrier, the copies forked off, the kernel, then its flags cleared and the copies joined
+        TRACE=ctx.tracing.enabled, TMA=_tma_loads(ctx, config, A_shard, B), PUSHED=not copied, **tile)
+    if copied:  # barrier, the copies forked off, the kernel, then its flags cleared and the copies joined
         send, finish = _fused.sent_by_copies(ctx, A_shard, workspace.gathered, workspace.flags)
         launches = [ctx.team.barrier.launch(None), send, kernel, finish]
     else:  # on the stream, after the launch, the call counter: the next call waits for one more round
