@@ -44,7 +44,7 @@ class FusedConfig:
             while the kernel multiplies this rank's own slice; it needs a contiguous A_shard and one GPU
             per rank inside one node. None (default): by copies where A_shard has at most 1024 rows
             (``iris.ops.gather_matmul.COPY_ENGINE_AUTO_ROWS``) and the job and A_shard allow it, else
-            by the programs: on 2 x H100 the copies were 3-7% faster at M 128-1024 and 4-8% slower at
+            by the programs: on 2 x H100 the copies were 3-8% faster at M 128-1024 and 4-8% slower at
             M 4096-16384 (benchmarks/results/ops_agm_nvidia-h100_2ranks_copy_engine.csv).
         all_reduce_variant: accepted for code written for the original (its choice of the all-reduce
             inside matmul_all_reduce: None or one of iris.ccl's variants); Iris's fused kernel
