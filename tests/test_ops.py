@@ -6,7 +6,7 @@ import torch
 import iris
 from iris.ops import FusedConfig
 from iris.testing import RankPool, refusals
-from iris.testing.fused_ops import ON_HEAP, OPS, magnitude, reference, shapes
+from iris.testing.fused_ops import ON_HEAP, OPS, copy_refusal_in, magnitude, reference, shapes
 
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 
@@ -52,18 +52,9 @@ def test_fused_op_takes_float32_operands(ranks, op):
         assert max(errors) <= TOLERANCE[torch.bfloat16], f"{op}, rank {rank}: relative errors {errors}"
 
 
-def _copy_refusal():
-    from iris.ops._fused import copy_refusal
-
-    ctx = iris.iris(1 << 20)
-    refusal = copy_refusal(ctx)
-    ctx.close()
-    return refusal
-
-
 def _skip_where_copies_are_refused(pool):
     """copy_engine needs one GPU per rank: a pool with more ranks than GPUs is refused (the op's own check)."""
-    refusal = pool.run(_copy_refusal)[0]
+    refusal = copy_refusal_in(pool)
     if refusal:
         pytest.skip(refusal)
 
@@ -115,7 +106,7 @@ def test_all_gather_matmul_sends_by_copies_up_to_1024_rows_where_the_job_allows(
     """copy_engine=None (default): by copies at <= 1024 rows of a contiguous A_shard (measured faster
     there on 2 x H100), by the programs beyond, for a non-contiguous A_shard, and where the job refuses
     copies; True and False are kept as set."""
-    refused = ranks.run(_copy_refusal)[0] is not None
+    refused = copy_refusal_in(ranks) is not None
     for ways in ranks.run(_ways_of_sending):
         assert ways == [not refused, not refused, False, False, False, True]
 

@@ -12,6 +12,8 @@ import triton
 import triton.language as tl
 
 import iris
+from iris.ops import FusedConfig
+from iris.testing.fused_ops import copy_refusal_in
 from iris.tracing import summarize
 
 BLOCK = 64
@@ -88,7 +90,9 @@ def test_events_past_max_events_are_dropped(ranks, tmp_path):
         assert [e["name"] for e in found["events"]] == ["put", "signal"]
 
 
-def _traced_fused_op_on_rank(traced: bool, op: str):
+def _traced_fused_op_on_rank(traced: bool, name: str):
+    op = name.split()[0]  # all_gather_matmul's two ways: by its programs, "... by copies"
+    config = FusedConfig(copy_engine=name.endswith("by copies")) if op == "all_gather_matmul" else None
     ctx = iris.iris(1 << 22)
     world, device = ctx.get_num_ranks(), ctx.get_device()
     if traced:
@@ -99,7 +103,7 @@ def _traced_fused_op_on_rank(traced: bool, op: str):
         out = ctx.empty(world * 40, 70, dtype=torch.float32)
     else:
         out = torch.empty(40, 70, dtype=torch.float32, device=device)
-    getattr(ctx.ops, op)(out, a, b)
+    getattr(ctx.ops, op)(out, a, b, config=config)
     ctx.barrier()
     events = ctx.tracing.events() if traced else []
     tiles = {(e["pid_m"], e["pid_n"]) for e in events if e["name"] == "compute"}
@@ -114,9 +118,12 @@ def _traced_fused_op_on_rank(traced: bool, op: str):
 
 
 # What each fused op records at least, per program (entry barrier) and per tile (matmul_all_reduce also waits
-# for the owner's sums where it reduces at owners: beyond 2 ranks).
+# for the owner's sums where it reduces at owners: beyond 2 ranks). all_gather_matmul by copies: its entry
+# barrier is a launch of its own before the copies, and the copies are the copy engine's: the kernel records
+# its tiles and its waits for their flags.
 FUSED_KINDS = {"matmul_all_reduce": ["barrier", "compute", "put", "reduce"],
                "all_gather_matmul": ["barrier", "compute", "wait"],
+               "all_gather_matmul by copies": ["compute", "wait"],
                "matmul_all_gather": ["barrier", "compute", "put"]}
 
 
@@ -124,6 +131,9 @@ FUSED_KINDS = {"matmul_all_reduce": ["barrier", "compute", "put", "reduce"],
 @pytest.mark.parametrize("traced", [True, False])
 def test_a_fused_op_records_its_tiles_when_tracing_is_on(ranks, traced, op):
     """ctx.ops kernels record each tile's compute span and what moves it (push, reduction, wait) and the barrier."""
+    refusal = copy_refusal_in(ranks) if op.endswith("by copies") else None
+    if refusal:
+        pytest.skip(refusal)
     for rank, found in enumerate(ranks.run(_traced_fused_op_on_rank, traced, op)):
         assert found["right"]
         if not traced:
@@ -131,7 +141,7 @@ def test_a_fused_op_records_its_tiles_when_tracing_is_on(ranks, traced, op):
             continue
         assert set(FUSED_KINDS[op]) <= set(found["kinds"]) <= set(FUSED_KINDS[op]) | {"wait"}, found
         assert found["computes"] == found["tiles"] >= 1, found  # every tile, once, on every rank
-        if op != "all_gather_matmul":  # each tile's partial or result is pushed once
+        if not op.startswith("all_gather_matmul"):  # each tile's partial or result is pushed once
             assert found["pushes"] == found["tiles"], found
         assert found["spans"] and found["ranks"] == {rank}, found
         kinds = found["summary"]["kinds"]

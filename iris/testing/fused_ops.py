@@ -58,3 +58,21 @@ def magnitude(op: str, shards: list, bias, rank: int) -> torch.Tensor:
     """Like :func:`reference` with every product and the bias replaced by its absolute value."""
     absolute = [(a.double().abs(), b.double().abs()) for a, b in shards]
     return reference(op, absolute, None if bias is None else bias.double().abs(), rank)
+
+
+def _copy_refusal():
+    """(On a rank) why FusedConfig(copy_engine=True) cannot run in this job, or None."""
+    import iris
+    from iris.ops._fused import copy_refusal
+
+    ctx = iris.iris(1 << 20)
+    refusal = copy_refusal(ctx)
+    ctx.close()
+    return refusal
+
+
+def copy_refusal_in(pool) -> str | None:
+    """Why ``pool``'s job refuses all_gather_matmul's copies (FusedConfig(copy_engine=True): one GPU per
+    rank, no member across nodes), or None; tests skip with it."""
+    return pool.run(_copy_refusal)[0]
+
