@@ -91,7 +91,7 @@ def _ways_of_sending():
     from iris.ops.gather_matmul import sends_by_copies
 
     ctx = iris.iris(1 << 20)
-    device, world = ctx.get_device(), ctx.get_num_ranks()
+    device = ctx.get_device()
     a = {rows: torch.zeros(rows, 16, dtype=torch.bfloat16, device=device) for rows in (40, 1024, 1025)}
     ways = [sends_by_copies(ctx, FusedConfig(), a[40]), sends_by_copies(ctx, FusedConfig(), a[1024]),
             sends_by_copies(ctx, FusedConfig(), a[1025]),

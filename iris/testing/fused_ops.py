@@ -75,4 +75,3 @@ def copy_refusal_in(pool) -> str | None:
     """Why ``pool``'s job refuses all_gather_matmul's copies (FusedConfig(copy_engine=True): one GPU per
     rank, no member across nodes), or None; tests skip with it."""
     return pool.run(_copy_refusal)[0]
-
