@@ -125,6 +125,9 @@ class Iris(TensorFactories):
         if config.simulation():
             sim.write_heap_bases(self.cur_rank, self.num_ranks, self.heap.bases)
         self.debug(f"{backend.name} heap of {self.heap_size} bytes at {hex(self.heap.base)} on {device}")
+        # The team zeroed its barrier counters and landing flags on the stream: done here before any peer may
+        # pass, or a peer's first arrival could land before the zeroing and be wiped (a wait for ever).
+        backend.synchronize(device)
         comm.barrier()
 
     def set_debug(self, on: bool) -> None:

@@ -182,6 +182,44 @@ def test_many_contexts_in_one_process(ranks):
         assert leftovers == [], f"shared-memory segments left behind: {leftovers}"
 
 
+def _barriers_after_one_rank_starts_late(late_rank: int):
+    """iris.iris() with ``late_rank``'s device busy for about a second just before its context zeroes the
+    barrier counters and landing flags (its stream runs them late), then device barriers and a push
+    all_reduce at once: every rank's start must have zeroed them before any rank passes iris.iris(), or a
+    peer's first arrival lands before the zeroing and is wiped (both ranks then wait for ever). On the CPU
+    the zeroing is synchronous; the GPUs are where this can fail."""
+    import iris.team
+    from iris.ccl import Config
+
+    late = int(os.environ["RANK"]) == late_rank
+    original = iris.team.Team.__init__
+
+    def starts_late(team, *args, **kwargs):
+        if late and torch.cuda.is_available():
+            torch.cuda._sleep(2_000_000_000)  # ~1 s of GPU cycles queued ahead of the zeroing
+        original(team, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(iris.team.Team, "__init__", starts_late)
+        ctx = iris.iris(1 << 20)
+    x = ctx.full((64,), float(ctx.get_rank() + 1))
+    out = ctx.zeros(64)
+    for _ in range(3):
+        ctx.device_barrier()
+    ctx.ccl.all_reduce(out, x, config=Config(all_reduce_variant="push"))
+    ctx.barrier()
+    total = out.unique().tolist()
+    ctx.close()
+    return total
+
+
+@pytest.mark.parametrize("late_rank", [0, 1])
+def test_a_rank_whose_device_starts_late_does_not_wipe_its_peers_first_arrivals(ranks, late_rank):
+    world = ranks.world_size
+    for total in ranks.run(_barriers_after_one_rank_starts_late, late_rank, timeout=90):
+        assert total == [float(world * (world + 1) // 2)]
+
+
 def _with_node_map(spec):
     """iris.iris() on the ipc heap with IRIS_NODE_MAP=spec (None: unset): (node map, or the error's type and
     message). The heap is named: under IRIS_HEAP=shmem a map of two nodes is taken, and would switch the
