@@ -228,9 +228,7 @@ def ll_pack(element_size: int) -> int:
 def ll_elements(element_size: int) -> int:
     """The most elements of ``element_size`` bytes an ll message holds per rank: LL_WORDS words of
     :func:`ll_pack` elements with IRIS_LL_PACK on, else LL_UNPACKED."""
-    if not config.ll_pack():  # the switch read once
-        return LL_UNPACKED
-    return LL_WORDS * (2 if element_size == 2 else 1)
+    return LL_WORDS * ll_pack(element_size) if config.ll_pack() else LL_UNPACKED
 
 
 def holds(variant: str, numel: int, element_size: int) -> bool:

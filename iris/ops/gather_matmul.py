@@ -173,24 +173,29 @@ def _check(ctx, output, A_shard, B, bias, config) -> None:
     _fused.check(WHAT, ctx, output, A_shard, B[: A_shard.shape[1]], bias, lambda M, K, N: (M, N),
                  symmetric_output=False)
     if config.copy_engine:  # asked for: refused aloud (None takes the programs' way where copies cannot go)
-        if not A_shard.is_contiguous():
-            raise ValueError(f"{WHAT}: FusedConfig(copy_engine=True) sends A_shard in one copy per member, so it must "
-                             f"be contiguous (strides {tuple(A_shard.stride())}); pass A_shard.contiguous()")
-        refusal = _fused.copy_refusal(ctx)
-        if refusal:
-            raise ValueError(f"{WHAT}: {refusal}")
+        obstacle = _copy_obstacle(ctx, A_shard)
+        if obstacle:
+            raise ValueError(f"{WHAT}: {obstacle}")
 
 
 COPY_ENGINE_AUTO_ROWS = 1024
 
 
+def _copy_obstacle(ctx, A_shard) -> str | None:
+    """Why A_shard cannot go by copies in this call, or None: it must be contiguous, and the job must allow
+    copies (:func:`iris.ops._fused.copy_refusal`)."""
+    if not A_shard.is_contiguous():
+        return (f"FusedConfig(copy_engine=True) sends A_shard in one copy per member, so it must be contiguous "
+                f"(strides {tuple(A_shard.stride())}); pass A_shard.contiguous()")
+    return _fused.copy_refusal(ctx)
+
+
 def sends_by_copies(ctx, config, A_shard) -> bool:
     """Whether this call sends A_shard by copies (FusedConfig.copy_engine; None: where A_shard has at most
-    COPY_ENGINE_AUTO_ROWS rows, is contiguous and the job allows copies, :func:`iris.ops._fused.copy_refusal`)."""
+    COPY_ENGINE_AUTO_ROWS rows and nothing stands in the way, :func:`_copy_obstacle`)."""
     if config.copy_engine is not None:
         return config.copy_engine
-    return (A_shard.shape[0] <= COPY_ENGINE_AUTO_ROWS and A_shard.is_contiguous()
-            and _fused.copy_refusal(ctx) is None)
+    return A_shard.shape[0] <= COPY_ENGINE_AUTO_ROWS and _copy_obstacle(ctx, A_shard) is None
 
 
 def problem(ctx, output, A_shard, config):
@@ -242,7 +247,7 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
     config = FusedConfig() if config is None else config
     _check(ctx, output, A_shard, B, bias, config)
     key, spec, tile = problem(ctx, output, A_shard, config)
-    copied = key[-1]  # FusedConfig.copy_engine as problem() resolved it
+    copied = sends_by_copies(ctx, config, A_shard)
     workspace = _fused.workspace_for(ctx, WHAT, key, spec, workspace)
     M, K_r = A_shard.shape
     N = output.shape[1]
