@@ -28,11 +28,6 @@ Example:
     ...         piece(pid, trace, ...)  # records its span: trace.start(tracing.PUT, ...) ... trace.end(span)
     ...     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 
-A kernel whose programs compute before they first touch a peer (the fused GEMM + communication ops)
-splits the entry barrier: :func:`arrive` at the start posts the program's arrival (its kernel has
-started, so its stream's earlier work is done), and :func:`await_peers` just before its first store
-to a peer waits for theirs. The wait then overlaps the first tile's product instead of preceding it.
-
 ``enter`` returns the program's tracing handle (:mod:`iris.device.tracing`, from the context tensor
 ``heap_bases`` lies in): built with ``TRACE``, it records each barrier round as a "barrier" span
 and the pieces record theirs; built without, it records nothing and compiles to nothing.
@@ -42,7 +37,7 @@ import triton
 import triton.language as tl
 
 from iris.device.rma import HEAP_BASES_SLOT
-from iris.device.sync import barrier_arrive, barrier_round, barrier_wait
+from iris.device.sync import barrier_round
 from iris.device.tracing import BARRIER, tracing_from_context
 
 # Barrier slots: slot 0 is device_barrier's own; a fused kernel's program p uses slot p, so a fused
@@ -79,22 +74,3 @@ def leave(arrivals, expected, members, count, cur, heap_bases, WORLD: tl.constex
         span = trace.start(BARRIER, cur, cur, arrivals + slot, -1, -1, 0)
         barrier_round(arrivals + slot, expected + slot, members, count, cur, heap_bases, BARRIER_BLOCK)
         trace.end(span)
-
-
-@triton.jit
-def arrive(arrivals, expected, members, count, cur, heap_bases, WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr):
-    """The entry barrier's first half for this program (slot ``program_id``): post its arrival on every
-    member now; returns what :func:`await_peers` waits for. Nothing of a peer's may be touched before that."""
-    return barrier_arrive(arrivals + tl.program_id(0) * WORLD, expected + tl.program_id(0) * WORLD, members, count,
-                          cur, heap_bases, BARRIER_BLOCK)
-
-
-@triton.jit
-def await_peers(arrivals, want, members, count, cur, WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr, trace):
-    """The entry barrier's second half (``want`` from :func:`arrive`): wait until program ``program_id`` of
-    every member has arrived; recorded as a "barrier" span."""
-    slot = tl.program_id(0) * WORLD
-    span = trace.start(BARRIER, cur, cur, arrivals + slot, -1, -1, 0)
-    barrier_wait(arrivals + slot, want, members, count, cur, BARRIER_BLOCK)
-    tl.debug_barrier()  # the waiting lanes' acquire, before any thread of the program touches a peer
-    trace.end(span)

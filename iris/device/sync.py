@@ -234,16 +234,7 @@ def barrier_round(arrivals, expected, members, count, cur, heap_bases, BLOCK: tl
     int64 array); ``expected[s]`` (local) counts those r has entered with s. Both sides of a pair
     count the same rounds in the same order, so one pair of arrays serves every group, and a
     kernel that calls this (a fused collective) shares the counts with ``device_barrier()``.
-    The round is :func:`barrier_arrive` then :func:`barrier_wait`; a program may do work between the two.
     """
-    want = barrier_arrive(arrivals, expected, members, count, cur, heap_bases, BLOCK)
-    barrier_wait(arrivals, want, members, count, cur, BLOCK)
-
-
-@triton.jit
-def barrier_arrive(arrivals, expected, members, count, cur, heap_bases, BLOCK: tl.constexpr):
-    """A round's first half: count this rank's arrival on every other member; returns what
-    :func:`barrier_wait` waits for (each member's count of arrivals, by lane)."""
     offs = tl.arange(0, BLOCK)
     peers = tl.load(members + offs, mask=offs < count, other=0)
     others = (offs < count) & (peers != cur)
@@ -257,15 +248,6 @@ def barrier_arrive(arrivals, expected, members, count, cur, heap_bases, BLOCK: t
     # loads after the store waits for one round too many (seen on an H200, through the engine path).
     tl.debug_barrier()
     tl.store(expected + peers, want, mask=others)
-    return want
-
-
-@triton.jit
-def barrier_wait(arrivals, want, members, count, cur, BLOCK: tl.constexpr):
-    """A round's second half: wait until every other member has arrived ``want`` times (acquire)."""
-    offs = tl.arange(0, BLOCK)
-    peers = tl.load(members + offs, mask=offs < count, other=0)
-    others = (offs < count) & (peers != cur)
     seen = tl.atomic_add(arrivals + peers, 0, mask=others, sem="acquire", scope="sys")
     if DEBUG:
         start = _clock_ns()

@@ -11,8 +11,7 @@ them, placed side by side in its heap ``output``:
 One persistent kernel per rank. Each program computes a tile and stores it, in the output dtype,
 into every member's output (its own included) straight from registers, so a tile's transfer
 overlaps the next tile's GEMM. Program ``p`` passes a barrier with program ``p`` of every member
-before its first store (every member's previous use of its output has ended: posted when the program
-starts, waited for after its first tile's product) and after its last
+before its first store (every member's previous use of its output has ended) and after its last
 (unless ``async_op``): when a rank's kernel ends, every rank's tiles have landed in its output.
 With ``async_op=True`` call ``ctx.device_barrier()`` (or ``ctx.barrier()``) before reading it.
 
@@ -31,7 +30,7 @@ import triton.language as tl
 
 from iris.ccl.all_gather import store_to_members
 from iris.device import tracing
-from iris.device.barrier import GROUP_ARGS, arrive, await_peers, enter, leave
+from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.device.tracing import elements_bytes
 from iris.kernel_launch import bind
 from iris.ops import _fused
@@ -50,8 +49,7 @@ def _matmul_gather_kernel(a, b, out, bias, M, N, K, stride_am, stride_ak, stride
     tiles_n = tl.cdiv(N, BLOCK_N)
     a_tiles = operand(a, M, K, stride_am, TMA, BLOCK_M, BLOCK_K)
     b_tiles = operand(b, K, N, stride_bk, TMA, BLOCK_K, BLOCK_N)
-    trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, False, BARRIER_BLOCK, TRACE)
-    want = arrive(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
+    trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK, TRACE)
     for tile in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
         tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
         span = trace.start(tracing.COMPUTE, cur, cur, out, tile_m, tile_n, 0)
@@ -65,8 +63,6 @@ def _matmul_gather_kernel(a, b, out, bias, M, N, K, stride_am, stride_ak, stride
             place = (rows[:, None] + index * M).to(tl.int64) * stride_om + cols[None, :] * stride_on
         else:
             place = rows[:, None].to(tl.int64) * stride_om + (cols[None, :] + index * N) * stride_on
-        if tile == tl.program_id(0):  # before the first store: every member's previous use of its output is over
-            await_peers(arrivals, want, members, count, cur, WORLD, BARRIER_BLOCK, trace)
         span = trace.start(tracing.PUT, cur, -1, out, tile_m, tile_n, elements_bytes(out, count * BLOCK_M * BLOCK_N))
         # into every member, from a different one on every rank; across nodes as block puts (one per row)
         store_to_members(out + place, value, members, count, index, cur, heap_bases, mask, 0)

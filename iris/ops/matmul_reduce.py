@@ -33,9 +33,8 @@ tensor of the workspace, made only there) and put from it; the owner's sum goes 
 own slot. Inside a node, and without the engine path, the stores are as above.
 
 Before its first store a program passes a barrier with the programs of the same id on the other
-ranks: every member's previous call has ended, so nobody still reads a slot about to be overwritten.
-It posts its arrival when it starts (:func:`iris.device.barrier.arrive`) and waits for theirs after its
-first tile's product (:func:`iris.device.barrier.await_peers`), so the wait overlaps that product. Nothing waits after the last tile: each rank's output is
+ranks (:func:`iris.device.barrier.enter`): every member's previous call has ended, so nobody still
+reads a slot about to be overwritten. Nothing waits after the last tile: each rank's output is
 complete when its kernel ends.
 
 With ``FusedConfig(comm_programs=C)`` the work is split instead (workgroup specialization): the
@@ -63,7 +62,7 @@ import triton.language as tl
 
 from iris.ccl.all_gather import store_to_members
 from iris.device import rma, sync, tracing
-from iris.device.barrier import GROUP_ARGS, arrive, await_peers, enter
+from iris.device.barrier import GROUP_ARGS, enter
 from iris.kernel_launch import bind
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
@@ -212,8 +211,7 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, outbox, flags, seen, stage,
                 tl.debug_barrier()  # every thread's stores of the tile before its flag
                 tl.atomic_xchg(ready + tile, epoch, sem="release", scope="gpu")
         else:  # compute and communicate: push each tile, count and sum it one tile later (collect two later)
-            trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, False, BARRIER_BLOCK, TRACE)
-            want = arrive(arrivals, expected, members, count, cur, heap_bases, WORLD, BARRIER_BLOCK)
+            trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK, TRACE)
             previous = -1
             older = -1
             for tile in range(pid, tiles, compute):
@@ -225,8 +223,6 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, outbox, flags, seen, stage,
                 if previous >= 0:
                     _announce(previous, tiles_m, tiles_n, flags, N, width, members, count, index, cur, heap_bases,
                               compute, SCATTER, OWNER, BLOCK_N, GROUP_M)
-                if previous < 0:  # before the first push: every member is done with the previous call's slots
-                    await_peers(arrivals, want, members, count, cur, WORLD, BARRIER_BLOCK, trace)
                 span = trace.start(tracing.PUT, cur, cur, partials, tile_m, tile_n,
                                    BLOCK_M * BLOCK_N * (partials.dtype.element_ty.primitive_bitwidth // 8))
                 _push(acc.to(partials.dtype.element_ty), tile, rows, cols, tile_n, partials, outbox, M, N, width,
