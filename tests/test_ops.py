@@ -121,6 +121,43 @@ def test_reduce_ops_with_communication_programs_match_float64(ranks, op, comm_pr
         assert max(errors) <= TOLERANCE[torch.float32], f"{op}, rank {rank}: relative errors {errors}"
 
 
+@pytest.mark.parametrize("op", ["matmul_all_gather", "gemm_all_scatter"])
+@pytest.mark.parametrize("split_k", [2, 3])
+def test_gather_ops_with_k_split_match_float64(ranks, op, split_k):
+    """FusedConfig(split_k=S): S programs per tile, each over a part of K (K 100 in steps of 32: with 3
+    parts the last one is empty), the last adding the others'; called again, the parts' flags start over."""
+    config = FusedConfig(split_k=split_k)
+    for rank, errors in enumerate(ranks.run(_run_op, op, 72, 80, 100, torch.float32, True, seeds=[3, 4, 5],
+                                            config=config)):
+        assert max(errors) <= TOLERANCE[torch.float32], f"{op}, rank {rank}: relative errors {errors}"
+    for rank, errors in enumerate(ranks.run(_run_op, op, 40, 70, 100, torch.bfloat16, False, seeds=[6],
+                                            config=config)):
+        assert max(errors) <= TOLERANCE[torch.bfloat16], f"{op}, rank {rank}: relative errors {errors}"
+
+
+def test_a_k_split_is_fitted_where_the_default_tile_leaves_most_programs_idle():
+    """fitted_launch() with the K splits matmul_gather takes: the default tile cut in 2 or 4 where its parts
+    fill the programs in fewer waves (at the estimated cost) than the half or small tile; set by hand, as set."""
+    from iris.ops._fused import SPLITS, fitted_launch
+
+    default = FusedConfig()
+    assert fitted_launch(default, 256, 8192, 132, torch.bfloat16)["BLOCK_N"] == 128  # no splits: the half tile
+    assert "SPLIT" not in fitted_launch(default, 256, 8192, 132, torch.bfloat16)
+
+    def fitted(rows, cols, programs=132, config=default):
+        launch = fitted_launch(config, rows, cols, programs, torch.bfloat16, SPLITS)
+        return launch["BLOCK_M"], launch["BLOCK_N"], launch["SPLIT"]
+
+    assert fitted(256, 8192) == (128, 256, 2)  # 64 tiles: 128 halves, one wave
+    assert fitted(64, 8192) == (128, 256, 4)  # 32 tiles: 128 quarters
+    assert fitted(64, 14336) == (64, 128, 1)  # 112 small tiles, one wave: as before
+    assert fitted(256, 14336) == (128, 256, 1)  # 112 tiles: one wave already
+    assert fitted(512, 8192) == (128, 256, 1)
+    assert fitted(4096, 8192) == (128, 256, 1)
+    assert fitted(256, 8192, config=FusedConfig(split_k=3)) == (128, 128, 3)  # the split as set, the tile fitted
+    assert fitted(256, 8192, config=FusedConfig(split_k=1)) == (128, 128, 1)
+
+
 @pytest.mark.parametrize("op", ["matmul_all_reduce", "matmul_reduce_scatter", "matmul_all_gather",
                                 "gemm_all_scatter", "all_gather_matmul"])
 def test_fused_op_with_tma_loads_matches_float64(ranks, op):
@@ -290,11 +327,17 @@ def test_fused_ops_refuse_bad_operands_before_any_launch(ranks):
 
 @pytest.mark.parametrize("field,value", [("block_size_m", 8), ("block_size_n", 100), ("group_size_m", 3),
                                          ("num_warps", 0), ("num_stages", True), ("comm_programs", -1),
-                                         ("reduce_at_owner", 1), ("copy_engine", 1)])
+                                         ("reduce_at_owner", 1), ("copy_engine", 1), ("split_k", 0),
+                                         ("split_k", True)])
 def test_fused_config_names_the_bad_field_and_value(field, value):
     with pytest.raises(ValueError) as info:
         FusedConfig(**{field: value})
     assert f"FusedConfig.{field}={value!r}" in str(info.value)
+
+
+def test_a_k_split_and_tma_loads_do_not_mix():
+    with pytest.raises(ValueError, match="split_k=2 and tma_loads=True"):
+        FusedConfig(split_k=2, tma_loads=True)
 
 
 def test_owner_reduce_and_communication_programs_do_not_mix():

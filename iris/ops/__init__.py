@@ -89,7 +89,7 @@ class Ops:
             return _matmul_reduce.problem(op, op == "matmul_reduce_scatter", self._ctx, output, A, B, config)[:2]
         if op == "all_gather_matmul":
             return _gather_matmul.problem(self._ctx, output, A, config)[:2]
-        return (op,), {}
+        return _matmul_gather.problem(op, op == "matmul_all_gather", self._ctx, A, B, config)[:2]
 
     @checked_across_ranks
     def matmul_all_reduce(self, output, A, B, bias=None, async_op=False, config=None, workspace=None):

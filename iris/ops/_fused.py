@@ -65,12 +65,19 @@ HALF_TILE = dict(block_size_n=128)
 HALF_TILE_COST = 0.88
 SMALL_TILE = dict(block_size_m=64, block_size_n=128, num_warps=4, num_stages=4)
 SMALL_TILE_COST = 0.53
+# A K part of the default tile (FusedConfig.split_k): 1 / S of the tile's time, plus the hand-over of a float32
+# tile through the workspace and its flag (an estimate, not yet measured on a GPU).
+SPLIT_COST = 0.04
+# The K splits a kernel that takes them (iris.ops.matmul_gather) is fitted among.
+SPLITS = (1, 2, 4)
 _TILE_FIELDS = ("block_size_m", "block_size_n", "block_size_k", "group_size_m", "num_warps", "num_stages")
 
 
-def fitted_launch(config: FusedConfig, rows: int, cols: int, programs: int, dtype: torch.dtype) -> dict:
+def fitted_launch(config: FusedConfig, rows: int, cols: int, programs: int, dtype: torch.dtype,
+                  splits: tuple[int, ...] | None = None) -> dict:
     """The tile constexprs and launch options (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps,
-    num_stages) for an (rows, cols) output on ``programs`` concurrent programs.
+    num_stages, and SPLIT where ``splits`` is given) for an (rows, cols) output on ``programs``
+    concurrent programs.
 
     ``config``'s own, except where its tile fields are all at their defaults: then, of the default
     tile, :data:`HALF_TILE` and :data:`SMALL_TILE`, the one whose waves of ``programs`` tiles finish
@@ -78,31 +85,45 @@ def fitted_launch(config: FusedConfig, rows: int, cols: int, programs: int, dtyp
     float32 operands take half the K depth, so that the stages take the shared memory they take in
     16 bits.
 
+    ``splits``: the K splits the caller's kernel takes (:data:`SPLITS`; None: it takes none, and the
+    result has no SPLIT). ``config.split_k`` where set; else the default tile cut in each of them
+    competes too, a part costing 1 / S of the tile plus :data:`SPLIT_COST`.
+
     Example:
         >>> fitted_launch(FusedConfig(), 128, 8192, 132, torch.bfloat16)["BLOCK_M"]   # 32 tiles: too few
         64
         >>> fitted_launch(FusedConfig(), 128, 14336, 132, torch.bfloat16)["BLOCK_N"]  # 56: 112 half tiles, one wave
         128
+        >>> fitted_launch(FusedConfig(), 256, 8192, 132, torch.bfloat16, SPLITS)["SPLIT"]  # 64 tiles, 128 halves
+        2
     """
+    fitted = splits is not None and config.split_k is None
+    split = config.split_k or 1
     if all(getattr(config, name) == getattr(FusedConfig, name) for name in _TILE_FIELDS):
-        def cost(tile: FusedConfig, per_tile: float) -> float:
+        def cost(tile: FusedConfig, per_tile: float, parts: int) -> float:
             tiles = triton.cdiv(rows, tile.block_size_m) * triton.cdiv(cols, tile.block_size_n)
-            return triton.cdiv(tiles, programs) * per_tile
+            return triton.cdiv(tiles * parts, programs) * (per_tile / parts + (SPLIT_COST if parts > 1 else 0.0))
 
-        candidates = [(config, 1.0), (replace(config, **HALF_TILE), HALF_TILE_COST),
-                      (replace(config, **SMALL_TILE), SMALL_TILE_COST)]
-        config = min(candidates, key=lambda candidate: cost(*candidate))[0]  # min keeps the first of equals
+        candidates = [(config, 1.0, 1), (replace(config, **HALF_TILE), HALF_TILE_COST, 1),
+                      (replace(config, **SMALL_TILE), SMALL_TILE_COST, 1)]
+        candidates += [(config, 1.0, parts) for parts in (splits if fitted else ()) if parts > 1]
+        config, _, chosen = min(candidates, key=lambda candidate: cost(*candidate))  # min keeps the first of equals
+        split = chosen if fitted else split
     depth = max(16, config.block_size_k // 2) if dtype == torch.float32 else config.block_size_k
-    return dict(BLOCK_M=config.block_size_m, BLOCK_N=config.block_size_n, BLOCK_K=depth,
-                GROUP_M=config.group_size_m, num_warps=config.num_warps, num_stages=config.num_stages)
+    launch = dict(BLOCK_M=config.block_size_m, BLOCK_N=config.block_size_n, BLOCK_K=depth,
+                  GROUP_M=config.group_size_m, num_warps=config.num_warps, num_stages=config.num_stages)
+    return launch if splits is None else dict(launch, SPLIT=split)
 
 
-def tile(ctx, config: FusedConfig, dtype: torch.dtype, rows: int, cols: int) -> dict:
+def tile(ctx, config: FusedConfig, dtype: torch.dtype, rows: int, cols: int,
+         splits: tuple[int, ...] | None = None) -> dict:
     """The tile and launch options of one call with an (rows, cols) output: :func:`fitted_launch` for
-    this rank's concurrent programs on a GPU; the interpreter's own small tile on the CPU backend."""
+    this rank's concurrent programs on a GPU; the interpreter's own small tile on the CPU backend (K split
+    only as ``config.split_k`` says)."""
     if ctx.team.backend.interpreted:
-        return dict(INTERPRETED_TILE, num_warps=config.num_warps, num_stages=config.num_stages)
-    return fitted_launch(config, rows, cols, concurrent_programs(ctx), dtype)
+        launch = dict(INTERPRETED_TILE, num_warps=config.num_warps, num_stages=config.num_stages)
+        return launch if splits is None else dict(launch, SPLIT=config.split_k or 1)
+    return fitted_launch(config, rows, cols, concurrent_programs(ctx), dtype, splits)
 
 
 # FusedConfig(tma_loads=None) takes the descriptors where this rank's A has at least this many rows: on

@@ -46,6 +46,12 @@ class FusedConfig:
             (``iris.ops.gather_matmul.COPY_ENGINE_AUTO_ROWS``) and the job and A_shard allow it, else
             by the programs: on 2 x H100 the copies were 3-8% faster at M 128-1024 and 4-8% slower at
             M 4096-16384 (benchmarks/results/ops_agm_nvidia-h100_2ranks_copy_engine.csv).
+        split_k: matmul_all_gather and gemm_all_scatter only. S > 1: each output tile's product over K is
+            cut into S parts computed by S programs; the last one adds the others' parts (handed over
+            through a local workspace) and stores the tile, so an output of few tiles still fills the
+            SMs. Loads without tensor descriptors (not with tma_loads=True). None (default): on a GPU, 1,
+            2 or 4, whichever ``iris.ops._fused.fitted_launch`` expects to finish soonest with the default
+            tile (decode-like M); 1 on the CPU backend.
         all_reduce_variant: accepted for code written for the original (its choice of the all-reduce
             inside matmul_all_reduce: None or one of iris.ccl's variants); Iris's fused kernel
             exchanges its tiles itself, so it has no effect.
@@ -66,6 +72,7 @@ class FusedConfig:
     tma_loads: bool | None = None
     all_reduce_variant: str | None = None
     copy_engine: bool | None = None
+    split_k: int | None = None
 
     def __post_init__(self):
         if self.all_reduce_variant is not None and self.all_reduce_variant not in ALL_REDUCE_VARIANTS:
@@ -87,6 +94,12 @@ class FusedConfig:
             raise ValueError(f"FusedConfig.tma_loads={self.tma_loads!r}: must be None, True or False")
         if not isinstance(self.copy_engine, (bool, type(None))):
             raise ValueError(f"FusedConfig.copy_engine={self.copy_engine!r}: must be None, True or False")
+        if self.split_k is not None and (not isinstance(self.split_k, int) or isinstance(self.split_k, bool)
+                                         or self.split_k < 1):
+            raise ValueError(f"FusedConfig.split_k={self.split_k!r}: must be None or an int >= 1")
+        if self.split_k is not None and self.split_k > 1 and self.tma_loads:
+            raise ValueError(f"FusedConfig(split_k={self.split_k} and tma_loads=True): the K parts load without "
+                             "tensor descriptors; pass one or the other")
         if not isinstance(self.reduce_at_owner, (bool, type(None))):
             raise ValueError(f"FusedConfig.reduce_at_owner={self.reduce_at_owner!r}: must be None, True or False")
         if self.reduce_at_owner and self.comm_programs:

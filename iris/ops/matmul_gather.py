@@ -25,11 +25,12 @@ Example:
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
 from iris.ccl.all_gather import store_to_members
-from iris.device import tracing
+from iris.device import sync, tracing
 from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.device.tracing import elements_bytes
 from iris.kernel_launch import bind
@@ -38,46 +39,113 @@ from iris.ops.config import FusedConfig
 from iris.ops.gemm import add_bias, operand, tile_count, tile_of, tile_product
 
 
+@triton.jit
+def _hand_over(acc, parts, ready, slot, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A K part of a tile, for the program that finishes the tile: into workspace slot ``slot``, then its flag."""
+    place = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    tl.store(parts + tl.cast(slot, tl.int64) * (BLOCK_M * BLOCK_N) + place, acc)
+    tl.debug_barrier()  # every thread's stores of the part before its flag
+    tl.atomic_xchg(ready + slot, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def _take_over(acc, parts, ready, tile, tiles, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``acc`` (the tile's last K part) plus its other parts, each waited for; their flags cleared for the next call."""
+    place = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    for part in range(0, SPLIT - 1):
+        slot = part * tiles + tile
+        sync.wait_until(ready + slot, "==", 1, scope="gpu")
+        tl.debug_barrier()  # the acquire before any thread reads the part
+        acc += tl.load(parts + tl.cast(slot, tl.int64) * (BLOCK_M * BLOCK_N) + place)
+        tl.atomic_xchg(ready + slot, 0, sem="relaxed", scope="gpu")  # the next writer is the next call's kernel
+    return acc
+
+
 @triton.jit(do_not_specialize=GROUP_ARGS)
-def _matmul_gather_kernel(a, b, out, bias, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on,
-                          members, count, index, cur, heap_bases, arrivals, expected, ALONG_M: tl.constexpr,
-                          HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, WORLD: tl.constexpr,
+def _matmul_gather_kernel(a, b, out, bias, parts, ready, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                          stride_om, stride_on, members, count, index, cur, heap_bases, arrivals, expected,
+                          ALONG_M: tl.constexpr, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, WORLD: tl.constexpr,
                           EXIT_BARRIER: tl.constexpr, BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr,
-                          TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                          GROUP_M: tl.constexpr):
+                          TMA: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
+    tiles = tiles_m * tiles_n
     a_tiles = operand(a, M, K, stride_am, TMA, BLOCK_M, BLOCK_K)
     b_tiles = operand(b, K, N, stride_bk, TMA, BLOCK_K, BLOCK_N)
+    depth = tl.cdiv(tl.cdiv(K, SPLIT), BLOCK_K) * BLOCK_K  # K of a part: whole steps (the last part: the rest)
     trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK, TRACE)
-    for tile in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
+    # Units part * tiles + tile: a program takes the parts it hands over before any it finishes, and
+    # a finisher waits only for parts that wait for nothing.
+    for unit in range(tl.program_id(0), tiles * SPLIT, tl.num_programs(0)):
+        part = unit // tiles
+        tile = unit % tiles
         tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
         span = trace.start(tracing.COMPUTE, cur, cur, out, tile_m, tile_n, 0)
-        acc, rows, cols = tile_product(a_tiles, b_tiles, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m,
-                                       tile_n, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
-        trace.end(span)
-        acc = add_bias(acc, bias, cols, N, HAS_BIAS)
-        value = acc.to(out.dtype.element_ty)
-        mask = (rows[:, None] < M) & (cols[None, :] < N)
-        if ALONG_M:
-            place = (rows[:, None] + index * M).to(tl.int64) * stride_om + cols[None, :] * stride_on
+        if SPLIT == 1:
+            acc, rows, cols = tile_product(a_tiles, b_tiles, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                           tile_m, tile_n, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
         else:
-            place = rows[:, None].to(tl.int64) * stride_om + (cols[None, :] + index * N) * stride_on
-        span = trace.start(tracing.PUT, cur, -1, out, tile_m, tile_n, elements_bytes(out, count * BLOCK_M * BLOCK_N))
-        # into every member, from a different one on every rank; across nodes as block puts (one per row)
-        store_to_members(out + place, value, members, count, index, cur, heap_bases, mask, 0)
+            start = tl.cast(part * depth, tl.int64)
+            acc, rows, cols = tile_product(a + start * stride_ak, b + start * stride_bk, M, N,
+                                           tl.maximum(tl.minimum(depth, K - part * depth), 0), stride_am, stride_ak,
+                                           stride_bk, stride_bn, tile_m, tile_n, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
         trace.end(span)
+        if SPLIT > 1:
+            if part < SPLIT - 1:
+                _hand_over(acc, parts, ready, unit, BLOCK_M, BLOCK_N)
+            else:
+                _finish_tile(_take_over(acc, parts, ready, tile, tiles, SPLIT, BLOCK_M, BLOCK_N), rows, cols, out,
+                             bias, M, N, stride_om, stride_on, tile_m, tile_n, members, count, index, cur,
+                             heap_bases, trace, ALONG_M, HAS_BIAS, BLOCK_M, BLOCK_N)
+        else:
+            _finish_tile(acc, rows, cols, out, bias, M, N, stride_om, stride_on, tile_m, tile_n, members, count, index,
+                         cur, heap_bases, trace, ALONG_M, HAS_BIAS, BLOCK_M, BLOCK_N)
     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
+
+
+@triton.jit
+def _finish_tile(acc, rows, cols, out, bias, M, N, stride_om, stride_on, tile_m, tile_n, members, count, index, cur,
+                 heap_bases, trace, ALONG_M: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr):
+    """A whole tile's product: the bias, then into every member's output at this rank's place."""
+    acc = add_bias(acc, bias, cols, N, HAS_BIAS)
+    value = acc.to(out.dtype.element_ty)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    if ALONG_M:
+        place = (rows[:, None] + index * M).to(tl.int64) * stride_om + cols[None, :] * stride_on
+    else:
+        place = rows[:, None].to(tl.int64) * stride_om + (cols[None, :] + index * N) * stride_on
+    span = trace.start(tracing.PUT, cur, -1, out, tile_m, tile_n, elements_bytes(out, count * BLOCK_M * BLOCK_N))
+    # into every member, from a different one on every rank; across nodes as block puts (one per row)
+    store_to_members(out + place, value, members, count, index, cur, heap_bases, mask, 0)
+    trace.end(span)
 
 
 def _output_shape(along_m: bool, world: int):
     return lambda M, K, N: (world * M, N) if along_m else (M, world * N)
 
 
+def problem(what: str, along_m: bool, ctx, A, B, config: FusedConfig) -> tuple:
+    """(key, spec, tile) of one call: the tile and K split, and the workspace a split needs (the parts a program
+    hands over to the one that finishes their tile, and their flags); none without a split."""
+    M, N = A.shape[0], B.shape[1]
+    tile = _fused.tile(ctx, config, A.dtype, M, N, _fused.SPLITS)
+    handed = (tile["SPLIT"] - 1) * tile_count(M, N, tile)  # parts handed over
+    spec = {} if handed == 0 else {
+        "parts": _fused.Buffer(handed * tile["BLOCK_M"] * tile["BLOCK_N"], torch.float32, heap=False),
+        "ready": _fused.Buffer(handed, torch.int32, heap=False, zeroed=True)}
+    key = (what,) if handed == 0 else (what, M, N, tile["BLOCK_M"], tile["BLOCK_N"], tile["SPLIT"])
+    return key, spec, tile
+
+
 def preamble(what: str, along_m: bool, ctx, output, A, B, config=None) -> _fused.Workspace:
-    """Check the operands; these ops keep no workspace (the output is the only buffer peers write)."""
+    """Check the operands and make the workspace (empty unless the call splits K: the output is the only
+    buffer peers write)."""
+    config = FusedConfig() if config is None else config
     _fused.check(what, ctx, output, A, B, None, _output_shape(along_m, ctx.get_num_ranks()), symmetric_output=True)
-    return _fused.Workspace((what,), {})
+    key, spec, _ = problem(what, along_m, ctx, A, B, config)
+    return _fused.Workspace.allocate(ctx, key, spec)
 
 
 def run(what: str, along_m: bool, ctx, output, A, B, bias=None, async_op=False, config=None,
@@ -86,15 +154,17 @@ def run(what: str, along_m: bool, ctx, output, A, B, bias=None, async_op=False, 
     launch, bound (:mod:`iris.kernel_launch`), not yet launched: ``ctx.ops`` launches and replays it."""
     config = FusedConfig() if config is None else config
     _fused.check(what, ctx, output, A, B, bias, _output_shape(along_m, ctx.get_num_ranks()), symmetric_output=True)
-    workspace = _fused.workspace_for(ctx, what, (what,), {}, workspace)
+    key, spec, tile = problem(what, along_m, ctx, A, B, config)
+    workspace = _fused.workspace_for(ctx, what, key, spec, workspace)
     M, N = A.shape[0], B.shape[1]
-    tile = _fused.tile(ctx, config, A.dtype, M, N)
-    programs = _fused.launch_size(ctx, tile_count(M, N, tile))
+    programs = _fused.launch_size(ctx, tile_count(M, N, tile) * tile["SPLIT"])
+    parts = getattr(workspace, "parts", output)  # unused without a split
     launch = bind(
         _matmul_gather_kernel, (programs,),
-        A, B, output, bias if bias is not None else output, M, N, A.shape[1], A.stride(0), A.stride(1), B.stride(0),
-        B.stride(1), output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), ALONG_M=along_m,
-        HAS_BIAS=bias is not None, UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(),
-        EXIT_BARRIER=not async_op, BARRIER_BLOCK=ctx.team.barrier.block, TRACE=ctx.tracing.enabled,
-        TMA=_fused.tma_loads(ctx, config, A, B), **tile)
+        A, B, output, bias if bias is not None else output, parts, getattr(workspace, "ready", parts), M, N,
+        A.shape[1], A.stride(0), A.stride(1), B.stride(0), B.stride(1), output.stride(0), output.stride(1),
+        *_fused.barrier_arguments(ctx), ALONG_M=along_m, HAS_BIAS=bias is not None,
+        UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(), EXIT_BARRIER=not async_op,
+        BARRIER_BLOCK=ctx.team.barrier.block, TRACE=ctx.tracing.enabled,
+        TMA=tile["SPLIT"] == 1 and _fused.tma_loads(ctx, config, A, B), **tile)
     return workspace, [launch]
