@@ -136,8 +136,9 @@ def test_gather_ops_with_k_split_match_float64(ranks, op, split_k):
 
 
 def test_a_k_split_is_fitted_where_the_default_tile_leaves_most_programs_idle():
-    """fitted_launch() with the K splits matmul_gather takes: the default tile cut in 2 or 4 where its parts
-    fill the programs in fewer waves (at the estimated cost) than the half or small tile; set by hand, as set."""
+    """fitted_launch() with the K splits matmul_gather takes: from 256 output rows, the default tile cut in 2 or 4
+    where its parts fill the programs in fewer waves (at their measured cost) than the half or small tile; set by
+    hand, as set."""
     from iris.ops._fused import SPLITS, fitted_launch
 
     default = FusedConfig()
@@ -149,8 +150,9 @@ def test_a_k_split_is_fitted_where_the_default_tile_leaves_most_programs_idle():
         return launch["BLOCK_M"], launch["BLOCK_N"], launch["SPLIT"]
 
     assert fitted(256, 8192) == (128, 256, 2)  # 64 tiles: 128 halves, one wave
-    assert fitted(64, 8192) == (128, 256, 4)  # 32 tiles: 128 quarters
-    assert fitted(64, 14336) == (64, 128, 1)  # 112 small tiles, one wave: as before
+    assert fitted(64, 8192) == (64, 128, 1)  # fewer than SPLIT_MIN_ROWS rows: no split, as before
+    assert fitted(128, 14336) == (128, 128, 1)
+    assert fitted(64, 14336) == (64, 128, 1)
     assert fitted(256, 14336) == (128, 256, 1)  # 112 tiles: one wave already
     assert fitted(512, 8192) == (128, 256, 1)
     assert fitted(4096, 8192) == (128, 256, 1)

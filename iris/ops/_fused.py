@@ -65,9 +65,14 @@ HALF_TILE = dict(block_size_n=128)
 HALF_TILE_COST = 0.88
 SMALL_TILE = dict(block_size_m=64, block_size_n=128, num_warps=4, num_stages=4)
 SMALL_TILE_COST = 0.53
-# A K part of the default tile (FusedConfig.split_k): 1 / S of the tile's time, plus the hand-over of a float32
-# tile through the workspace and its flag (an estimate, not yet measured on a GPU).
-SPLIT_COST = 0.04
+# A K part of the default tile (FusedConfig.split_k): 1 / S of the tile's time plus this, the hand-over of a
+# float32 tile through the workspace and the finisher's wait. On 2 x H100 (docs/benchmarks.md, "K split") two
+# parts of the default tile at 256 output rows took the place of half tiles 8-14 us faster on about 75 us of
+# compute: a part cost about 0.6-0.67 of the tile against 0.88 for a half tile.
+SPLIT_COST = 0.15
+# Fewer output rows than this split nothing: at 64 and 128 rows the parts were slower than the small and half
+# tiles on the same 2 x H100 (by 10-17%), though the costs above say otherwise: B's reads bound those shapes.
+SPLIT_MIN_ROWS = 256
 # The K splits a kernel that takes them (iris.ops.matmul_gather) is fitted among.
 SPLITS = (1, 2, 4)
 _TILE_FIELDS = ("block_size_m", "block_size_n", "block_size_k", "group_size_m", "num_warps", "num_stages")
@@ -86,8 +91,8 @@ def fitted_launch(config: FusedConfig, rows: int, cols: int, programs: int, dtyp
     16 bits.
 
     ``splits``: the K splits the caller's kernel takes (:data:`SPLITS`; None: it takes none, and the
-    result has no SPLIT). ``config.split_k`` where set; else the default tile cut in each of them
-    competes too, a part costing 1 / S of the tile plus :data:`SPLIT_COST`.
+    result has no SPLIT). ``config.split_k`` where set; else, from :data:`SPLIT_MIN_ROWS` rows, the
+    default tile cut in each of them competes too, a part costing 1 / S of the tile plus :data:`SPLIT_COST`.
 
     Example:
         >>> fitted_launch(FusedConfig(), 128, 8192, 132, torch.bfloat16)["BLOCK_M"]   # 32 tiles: too few
@@ -106,7 +111,8 @@ def fitted_launch(config: FusedConfig, rows: int, cols: int, programs: int, dtyp
 
         candidates = [(config, 1.0, 1), (replace(config, **HALF_TILE), HALF_TILE_COST, 1),
                       (replace(config, **SMALL_TILE), SMALL_TILE_COST, 1)]
-        candidates += [(config, 1.0, parts) for parts in (splits if fitted else ()) if parts > 1]
+        candidates += [(config, 1.0, parts) for parts in (splits if fitted and rows >= SPLIT_MIN_ROWS else ())
+                       if parts > 1]
         config, _, chosen = min(candidates, key=lambda candidate: cost(*candidate))  # min keeps the first of equals
         split = chosen if fitted else split
     depth = max(16, config.block_size_k // 2) if dtype == torch.float32 else config.block_size_k
