@@ -15,6 +15,12 @@ before its first store (every member's previous use of its output has ended) and
 (unless ``async_op``): when a rank's kernel ends, every rank's tiles have landed in its output.
 With ``async_op=True`` call ``ctx.device_barrier()`` (or ``ctx.barrier()``) before reading it.
 
+With ``FusedConfig(split_k=S)`` (fitted by default where an output of few tiles would leave most
+programs idle, see ``iris.ops._fused.fitted_launch``) S programs share a tile, each over a part of K:
+units ``part * tiles + tile``, so a program reaches every part it hands over (a float32 tile in a
+local workspace, then its flag) before any tile it finishes (the last part, which waits for the
+others' flags, adds their parts and stores the tile as above). Nothing a part waits for waits itself.
+
 Example:
     >>> W = ctx.get_num_ranks()
     >>> out = ctx.empty(W * M, N, dtype=torch.bfloat16)        # on the heap: peers write into it
@@ -75,8 +81,7 @@ def _matmul_gather_kernel(a, b, out, bias, parts, ready, M, N, K, stride_am, str
     b_tiles = operand(b, K, N, stride_bk, TMA, BLOCK_K, BLOCK_N)
     depth = tl.cdiv(tl.cdiv(K, SPLIT), BLOCK_K) * BLOCK_K  # K of a part: whole steps (the last part: the rest)
     trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK, TRACE)
-    # Units part * tiles + tile: a program takes the parts it hands over before any it finishes, and
-    # a finisher waits only for parts that wait for nothing.
+    # Units part * tiles + tile (see the module): the parts handed over come before the parts that finish.
     for unit in range(tl.program_id(0), tiles * SPLIT, tl.num_programs(0)):
         part = unit // tiles
         tile = unit % tiles
