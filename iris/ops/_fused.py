@@ -70,8 +70,8 @@ SMALL_TILE_COST = 0.53
 # parts of the default tile at 256 output rows took the place of half tiles 8-14 us faster on about 75 us of
 # compute: a part cost about 0.6-0.67 of the tile against 0.88 for a half tile.
 SPLIT_COST = 0.15
-# Fewer output rows than this split nothing: at 64 and 128 rows the parts were slower than the small and half
-# tiles on the same 2 x H100 (by 10-17%), though the costs above say otherwise: B's reads bound those shapes.
+# Fewer output rows than this split nothing: at M 128 the parts were 12-13% slower than the small and half tiles
+# at two of three shapes on the same 2 x H100 (level at the third), though the costs above say otherwise.
 SPLIT_MIN_ROWS = 256
 # The K splits a kernel that takes them (iris.ops.matmul_gather) is fitted among.
 SPLITS = (1, 2, 4)
