@@ -67,7 +67,7 @@ SMALL_TILE = dict(block_size_m=64, block_size_n=128, num_warps=4, num_stages=4)
 SMALL_TILE_COST = 0.53
 # A K part of the default tile (FusedConfig.split_k): 1 / S of the tile's time plus this, the hand-over of a
 # float32 tile through the workspace and the finisher's wait. On 2 x H100 (docs/benchmarks.md, "K split") two
-# parts of the default tile at 256 output rows took the place of half tiles 8-14 us faster on about 75 us of
+# parts of the default tile at 256 output rows took the place of half tiles 8-15 us faster on about 75 us of
 # compute: a part cost about 0.6-0.67 of the tile against 0.88 for a half tile.
 SPLIT_COST = 0.15
 # Fewer output rows than this split nothing: at M 128 the parts were 12-13% slower than the small and half tiles

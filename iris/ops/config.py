@@ -51,7 +51,7 @@ class FusedConfig:
             through a local workspace) and stores the tile, so an output of few tiles still fills the
             SMs. Loads without tensor descriptors (not with tma_loads=True). None (default): on a GPU, where
             the output has at least 256 rows, 1, 2 or 4, whichever ``iris.ops._fused.fitted_launch``
-            expects to finish soonest with the default tile (on 2 x H100: 2 parts at 256 x 8192, 8-14%
+            expects to finish soonest with the default tile (on 2 x H100: 2 parts at 256 x 8192, 7-14%
             faster than half tiles); 1 on the CPU backend.
         all_reduce_variant: accepted for code written for the original (its choice of the all-reduce
             inside matmul_all_reduce: None or one of iris.ccl's variants); Iris's fused kernel
