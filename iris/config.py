@@ -15,6 +15,8 @@ IRIS_GRAPH_REPLAY           default ``1``: a repeated ccl/ops call replays its l
                             graph captured on its second call (see iris.kernel_launch.Plans); ``0``: off
 IRIS_LL_PACK                default ``0``: ``1`` packs two 16-bit elements into each word of all_reduce's
                             ll variant (iris.ccl.all_reduce_push); the same on every rank
+IRIS_CPU_BIND               default ``0``: ``1`` makes ``iris run`` give each rank cores of its own, as
+                            ``--cpu-bind`` does (iris.cpu_binding)
 NVSHMEM_SYMMETRIC_SIZE      NVSHMEM's own heap; set by the shmem heap provider when unset, to hold Iris's heap
 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE  CUDA MPS's share of a GPU's threads per process; read by the shmem heap
 IRIS_CROSS_COMPILE          CPU backend: also compile every launched kernel for these GPU targets
@@ -31,8 +33,9 @@ RANK, WORLD_SIZE, ...       the launcher's (torchrun, ``iris run``; mpirun's siz
 ==========================  =========================================================================
 
 Values are read when asked for, not cached: a test may change one between contexts. The switches
-(IRIS_SIMULATION, IRIS_DEBUG, IRIS_GRAPH_REPLAY, IRIS_LL_PACK) take 1, true, yes, on or 0, false, no, off (any
-case); any other word is refused with its name when a context is made, before any allocation.
+(IRIS_SIMULATION, IRIS_DEBUG, IRIS_GRAPH_REPLAY, IRIS_LL_PACK, IRIS_CPU_BIND) take 1, true, yes, on or 0, false,
+no, off (any case); any other word is refused with its name when a context is made (IRIS_CPU_BIND: when ``iris
+run`` starts), before any allocation.
 
 Example:
     >>> from iris import config
@@ -65,6 +68,11 @@ def switch(name: str, default: bool) -> bool:
         return value in _TRUE
     raise ValueError(f"{name}={text(name)!r}: give 0 or 1 (or off/on), or leave it unset for the default "
                      f"({int(default)})")
+
+
+def cpu_bind_requested() -> bool:
+    """IRIS_CPU_BIND: ``iris run`` binds each rank to cores of its own (iris.cpu_binding)."""
+    return switch("IRIS_CPU_BIND", False)
 
 
 def backend_request() -> str:

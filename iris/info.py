@@ -29,6 +29,7 @@ _SWITCHES = {
     + (" (default)" if not config.text("IRIS_GRAPH_REPLAY").strip() else "") + _no_graphs_here(),
     "IRIS_DEBUG": lambda: "on" if config.debug_requested() else "off",
     "IRIS_LL_PACK": lambda: "two 16-bit elements a word" if config.ll_pack() else "off (one element a word)",
+    "IRIS_CPU_BIND": lambda: "iris run binds each rank to cores of its own" if config.cpu_bind_requested() else "off",
     "IRIS_WAIT_TIMEOUT": lambda: f"{config.wait_timeout_s():g} s (debug mode's waits)",
     "IRIS_LOG_LEVEL": config.log_level_name,
     "IRIS_CROSS_COMPILE": lambda: config.cross_compile_targets() or "off",

@@ -1,4 +1,4 @@
-"""``iris run -n N [--timeout S] script.py [args...]``: start N ranks on this machine.
+"""``iris run -n N [--timeout S] [--cpu-bind] script.py [args...]``: start N ranks on this machine.
 
 Each rank gets the environment Iris's bootstrap reads (RANK, LOCAL_RANK,
 WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) plus IRIS_JOB_ID.
@@ -8,6 +8,9 @@ killed by signal N; a segmentation fault prints the rank's Python stack and a hi
 after ``--timeout`` seconds each rank still running prints every thread's Python
 stack (ranks that imported iris: see :func:`enable_stack_dumps`), then every rank is
 stopped and the exit code is 124.
+
+With ``--cpu-bind`` (or IRIS_CPU_BIND=1) each rank runs on cores of its own, spread over the
+NUMA nodes (:mod:`iris.cpu_binding`); the launcher prints which.
 
 Nothing outlives the launcher: SIGTERM, SIGHUP and SIGINT (what ``timeout``, Slurm
 and Ctrl-C send) are forwarded to every rank's process group, which gets
@@ -33,6 +36,7 @@ import time
 import uuid
 
 from iris import config
+from iris.cpu_binding import binding, cpu_list
 from iris.runtime.shm import remove_stale_segments
 
 TIMEOUT_EXIT_CODE = 124
@@ -114,6 +118,20 @@ def _die_with_launcher_hook():
     return hook
 
 
+def _rank_start_hook(cpus):
+    """What a rank's process runs before the script: dies with the launcher; on ``cpus`` only, where given."""
+    hook = _die_with_launcher_hook()
+    if cpus is None:
+        return hook
+
+    def start():
+        if hook is not None:
+            hook()
+        os.sched_setaffinity(0, cpus)
+
+    return start
+
+
 def _pump(stream, rank: int, sink, lock) -> None:
     for raw in iter(stream.readline, b""):
         line = raw.decode(errors="replace")
@@ -189,8 +207,10 @@ def _watch(procs, timeout, sink, lock) -> int:
         time.sleep(0.05)
 
 
-def run(nprocs: int, command: list[str], timeout: float | None = None, sink=None) -> int:
+def run(nprocs: int, command: list[str], timeout: float | None = None, sink=None, cpu_bind: bool | None = None) -> int:
     """Run ``command`` (``[script, args...]`` or ``[-m, module, ...]``) as ``nprocs`` ranks; returns the exit code.
+
+    ``cpu_bind``: each rank on cores of its own (:mod:`iris.cpu_binding`); None: as IRIS_CPU_BIND says (off).
 
     Example:
         >>> run(2, ["examples/00_hello/example.py", "--validate"], timeout=300)
@@ -201,16 +221,19 @@ def run(nprocs: int, command: list[str], timeout: float | None = None, sink=None
     if timeout is not None and not timeout > 0:
         raise ValueError(f"--timeout {timeout:g}: must be positive (seconds)")
     sink = sink or sys.stdout
+    placed = binding(nprocs) if (config.cpu_bind_requested() if cpu_bind is None else cpu_bind) else None
+    if placed:
+        sink.write("[iris run] CPUs: " + ", ".join(f"rank {r} {cpu_list(cpus)}" for r, cpus in enumerate(placed))
+                   + "\n")
     job, port, lock = uuid.uuid4().hex[:8], free_port(), threading.Lock()
     handling = threading.current_thread() is threading.main_thread()  # only there can Python handle signals
     previous = {s: signal.signal(s, _raise_stopped) for s in FORWARDED_SIGNALS} if handling else {}
     procs, pumps, stop_with, code = [], [], signal.SIGTERM, 0
     try:
-        hook = _die_with_launcher_hook()
         for rank in range(nprocs):  # every rank before any pump thread: preexec_fn wants no other thread
             procs.append(subprocess.Popen([sys.executable, *command], env=rank_environment(rank, nprocs, port, job),
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                                          preexec_fn=hook))
+                                          preexec_fn=_rank_start_hook(placed[rank] if placed else None)))
         for rank, p in enumerate(procs):
             pumps.append(threading.Thread(target=_pump, args=(p.stdout, rank, sink, lock), daemon=True))
             pumps[-1].start()
@@ -239,6 +262,8 @@ def main(argv=None) -> int:
     run_parser = sub.add_parser("run", help="run a script as N ranks on this machine")
     run_parser.add_argument("-n", "--nprocs", type=int, required=True, help="number of ranks")
     run_parser.add_argument("--timeout", type=float, default=None, help="stop every rank after this many seconds")
+    run_parser.add_argument("--cpu-bind", action="store_true", default=None,
+                            help="give each rank cores of its own, spread over the NUMA nodes (IRIS_CPU_BIND=1)")
     run_parser.add_argument("script", help="Python script to run (or -m module)")
     run_parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the script")
     sub.add_parser("cleanup", help="remove the shared-memory segments that killed ranks left in /dev/shm")
@@ -261,7 +286,11 @@ def main(argv=None) -> int:
         parser.error(f"-n {args.nprocs}: need at least one rank")
     if args.timeout is not None and not args.timeout > 0:
         parser.error(f"--timeout {args.timeout:g}: must be positive (seconds)")
-    return run(args.nprocs, [args.script, *args.args], timeout=args.timeout)
+    try:
+        cpu_bind = config.cpu_bind_requested() if args.cpu_bind is None else args.cpu_bind
+    except ValueError as exc:
+        parser.error(str(exc))
+    return run(args.nprocs, [args.script, *args.args], timeout=args.timeout, cpu_bind=cpu_bind)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """`iris run`: rank environment, prefixed output, failure and timeout handling, shared-memory cleanup."""
 
+import ast
 import os
 import subprocess
 import sys
@@ -145,3 +146,54 @@ def test_rendezvous_port_is_free_and_outside_the_ephemeral_range():
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", port))  # still free
     assert len(set(drawn)) > 1
+
+
+@pytest.mark.parametrize("how", ["--cpu-bind", "IRIS_CPU_BIND=1", "off"])
+def test_cpu_bind_gives_each_rank_cores_of_its_own(tmp_path, how):
+    """With --cpu-bind (or IRIS_CPU_BIND=1) every rank runs only on its own CPUs, which the launcher prints;
+    without it, a rank may run wherever the launcher may."""
+    script = tmp_path / "script.py"
+    script.write_text("import os\nprint('cpus', sorted(os.sched_getaffinity(0)))\n")
+    env = dict(os.environ, IRIS_CPU_BIND="1" if how == "IRIS_CPU_BIND=1" else "0")
+    extra = ["--cpu-bind"] if how == "--cpu-bind" else []
+    proc = subprocess.run([sys.executable, "-m", "iris", "run", "-n", "2", *extra, str(script)], env=env,
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    available = sorted(os.sched_getaffinity(0))
+    seen = {r: ast.literal_eval(line.split("cpus", 1)[1].strip()) for r in range(2) for line in proc.stdout.splitlines()
+            if line.startswith(f"[rank {r}] cpus")}
+    if how == "off":
+        assert seen == {0: available, 1: available} and "[iris run] CPUs" not in proc.stdout
+        return
+    assert all(seen[r] and set(seen[r]) <= set(available) for r in range(2)), seen
+    if len(available) >= 2:
+        assert not set(seen[0]) & set(seen[1]), seen
+    assert "[iris run] CPUs: rank 0 " in proc.stdout and ", rank 1 " in proc.stdout, proc.stdout
+
+
+def test_a_bad_cpu_bind_switch_is_refused_by_name(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "iris", "run", "-n", "1", "x.py"],
+                          env=dict(os.environ, IRIS_CPU_BIND="sometimes"), capture_output=True, text=True)
+    assert proc.returncode == 2 and "IRIS_CPU_BIND='sometimes'" in proc.stderr, proc.stderr
+
+
+def test_cpu_binding_spreads_ranks_over_numa_nodes_in_blocks_and_gives_whole_cores():
+    from iris.cpu_binding import binding, cores, cpu_list, numa_nodes, parse_cpu_list
+
+    two_nodes = [[0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]]  # 4 cores of 2 threads on each
+
+    def siblings(cpus):
+        return [[c, c + 8] for c in cpus if c < 8]
+
+    assert binding(2, range(16), two_nodes, siblings) == [[0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]]
+    assert binding(4, range(16), two_nodes, siblings) == [[0, 1, 8, 9], [2, 3, 10, 11], [4, 5, 12, 13],
+                                                         [6, 7, 14, 15]]
+    assert binding(3, range(16), two_nodes, siblings)[:2] == [[0, 1, 8, 9], [2, 3, 10, 11]]  # 2 on node 0
+    assert binding(1, range(16), two_nodes, siblings) == [[0, 1, 2, 3, 8, 9, 10, 11]]  # the first node
+    assert binding(3, range(2), [[0, 1]], lambda cpus: [[c] for c in cpus]) == [[0], [1], [0]]  # in turn
+    assert parse_cpu_list("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11] and cpu_list([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    here = sorted(os.sched_getaffinity(0))  # this machine's own topology: every CPU placed once
+    assert sorted(c for node in numa_nodes(here) for c in node) == here
+    assert sorted(c for core in cores(here) for c in core) == here
+    with pytest.raises(ValueError, match="0 ranks"):
+        binding(0)
