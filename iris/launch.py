@@ -118,12 +118,8 @@ def _die_with_launcher_hook():
     return hook
 
 
-def _rank_start_hook(cpus):
-    """What a rank's process runs before the script: dies with the launcher; on ``cpus`` only, where given."""
-    hook = _die_with_launcher_hook()
-    if cpus is None:
-        return hook
-
+def _on_cpus(hook, cpus):
+    """A ``preexec_fn``: ``hook`` (another one, or None), then this process on ``cpus`` only."""
     def start():
         if hook is not None:
             hook()
@@ -230,10 +226,11 @@ def run(nprocs: int, command: list[str], timeout: float | None = None, sink=None
     previous = {s: signal.signal(s, _raise_stopped) for s in FORWARDED_SIGNALS} if handling else {}
     procs, pumps, stop_with, code = [], [], signal.SIGTERM, 0
     try:
+        hook = _die_with_launcher_hook()
         for rank in range(nprocs):  # every rank before any pump thread: preexec_fn wants no other thread
             procs.append(subprocess.Popen([sys.executable, *command], env=rank_environment(rank, nprocs, port, job),
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                                          preexec_fn=_rank_start_hook(placed[rank] if placed else None)))
+                                          preexec_fn=_on_cpus(hook, placed[rank]) if placed else hook))
         for rank, p in enumerate(procs):
             pumps.append(threading.Thread(target=_pump, args=(p.stdout, rank, sink, lock), daemon=True))
             pumps[-1].start()
