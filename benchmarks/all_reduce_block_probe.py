@@ -1,0 +1,67 @@
+"""Probe: all_reduce's one_shot and two_shot by ``Config.block_size``, beside torch symmetric memory.
+
+    iris run -n 2 benchmarks/all_reduce_block_probe.py        (NVIDIA GPUs, one rank per GPU)
+
+At 64 KiB-1 MiB of bf16 per rank, each call (every variant/block pair, the default, torch symmetric
+memory's one_shot and two_shot) is timed three times in turns: replayed from a CUDA graph (the GPU's
+time per call, ``_results.graph_median_us``) and eager (``_results.median_us``). The output is
+checked once per size. Rank 0 prints microseconds per call, the three rounds side by side.
+Result on 2 x H100: benchmarks/results/all_reduce_block_probe_nvidia-h100_2ranks.txt.
+"""
+import os
+import sys
+from pathlib import Path
+
+for k, v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
+    os.environ.setdefault(k, v)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch  # noqa: E402
+
+import iris  # noqa: E402
+from _results import graph_median_us, median_us  # noqa: E402
+from ccl import symm_mem_calls  # noqa: E402
+from iris.ccl import Config  # noqa: E402
+
+SIZES = (64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20)
+BLOCKS = (256, 512, 1024, 2048, 4096)
+ROUNDS = 3
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print("all_reduce_block_probe: needs NVIDIA GPUs (CUDA graphs, torch symmetric memory)")
+        return 1
+    ctx = iris.iris(1 << 30)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    agree = lambda batch: ctx.broadcast(batch, src=0)  # noqa: E731
+    for nbytes in SIZES:
+        numel = nbytes // 2
+        x = ctx.ones(numel, dtype=torch.bfloat16)
+        y = ctx.empty(numel, dtype=torch.bfloat16)
+        calls = {}
+        for variant in ("two_shot", "one_shot"):
+            for block in BLOCKS:
+                config = Config(all_reduce_variant=variant, block_size=block)
+                calls[f"{variant}/{block}"] = lambda config=config: ctx.ccl.all_reduce(y, x, config=config)
+        calls["iris"] = lambda: ctx.ccl.all_reduce(y, x)
+        calls.update(symm_mem_calls(numel, torch.bfloat16, x.device, max(SIZES))[0])
+        graph = {label: [] for label in calls}
+        eager = {label: [] for label in calls}
+        for _ in range(ROUNDS):
+            for label, call in calls.items():
+                ctx.barrier()
+                graph[label].append(ctx.broadcast(graph_median_us(call, 5, 20, 200.0, agree=agree), src=0))
+                ctx.barrier()
+                eager[label].append(ctx.broadcast(median_us(call, 5, 20, True, 200.0, agree=agree), src=0))
+        if not torch.all(y.float() == world):
+            raise SystemExit(f"rank {rank}: all_reduce of ones did not give {world} everywhere at {nbytes} bytes")
+        if rank == 0:
+            for label in calls:
+                print(f"{nbytes >> 10:5d}K {label:18s} graph {' '.join(f'{v:6.2f}' for v in graph[label])} | eager "
+                      f"{' '.join(f'{v:6.2f}' for v in eager[label])}", flush=True)
+    ctx.barrier()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
