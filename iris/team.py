@@ -33,9 +33,12 @@ from iris.memory.reserved import ReservedLayout
 # of its member.
 LOCK_WORDS = tl.constexpr(4096)
 # all_reduce's push variant (iris.ccl.all_reduce_push): the largest message it takes (bytes per rank), and
-# the most programs of one call (each with its own flags and counts per peer).
-PUSH_BYTES = 256 << 10
-PUSH_PROGRAMS = 32
+# the most programs of one call (each with its own flags and counts per peer). On 2 x H100, replayed from a
+# graph, push with 1 MiB zones and 128 programs beat torch symmetric memory's two_shot at 128 KiB-1 MiB
+# (7.2 against 8.5 us at 256 KiB, 10.0-10.2 against 11.5-11.9 at 1 MiB) where 32 programs trailed it from
+# 512 KiB (docs/benchmarks.md); the zones cost 2 x world MiB of each rank's heap tail, as ll's do.
+PUSH_BYTES = 1 << 20
+PUSH_PROGRAMS = 128
 # all_reduce's ll variant (the same module): the most 8-byte words of a message, each carrying the push's
 # number beside one element (or two of 16 bits with IRIS_LL_PACK: 512 KiB of bfloat16), and its programs count
 # like push's. With IRIS_LL_PACK off a message holds at most LL_UNPACKED elements (the landing zones ll was

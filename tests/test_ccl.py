@@ -25,7 +25,7 @@ def test_config_names_the_bad_field_and_value(field, value):
 
 
 def _misuse():
-    ctx = iris.iris(1 << 20)
+    ctx = iris.iris(4 << 20)  # room for a message one element past push's landing zones
     world = ctx.get_num_ranks()
     on_heap = ctx.zeros(world * 8, dtype=torch.float32)
     past_push = ctx.zeros(PUSH_BYTES // 4 + 1, dtype=torch.float32)  # one element past the landing zones
@@ -297,6 +297,40 @@ def _push_all_reduce_back_to_back(calls, variant):
 def test_the_barrier_free_variants_keep_back_to_back_calls_apart(ranks, variant):
     for rank, wrong in enumerate(ranks.run(_push_all_reduce_back_to_back, 60, variant)):
         assert wrong == [], (rank, wrong)
+
+
+def _push_all_reduce_of_a_mebibyte():
+    """A push all_reduce of 1 MiB per rank (its whole landing zone), in blocks grown to one per program."""
+    ctx = iris.iris(4 << 20)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    numel = PUSH_BYTES // 4
+    x = ctx.arange(numel, dtype=torch.int32)
+    x.add_(rank)
+    out = ctx.empty(numel, dtype=torch.int32)
+    ctx.ccl.all_reduce(out, x, config=Config(all_reduce_variant="push"))
+    want = torch.arange(numel, dtype=torch.int32, device=ctx.get_device()) * world + world * (world - 1) // 2
+    wrong = int((out != want).sum())
+    ctx.close()
+    return wrong
+
+
+def test_push_takes_a_mebibyte_per_rank(ranks):
+    assert PUSH_BYTES == 1 << 20
+    assert all(wrong == 0 for wrong in ranks.run(_push_all_reduce_of_a_mebibyte))
+
+
+def test_a_push_launch_grows_its_blocks_to_one_per_program():
+    from iris.ccl.all_reduce_push import launch_block
+    from iris.team import PUSH_PROGRAMS
+
+    assert PUSH_PROGRAMS == 128
+    assert launch_block(64 << 10, 1024) == 1024            # 64 blocks: fewer than the programs already
+    assert launch_block(128 << 10, 1024) == 1024           # one each
+    assert launch_block(256 << 10, 1024) == 2048
+    assert launch_block(512 << 10, 1024) == 4096           # 1 MiB of bf16
+    assert launch_block(512 << 10 | 1, 1024) == 8192       # a power of two
+    assert launch_block(64 << 10, 8192) == 8192            # never below what the config asks
+    assert launch_block(LL_WORDS, 1024) == 1024 and launch_block(LL_UNPACKED, 1024) == 1024  # ll's as before
 
 
 def test_a_tuned_push_or_ll_entry_is_the_default_in_place_too_and_never_past_its_landing_zones(monkeypatch):
