@@ -6,8 +6,8 @@ measured, the fastest of one_shot, push and ll where its median time over the ru
 The times are those replayed from a CUDA graph where the runs have them for two_shot and another variant
 (the GPU's time per call), else the eager ones. Runs:
 
-    ccl_nvidia-h200_2ranks_graph.csv (commit acb75fe)
-    ccl_nvidia-h100_2ranks.csv (commit 418e828, 6c630a0, d7c1536)
+    ccl_nvidia-h100_2ranks_push_1m.csv (commit 907ad3a)
+    ccl_nvidia-h100_2ranks_push_1m_2.csv (commit 907ad3a)
     ccl_nvidia-h200_4ranks.csv (commit 098bc0c, aa6608f)
     ccl_nvidia-h200_8ranks.csv (commit 098bc0c, aa6608f)
 """
@@ -16,7 +16,7 @@ The times are those replayed from a CUDA graph where the runs have them for two_
 ALL_REDUCE = {
     (2, 'bf16'): (
         (131072, 'll'),
-        (262144, 'push'),
+        (4611686018427387904, 'push'),
     ),
     (4, 'bf16'): (
         (4096, 'one_shot'),
