@@ -24,7 +24,9 @@ process group and with the same buffers:
                       launch, and ``null bound (host)``: iris's remembered launch, which a
                       repeated collective uses)
 
-Each figure is the median over --iters samples after --warmup calls, per call, on rank 0. A
+Each figure is the median over --iters samples after --warmup calls, per call, on rank 0; the eager
+samples of one point are taken in turns (sample i of every implementation before sample i + 1 of any:
+``_results.interleaved_median_us``), so that a spell of host or GPU noise falls on all of them alike. A
 sample is a batch of calls launched back to back from the host between CUDA events, as
 nccl-tests times (it takes 20 calls per event pair): enough calls for about --sample-us, 200 us,
 at most 100; one for longer calls. The batch spreads the host's cost of recording the two events
@@ -71,7 +73,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import triton
-from _results import default_csv, git_commit, graph_median_us, host_us, median_us, parse_size, write_csv
+from _results import (default_csv, git_commit, graph_median_us, host_us, interleaved_median_us, parse_size,
+                      write_csv)
 
 import iris
 from iris.distributed import job_world_size
@@ -443,14 +446,15 @@ def main() -> int:
                     calls.update(extra or {"symm_mem": why})
                 point = {**base, "collective": name, "dtype": dtype_name, "bytes": nbytes}
                 bus = bus_bytes(name, nbytes, world) * bus_factor(name, world)  # bytes: us -> GB/s is bus / us / 1e3
+                runnable = {label: call for label, call in calls.items() if not isinstance(call, str)}
+                ctx.barrier()
+                medians = interleaved_median_us(runnable, args.warmup, args.iters, gpu, args.sample_us,
+                                                agree=lambda batch: ctx.broadcast(batch, src=0))
                 for label, call in calls.items():
                     if isinstance(call, str):  # this implementation cannot run here: the string says why
                         rows.append({**point, "impl": label, "us": "", "busbw_gbps": "", "note": call})
                         continue
-                    ctx.barrier()
-                    us = median_us(call, args.warmup, args.iters, gpu, args.sample_us,
-                                   agree=lambda batch: ctx.broadcast(batch, src=0))
-                    us = ctx.broadcast(us, src=0)
+                    us = ctx.broadcast(medians[label], src=0)
                     rows.append({**point, "impl": label, "us": us, "busbw_gbps": bus / us / 1e3, "note": ""})
                 rows += timed_rows(ctx, args, gpu, point, bus, calls)
                 if rank == 0:
