@@ -90,6 +90,29 @@ def test_hang_fails_after_the_timeout_and_the_pool_restarts(pool):
     assert len(pool.run(_pid)) == 2
 
 
+def test_a_stack_is_read_once_its_writer_has_paused(tmp_path):
+    """faulthandler writes a hung rank's stack in pieces; the driver reads it only once the file stops growing,
+    not at its first bytes (CI once showed a stack cut after "File")."""
+    import threading
+
+    from iris.testing.ranks import read_when_settled
+
+    path = tmp_path / "rank1.stack"
+    path.write_text("Current thread 0x1 (most recent call first):\n  File")
+
+    def finish():
+        time.sleep(0.15)
+        with open(path, "a") as f:
+            f.write(' "tests/test_rank_pool.py", line 30 in _hang_on_rank_1\n')
+
+    writer = threading.Thread(target=finish)
+    writer.start()
+    texts = read_when_settled({1: str(path)}, deadline=time.monotonic() + 10)
+    writer.join()
+    assert texts[1].endswith("in _hang_on_rank_1"), texts
+    assert read_when_settled({0: str(tmp_path / "none")}, deadline=time.monotonic() + 0.3) == {0: ""}
+
+
 def test_world_check_reports_rank_case_and_reproduce_line(pool):
     world = World(pool, "ci")
     world.nodeid = "conformance/test_x.py::test_y"

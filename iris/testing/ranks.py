@@ -51,6 +51,36 @@ class RankFailure(AssertionError):
 STACK_WAIT_S = 10
 
 
+#: how long a stack file must stay the same before it is taken as whole (faulthandler writes it in pieces)
+STACK_SETTLE_S = 0.5
+
+
+def read_when_settled(paths: dict[int, str], deadline: float) -> dict[int, str]:
+    """The text of each file of ``paths`` (rank -> path), read once every one is non-empty and has not changed
+    for STACK_SETTLE_S, or as it stands at ``deadline`` (time.monotonic()); "" for a file empty or missing then.
+
+    A hung rank's faulthandler writes its stacks in pieces: read at its first bytes, a stack was once cut
+    after "File" on a loaded 2-core machine.
+    """
+    def read(path: str) -> str:
+        try:
+            with open(path) as file:
+                return file.read().strip()
+        except OSError:
+            return ""
+
+    texts = {rank: read(path) for rank, path in paths.items()}
+    since = time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = {rank: read(path) for rank, path in paths.items()}
+        if now != texts:
+            texts, since = now, time.monotonic()
+        elif all(texts.values()) and time.monotonic() - since >= STACK_SETTLE_S:
+            break
+    return texts
+
+
 def _stack_file(job: str, rank: int) -> str:
     return os.path.join(tempfile.gettempdir(), f"iris-{job}-rank{rank}.stack")
 
@@ -231,20 +261,10 @@ class RankPool:
                 pass
         # A rank blocked in the driver (a GPU wait, a context switch under load) takes the signal only when
         # the call returns: wait for every answer up to STACK_WAIT_S, not a fixed moment.
-        deadline = time.monotonic() + STACK_WAIT_S
-        stacks = {}
-        while True:
-            for rank in ranks:
-                try:
-                    with open(_stack_file(self.job, rank)) as file:
-                        stacks[rank] = file.read().strip()[:4000]
-                except OSError:
-                    stacks[rank] = ""
-            if all(stacks.values()) or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        return {rank: text or f"(no stack: the rank did not answer SIGUSR1 within {STACK_WAIT_S} s; a process "
-                              "blocked in a driver call takes it only when the call returns)"
+        stacks = read_when_settled({rank: _stack_file(self.job, rank) for rank in ranks},
+                                   time.monotonic() + STACK_WAIT_S)
+        return {rank: text[:4000] or f"(no stack: the rank did not answer SIGUSR1 within {STACK_WAIT_S} s; a "
+                                     "process blocked in a driver call takes it only when the call returns)"
                 for rank, text in stacks.items()}
 
     def __enter__(self):
