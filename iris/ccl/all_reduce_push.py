@@ -259,8 +259,9 @@ def launch_block(words: int, block_size: int) -> int:
     """The block (elements, or ll words) of a launch for a message of ``words``: ``block_size``, grown to the
     power of two that leaves at most one block per program (PUSH_PROGRAMS). On 2 x H100 one block per program
     was the fastest (replayed, 128 programs: 8.2 us at 512 KiB of bf16 in blocks of 2048 against 8.6 in blocks
-    of 1024; 10.0-10.2 at 1 MiB in blocks of 4096 against 11.1-11.2; why, not profiled). ll's messages are at
-    most one block of 1024 words per program, so its launches are as before.
+    of 1024; 10.0-10.2 at 1 MiB in blocks of 4096 against 11.1-11.2; why, not profiled). ll's blocks stay at
+    1024 words (its messages hold at most PUSH_PROGRAMS of them); a packed ll message of LL_WORDS words now
+    runs on 128 programs of one block each instead of 32 of four (not yet measured).
 
     Example:
         >>> launch_block(512 << 10, 1024)   # 1 MiB of bf16 over 128 programs
