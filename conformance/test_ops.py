@@ -3,7 +3,7 @@
 Each case draws an op, M, N, K (any sizes: tiles and programs need not divide them), the output
 dtype, a bias or none, communication programs for the reduce ops (FusedConfig.comm_programs) or
 else owner-reduce forced on, off or left to the world size (FusedConfig.reduce_at_owner), TMA
-operand loads or not (FusedConfig.tma_loads), else each tile's K in 2 or 3 parts or not
+operand loads or not (FusedConfig.tma_loads), else K in 2 or 3 parts or not
 (FusedConfig.split_k), and the data. Every rank knows every rank's shards (seeded), so each
 checks its whole output against the float64 reference (iris.testing.fused_ops) and sends it
 back: ranks that must hold the same result (matmul_all_reduce, all_gather's stacks) hold the
@@ -89,7 +89,8 @@ def fused_op_cases(draw):
     # owner-reduce (matmul_all_reduce without communication programs): forced on, off, or by world size
     case["reduce_at_owner"] = None if case["comm_programs"] else draw(st.sampled_from((None, True, False)))
     case["tma_loads"] = draw(st.booleans())  # taken where the operands' rows are 16-byte aligned
-    # each tile's K in parts (matmul_all_gather, gemm_all_scatter; the others take no split): not with descriptors
+    # K in parts: each tile's (matmul_all_gather, gemm_all_scatter), the last tile's by member slice
+    # (all_gather_matmul); the reduce ops take no split. Not with descriptors
     case["split_k"] = None if case["tma_loads"] else draw(st.sampled_from((None, None, 2, 3)))
     return case
 

@@ -87,6 +87,59 @@ def test_all_gather_matmul_with_slices_pushed_by_programs_matches_float64(ranks)
         assert max(errors) <= TOLERANCE[torch.float32], f"rank {rank}: relative errors {errors}"
 
 
+def _parts_handed_over(m, n, k, config):
+    """How many tile parts an all_gather_matmul call hands over (its workspace's part flags)."""
+    ctx = iris.iris(1 << 20)
+    world, device = ctx.get_num_ranks(), ctx.get_device()
+    a_shape, b_shape, out_shape = shapes("all_gather_matmul", m, n, k, world)
+    a, b = (torch.zeros(*shape, dtype=torch.bfloat16, device=device) for shape in (a_shape, b_shape))
+    _, spec = ctx.ops.workspace_layout("all_gather_matmul", torch.zeros(out_shape, device=device), a, b, config)
+    ctx.close()
+    return spec["ready"].numel
+
+
+@pytest.mark.parametrize("copy_engine", [False, True])
+def test_all_gather_matmul_with_its_last_round_split_by_member_slice_matches_float64(ranks, copy_engine):
+    """FusedConfig(split_k=2): the last round's tiles (here the interpreter's one program: the last tile) in two
+    parts, this rank's own slice and the gathered one, the second adding the first's; called again, the parts'
+    flags start over. Pushed by the programs (every piece pushed before a part waits) and sent by copies."""
+    if copy_engine:
+        _skip_where_copies_are_refused(ranks)
+    config = FusedConfig(copy_engine=copy_engine, split_k=2)
+    handed = ranks.run(_parts_handed_over, 72, 80, 40, config)
+    assert handed == [1] * len(handed)  # one tile in two parts: one handed over
+    for rank, errors in enumerate(ranks.run(_run_op, "all_gather_matmul", 72, 80, 40, torch.float32, True,
+                                            seeds=[3, 4, 5], config=config)):
+        assert max(errors) <= TOLERANCE[torch.float32], f"rank {rank}: relative errors {errors}"
+
+
+@pytest.mark.parametrize("split_k", [2, 3])
+def test_all_gather_matmul_last_round_split_at_three_ranks_matches_float64(three_ranks, split_k):
+    """At 3 members, 2 parts (own slice and the next; the last) or 3 (one slice each)."""
+    config = FusedConfig(copy_engine=False, split_k=split_k)
+    for rank, errors in enumerate(three_ranks.run(_run_op, "all_gather_matmul", 40, 72, 24, torch.bfloat16, True,
+                                                  seeds=[6, 7], config=config)):
+        assert max(errors) <= TOLERANCE[torch.bfloat16], f"rank {rank}: relative errors {errors}"
+
+
+def test_all_gather_matmul_splits_the_last_round_where_its_parts_finish_sooner():
+    """last_round(tiles, programs, members, split_k) -> (tiles computed whole, parts of each other tile): fitted, the
+    parts of a half-empty last round fill it (a part costing 1 / S of a tile plus SPLIT_COST); set, as set (at most
+    one part per member)."""
+    from iris.ops.gather_matmul import last_round
+
+    assert last_round(448, 128, 2, None) == (384, 2)  # M 1024 N 14336: 64 tiles in the 4th round, 128 halves
+    assert last_round(224, 128, 2, None) == (224, 1)  # 96 in the last round: halves would take two
+    assert last_round(2048, 128, 2, None) == (2048, 1)  # whole rounds: nothing to fill
+    assert last_round(64, 128, 2, None) == (0, 2)  # one round of 64 tiles
+    assert last_round(448, 128, 4, None) == (384, 2)  # 4 parts: 256 quarters in two rounds, slower than halves
+    assert last_round(40, 128, 4, None) == (0, 3)  # 120 thirds in one round
+    assert last_round(448, 128, 1, None) == (448, 1)  # one member: one slice
+    assert last_round(5, 1, 2, 2) == (4, 2)  # the interpreter's one program: its last tile, as set
+    assert last_round(5, 1, 2, 3) == (4, 2)  # no more parts than slices
+    assert last_round(448, 128, 2, 1) == (448, 1)
+
+
 def _ways_of_sending():
     from iris.ops.gather_matmul import sends_by_copies
 

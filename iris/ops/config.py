@@ -46,13 +46,17 @@ class FusedConfig:
             (``iris.ops.gather_matmul.COPY_ENGINE_AUTO_ROWS``) and the job and A_shard allow it, else
             by the programs: on 2 x H100 the copies were 3-8% faster at M 128-1024 and 4-8% slower at
             M 4096-16384 (benchmarks/results/ops_agm_nvidia-h100_2ranks_copy_engine.csv).
-        split_k: matmul_all_gather and gemm_all_scatter only. S > 1: each output tile's product over K is
+        split_k: matmul_all_gather and gemm_all_scatter: S > 1: each output tile's product over K is
             cut into S parts computed by S programs; the last one adds the others' parts (handed over
             through a local workspace) and stores the tile, so an output of few tiles still fills the
             SMs. Loads without tensor descriptors (not with tma_loads=True). None (default): on a GPU, where
             the output has at least 256 rows, 1, 2 or 4, whichever ``iris.ops._fused.fitted_launch``
             expects to finish soonest with the default tile (on 2 x H100: 2 parts at 256 x 8192, 7-14%
             faster than half tiles); 1 on the CPU backend.
+            all_gather_matmul: the last round's tiles (the last tile on the CPU backend's one program) in
+            S parts by member slice, at most one per member. None (default): the parts that finish the
+            last round soonest (``iris.ops.gather_matmul.last_round``: 2 where 64 tiles of the default
+            tile are left for 128 programs); none on the CPU backend.
         all_reduce_variant: accepted for code written for the original (its choice of the all-reduce
             inside matmul_all_reduce: None or one of iris.ccl's variants); Iris's fused kernel
             exchanges its tiles itself, so it has no effect.

@@ -19,6 +19,13 @@ first push a program passes a barrier with the programs of the same id on the ot
 previous call has ended, so nobody still reads a slot about to be overwritten). The flags count
 up across calls; a local call counter, incremented on the stream after each launch, says how far.
 
+The last round's tiles, where they would leave programs idle (448 tiles on 128 programs: 64 in the
+fourth round), are computed in parts by member slice (:func:`last_round`; ``FusedConfig.split_k``
+sets the parts): the part with this rank's own slice hands its float32 product over through a local
+workspace, the part with the last slices waits for it, adds it and stores the tile. Before its
+first part a program pushes every piece it has not pushed yet, so a part that waits for another
+program of this rank never waits for a push that program still owes.
+
 Sent by copies (``FusedConfig.copy_engine``; by default where A_shard has at most 1024 rows,
 :func:`sends_by_copies`), the programs push nothing: after a device barrier, a side
 stream copies A_shard whole into every other member's slot and then sets that member's arrival
@@ -46,7 +53,8 @@ from iris.device.barrier import GROUP_ARGS, enter
 from iris.kernel_launch import bind
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
-from iris.ops.gemm import accumulate, accumulate_described, add_bias, operand, tile_count, tile_of
+from iris.ops.gemm import (accumulate, accumulate_described, add_bias, hand_over, operand, take_over, tile_count,
+                           tile_of)
 
 LEAD = tl.constexpr(2)  # steps between a piece's push and the first tile that needs it
 COPY_K = tl.constexpr(128)  # columns copied per load/store of a piece
@@ -107,55 +115,93 @@ def _slice_product(acc, a, b, M, N, K_r, stride_am, stride_ak, stride_bk, stride
     return acc
 
 
+@triton.jit
+def _tile_part(a, b, gathered, flags, want, M, N, K_r, stride_am, stride_ak, stride_bk, stride_bn, tile_m, tile_n,
+               first, last, count, index, cur, trace, PUSHED: tl.constexpr, UPCAST: tl.constexpr, TMA: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Output tile (tile_m, tile_n)'s product over the member slices ``first`` to ``last - 1`` in turn from this
+    rank (0: its own, read in place, no wait; the others gathered, waited for first), float32."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if first == 0:
+        acc = _slice_product(acc, a, b + index * K_r * stride_bk, M, N, K_r, stride_am, stride_ak, stride_bk,
+                             stride_bn, tile_m, tile_n, UPCAST, TMA, BLOCK_M, BLOCK_N, BLOCK_K)
+    if last > 1:
+        waiting = trace.start(tracing.WAIT, cur, cur, flags + tile_m, tile_m, tile_n, 0)
+        if PUSHED:
+            sync.wait_until(flags + tile_m, ">=", want)
+        else:
+            for i in range(tl.maximum(first, 1), last):
+                sync.wait_until(flags + (index + i) % count, ">=", 1)
+        tl.debug_barrier()  # the acquire before any thread reads the gathered slices
+        if TMA:
+            sync.async_proxy_fence()  # ... and before the descriptors read them
+        trace.end(waiting)
+    slot = tl.cast(M, tl.int64) * K_r
+    for i in range(tl.maximum(first, 1), last):
+        position = (index + i) % count
+        acc = _slice_product(acc, gathered + position * slot, b + position * K_r * stride_bk, M, N, K_r, K_r, 1,
+                             stride_bk, stride_bn, tile_m, tile_n, UPCAST, TMA, BLOCK_M, BLOCK_N, BLOCK_K)
+    return acc
+
+
+@triton.jit
+def _store_tile(acc, out, bias, M, N, stride_om, stride_on, tile_m, tile_n, HAS_BIAS: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = add_bias(acc, bias, cols, N, HAS_BIAS)
+    tl.store(out + rows[:, None].to(tl.int64) * stride_om + cols[None, :] * stride_on,
+             acc.to(out.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
 @triton.jit(do_not_specialize=GROUP_ARGS)
-def _all_gather_matmul_kernel(a, b, out, bias, gathered, flags, calls, M, N, K_r, split, stride_am, stride_ak,
-                              stride_bk, stride_bn, stride_om, stride_on, members, count, index, cur, heap_bases,
-                              arrivals, expected, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, WORLD: tl.constexpr,
-                              BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr, BLOCK_M: tl.constexpr,
-                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                              TMA: tl.constexpr = False, PUSHED: tl.constexpr = True):
+def _all_gather_matmul_kernel(a, b, out, bias, gathered, flags, calls, parts, ready, M, N, K_r, split, whole,
+                              stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on, members, count, index,
+                              cur, heap_bases, arrivals, expected, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr,
+                              WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                              GROUP_M: tl.constexpr, TMA: tl.constexpr = False, PUSHED: tl.constexpr = True,
+                              PARTS: tl.constexpr = 1):
     # PUSHED: the programs push A's pieces (flags per row block). Else copies made them arrive (copy_engine):
     # the host's barrier came first, and ``flags`` holds one arrival flag per member position.
+    # Tiles from ``whole`` on (the last round's) are in PARTS parts by member slice (see last_round).
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
+    programs = tl.num_programs(0)
     trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, PUSHED, BARRIER_BLOCK, TRACE)
     want = (tl.load(calls) + 1) * (count - 1) * split  # every piece of a row block, from every other member
-    slot = tl.cast(M, tl.int64) * K_r
     step = 0
-    for tile in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
+    for tile in range(tl.program_id(0), whole, programs):
         if PUSHED:
             _push_due(step, a, gathered, flags, M, K_r, split, stride_am, stride_ak, tiles_m, tiles_n, members,
                       count, index, cur, heap_bases, BLOCK_M, GROUP_M, False)
         tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
-        rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
         span = trace.start(tracing.COMPUTE, cur, cur, out, tile_m, tile_n, 0)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc = _slice_product(acc, a, b + index * K_r * stride_bk, M, N, K_r, stride_am, stride_ak, stride_bk,
-                             stride_bn, tile_m, tile_n, UPCAST, TMA, BLOCK_M, BLOCK_N, BLOCK_K)  # its own: no wait
-        if count > 1:
-            waiting = trace.start(tracing.WAIT, cur, cur, flags + tile_m, tile_m, tile_n, 0)
-            if PUSHED:
-                sync.wait_until(flags + tile_m, ">=", want)
-            else:
-                for i in range(1, count):
-                    sync.wait_until(flags + (index + i) % count, ">=", 1)
-            tl.debug_barrier()  # the acquire before any thread reads the gathered slices
-            if TMA:
-                sync.async_proxy_fence()  # ... and before the descriptors read them
-            trace.end(waiting)
-        for i in range(1, count):
-            position = (index + i) % count
-            acc = _slice_product(acc, gathered + position * slot, b + position * K_r * stride_bk, M, N, K_r, K_r, 1,
-                                 stride_bk, stride_bn, tile_m, tile_n, UPCAST, TMA, BLOCK_M, BLOCK_N, BLOCK_K)
-        acc = add_bias(acc, bias, cols, N, HAS_BIAS)
-        tl.store(out + rows[:, None].to(tl.int64) * stride_om + cols[None, :] * stride_on,
-                 acc.to(out.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+        acc = _tile_part(a, b, gathered, flags, want, M, N, K_r, stride_am, stride_ak, stride_bk, stride_bn, tile_m,
+                         tile_n, 0, count, count, index, cur, trace, PUSHED, UPCAST, TMA, BLOCK_M, BLOCK_N, BLOCK_K)
+        _store_tile(acc, out, bias, M, N, stride_om, stride_on, tile_m, tile_n, HAS_BIAS, BLOCK_M, BLOCK_N)
         trace.end(span)
         step += 1
-    if PUSHED:  # pieces due after this program's last tile (the schedule leaves none; kept so that none is lost)
+    if PUSHED:  # every piece not pushed yet (due later), before any part below waits for another program here
         _push_due(step, a, gathered, flags, M, K_r, split, stride_am, stride_ak, tiles_m, tiles_n, members, count,
                   index, cur, heap_bases, BLOCK_M, GROUP_M, True)
+    if PARTS > 1:
+        # units whole + part * rest + t, dealt on as the tiles were: every part handed over comes before every
+        # part that finishes a tile, in each program's order, so nothing a finishing part waits for waits for it.
+        rest = tiles_m * tiles_n - whole
+        for unit in range((tl.program_id(0) - whole % programs + programs) % programs, rest * PARTS, programs):
+            part = unit // rest
+            tile_m, tile_n = tile_of(whole + unit % rest, tiles_m, tiles_n, GROUP_M)
+            span = trace.start(tracing.COMPUTE, cur, cur, out, tile_m, tile_n, 0)
+            acc = _tile_part(a, b, gathered, flags, want, M, N, K_r, stride_am, stride_ak, stride_bk, stride_bn,
+                             tile_m, tile_n, part * count // PARTS, (part + 1) * count // PARTS, count, index, cur,
+                             trace, PUSHED, UPCAST, TMA, BLOCK_M, BLOCK_N, BLOCK_K)
+            if part < PARTS - 1:
+                hand_over(acc, parts, ready, unit, BLOCK_M, BLOCK_N)
+            else:
+                acc = take_over(acc, parts, ready, unit % rest, rest, PARTS, BLOCK_M, BLOCK_N)
+                _store_tile(acc, out, bias, M, N, stride_om, stride_on, tile_m, tile_n, HAS_BIAS, BLOCK_M, BLOCK_N)
+            trace.end(span)
 
 
 WHAT = "all_gather_matmul"
@@ -198,20 +244,47 @@ def sends_by_copies(ctx, config, A_shard) -> bool:
     return A_shard.shape[0] <= COPY_ENGINE_AUTO_ROWS and _copy_obstacle(ctx, A_shard) is None
 
 
+def last_round(tiles: int, programs: int, members: int, split_k: int | None) -> tuple[int, int]:
+    """(whole, parts): the output's first ``whole`` tiles are computed whole, and each of the rest (the last round's,
+    on ``programs`` concurrent programs) in ``parts`` parts by member slice: this rank's own slice and the next
+    ones up to ``members`` (1 part: none split, ``whole`` is every tile).
+
+    ``split_k`` (FusedConfig) where set, at most one part per member; else the parts that finish the last round
+    soonest, a part costing 1 / S of a tile plus :data:`iris.ops._fused.SPLIT_COST` (on 2 x H100, 64 tiles of the
+    default tile in a last round of 128 programs left half of them idle for half a tile's time, docs/benchmarks.md).
+
+    Example:
+        >>> last_round(448, 128, 2, None)   # 3 rounds whole, 64 tiles in two halves: 128 programs busy
+        (384, 2)
+    """
+    rest = tiles - (triton.cdiv(tiles, programs) - 1) * programs
+
+    def cost(parts: int) -> float:
+        return triton.cdiv(rest * parts, programs) * (1 / parts + (_fused.SPLIT_COST if parts > 1 else 0.0))
+
+    parts = min(split_k, members) if split_k is not None else min(range(1, members + 1), key=cost)
+    return (tiles, 1) if parts == 1 else (tiles - rest, parts)
+
+
 def problem(ctx, output, A_shard, config):
-    """(key, spec, tile) of one call."""
+    """(key, spec, tile) of one call; the tile's launch options with ``PARTS`` and ``whole`` (:func:`last_round`)."""
     world = ctx.get_num_ranks()
     M, K_r = A_shard.shape
     N = output.shape[1]
     tile = _fused.tile(ctx, config, A_shard.dtype, M, N)
+    tiles = tile_count(M, N, tile)
+    whole, parts = last_round(tiles, _fused.concurrent_programs(ctx), world, config.split_k)
     copied = sends_by_copies(ctx, config, A_shard)
-    key = (WHAT, M, K_r, N, A_shard.dtype, tuple(tile.values()), copied)
+    key = (WHAT, M, K_r, N, A_shard.dtype, tuple(tile.values()), copied, whole, parts)
     tiles_m = triton.cdiv(M, tile["BLOCK_M"])
+    handed = (parts - 1) * (tiles - whole)  # parts handed over to the part that finishes their tile
     spec = {"gathered": _fused.Buffer(world * M * K_r, A_shard.dtype, heap=True),
             # pushed: pieces counted per row block; copied: one arrival flag per member position
             "flags": _fused.Buffer(world if copied else tiles_m, torch.int64, heap=True, zeroed=True),
-            "calls": _fused.Buffer(1, torch.int64, heap=False, zeroed=True)}
-    return key, spec, tile
+            "calls": _fused.Buffer(1, torch.int64, heap=False, zeroed=True),
+            "parts": _fused.Buffer(handed * tile["BLOCK_M"] * tile["BLOCK_N"], torch.float32, heap=False),
+            "ready": _fused.Buffer(handed, torch.int32, heap=False, zeroed=True)}
+    return key, spec, dict(tile, PARTS=parts, whole=whole)
 
 
 def _tma_loads(ctx, config, A_shard, B) -> bool:
@@ -251,15 +324,17 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
     workspace = _fused.workspace_for(ctx, WHAT, key, spec, workspace)
     M, K_r = A_shard.shape
     N = output.shape[1]
-    programs = _fused.launch_size(ctx, tile_count(M, N, tile))
+    whole = tile.pop("whole")
+    programs = _fused.launch_size(ctx, whole + (tile_count(M, N, tile) - whole) * tile["PARTS"])
     split = max(1, programs // triton.cdiv(M, tile["BLOCK_M"]))  # pieces per row block: every program pushes
     kernel = bind(
         _all_gather_matmul_kernel, (programs,),
         A_shard, B, output, bias if bias is not None else output, workspace.gathered, workspace.flags,
-        workspace.calls, M, N, K_r, split, A_shard.stride(0), A_shard.stride(1), B.stride(0), B.stride(1),
-        output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), HAS_BIAS=bias is not None,
-        UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block,
-        TRACE=ctx.tracing.enabled, TMA=_tma_loads(ctx, config, A_shard, B), PUSHED=not copied, **tile)
+        workspace.calls, workspace.parts, workspace.ready, M, N, K_r, split, whole, A_shard.stride(0),
+        A_shard.stride(1), B.stride(0), B.stride(1), output.stride(0), output.stride(1),
+        *_fused.barrier_arguments(ctx), HAS_BIAS=bias is not None, UPCAST=ctx.team.backend.interpreted,
+        WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block, TRACE=ctx.tracing.enabled,
+        TMA=_tma_loads(ctx, config, A_shard, B), PUSHED=not copied, **tile)
     if copied:  # barrier, the copies forked off, the kernel, then its flags cleared and the copies joined
         send, finish = _fused.sent_by_copies(ctx, A_shard, workspace.gathered, workspace.flags)
         launches = [ctx.team.barrier.launch(None), send, kernel, finish]

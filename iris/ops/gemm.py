@@ -24,6 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
+from iris.device import sync
 from iris.runtime import get_backend
 
 OPERAND_DTYPES = (torch.bfloat16, torch.float16, torch.float32)  # float32: tl.dot's TF32 on GPUs
@@ -115,6 +116,29 @@ def add_bias(acc, bias, cols, N, HAS_BIAS: tl.constexpr):
     """``acc`` plus the bias row (float32) at ``cols`` when HAS_BIAS; columns past N add nothing."""
     if HAS_BIAS:
         acc += tl.load(bias + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+    return acc
+
+
+@triton.jit
+def hand_over(acc, parts, ready, slot, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A K part of a tile, for the program that finishes the tile: into workspace slot ``slot``, then its flag."""
+    place = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    tl.store(parts + tl.cast(slot, tl.int64) * (BLOCK_M * BLOCK_N) + place, acc)
+    tl.debug_barrier()  # every thread's stores of the part before its flag
+    tl.atomic_xchg(ready + slot, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def take_over(acc, parts, ready, tile, tiles, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``acc`` (the last K part of tile ``tile`` of ``tiles`` split) plus its other parts, handed over in slots
+    ``part * tiles + tile`` and each waited for; their flags cleared for the next call."""
+    place = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    for part in range(0, SPLIT - 1):
+        slot = part * tiles + tile
+        sync.wait_until(ready + slot, "==", 1, scope="gpu")
+        tl.debug_barrier()  # the acquire before any thread reads the part
+        acc += tl.load(parts + tl.cast(slot, tl.int64) * (BLOCK_M * BLOCK_N) + place)
+        tl.atomic_xchg(ready + slot, 0, sem="relaxed", scope="gpu")  # the next writer is the next call's kernel
     return acc
 
 

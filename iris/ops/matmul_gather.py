@@ -36,35 +36,13 @@ import triton
 import triton.language as tl
 
 from iris.ccl.all_gather import store_to_members
-from iris.device import sync, tracing
+from iris.device import tracing
 from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.device.tracing import elements_bytes
 from iris.kernel_launch import bind
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
-from iris.ops.gemm import add_bias, operand, tile_count, tile_of, tile_product
-
-
-@triton.jit
-def _hand_over(acc, parts, ready, slot, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """A K part of a tile, for the program that finishes the tile: into workspace slot ``slot``, then its flag."""
-    place = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    tl.store(parts + tl.cast(slot, tl.int64) * (BLOCK_M * BLOCK_N) + place, acc)
-    tl.debug_barrier()  # every thread's stores of the part before its flag
-    tl.atomic_xchg(ready + slot, 1, sem="release", scope="gpu")
-
-
-@triton.jit
-def _take_over(acc, parts, ready, tile, tiles, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """``acc`` (the tile's last K part) plus its other parts, each waited for; their flags cleared for the next call."""
-    place = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    for part in range(0, SPLIT - 1):
-        slot = part * tiles + tile
-        sync.wait_until(ready + slot, "==", 1, scope="gpu")
-        tl.debug_barrier()  # the acquire before any thread reads the part
-        acc += tl.load(parts + tl.cast(slot, tl.int64) * (BLOCK_M * BLOCK_N) + place)
-        tl.atomic_xchg(ready + slot, 0, sem="relaxed", scope="gpu")  # the next writer is the next call's kernel
-    return acc
+from iris.ops.gemm import add_bias, hand_over, operand, take_over, tile_count, tile_of, tile_product
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
@@ -98,9 +76,9 @@ def _matmul_gather_kernel(a, b, out, bias, parts, ready, M, N, K, stride_am, str
         trace.end(span)
         if SPLIT > 1:
             if part < SPLIT - 1:
-                _hand_over(acc, parts, ready, unit, BLOCK_M, BLOCK_N)
+                hand_over(acc, parts, ready, unit, BLOCK_M, BLOCK_N)
             else:
-                _finish_tile(_take_over(acc, parts, ready, tile, tiles, SPLIT, BLOCK_M, BLOCK_N), rows, cols, out,
+                _finish_tile(take_over(acc, parts, ready, tile, tiles, SPLIT, BLOCK_M, BLOCK_N), rows, cols, out,
                              bias, M, N, stride_om, stride_on, tile_m, tile_n, members, count, index, cur,
                              heap_bases, trace, ALONG_M, HAS_BIAS, BLOCK_M, BLOCK_N)
         else:
