@@ -100,14 +100,14 @@ def _parts_handed_over(m, n, k, config):
 
 @pytest.mark.parametrize("copy_engine", [False, True])
 def test_all_gather_matmul_with_its_last_round_split_by_member_slice_matches_float64(ranks, copy_engine):
-    """FusedConfig(split_k=2): the last round's tiles (here the interpreter's one program: the last tile) in two
+    """FusedConfig(split_k=2): the last round's tiles (on the CPU backend's one program: the last tile) in two
     parts, this rank's own slice and the gathered one, the second adding the first's; called again, the parts'
     flags start over. Pushed by the programs (every piece pushed before a part waits) and sent by copies."""
     if copy_engine:
         _skip_where_copies_are_refused(ranks)
     config = FusedConfig(copy_engine=copy_engine, split_k=2)
-    handed = ranks.run(_parts_handed_over, 72, 80, 40, config)
-    assert handed == [1] * len(handed)  # one tile in two parts: one handed over
+    # split: here the last tile (one part handed over), on a GPU each tile of the last (only) round
+    assert all(handed >= 1 for handed in ranks.run(_parts_handed_over, 72, 80, 40, config))
     for rank, errors in enumerate(ranks.run(_run_op, "all_gather_matmul", 72, 80, 40, torch.float32, True,
                                             seeds=[3, 4, 5], config=config)):
         assert max(errors) <= TOLERANCE[torch.float32], f"rank {rank}: relative errors {errors}"

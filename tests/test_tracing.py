@@ -91,8 +91,10 @@ def test_events_past_max_events_are_dropped(ranks, tmp_path):
 
 
 def _traced_fused_op_on_rank(traced: bool, name: str):
-    op = name.split()[0]  # all_gather_matmul's two ways: by its programs, "... by copies"
-    config = FusedConfig(copy_engine=name.endswith("by copies")) if op == "all_gather_matmul" else None
+    op = name.split()[0]  # all_gather_matmul's ways: by its programs, "... by copies", "... in parts" (split_k 2)
+    config = None
+    if op == "all_gather_matmul":
+        config = FusedConfig(copy_engine=name.endswith("by copies"), split_k=2 if name.endswith("in parts") else None)
     ctx = iris.iris(1 << 22)
     world, device = ctx.get_num_ranks(), ctx.get_device()
     if traced:
@@ -108,8 +110,10 @@ def _traced_fused_op_on_rank(traced: bool, name: str):
     events = ctx.tracing.events() if traced else []
     tiles = {(e["pid_m"], e["pid_n"]) for e in events if e["name"] == "compute"}
     want = 12.0 * (1 if op == "matmul_all_gather" else world)
+    spec = ctx.ops.workspace_layout(op, out, a, b, config)[1]  # parts of tiles handed over (split K), if any
     found = dict(right=bool((out == want).all()), kinds=sorted({e["name"] for e in events}),
                  computes=sum(e["name"] == "compute" for e in events), tiles=len(tiles),
+                 handed=spec["ready"].numel if "ready" in spec else 0,
                  pushes=sum(e["name"] == "put" for e in events),
                  spans=all(e["end"] >= e["timestamp"] > 0 for e in events if e["name"] == "compute"),
                  ranks={e["cur_rank"] for e in events}, summary=ctx.tracing.summary())
@@ -124,6 +128,7 @@ def _traced_fused_op_on_rank(traced: bool, name: str):
 FUSED_KINDS = {"matmul_all_reduce": ["barrier", "compute", "put", "reduce"],
                "all_gather_matmul": ["barrier", "compute", "wait"],
                "all_gather_matmul by copies": ["compute", "wait"],
+               "all_gather_matmul in parts": ["barrier", "compute", "wait"],
                "matmul_all_gather": ["barrier", "compute", "put"]}
 
 
@@ -140,7 +145,8 @@ def test_a_fused_op_records_its_tiles_when_tracing_is_on(ranks, traced, op):
             assert found["kinds"] == [] and found["computes"] == 0
             continue
         assert set(FUSED_KINDS[op]) <= set(found["kinds"]) <= set(FUSED_KINDS[op]) | {"wait"}, found
-        assert found["computes"] == found["tiles"] >= 1, found  # every tile, once, on every rank
+        # every tile, once, on every rank (a tile split in K parts: each part once)
+        assert found["computes"] == found["tiles"] + found["handed"] and found["tiles"] >= 1, found
         if not op.startswith("all_gather_matmul"):  # each tile's partial or result is pushed once
             assert found["pushes"] == found["tiles"], found
         assert found["spans"] and found["ranks"] == {rank}, found
