@@ -87,15 +87,15 @@ def test_all_gather_matmul_with_slices_pushed_by_programs_matches_float64(ranks)
         assert max(errors) <= TOLERANCE[torch.float32], f"rank {rank}: relative errors {errors}"
 
 
-def _parts_handed_over(m, n, k, config):
-    """How many tile parts an all_gather_matmul call hands over (its workspace's part flags)."""
+def _parts_handed_over(m, n, k, config, op="all_gather_matmul"):
+    """How many tile parts a call of ``op`` hands over (its workspace's part flags; none without a split)."""
     ctx = iris.iris(1 << 20)
     world, device = ctx.get_num_ranks(), ctx.get_device()
-    a_shape, b_shape, out_shape = shapes("all_gather_matmul", m, n, k, world)
+    a_shape, b_shape, out_shape = shapes(op, m, n, k, world)
     a, b = (torch.zeros(*shape, dtype=torch.bfloat16, device=device) for shape in (a_shape, b_shape))
-    _, spec = ctx.ops.workspace_layout("all_gather_matmul", torch.zeros(out_shape, device=device), a, b, config)
+    _, spec = ctx.ops.workspace_layout(op, torch.zeros(out_shape, device=device), a, b, config)
     ctx.close()
-    return spec["ready"].numel
+    return spec["ready"].numel if "ready" in spec else 0
 
 
 @pytest.mark.parametrize("copy_engine", [False, True])
@@ -122,10 +122,11 @@ def test_all_gather_matmul_last_round_split_at_three_ranks_matches_float64(three
         assert max(errors) <= TOLERANCE[torch.bfloat16], f"rank {rank}: relative errors {errors}"
 
 
-def test_all_gather_matmul_splits_the_last_round_where_its_parts_finish_sooner():
+def test_the_last_round_is_split_where_its_parts_finish_sooner():
     """last_round(tiles, programs, members, split_k) -> (tiles computed whole, parts of each other tile): fitted, the
     parts of a half-empty last round fill it (a part costing 1 / S of a tile plus SPLIT_COST); set, as set (at most
     one part per member)."""
+    from iris.ops._fused import SPLITS, split_last_round
     from iris.ops.gather_matmul import last_round
 
     assert last_round(448, 128, 2, None) == (384, 2)  # M 1024 N 14336: 64 tiles in the 4th round, 128 halves
@@ -138,6 +139,10 @@ def test_all_gather_matmul_splits_the_last_round_where_its_parts_finish_sooner()
     assert last_round(5, 1, 2, 2) == (4, 2)  # the interpreter's one program: its last tile, as set
     assert last_round(5, 1, 2, 3) == (4, 2)  # no more parts than slices
     assert last_round(448, 128, 2, 1) == (448, 1)
+    # matmul_gather's choices: 2 or 4 K parts
+    assert split_last_round(448, 128, SPLITS) == (384, 2)
+    assert split_last_round(224, 128, SPLITS) == (224, 1)
+    assert split_last_round(160, 128, SPLITS) == (128, 4)  # 32 tiles left: 128 quarters
 
 
 def _ways_of_sending():
@@ -186,6 +191,29 @@ def test_gather_ops_with_k_split_match_float64(ranks, op, split_k):
     for rank, errors in enumerate(ranks.run(_run_op, op, 40, 70, 100, torch.bfloat16, False, seeds=[6],
                                             config=config)):
         assert max(errors) <= TOLERANCE[torch.bfloat16], f"{op}, rank {rank}: relative errors {errors}"
+
+
+def _run_op_with_free_parts(op, m, n, k, out_dtype, with_bias, seeds, config=None):
+    """(parts handed over, _run_op's errors) where the fitting takes K parts for free (SPLIT_COST below zero, from
+    any row count): on the CPU backend's one program only the last tile is split, after the others ran whole."""
+    from iris.ops import _fused
+
+    saved = _fused.SPLIT_COST, _fused.SPLIT_MIN_ROWS
+    _fused.SPLIT_COST, _fused.SPLIT_MIN_ROWS = -0.2, 0
+    try:
+        return _parts_handed_over(m, n, k, config, op), _run_op(op, m, n, k, out_dtype, with_bias, seeds, config)
+    finally:
+        _fused.SPLIT_COST, _fused.SPLIT_MIN_ROWS = saved
+
+
+@pytest.mark.parametrize("op", ["matmul_all_gather", "gemm_all_scatter", "all_gather_matmul"])
+def test_fused_ops_with_a_fitted_last_round_split_match_float64(ranks, op):
+    """The fitted split of the last round's tiles (whole tiles first, then the parts; K 100: matmul_gather's
+    4 parts of 32, 32, 32 and 4), over calls that reuse the workspace."""
+    for rank, (handed, errors) in enumerate(ranks.run(_run_op_with_free_parts, op, 72, 80, 100, torch.float32, True,
+                                                      seeds=[3, 4])):
+        assert handed >= 1, f"{op}, rank {rank}: no part handed over"
+        assert max(errors) <= TOLERANCE[torch.float32], f"{op}, rank {rank}: relative errors {errors}"
 
 
 def test_a_k_split_is_fitted_where_the_default_tile_leaves_most_programs_idle():

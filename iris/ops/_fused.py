@@ -121,6 +121,25 @@ def fitted_launch(config: FusedConfig, rows: int, cols: int, programs: int, dtyp
     return launch if splits is None else dict(launch, SPLIT=split)
 
 
+def split_last_round(tiles: int, programs: int, choices) -> tuple[int, int]:
+    """(whole, parts): the first ``whole`` of ``tiles`` output tiles are computed whole, and each of the rest (the
+    last round's on ``programs`` concurrent programs) in ``parts`` K parts, the one of ``choices`` that finishes
+    that round soonest, a part costing 1 / S of a tile plus :data:`SPLIT_COST` (the first of equals; 1 part:
+    none split, ``whole`` is every tile).
+
+    Example:
+        >>> split_last_round(448, 128, SPLITS)   # 3 rounds whole, then 64 tiles in halves: 128 programs busy
+        (384, 2)
+    """
+    rest = tiles - (triton.cdiv(tiles, programs) - 1) * programs
+
+    def cost(parts: int) -> float:
+        return triton.cdiv(rest * parts, programs) * (1 / parts + (SPLIT_COST if parts > 1 else 0.0))
+
+    parts = min(choices, key=cost)
+    return (tiles, 1) if parts == 1 else (tiles - rest, parts)
+
+
 def tile(ctx, config: FusedConfig, dtype: torch.dtype, rows: int, cols: int,
          splits: tuple[int, ...] | None = None) -> dict:
     """The tile and launch options of one call with an (rows, cols) output: :func:`fitted_launch` for

@@ -52,11 +52,12 @@ class FusedConfig:
             SMs. Loads without tensor descriptors (not with tma_loads=True). None (default): on a GPU, where
             the output has at least 256 rows, 1, 2 or 4, whichever ``iris.ops._fused.fitted_launch``
             expects to finish soonest with the default tile (on 2 x H100: 2 parts at 256 x 8192, 7-14%
-            faster than half tiles); 1 on the CPU backend.
+            faster than half tiles); where that splits no tile, the last round's tiles in 2 or 4 parts where
+            they finish it sooner (``iris.ops._fused.split_last_round``); 1 on the CPU backend.
             all_gather_matmul: the last round's tiles (the last tile on the CPU backend's one program) in
             S parts by member slice, at most one per member. None (default): the parts that finish the
-            last round soonest (``iris.ops.gather_matmul.last_round``: 2 where 64 tiles of the default
-            tile are left for 128 programs); none on the CPU backend.
+            last round soonest from 256 rows (``iris.ops.gather_matmul.last_round``: 2 where 64 tiles of the
+            default tile are left for 128 programs); none on the CPU backend.
         all_reduce_variant: accepted for code written for the original (its choice of the all-reduce
             inside matmul_all_reduce: None or one of iris.ccl's variants); Iris's fused kernel
             exchanges its tiles itself, so it has no effect.

@@ -250,20 +250,15 @@ def last_round(tiles: int, programs: int, members: int, split_k: int | None) -> 
     ones up to ``members`` (1 part: none split, ``whole`` is every tile).
 
     ``split_k`` (FusedConfig) where set, at most one part per member; else the parts that finish the last round
-    soonest, a part costing 1 / S of a tile plus :data:`iris.ops._fused.SPLIT_COST` (on 2 x H100, 64 tiles of the
-    default tile in a last round of 128 programs left half of them idle for half a tile's time, docs/benchmarks.md).
+    soonest (:func:`iris.ops._fused.split_last_round`; on 2 x H100, 64 tiles of the default tile in a last round
+    of 128 programs left half of them idle for half a tile's time, docs/benchmarks.md).
 
     Example:
         >>> last_round(448, 128, 2, None)   # 3 rounds whole, 64 tiles in two halves: 128 programs busy
         (384, 2)
     """
-    rest = tiles - (triton.cdiv(tiles, programs) - 1) * programs
-
-    def cost(parts: int) -> float:
-        return triton.cdiv(rest * parts, programs) * (1 / parts + (_fused.SPLIT_COST if parts > 1 else 0.0))
-
-    parts = min(split_k, members) if split_k is not None else min(range(1, members + 1), key=cost)
-    return (tiles, 1) if parts == 1 else (tiles - rest, parts)
+    choices = range(1, members + 1) if split_k is None else (min(split_k, members),)
+    return _fused.split_last_round(tiles, programs, choices)
 
 
 def problem(ctx, output, A_shard, config):
@@ -273,7 +268,8 @@ def problem(ctx, output, A_shard, config):
     N = output.shape[1]
     tile = _fused.tile(ctx, config, A_shard.dtype, M, N)
     tiles = tile_count(M, N, tile)
-    whole, parts = last_round(tiles, _fused.concurrent_programs(ctx), world, config.split_k)
+    split_k = 1 if config.split_k is None and M < _fused.SPLIT_MIN_ROWS else config.split_k  # as matmul_gather's
+    whole, parts = last_round(tiles, _fused.concurrent_programs(ctx), world, split_k)
     copied = sends_by_copies(ctx, config, A_shard)
     key = (WHAT, M, K_r, N, A_shard.dtype, tuple(tile.values()), copied, whole, parts)
     tiles_m = triton.cdiv(M, tile["BLOCK_M"])

@@ -20,6 +20,9 @@ programs idle, see ``iris.ops._fused.fitted_launch``) S programs share a tile, e
 units ``part * tiles + tile``, so a program reaches every part it hands over (a float32 tile in a
 local workspace, then its flag) before any tile it finishes (the last part, which waits for the
 others' flags, adds their parts and stores the tile as above). Nothing a part waits for waits itself.
+Where the fitting splits no tile, only the last round's tiles may be split so (the first ``whole``
+tiles computed whole, then units ``whole + part * rest + t``; see :func:`problem`): 448 tiles on
+128 programs are three rounds whole and 64 tiles in halves.
 
 Example:
     >>> W = ctx.get_num_ranks()
@@ -46,7 +49,7 @@ from iris.ops.gemm import add_bias, hand_over, operand, take_over, tile_count, t
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
-def _matmul_gather_kernel(a, b, out, bias, parts, ready, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+def _matmul_gather_kernel(a, b, out, bias, parts, ready, M, N, K, whole, stride_am, stride_ak, stride_bk, stride_bn,
                           stride_om, stride_on, members, count, index, cur, heap_bases, arrivals, expected,
                           ALONG_M: tl.constexpr, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, WORLD: tl.constexpr,
                           EXIT_BARRIER: tl.constexpr, BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr,
@@ -54,36 +57,36 @@ def _matmul_gather_kernel(a, b, out, bias, parts, ready, M, N, K, stride_am, str
                           BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
-    tiles = tiles_m * tiles_n
+    programs = tl.num_programs(0)
     a_tiles = operand(a, M, K, stride_am, TMA, BLOCK_M, BLOCK_K)
     b_tiles = operand(b, K, N, stride_bk, TMA, BLOCK_K, BLOCK_N)
-    depth = tl.cdiv(tl.cdiv(K, SPLIT), BLOCK_K) * BLOCK_K  # K of a part: whole steps (the last part: the rest)
     trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK, TRACE)
-    # Units part * tiles + tile (see the module): the parts handed over come before the parts that finish.
-    for unit in range(tl.program_id(0), tiles * SPLIT, tl.num_programs(0)):
-        part = unit // tiles
-        tile = unit % tiles
+    for tile in range(tl.program_id(0), whole, programs):  # the tiles computed whole
         tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
         span = trace.start(tracing.COMPUTE, cur, cur, out, tile_m, tile_n, 0)
-        if SPLIT == 1:
-            acc, rows, cols = tile_product(a_tiles, b_tiles, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                                           tile_m, tile_n, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
-        else:
+        acc, rows, cols = tile_product(a_tiles, b_tiles, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                       tile_m, tile_n, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
+        trace.end(span)
+        _finish_tile(acc, rows, cols, out, bias, M, N, stride_om, stride_on, tile_m, tile_n, members, count, index,
+                     cur, heap_bases, trace, ALONG_M, HAS_BIAS, BLOCK_M, BLOCK_N)
+    if SPLIT > 1:  # the rest in K parts (see the module), units whole + part * rest + t dealt on as the tiles were
+        rest = tiles_m * tiles_n - whole
+        depth = tl.cdiv(tl.cdiv(K, SPLIT), BLOCK_K) * BLOCK_K  # K of a part: whole steps (the last part: the rest)
+        for unit in range((tl.program_id(0) - whole % programs + programs) % programs, rest * SPLIT, programs):
+            part = unit // rest
+            tile_m, tile_n = tile_of(whole + unit % rest, tiles_m, tiles_n, GROUP_M)
+            span = trace.start(tracing.COMPUTE, cur, cur, out, tile_m, tile_n, 0)
             start = tl.cast(part * depth, tl.int64)
             acc, rows, cols = tile_product(a + start * stride_ak, b + start * stride_bk, M, N,
                                            tl.maximum(tl.minimum(depth, K - part * depth), 0), stride_am, stride_ak,
                                            stride_bk, stride_bn, tile_m, tile_n, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
-        trace.end(span)
-        if SPLIT > 1:
+            trace.end(span)
             if part < SPLIT - 1:
                 hand_over(acc, parts, ready, unit, BLOCK_M, BLOCK_N)
             else:
-                _finish_tile(take_over(acc, parts, ready, tile, tiles, SPLIT, BLOCK_M, BLOCK_N), rows, cols, out,
-                             bias, M, N, stride_om, stride_on, tile_m, tile_n, members, count, index, cur,
+                _finish_tile(take_over(acc, parts, ready, unit % rest, rest, SPLIT, BLOCK_M, BLOCK_N), rows, cols,
+                             out, bias, M, N, stride_om, stride_on, tile_m, tile_n, members, count, index, cur,
                              heap_bases, trace, ALONG_M, HAS_BIAS, BLOCK_M, BLOCK_N)
-        else:
-            _finish_tile(acc, rows, cols, out, bias, M, N, stride_om, stride_on, tile_m, tile_n, members, count, index,
-                         cur, heap_bases, trace, ALONG_M, HAS_BIAS, BLOCK_M, BLOCK_N)
     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 
 
@@ -110,16 +113,26 @@ def _output_shape(along_m: bool, world: int):
 
 
 def problem(what: str, along_m: bool, ctx, A, B, config: FusedConfig) -> tuple:
-    """(key, spec, tile) of one call: the tile and K split, and the workspace a split needs (the parts a program
-    hands over to the one that finishes their tile, and their flags); none without a split."""
+    """(key, spec, tile) of one call: the tile, the K split (``SPLIT``) and the tiles computed whole before the
+    split ones (``whole``), and the workspace a split needs (the parts a program hands over to the one that
+    finishes their tile, and their flags); none without a split.
+
+    The split: ``config.split_k`` or the one :func:`iris.ops._fused.fitted_launch` fits for every tile (few
+    tiles); where that is none, from :data:`iris.ops._fused.SPLIT_MIN_ROWS` rows, the last round's tiles in 2 or
+    4 parts where they finish it sooner (:func:`iris.ops._fused.split_last_round`: 64 tiles left for 128 programs
+    go in halves)."""
     M, N = A.shape[0], B.shape[1]
     tile = _fused.tile(ctx, config, A.dtype, M, N, _fused.SPLITS)
-    handed = (tile["SPLIT"] - 1) * tile_count(M, N, tile)  # parts handed over
+    tiles = tile_count(M, N, tile)
+    whole = 0 if tile["SPLIT"] > 1 else tiles
+    if tile["SPLIT"] == 1 and config.split_k is None and M >= _fused.SPLIT_MIN_ROWS:
+        whole, tile["SPLIT"] = _fused.split_last_round(tiles, _fused.concurrent_programs(ctx), _fused.SPLITS)
+    handed = (tile["SPLIT"] - 1) * (tiles - whole)  # parts handed over
     spec = {} if handed == 0 else {
         "parts": _fused.Buffer(handed * tile["BLOCK_M"] * tile["BLOCK_N"], torch.float32, heap=False),
         "ready": _fused.Buffer(handed, torch.int32, heap=False, zeroed=True)}
-    key = (what,) if handed == 0 else (what, M, N, tile["BLOCK_M"], tile["BLOCK_N"], tile["SPLIT"])
-    return key, spec, tile
+    key = (what,) if handed == 0 else (what, M, N, tile["BLOCK_M"], tile["BLOCK_N"], tile["SPLIT"], whole)
+    return key, spec, dict(tile, whole=whole)
 
 
 def preamble(what: str, along_m: bool, ctx, output, A, B, config=None) -> _fused.Workspace:
@@ -140,14 +153,15 @@ def run(what: str, along_m: bool, ctx, output, A, B, bias=None, async_op=False, 
     key, spec, tile = problem(what, along_m, ctx, A, B, config)
     workspace = _fused.workspace_for(ctx, what, key, spec, workspace)
     M, N = A.shape[0], B.shape[1]
-    programs = _fused.launch_size(ctx, tile_count(M, N, tile) * tile["SPLIT"])
+    whole = tile.pop("whole")
+    programs = _fused.launch_size(ctx, whole + (tile_count(M, N, tile) - whole) * tile["SPLIT"])
     parts = getattr(workspace, "parts", output)  # unused without a split
     launch = bind(
         _matmul_gather_kernel, (programs,),
         A, B, output, bias if bias is not None else output, parts, getattr(workspace, "ready", parts), M, N,
-        A.shape[1], A.stride(0), A.stride(1), B.stride(0), B.stride(1), output.stride(0), output.stride(1),
+        A.shape[1], whole, A.stride(0), A.stride(1), B.stride(0), B.stride(1), output.stride(0), output.stride(1),
         *_fused.barrier_arguments(ctx), ALONG_M=along_m, HAS_BIAS=bias is not None,
         UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(), EXIT_BARRIER=not async_op,
         BARRIER_BLOCK=ctx.team.barrier.block, TRACE=ctx.tracing.enabled,
-        TMA=tile["SPLIT"] == 1 and _fused.tma_loads(ctx, config, A, B), **tile)
+        TMA=whole > 0 and _fused.tma_loads(ctx, config, A, B), **tile)  # the whole tiles' loads
     return workspace, [launch]
