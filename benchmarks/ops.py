@@ -41,6 +41,8 @@ the time no span covers, and the tail after the last tile; columns profile_* of 
 the host's share of a fused call (fused_host_us: host microseconds per call issued back to back;
 where it exceeds the GPU's time, the op is host-bound). Output: a table, a CSV and a PNG under
 benchmarks/results/. On the CPU backend it is a smoke test at tiny sizes, not a figure.
+--breakdown CSV [--below 0.9] runs nothing: it prints, from a --profile run's CSV, where each fused
+call spends its time beyond the GEMM alone (:func:`breakdown`), as a Markdown table.
 """
 
 import os
@@ -96,6 +98,11 @@ def parse_args(gpu: bool) -> argparse.Namespace:
                         "started as a timed sample is: where its time went (per program: compute, put, reduce, "
                         "wait, barrier, idle; the tail), the median over the calls")
     parser.add_argument("--host", action="store_true", help="also time the host's share of each fused call (GPU)")
+    parser.add_argument("--breakdown", type=Path, default=None, metavar="CSV",
+                        help="print where each fused call of a --profile run's CSV spends its time beyond the GEMM "
+                        "alone (a Markdown table, see breakdown()) and exit: nothing runs, no ranks needed")
+    parser.add_argument("--below", type=float, default=1.01, help="with --breakdown: only the rows whose overlap "
+                        "efficiency is below this (default: every row)")
     parser.add_argument("--config", default="", help="FusedConfig fields for the fused ops, e.g. "
                         "block_size_n=128,num_stages=4 (default: FusedConfig()); switches as 0/1: tma_loads=1")
     args = parser.parse_args()
@@ -262,6 +269,51 @@ def profile_columns(calls: list[list[dict]]) -> dict:
     return columns
 
 
+BREAKDOWN_COLUMNS = ("compute", "put + reduce", "wait + barrier", "idle", "outside", "rest")
+
+
+def breakdown(row: dict) -> dict:
+    """Where a profiled fused call (a CSV row of --profile) spends its time beyond the faster GEMM alone, in
+    microseconds: ``fused = gemm + compute + put + reduce + wait + barrier + idle + outside + rest``, with
+    ``compute`` the compute per program beyond the GEMM alone (tiles slowed by the communication beside them, or
+    a tile loop slower than cuBLAS's; negative where the fused op's tiles beat the GEMM alone), ``put +
+    reduce`` the communication the computing programs do, ``idle`` what no span covers (programs done early,
+    gaps), ``outside`` the call's time outside the kernel's span (launches, barrier launches, the copies' fork
+    and join), and ``rest`` what the per-kind figures (means over programs) leave of the span.
+
+    Example:
+        >>> breakdown(row)["put + reduce"]   # microseconds a program spends sending and summing partials
+    """
+    def f(key: str) -> float:
+        return float(row[key])
+
+    terms = {"gemm": min(f("cublas_us"), f("iris gemm_us"))}
+    terms["compute"] = f("profile_compute_us") - terms["gemm"]
+    terms["put + reduce"] = f("profile_put_us") + f("profile_reduce_us")
+    terms["wait + barrier"] = f("profile_wait_us") + f("profile_barrier_us")
+    terms["idle"] = f("profile_idle_us")
+    terms["outside"] = f("fused_us") - f("profile_span_us")
+    terms["rest"] = f("fused_us") - sum(terms.values())
+    return terms
+
+
+def print_breakdown(path: Path, below: float) -> None:
+    """The :func:`breakdown` of every row of a profiled run's CSV whose overlap efficiency is below ``below``,
+    as a Markdown table (microseconds)."""
+    import csv
+
+    with open(path) as f:
+        rows = [row for row in csv.DictReader(f) if float(row["overlap_efficiency"]) < below]
+    print("| op | M | N | overlap | fused | GEMM alone | comm alone | " + " | ".join(BREAKDOWN_COLUMNS) + " |")
+    print("|---" * (7 + len(BREAKDOWN_COLUMNS)) + "|")
+    for row in rows:
+        terms = breakdown(row)
+        comm = min(float(row["nccl_us"]), float(row["iris.ccl_us"]))
+        figures = [float(row["fused_us"]), terms["gemm"], comm, *(terms[key] for key in BREAKDOWN_COLUMNS)]
+        print(f"| {row['op']} | {row['M']} | {row['N']} | {float(row['overlap_efficiency']):.2f} | "
+              + " | ".join(f"{x:.1f}" for x in figures) + " |")
+
+
 def heap_bytes(args, world: int, arena: int) -> int:
     """Symmetric heap per rank for the whole sweep: the arena (``arena`` bf16 elements) and the fused
     ops' workspaces. The heap never frees, and ctx.ops keeps each fused op's workspace for its
@@ -283,6 +335,9 @@ def heap_bytes(args, world: int, arena: int) -> int:
 def main() -> int:
     gpu = iris.runtime.SELECTED != "cpu"
     args = parse_args(gpu)
+    if args.breakdown:
+        print_breakdown(args.breakdown, args.below)
+        return 0
     world = job_world_size()
     biggest = max(m * max(n, k) for m in args.m for n in args.n for k in args.k)
     arena_numel = (world + 2) * biggest  # a peer-written output, then iris.ccl's input and its W outputs

@@ -59,3 +59,45 @@ def test_a_profile_is_the_median_over_calls_of_the_mean_over_ranks():
     assert columns["profile_barrier_us"] == 20.0 and columns["profile_span_us"] == 110.0
     assert columns["profile_compute_us"] == 60.0 and columns["profile_put_us"] == 0.0
     assert columns["profile_compute_per_tile_us"] == 30.0  # 8 tiles over 4 programs of 60 us: 30 us a tile
+
+
+def _profiled_row(**figures):
+    row = {"op": "matmul_all_reduce", "M": "1024", "N": "8192", "fused_us": "160", "cublas_us": "95",
+           "iris gemm_us": "105", "nccl_us": "64", "iris.ccl_us": "70", "overlap_efficiency": "0.59375",
+           "profile_span_us": "150", "profile_compute_us": "92", "profile_put_us": "30", "profile_reduce_us": "8",
+           "profile_wait_us": "4", "profile_barrier_us": "2", "profile_idle_us": "10"}
+    return {**row, **{key: str(value) for key, value in figures.items()}}
+
+
+def test_breakdown_says_where_a_fused_call_spends_its_time_beyond_the_gemm_alone():
+    """T_fused = the faster GEMM alone + compute beyond it + put + reduce + wait + barrier + idle + the time
+    outside the kernel's span + the rest (spans that overlap: per-kind means against the span)."""
+    breakdown = import_benchmark("ops").breakdown
+    terms = breakdown(_profiled_row())
+    assert terms == {"gemm": 95.0, "compute": -3.0, "put + reduce": 38.0, "wait + barrier": 6.0, "idle": 10.0,
+                     "outside": 10.0, "rest": 4.0}
+    assert breakdown(_profiled_row(cublas_us=120))["gemm"] == 105.0  # the faster of cuBLAS and iris's GEMM
+    assert sum(terms.values()) == 160.0
+
+
+def test_ops_benchmark_prints_the_breakdown_of_a_csv_without_running(tmp_path):
+    """--breakdown CSV: a Markdown table of a profiled run's rows, below the overlap it is given, no ranks."""
+    import csv
+    import subprocess
+    import sys
+
+    from benchmark_runs import ROOT
+
+    path = tmp_path / "ops.csv"
+    rows = [_profiled_row(), _profiled_row(op="all_gather_matmul", overlap_efficiency="0.95")]
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ops.py"), "--breakdown", str(path),
+                           "--below", "0.9"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("|")]
+    assert len(lines) == 3, proc.stdout  # header, rule, one row: the 0.95 one is not below 0.9
+    assert lines[2].split("|")[1:4] == [" matmul_all_reduce ", " 1024 ", " 8192 "], lines[2]
+    assert "| 0.59 | 160.0 | 95.0 | 64.0 | -3.0 | 38.0 | 6.0 | 10.0 | 10.0 | 4.0 |" in lines[2], lines[2]
