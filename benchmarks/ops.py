@@ -53,6 +53,7 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
     os.environ.setdefault(_name, _value)
 
 import argparse
+import csv
 import functools
 import statistics
 import sys
@@ -101,8 +102,8 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--breakdown", type=Path, default=None, metavar="CSV",
                         help="print where each fused call of a --profile run's CSV spends its time beyond the GEMM "
                         "alone (a Markdown table, see breakdown()) and exit: nothing runs, no ranks needed")
-    parser.add_argument("--below", type=float, default=1.01, help="with --breakdown: only the rows whose overlap "
-                        "efficiency is below this (default: every row)")
+    parser.add_argument("--below", type=float, default=float("inf"),
+                        help="with --breakdown: only the rows whose overlap efficiency is below this (default: all)")
     parser.add_argument("--config", default="", help="FusedConfig fields for the fused ops, e.g. "
                         "block_size_n=128,num_stages=4 (default: FusedConfig()); switches as 0/1: tma_loads=1")
     args = parser.parse_args()
@@ -300,8 +301,6 @@ def breakdown(row: dict) -> dict:
 def print_breakdown(path: Path, below: float) -> None:
     """The :func:`breakdown` of every row of a profiled run's CSV whose overlap efficiency is below ``below``,
     as a Markdown table (microseconds)."""
-    import csv
-
     with open(path) as f:
         rows = [row for row in csv.DictReader(f) if float(row["overlap_efficiency"]) < below]
     print("| op | M | N | overlap | fused | GEMM alone | comm alone | " + " | ".join(BREAKDOWN_COLUMNS) + " |")
