@@ -69,7 +69,7 @@ def _product(a, b, out, M, N, K, MODE: tl.constexpr, BLOCK_M: tl.constexpr, BLOC
                 acc = tl.dot(a_desc.load([tile_m * BLOCK_M, k]), b_desc.load([k, tile_n * BLOCK_N]), acc)
         else:  # flattened: the fused ops' own descriptor loop; the pipeline depth is the kernel's num_stages
             acc = accumulate_described(tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), a_desc, b_desc, K,
-                                       tile_m * BLOCK_M, tile_n * BLOCK_N, False, BLOCK_K)
+                                       tile_m * BLOCK_M, tile_n * BLOCK_N, False, BLOCK_K, 0)
         if MODE == 4:
             halves = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
             c_desc.store([tile_m * BLOCK_M, tile_n * BLOCK_N], halves[0].to(out.dtype.element_ty))

@@ -113,6 +113,24 @@ def test_all_gather_matmul_with_its_last_round_split_by_member_slice_matches_flo
         assert max(errors) <= TOLERANCE[torch.float32], f"rank {rank}: relative errors {errors}"
 
 
+@pytest.mark.parametrize("copy_engine,in_parts", [(False, False), (True, False), (False, True)])
+def test_all_gather_matmul_with_descriptors_made_once_per_program_matches_float64(ranks, copy_engine, in_parts):
+    """tma_loads=True where K_r is a multiple of BLOCK_K (the interpreter's 32; K 128: 64 at 2 ranks, 32 at 4):
+    each program makes its three descriptors once (its own slice, the gathered slots as one matrix, the whole
+    B) and each slice is a row offset into them; M 72 leaves a ragged last row block, whose rows past M read
+    the next slot's rows. Pushed, sent by copies, and with the last round in parts (the fitted split)."""
+    if copy_engine:
+        _skip_where_copies_are_refused(ranks)
+    config = FusedConfig(tma_loads=True, copy_engine=copy_engine)
+    assert all(ranks.run(_takes_tma, "all_gather_matmul", 72, 80, 128, config))
+    run = _run_op_with_free_parts if in_parts else _run_op
+    for rank, result in enumerate(ranks.run(run, "all_gather_matmul", 72, 80, 128, torch.float32, True,
+                                            seeds=[4, 5], config=config)):
+        handed, errors = result if in_parts else (None, result)
+        assert handed is None or handed >= 1, f"rank {rank}: no part handed over"
+        assert max(errors) <= TOLERANCE[torch.float32], f"rank {rank}: relative errors {errors}"
+
+
 @pytest.mark.parametrize("split_k", [2, 3])
 def test_all_gather_matmul_last_round_split_at_three_ranks_matches_float64(three_ranks, split_k):
     """At 3 members, 2 parts (own slice and the next; the last) or 3 (one slice each)."""

@@ -98,15 +98,20 @@ def _push_due(step, a, gathered, flags, M, K_r, split, stride_am, stride_ak, til
 
 
 @triton.jit
-def _slice_product(acc, a, b, M, N, K_r, stride_am, stride_ak, stride_bk, stride_bn, tile_m, tile_n,
-                   UPCAST: tl.constexpr, TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_K: tl.constexpr):
-    """``acc`` plus one member's slice: ``a`` (M, K_r) times ``b`` (K_r, N) at output tile (tile_m, tile_n); with
-    ``TMA`` through tensor descriptors made here (row-major operands: zeros past K_r, never the next slice)."""
-    if TMA:
+def _slice_product(acc, a, b, M, N, K_r, stride_am, stride_ak, stride_bk, stride_bn, tile_m, tile_n, a_row, b_row,
+                   UPCAST: tl.constexpr, TMA: tl.constexpr, HOISTED: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """``acc`` plus one member's slice: ``a`` (M, K_r) times ``b`` (K_r, N) at output tile (tile_m, tile_n).
+
+    ``HOISTED``: ``a`` and ``b`` are the program's descriptors (:func:`_descriptors`), the slice at rows
+    ``a_row`` and ``b_row`` of them. Else with ``TMA``, through descriptors made here (row-major operands: zeros
+    past K_r, never the next slice); else pointers, masked loads."""
+    if HOISTED:
+        acc = accumulate_described(acc, a, b, K_r, a_row + tile_m * BLOCK_M, tile_n * BLOCK_N, UPCAST, BLOCK_K, b_row)
+    elif TMA:
         acc = accumulate_described(acc, operand(a, M, K_r, stride_am, TMA, BLOCK_M, BLOCK_K),
                                    operand(b, K_r, N, stride_bk, TMA, BLOCK_K, BLOCK_N), K_r, tile_m * BLOCK_M,
-                                   tile_n * BLOCK_N, UPCAST, BLOCK_K)
+                                   tile_n * BLOCK_N, UPCAST, BLOCK_K, 0)
     else:
         rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
         cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -116,15 +121,39 @@ def _slice_product(acc, a, b, M, N, K_r, stride_am, stride_ak, stride_bk, stride
 
 
 @triton.jit
+def _descriptors(a, b, gathered, M, N, K_r, stride_am, stride_bk, count, HOISTED: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """(own, peers, b): with ``HOISTED`` (descriptor loads where K_r is a multiple of BLOCK_K), descriptors made
+    once per program instead of two per slice and tile: this rank's slice (M, K_r), the gathered slots as one
+    (count * M, K_r) matrix (slot p at row p * M; a tile's rows past M read the next slot's, which only feed
+    output rows past M, never stored) and the whole B (count * K_r, N) (a slice's K loop ends on its last row).
+    Else the pointers as given."""
+    if HOISTED:
+        own = tl.make_tensor_descriptor(a, shape=[M, K_r], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
+        peers = tl.make_tensor_descriptor(gathered, shape=[count * M, K_r], strides=[K_r, 1],
+                                          block_shape=[BLOCK_M, BLOCK_K])
+        whole = tl.make_tensor_descriptor(b, shape=[count * K_r, N], strides=[stride_bk, 1],
+                                          block_shape=[BLOCK_K, BLOCK_N])
+    else:
+        own, peers, whole = a, gathered, b
+    return own, peers, whole
+
+
+@triton.jit
 def _tile_part(a, b, gathered, flags, want, M, N, K_r, stride_am, stride_ak, stride_bk, stride_bn, tile_m, tile_n,
                first, last, count, index, cur, trace, PUSHED: tl.constexpr, UPCAST: tl.constexpr, TMA: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+               HOISTED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """Output tile (tile_m, tile_n)'s product over the member slices ``first`` to ``last - 1`` in turn from this
-    rank (0: its own, read in place, no wait; the others gathered, waited for first), float32."""
+    rank (0: its own, read in place, no wait; the others gathered, waited for first), float32. ``a``,
+    ``gathered`` and ``b`` are what :func:`_descriptors` gave."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if first == 0:
-        acc = _slice_product(acc, a, b + index * K_r * stride_bk, M, N, K_r, stride_am, stride_ak, stride_bk,
-                             stride_bn, tile_m, tile_n, UPCAST, TMA, BLOCK_M, BLOCK_N, BLOCK_K)
+        if HOISTED:
+            acc = _slice_product(acc, a, b, M, N, K_r, stride_am, stride_ak, stride_bk, stride_bn, tile_m, tile_n, 0,
+                                 index * K_r, UPCAST, TMA, HOISTED, BLOCK_M, BLOCK_N, BLOCK_K)
+        else:
+            acc = _slice_product(acc, a, b + index * K_r * stride_bk, M, N, K_r, stride_am, stride_ak, stride_bk,
+                                 stride_bn, tile_m, tile_n, 0, 0, UPCAST, TMA, HOISTED, BLOCK_M, BLOCK_N, BLOCK_K)
     if last > 1:
         waiting = trace.start(tracing.WAIT, cur, cur, flags + tile_m, tile_m, tile_n, 0)
         if PUSHED:
@@ -139,8 +168,13 @@ def _tile_part(a, b, gathered, flags, want, M, N, K_r, stride_am, stride_ak, str
     slot = tl.cast(M, tl.int64) * K_r
     for i in range(tl.maximum(first, 1), last):
         position = (index + i) % count
-        acc = _slice_product(acc, gathered + position * slot, b + position * K_r * stride_bk, M, N, K_r, K_r, 1,
-                             stride_bk, stride_bn, tile_m, tile_n, UPCAST, TMA, BLOCK_M, BLOCK_N, BLOCK_K)
+        if HOISTED:
+            acc = _slice_product(acc, gathered, b, M, N, K_r, K_r, 1, stride_bk, stride_bn, tile_m, tile_n,
+                                 position * M, position * K_r, UPCAST, TMA, HOISTED, BLOCK_M, BLOCK_N, BLOCK_K)
+        else:
+            acc = _slice_product(acc, gathered + position * slot, b + position * K_r * stride_bk, M, N, K_r, K_r, 1,
+                                 stride_bk, stride_bn, tile_m, tile_n, 0, 0, UPCAST, TMA, HOISTED, BLOCK_M, BLOCK_N,
+                                 BLOCK_K)
     return acc
 
 
@@ -161,7 +195,7 @@ def _all_gather_matmul_kernel(a, b, out, bias, gathered, flags, calls, parts, re
                               WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                               GROUP_M: tl.constexpr, TMA: tl.constexpr = False, PUSHED: tl.constexpr = True,
-                              PARTS: tl.constexpr = 1):
+                              PARTS: tl.constexpr = 1, HOISTED: tl.constexpr = False):
     # PUSHED: the programs push A's pieces (flags per row block). Else copies made them arrive (copy_engine):
     # the host's barrier came first, and ``flags`` holds one arrival flag per member position.
     # Tiles from ``whole`` on (the last round's) are in PARTS parts by member slice (see last_round).
@@ -170,6 +204,8 @@ def _all_gather_matmul_kernel(a, b, out, bias, gathered, flags, calls, parts, re
     programs = tl.num_programs(0)
     trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, PUSHED, BARRIER_BLOCK, TRACE)
     want = (tl.load(calls) + 1) * (count - 1) * split  # every piece of a row block, from every other member
+    own, peers, whole_b = _descriptors(a, b, gathered, M, N, K_r, stride_am, stride_bk, count, HOISTED, BLOCK_M,
+                                       BLOCK_N, BLOCK_K)
     step = 0
     for tile in range(tl.program_id(0), whole, programs):
         if PUSHED:
@@ -177,8 +213,9 @@ def _all_gather_matmul_kernel(a, b, out, bias, gathered, flags, calls, parts, re
                       count, index, cur, heap_bases, BLOCK_M, GROUP_M, False)
         tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
         span = trace.start(tracing.COMPUTE, cur, cur, out, tile_m, tile_n, 0)
-        acc = _tile_part(a, b, gathered, flags, want, M, N, K_r, stride_am, stride_ak, stride_bk, stride_bn, tile_m,
-                         tile_n, 0, count, count, index, cur, trace, PUSHED, UPCAST, TMA, BLOCK_M, BLOCK_N, BLOCK_K)
+        acc = _tile_part(own, whole_b, peers, flags, want, M, N, K_r, stride_am, stride_ak, stride_bk, stride_bn,
+                         tile_m, tile_n, 0, count, count, index, cur, trace, PUSHED, UPCAST, TMA, HOISTED, BLOCK_M,
+                         BLOCK_N, BLOCK_K)
         _store_tile(acc, out, bias, M, N, stride_om, stride_on, tile_m, tile_n, HAS_BIAS, BLOCK_M, BLOCK_N)
         trace.end(span)
         step += 1
@@ -193,9 +230,9 @@ def _all_gather_matmul_kernel(a, b, out, bias, gathered, flags, calls, parts, re
             part = unit // rest
             tile_m, tile_n = tile_of(whole + unit % rest, tiles_m, tiles_n, GROUP_M)
             span = trace.start(tracing.COMPUTE, cur, cur, out, tile_m, tile_n, 0)
-            acc = _tile_part(a, b, gathered, flags, want, M, N, K_r, stride_am, stride_ak, stride_bk, stride_bn,
-                             tile_m, tile_n, part * count // PARTS, (part + 1) * count // PARTS, count, index, cur,
-                             trace, PUSHED, UPCAST, TMA, BLOCK_M, BLOCK_N, BLOCK_K)
+            acc = _tile_part(own, whole_b, peers, flags, want, M, N, K_r, stride_am, stride_ak, stride_bk,
+                             stride_bn, tile_m, tile_n, part * count // PARTS, (part + 1) * count // PARTS, count,
+                             index, cur, trace, PUSHED, UPCAST, TMA, HOISTED, BLOCK_M, BLOCK_N, BLOCK_K)
             if part < PARTS - 1:
                 hand_over(acc, parts, ready, unit, BLOCK_M, BLOCK_N)
             else:
@@ -323,6 +360,7 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
     whole = tile.pop("whole")
     programs = _fused.launch_size(ctx, whole + (tile_count(M, N, tile) - whole) * tile["PARTS"])
     split = max(1, programs // triton.cdiv(M, tile["BLOCK_M"]))  # pieces per row block: every program pushes
+    tma = _tma_loads(ctx, config, A_shard, B)
     kernel = bind(
         _all_gather_matmul_kernel, (programs,),
         A_shard, B, output, bias if bias is not None else output, workspace.gathered, workspace.flags,
@@ -330,7 +368,7 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
         A_shard.stride(1), B.stride(0), B.stride(1), output.stride(0), output.stride(1),
         *_fused.barrier_arguments(ctx), HAS_BIAS=bias is not None, UPCAST=ctx.team.backend.interpreted,
         WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block, TRACE=ctx.tracing.enabled,
-        TMA=_tma_loads(ctx, config, A_shard, B), PUSHED=not copied, **tile)
+        TMA=tma, PUSHED=not copied, HOISTED=tma and K_r % tile["BLOCK_K"] == 0, **tile)
     if copied:  # barrier, the copies forked off, the kernel, then its flags cleared and the copies joined
         send, finish = _fused.sent_by_copies(ctx, A_shard, workspace.gathered, workspace.flags)
         launches = [ctx.team.barrier.launch(None), send, kernel, finish]

@@ -63,13 +63,13 @@ def accumulate(acc, a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, r
 
 
 @triton.jit
-def accumulate_described(acc, a, b, K, row, col, UPCAST: tl.constexpr, BLOCK_K: tl.constexpr):
-    """``acc + a[row:, :K] @ b[:K, col:]`` in float32, through the tensor descriptors ``a`` and ``b``
-    (:func:`operand`), one (BLOCK_M, BLOCK_K) and (BLOCK_K, BLOCK_N) tile per step; past their edges
+def accumulate_described(acc, a, b, K, row, col, UPCAST: tl.constexpr, BLOCK_K: tl.constexpr, b_row):
+    """``acc + a[row:, :K] @ b[b_row:b_row + K, col:]`` in float32, through the tensor descriptors ``a`` and
+    ``b`` (:func:`operand`), one (BLOCK_M, BLOCK_K) and (BLOCK_K, BLOCK_N) tile per step; past their edges
     descriptors read zeros."""
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         x = a.load([row, k * BLOCK_K])
-        y = b.load([k * BLOCK_K, col])
+        y = b.load([b_row + k * BLOCK_K, col])
         if UPCAST:
             acc = tl.dot(x.to(tl.float32), y.to(tl.float32), acc)
         else:
@@ -104,7 +104,7 @@ def tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile
     cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if TMA:
-        acc = accumulate_described(acc, a, b, K, tile_m * BLOCK_M, tile_n * BLOCK_N, UPCAST, BLOCK_K)
+        acc = accumulate_described(acc, a, b, K, tile_m * BLOCK_M, tile_n * BLOCK_N, UPCAST, BLOCK_K, 0)
     else:
         acc = accumulate(acc, a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, rows, cols, UPCAST,
                          BLOCK_K)
