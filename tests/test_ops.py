@@ -249,9 +249,13 @@ def test_a_k_split_is_fitted_where_the_default_tile_leaves_most_programs_idle():
         return launch["BLOCK_M"], launch["BLOCK_N"], launch["SPLIT"]
 
     assert fitted(256, 8192) == (128, 256, 2)  # 64 tiles: 128 halves, one wave
-    assert fitted(64, 8192) == (64, 128, 1)  # fewer than SPLIT_MIN_ROWS rows: no split, as before
-    assert fitted(128, 14336) == (128, 128, 1)
-    assert fitted(64, 14336) == (64, 128, 1)
+    # fewer than SPLIT_MIN_ROWS rows: the small tile's parts compete instead of the default tile's
+    assert fitted(64, 8192) == (64, 128, 2)  # 64 small tiles: 128 halves, one wave
+    assert fitted(128, 4096) == (64, 128, 2)
+    assert fitted(128, 8192) == (64, 128, 1)  # 128 small tiles: one wave already
+    assert fitted(128, 7168) == (64, 128, 1)  # 112 small tiles; 224 halves would take two waves
+    assert fitted(128, 14336) == (128, 128, 1)  # the half tile, whole
+    assert fitted(64, 8192, config=FusedConfig(split_k=1)) == (64, 128, 1)
     assert fitted(256, 14336) == (128, 256, 1)  # 112 tiles: one wave already
     assert fitted(512, 8192) == (128, 256, 1)
     assert fitted(4096, 8192) == (128, 256, 1)

@@ -70,9 +70,15 @@ SMALL_TILE_COST = 0.53
 # parts of the default tile at 256 output rows took the place of half tiles 8-15 us faster on about 75 us of
 # compute: a part cost about 0.6-0.67 of the tile against 0.88 for a half tile.
 SPLIT_COST = 0.15
-# Fewer output rows than this split nothing: at M 128 the parts were 12-13% slower than the small and half tiles
-# at two of three shapes on the same 2 x H100 (level at the third), though the costs above say otherwise.
+# Below this many output rows the default tile's parts do not compete: at M 128 they were 12-13% slower than the
+# small and half tiles at two of three shapes on the same 2 x H100 (level at the third), though the costs above
+# say otherwise.
 SPLIT_MIN_ROWS = 256
+# Below SPLIT_MIN_ROWS the small tile's parts compete instead (a part: 1 / S of SMALL_TILE_COST plus SPLIT_COST):
+# on 2 x H100 at M 128 N 8192 (64 small tiles on 132 programs) two parts of it were faster than it whole
+# (gemm_all_scatter 48.0 us against 59.0, matmul_all_gather 64.5 against 68.2; docs/benchmarks.md, "Small tiles
+# in K parts"), and at N 14336 (112 small tiles, 224 parts: two waves) slower (78.3 against 72.1, 106.0 against
+# 100.7), as these costs say.
 # The K splits a kernel that takes them (iris.ops.matmul_gather) is fitted among.
 SPLITS = (1, 2, 4)
 _TILE_FIELDS = ("block_size_m", "block_size_n", "block_size_k", "group_size_m", "num_warps", "num_stages")
@@ -92,7 +98,8 @@ def fitted_launch(config: FusedConfig, rows: int, cols: int, programs: int, dtyp
 
     ``splits``: the K splits the caller's kernel takes (:data:`SPLITS`; None: it takes none, and the
     result has no SPLIT). ``config.split_k`` where set; else, from :data:`SPLIT_MIN_ROWS` rows, the
-    default tile cut in each of them competes too, a part costing 1 / S of the tile plus :data:`SPLIT_COST`.
+    default tile cut in each of them competes too (below, the small tile cut), a part costing 1 / S of the
+    tile plus :data:`SPLIT_COST`.
 
     Example:
         >>> fitted_launch(FusedConfig(), 128, 8192, 132, torch.bfloat16)["BLOCK_M"]   # 32 tiles: too few
@@ -111,8 +118,8 @@ def fitted_launch(config: FusedConfig, rows: int, cols: int, programs: int, dtyp
 
         candidates = [(config, 1.0, 1), (replace(config, **HALF_TILE), HALF_TILE_COST, 1),
                       (replace(config, **SMALL_TILE), SMALL_TILE_COST, 1)]
-        candidates += [(config, 1.0, parts) for parts in (splits if fitted and rows >= SPLIT_MIN_ROWS else ())
-                       if parts > 1]
+        cut = candidates[0] if rows >= SPLIT_MIN_ROWS else candidates[2]  # the tile whose K parts compete
+        candidates += [(cut[0], cut[1], parts) for parts in (splits if fitted else ()) if parts > 1]
         config, _, chosen = min(candidates, key=lambda candidate: cost(*candidate))  # min keeps the first of equals
         split = chosen if fitted else split
     depth = max(16, config.block_size_k // 2) if dtype == torch.float32 else config.block_size_k

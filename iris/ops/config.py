@@ -49,10 +49,11 @@ class FusedConfig:
         split_k: matmul_all_gather and gemm_all_scatter: S > 1: each output tile's product over K is
             cut into S parts computed by S programs; the last one adds the others' parts (handed over
             through a local workspace) and stores the tile, so an output of few tiles still fills the
-            SMs. Loads without tensor descriptors (not with tma_loads=True). None (default): on a GPU, where
-            the output has at least 256 rows, 1, 2 or 4, whichever ``iris.ops._fused.fitted_launch``
-            expects to finish soonest with the default tile (on 2 x H100: 2 parts at 256 x 8192, 7-14%
-            faster than half tiles); where that splits no tile, the last round's tiles in 2 or 4 parts where
+            SMs. Loads without tensor descriptors (not with tma_loads=True). None (default): on a GPU, 1, 2
+            or 4, whichever ``iris.ops._fused.fitted_launch`` expects to finish soonest with the default
+            tile where the output has at least 256 rows (on 2 x H100: 2 parts at 256 x 8192, 7-14% faster
+            than half tiles), with the small tile below (2 parts at 64 x 8192 and 128 x 4096); where that
+            splits no tile, the last round's tiles in 2 or 4 parts where
             they finish it sooner (``iris.ops._fused.split_last_round``); 1 on the CPU backend.
             all_gather_matmul: the last round's tiles (the last tile on the CPU backend's one program) in
             S parts by member slice, at most one per member. None (default): the parts that finish the
