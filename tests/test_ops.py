@@ -394,6 +394,55 @@ def test_reduce_ops_at_three_ranks_match_float64(three_ranks, op):
         assert max(errors) <= TOLERANCE[torch.bfloat16], f"{op}, rank {rank}: relative errors {errors}"
 
 
+def _scatter_by_copies(m, n, k, seeds):
+    """matmul_reduce_scatter with FusedConfig(copy_engine=True), into an (M, N / W) output and into this rank's
+    columns of an (M, N) one (the original's layout): the errors of each call, and the chunks' flags all clear
+    after the last call (the finish clears them for the next call)."""
+    ctx = iris.iris(1 << 24)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    config = FusedConfig(copy_engine=True)
+    a_shape, b_shape, out_shape = shapes("matmul_reduce_scatter", m, n, k, world)
+    errors = []
+    for seed in seeds:
+        a, b = (t.to(device) for t in _shards(seed, rank, a_shape, b_shape))
+        bias = torch.randn(b_shape[1], generator=torch.Generator().manual_seed(seed))
+        shards = [_shards(seed, r, a_shape, b_shape) for r in range(world)]
+        ref = reference("matmul_reduce_scatter", shards, bias, rank)
+        scale = magnitude("matmul_reduce_scatter", shards, bias, rank)
+        for full in (False, True):
+            width = b_shape[1] // world
+            out = torch.full((m, b_shape[1]) if full else out_shape, float("nan"), device=device)
+            workspace = ctx.ops.matmul_reduce_scatter(out, a, b, bias=bias.to(device), config=config)
+            ctx.barrier()
+            got = (out[:, rank * width:(rank + 1) * width] if full else out).cpu().double()
+            errors.append(float("inf") if got.isnan().any() else ((got - ref).norm() / scale.norm()).item())
+            if full:  # the other columns are left as they were
+                errors.append(0.0 if out[:, :rank * width].isnan().all() and out[:, (rank + 1) * width:].isnan().all()
+                              else float("inf"))
+    clear = not workspace.flags.any().item()
+    ctx.close()
+    return errors, clear
+
+
+@pytest.mark.parametrize("shape", [(40, 70, 24), (200, 64, 48)])
+def test_matmul_reduce_scatter_with_partials_sent_by_copies_matches_float64(ranks, shape):
+    """FusedConfig(copy_engine=True): one launch computes the partials of the other members' columns into a
+    local stage, copies (the copy engine on a GPU) send them to their owners by row chunks, each chunk's flag
+    after it, and a second launch computes this rank's own columns and adds the members' partials chunk by
+    chunk as their flags arrive (M 200: 7 row blocks of the interpreter's 32, 7 chunks), over calls that reuse
+    the workspace."""
+    _skip_where_copies_are_refused(ranks)
+    for rank, (errors, clear) in enumerate(ranks.run(_scatter_by_copies, *shape, seeds=[3, 4])):
+        assert max(errors) <= TOLERANCE[torch.float32], f"rank {rank}: relative errors {errors}"
+        assert clear, f"rank {rank}: flags left set"
+
+
+def test_matmul_reduce_scatter_by_copies_at_three_ranks_matches_float64(three_ranks):
+    _skip_where_copies_are_refused(three_ranks)
+    for rank, (errors, clear) in enumerate(three_ranks.run(_scatter_by_copies, 72, 48, 40, seeds=[6])):
+        assert max(errors) <= TOLERANCE[torch.float32] and clear, f"rank {rank}: relative errors {errors}"
+
+
 def _refusals():
     ctx = iris.iris(1 << 20)
     device = ctx.get_device()
@@ -412,7 +461,9 @@ def _refusals():
                              out, a, b, workspace=ctx.ops.matmul_reduce_scatter_preamble(out[:, :16 // world], a, b)),
                          lambda: ctx.ops.all_gather_matmul(out, torch.zeros(4, 8, dtype=a.dtype, device=device).t(),
                                                            torch.zeros(4 * world, 16, dtype=b.dtype, device=device),
-                                                           config=FusedConfig(copy_engine=True))])
+                                                           config=FusedConfig(copy_engine=True)),
+                         lambda: ctx.ops.matmul_reduce_scatter(out[:, :16 // world], a, b,
+                                                               config=FusedConfig(copy_engine=True, comm_programs=1))])
     ctx.close()
     return messages
 
@@ -428,6 +479,7 @@ def test_fused_ops_refuse_bad_operands_before_any_launch(ranks):
         assert "output must have shape (8, 16)" in messages[6]
         assert "this workspace was made for another problem" in messages[7]
         assert "copy_engine=True) sends A_shard in one copy per member, so it must be contiguous" in messages[8]
+        assert "copy_engine=True and comm_programs=1): the partials go by copies or by" in messages[9]
 
 
 @pytest.mark.parametrize("field,value", [("block_size_m", 8), ("block_size_n", 100), ("group_size_m", 3),

@@ -274,41 +274,32 @@ def _one(device: torch.device) -> torch.Tensor:
     return torch.ones(1, dtype=torch.int64, pin_memory=device.type != "cpu")
 
 
-def sent_by_copies(ctx, source: torch.Tensor, slots: torch.Tensor, flags: torch.Tensor) -> tuple:
-    """(send, finish): the launches that copy ``source`` into slot ``index`` (this rank's position) of
-    ``slots`` on every other member and then set that member's ``flags[index]`` to 1, and that clear this
-    rank's ``flags`` after the kernel that waited for them (FusedConfig.copy_engine).
+def peer_address(ctx, tensor: torch.Tensor, member: int, offset: int = 0) -> int:
+    """The address, in this process, of heap tensor ``tensor``'s place (plus ``offset`` bytes) in rank
+    ``member``'s heap (mapped here: :func:`copy_refusal` says where it is not)."""
+    bases = ctx.team.heap.bases
+    return bases[member] + tensor.data_ptr() - bases[ctx.get_rank()] + offset
 
-    ``send`` forks a side stream off the current one (after the entry barrier queued before it) and queues
-    the copies there: on a GPU the runtime's asynchronous copies between devices (the copy engine, no SM),
-    so they run beside the kernel queued next; on the CPU backend plain copies between the mapped heaps,
-    at once. ``finish`` clears the flags on the current stream (the next call's barrier orders it before
-    any member sets them again) and joins the side stream back. Both capture into a CUDA graph.
 
-    Example:
-        >>> send, finish = sent_by_copies(ctx, A_shard, workspace.gathered, workspace.flags)
-        >>> launches = [ctx.team.barrier.launch(None), send, kernel_launch, finish]
-    """
-    backend, bases, rank = ctx.backend, ctx.team.heap.bases, ctx.get_rank()
-    members = ctx.team.participants(None)
-    nbytes = source.numel() * source.element_size()
+def flag_set(ctx, flags: torch.Tensor, member: int, position: int) -> tuple:
+    """(dst, src, size): the copy that sets ``flags[position]`` to 1 in rank ``member``'s heap."""
+    return (peer_address(ctx, flags, member, position * flags.element_size()), _one(flags.device).data_ptr(),
+            flags.element_size())
 
-    def at(tensor: torch.Tensor, member: int, offset: int) -> int:  # ``tensor``'s place in ``member``'s heap
-        return bases[member] + tensor.data_ptr() - bases[rank] + offset
 
-    # member by member, from the next one on (every rank starts at a different member), each one's data then its flag
-    transfers = []
-    for step in range(1, members.size):
-        member = members.ranks[(members.index + step) % members.size]
-        transfers += [(at(slots, member, members.index * nbytes), source.data_ptr(), nbytes),
-                      (at(flags, member, members.index * flags.element_size()), _one(source.device).data_ptr(),
-                       flags.element_size())]
-    interpreted = ctx.team.backend.interpreted
+def copied(ctx, transfers: list, flags: torch.Tensor, device: torch.device) -> tuple:
+    """(send, finish): ``send`` forks a side stream off the current one and queues ``transfers``, (dst, src,
+    size) copies in that order (a flag set after its data, :func:`flag_set`); ``finish`` clears this rank's
+    ``flags`` on the current stream (the next call's barrier orders it before any member sets them again)
+    and joins the side stream back. On a GPU the runtime's asynchronous copies between devices (the copy
+    engine, no SM), so they run beside the kernel queued next; on the CPU backend plain copies between
+    the mapped heaps, at once. Both capture into a CUDA graph."""
+    backend, interpreted = ctx.backend, ctx.team.backend.interpreted
 
     def send():
         stream = None
         if not interpreted:
-            stream = _copy_stream(source.device)
+            stream = _copy_stream(device)
             stream.wait_stream(torch.cuda.current_stream())
         for dst, src, size in transfers:  # in order on one stream: a member's data lands before its flag
             backend.copy(dst, src, size, stream)
@@ -316,9 +307,32 @@ def sent_by_copies(ctx, source: torch.Tensor, slots: torch.Tensor, flags: torch.
     def finish():
         flags.zero_()
         if not interpreted:
-            torch.cuda.current_stream().wait_stream(_copy_stream(source.device))
+            torch.cuda.current_stream().wait_stream(_copy_stream(device))
 
     return send, finish
+
+
+def sent_by_copies(ctx, source: torch.Tensor, slots: torch.Tensor, flags: torch.Tensor) -> tuple:
+    """(send, finish): the launches that copy ``source`` into slot ``index`` (this rank's position) of
+    ``slots`` on every other member and then set that member's ``flags[index]`` to 1, and that clear this
+    rank's ``flags`` after the kernel that waited for them (FusedConfig.copy_engine; :func:`copied`).
+
+    ``send`` forks a side stream off the current one (after the entry barrier queued before it) and queues
+    the copies there, so they run beside the kernel queued next; ``finish`` clears the flags and joins.
+
+    Example:
+        >>> send, finish = sent_by_copies(ctx, A_shard, workspace.gathered, workspace.flags)
+        >>> launches = [ctx.team.barrier.launch(None), send, kernel_launch, finish]
+    """
+    members = ctx.team.participants(None)
+    nbytes = source.numel() * source.element_size()
+    # member by member, from the next one on (every rank starts at a different member), each one's data then its flag
+    transfers = []
+    for step in range(1, members.size):
+        member = members.ranks[(members.index + step) % members.size]
+        transfers += [(peer_address(ctx, slots, member, members.index * nbytes), source.data_ptr(), nbytes),
+                      flag_set(ctx, flags, member, members.index)]
+    return copied(ctx, transfers, flags, source.device)
 
 
 def standalone(op: str, operand: str = "A"):

@@ -38,14 +38,20 @@ class FusedConfig:
             all_gather_matmul loads its own slice, B's, and the gathered slices (after their flags'
             acquire and an async-proxy fence: peers wrote them with ordinary stores) through
             descriptors; at one rank on one H200 they made it 9-11% faster at M 1024-16384.
-        copy_engine: all_gather_matmul only. False: the computing programs store A's pieces into every
-            member between their tiles. True: after an entry barrier, A_shard goes to every member in one
-            copy each, by the copy engine on a side stream (no SM), and then that member's arrival flag,
-            while the kernel multiplies this rank's own slice; it needs a contiguous A_shard and one GPU
-            per rank inside one node. None (default): by copies where A_shard has at most 1024 rows
-            (``iris.ops.gather_matmul.COPY_ENGINE_AUTO_ROWS``) and the job and A_shard allow it, else
+        copy_engine: all_gather_matmul and matmul_reduce_scatter. all_gather_matmul: False: the computing
+            programs store A's pieces into every member between their tiles. True: after an entry barrier,
+            A_shard goes to every member in one copy each, by the copy engine on a side stream (no SM), and
+            then that member's arrival flag, while the kernel multiplies this rank's own slice; it needs a
+            contiguous A_shard and one GPU per rank inside one node. None (default): by copies where
+            A_shard has at most 1024 rows (``iris.ops.gather_matmul.COPY_ENGINE_AUTO_ROWS``) and the job
+            and A_shard allow it, else
             by the programs: on 2 x H100 the copies were 3-8% faster at M 128-1024 and 4-8% slower at
             M 4096-16384 (benchmarks/results/ops_agm_nvidia-h100_2ranks_copy_engine.csv).
+            matmul_reduce_scatter: True: one launch computes this rank's partials of the other members'
+            columns, copies send them to their owners by row chunks, and a second launch computes this
+            rank's own columns and adds the members' partials as their chunks arrive
+            (:mod:`iris.ops.scatter_copies`); False or None (default): the programs push every partial
+            tile (:mod:`iris.ops.matmul_reduce`). matmul_all_reduce and the others: no effect.
         split_k: matmul_all_gather and gemm_all_scatter: S > 1: each output tile's product over K is
             cut into S parts computed by S programs; the last one adds the others' parts (handed over
             through a local workspace) and stores the tile, so an output of few tiles still fills the

@@ -32,6 +32,9 @@ member on another node as block transfers, one per tile row: stored in this rank
 tensor of the workspace, made only there) and put from it; the owner's sum goes out the same way, from its
 own slot. Inside a node, and without the engine path, the stores are as above.
 
+With ``FusedConfig(copy_engine=True)`` matmul_reduce_scatter sends its partials by copies instead, in two
+launches around them (:mod:`iris.ops.scatter_copies`).
+
 Before its first store a program passes a barrier with the programs of the same id on the other
 ranks (:func:`iris.device.barrier.enter`): every member's previous call has ended, so nobody still
 reads a slot about to be overwritten. Nothing waits after the last tile: each rank's output is
@@ -64,7 +67,7 @@ from iris.ccl.all_gather import store_to_members
 from iris.device import rma, sync, tracing
 from iris.device.barrier import GROUP_ARGS, enter
 from iris.kernel_launch import bind
-from iris.ops import _fused
+from iris.ops import _fused, scatter_copies
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import add_bias, operand, tile_count, tile_of, tile_product
 
@@ -291,6 +294,9 @@ def problem(what: str, scatter: bool, ctx, output, A, B, config):
     world = ctx.get_num_ranks()
     M, N = A.shape[0], B.shape[1]
     width = N // world if scatter else N
+    if sends_by_copies(scatter, config):
+        key, spec, tile, _, _ = scatter_copies.problem(ctx, output, A, B, config)
+        return key, spec, width, tile
     tile = _fused.tile(ctx, config, A.dtype, M, N)
     owner = reduces_at_owner(scatter, ctx, config)  # its flags count differently: a workspace of its own
     engine = bool(rma.ENGINE.value)  # the engine path compiled in (a shmem heap): the pushes need an outbox
@@ -308,6 +314,12 @@ def problem(what: str, scatter: bool, ctx, output, A, B, config):
     return key, spec, width, tile
 
 
+def sends_by_copies(scatter: bool, config: FusedConfig) -> bool:
+    """Whether matmul_reduce_scatter sends its partials by copies (FusedConfig.copy_engine, see
+    :mod:`iris.ops.scatter_copies`); matmul_all_reduce never does."""
+    return scatter and bool(config.copy_engine)
+
+
 def reduces_at_owner(scatter: bool, ctx, config: FusedConfig) -> bool:
     """Whether matmul_all_reduce runs owner-reduce (FusedConfig.reduce_at_owner; by default beyond 2 ranks,
     where it sends 2 (W - 1) / W tiles per tile instead of W - 1; at 2 ranks both send one and
@@ -317,8 +329,12 @@ def reduces_at_owner(scatter: bool, ctx, config: FusedConfig) -> bool:
     return ctx.get_num_ranks() > 2 if config.reduce_at_owner is None else config.reduce_at_owner
 
 
-def _check(what, ctx, output, A, B, bias, scatter: bool) -> None:
+def _check(what, ctx, output, A, B, bias, scatter: bool, config: FusedConfig) -> None:
     world = ctx.get_num_ranks()
+    if sends_by_copies(scatter, config):
+        refusal = scatter_copies.obstacle(ctx, config)
+        if refusal:
+            raise ValueError(f"{what}: {refusal}")
 
     def output_shape(M, K, N):
         if scatter and N % world:
@@ -332,7 +348,7 @@ def _check(what, ctx, output, A, B, bias, scatter: bool) -> None:
 def preamble(what: str, scatter: bool, ctx, output, A, B, config=None) -> _fused.Workspace:
     """Check the operands and make the workspace, on every rank at once (it is a heap allocation)."""
     config = FusedConfig() if config is None else config
-    _check(what, ctx, output, A, B, None, scatter)
+    _check(what, ctx, output, A, B, None, scatter, config)
     key, spec, _, _ = problem(what, scatter, ctx, output, A, B, config)
     return _fused.Workspace.allocate(ctx, key, spec)
 
@@ -341,11 +357,13 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
     """One call of ``what`` (see the module): checks; returns the workspace it uses and its
     launches, bound (:mod:`iris.kernel_launch`), not yet launched: ``ctx.ops`` launches and replays them."""
     config = FusedConfig() if config is None else config
-    _check(what, ctx, output, A, B, bias, scatter)
+    _check(what, ctx, output, A, B, bias, scatter, config)
     M, N = A.shape[0], B.shape[1]
     if scatter and output.shape[1] == N:  # a full (M, N) output: write this rank's columns of it
         width = N // ctx.get_num_ranks()
         output = output[:, ctx.get_rank() * width:(ctx.get_rank() + 1) * width]
+    if sends_by_copies(scatter, config):
+        return scatter_copies.run(ctx, output, A, B, bias, config, workspace)
     key, spec, width, tile = problem(what, scatter, ctx, output, A, B, config)
     workspace = _fused.workspace_for(ctx, what, key, spec, workspace)
     tiles = tile_count(M, N, tile)

@@ -1,0 +1,175 @@
+"""``matmul_reduce_scatter`` with the partials sent by copies (``FusedConfig(copy_engine=True)``).
+
+The pushing kernel (:mod:`iris.ops.matmul_reduce`) stores every partial tile to its owner from the
+programs that compute it, so the transfers take the computing SMs' time. Here they go by copies
+instead (the copy engine on a GPU, no SM), in two launches per rank around them:
+
+1. after a device barrier (every member's previous call has ended), ``send`` computes this rank's
+   partials of every *other* member's columns, each member's (M, N / W) block into a local stage in
+   the output's dtype;
+2. copies on a side stream send each block to its owner by row chunks (``CHUNKS`` at most), into slot
+   ``index`` of the owner's partials, each chunk followed by a copy that sets the owner's flag for it;
+3. meanwhile ``own`` computes this rank's own columns and, tile by tile, waits for every other member's
+   flag of the tile's row chunk, sums the members' partials in member order (its own rounded to the
+   output's dtype first: the same bits as the pushing kernel, and as torch.matmul followed by NCCL's
+   sum) and writes the output;
+4. ``finish`` clears the flags and joins the side stream (:func:`iris.ops._fused.copied`).
+
+A rank sends the same bytes as with pushes; the first launch's last wave and a second launch are what the
+copies cost. It needs one GPU per rank inside one node (:func:`iris.ops._fused.copy_refusal`).
+
+Example:
+    >>> part = torch.empty(M, N // W, dtype=torch.bfloat16, device=ctx.get_device())
+    >>> ctx.ops.matmul_reduce_scatter(part, A_shard, B_shard, config=FusedConfig(copy_engine=True))
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from iris.device import sync, tracing
+from iris.device.barrier import GROUP_ARGS, enter
+from iris.kernel_launch import bind
+from iris.ops import _fused
+from iris.ops.gemm import add_bias, operand, tile_count, tile_of, tile_product
+
+CHUNKS = 8  # row chunks per member's block: the second launch's first tiles wait for the first chunk only
+
+
+@triton.jit(do_not_specialize=GROUP_ARGS)
+def _send_kernel(a, b, stage, M, K, width, stride_am, stride_ak, stride_bk, stride_bn, members, count, index, cur,
+                 heap_bases, arrivals, expected, TRACE: tl.constexpr, TMA: tl.constexpr, UPCAST: tl.constexpr,
+                 WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """Every other member's columns of this rank's partial, block ``position`` of ``stage`` ((M, width) each)."""
+    trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, False, BARRIER_BLOCK, TRACE)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(width, BLOCK_N)
+    tiles = tiles_m * tiles_n
+    programs = tl.num_programs(0)
+    a_tiles = operand(a, M, K, stride_am, TMA, BLOCK_M, BLOCK_K)
+    for step in range(1, count):  # the next member's block first: its copies can start soonest
+        position = (index + step) % count
+        b_tiles = operand(b + position * width * stride_bn, K, width, stride_bk, TMA, BLOCK_K, BLOCK_N)
+        block = stage + position * (tl.cast(M, tl.int64) * width)
+        first = (tl.program_id(0) + (step - 1) * tiles) % programs  # each block's last wave on other programs
+        for tile in range(first, tiles, programs):
+            tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
+            span = trace.start(tracing.COMPUTE, cur, cur, block, tile_m, tile_n, 0)
+            acc, rows, cols = tile_product(a_tiles, b_tiles, M, width, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                           tile_m, tile_n, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
+            tl.store(block + rows[:, None].to(tl.int64) * width + cols[None, :], acc.to(stage.dtype.element_ty),
+                     mask=(rows[:, None] < M) & (cols[None, :] < width))
+            trace.end(span)
+
+
+@triton.jit(do_not_specialize=GROUP_ARGS)
+def _own_kernel(a, b, out, bias, partials, flags, M, N, K, width, chunk_rows, chunks, stride_am, stride_ak, stride_bk,
+                stride_bn, stride_om, stride_on, members, count, index, cur, heap_bases, arrivals, expected,
+                TRACE: tl.constexpr, TMA: tl.constexpr, UPCAST: tl.constexpr, HAS_BIAS: tl.constexpr,
+                WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """This rank's columns: its own partial tile plus every member's, as each row chunk's flags arrive."""
+    trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, False, BARRIER_BLOCK, TRACE)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(width, BLOCK_N)
+    lo = index * width  # the first column this rank owns
+    a_tiles = operand(a, M, K, stride_am, TMA, BLOCK_M, BLOCK_K)
+    b_tiles = operand(b + lo * stride_bn, K, width, stride_bk, TMA, BLOCK_K, BLOCK_N)
+    slot = tl.cast(M, tl.int64) * width
+    for tile in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
+        tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
+        span = trace.start(tracing.COMPUTE, cur, cur, out, tile_m, tile_n, 0)
+        acc, rows, cols = tile_product(a_tiles, b_tiles, M, width, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                       tile_m, tile_n, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
+        trace.end(span)
+        chunk = (tile_m * BLOCK_M) // chunk_rows
+        waiting = trace.start(tracing.WAIT, cur, cur, flags + chunk, tile_m, tile_n, 0)
+        for step in range(1, count):
+            sync.wait_until(flags + ((index + step) % count) * chunks + chunk, ">=", 1)
+        tl.debug_barrier()  # the acquire before any thread reads the partials
+        trace.end(waiting)
+        span = trace.start(tracing.REDUCE, cur, cur, flags + chunk, tile_m, tile_n, 0)
+        mask = (rows[:, None] < M) & (cols[None, :] < width)
+        place = rows[:, None].to(tl.int64) * width + cols[None, :]
+        mine = acc.to(partials.dtype.element_ty).to(tl.float32)
+        total = tl.zeros_like(acc)
+        for position in range(0, count):  # member order, as the pushing kernel sums
+            if position == index:
+                total += mine
+            else:
+                total += tl.load(partials + position * slot + place, mask=mask, volatile=True).to(tl.float32)
+        total = add_bias(total, bias, lo + cols, N, HAS_BIAS)
+        tl.store(out + rows[:, None].to(tl.int64) * stride_om + cols[None, :] * stride_on,
+                 total.to(out.dtype.element_ty), mask=mask)
+        trace.end(span)
+
+
+def problem(ctx, output, A, B, config):
+    """(key, spec, tile, chunk_rows, chunks) of one call."""
+    world = ctx.get_num_ranks()
+    M, N = A.shape[0], B.shape[1]
+    width = N // world
+    tile = _fused.tile(ctx, config, A.dtype, M, width)
+    tiles_m = triton.cdiv(M, tile["BLOCK_M"])
+    chunk_rows = triton.cdiv(tiles_m, min(CHUNKS, tiles_m)) * tile["BLOCK_M"]
+    chunks = triton.cdiv(M, chunk_rows)
+    key = ("matmul_reduce_scatter", M, N, output.dtype, tuple(tile.values()), "copies", chunks)
+    spec = {"partials": _fused.Buffer(world * M * width, output.dtype, heap=True),
+            "stage": _fused.Buffer(world * M * width, output.dtype, heap=False),
+            "flags": _fused.Buffer(world * chunks, torch.int64, heap=True, zeroed=True)}
+    return key, spec, tile, chunk_rows, chunks
+
+
+def _transfers(ctx, stage, partials, flags, M, width, chunk_rows, chunks) -> list:
+    """The copies of one call, chunk by chunk, member by member from the next one: each chunk's rows of this
+    rank's block for a member into slot ``index`` of that member's partials, then that member's flag."""
+    members = ctx.team.participants(None)
+    size = stage.element_size()
+    slot = M * width * size
+    transfers = []
+    for chunk in range(chunks):
+        first, rows = chunk * chunk_rows, min(chunk_rows, M - chunk * chunk_rows)
+        for step in range(1, members.size):
+            position = (members.index + step) % members.size
+            member = members.ranks[position]
+            offset = first * width * size
+            transfers += [(_fused.peer_address(ctx, partials, member, members.index * slot + offset),
+                           stage.data_ptr() + position * slot + offset, rows * width * size),
+                          _fused.flag_set(ctx, flags, member, members.index * chunks + chunk)]
+    return transfers
+
+
+def obstacle(ctx, config) -> str | None:
+    """Why this job cannot send matmul_reduce_scatter's partials by copies, or None."""
+    if config.comm_programs:
+        return (f"FusedConfig(copy_engine=True and comm_programs={config.comm_programs}): the partials go by "
+                "copies or by communication programs; pass one or the other")
+    return _fused.copy_refusal(ctx)
+
+
+def run(ctx, output, A, B, bias, config, workspace) -> tuple:
+    """One call (the operands already checked, ``output`` this rank's (M, N / W) columns): the workspace and
+    the launches, bound, not yet launched: barrier, send, the copies forked off, own, finish."""
+    M, K = A.shape
+    N = B.shape[1]
+    width = N // ctx.get_num_ranks()
+    key, spec, tile, chunk_rows, chunks = problem(ctx, output, A, B, config)
+    workspace = _fused.workspace_for(ctx, "matmul_reduce_scatter", key, spec, workspace)
+    # descriptor loads where a member's first column of B is 16-byte aligned too
+    tma = _fused.tma_loads(ctx, config, A, B) and (width * B.element_size()) % 16 == 0
+    common = dict(TRACE=ctx.tracing.enabled, TMA=tma, UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(),
+                  BARRIER_BLOCK=ctx.team.barrier.block, **tile)
+    tiles = tile_count(M, width, tile)
+    send = bind(_send_kernel, (_fused.launch_size(ctx, tiles * (ctx.get_num_ranks() - 1)),), A, B, workspace.stage,
+                M, K, width, A.stride(0), A.stride(1), B.stride(0), B.stride(1), *_fused.barrier_arguments(ctx),
+                **common)
+    own = bind(_own_kernel, (_fused.launch_size(ctx, tiles),), A, B, output, bias if bias is not None else output,
+               workspace.partials, workspace.flags, M, N, K, width, chunk_rows, chunks, A.stride(0), A.stride(1),
+               B.stride(0), B.stride(1), output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx),
+               HAS_BIAS=bias is not None, **common)
+    copies, finish = _fused.copied(ctx, _transfers(ctx, workspace.stage, workspace.partials, workspace.flags, M,
+                                                   width, chunk_rows, chunks), workspace.flags, A.device)
+    return workspace, [ctx.team.barrier.launch(None), send, copies, own, finish]
