@@ -443,6 +443,36 @@ def test_matmul_reduce_scatter_by_copies_at_three_ranks_matches_float64(three_ra
         assert max(errors) <= TOLERANCE[torch.float32] and clear, f"rank {rank}: relative errors {errors}"
 
 
+def _ways_of_scattering():
+    from iris.ops.matmul_reduce import sends_by_copies
+
+    ctx = iris.iris(1 << 20)
+    device, world = ctx.get_device(), ctx.get_num_ranks()
+    a = torch.zeros(64, 8, dtype=torch.bfloat16, device=device)
+    b = torch.zeros(8, 32 * world, dtype=torch.bfloat16, device=device)
+    ways = [sends_by_copies(True, ctx, FusedConfig(), a, b),  # 2 tiles of 32 x 32 on the interpreter's 1 program
+            sends_by_copies(True, ctx, FusedConfig(), a[:32], b),  # 1 tile: one wave
+            sends_by_copies(True, ctx, FusedConfig(comm_programs=1), a, b),  # communication programs instead
+            sends_by_copies(True, ctx, FusedConfig(copy_engine=False), a, b),
+            sends_by_copies(False, ctx, FusedConfig(copy_engine=True), a, b)]  # matmul_all_reduce: never
+    ctx.close()
+    return ways
+
+
+def test_matmul_reduce_scatter_sends_by_copies_where_a_block_has_more_than_one_wave(ranks):
+    _skip_where_copies_are_refused(ranks)
+    for ways in ranks.run(_ways_of_scattering):
+        assert ways == [True, False, False, False, False]
+
+
+def test_matmul_reduce_scatter_with_partials_pushed_by_programs_matches_float64(ranks):
+    """FusedConfig(copy_engine=False): the pushing kernel, as where copies are refused or one wave suffices."""
+    for shape in ((40, 70, 24), (200, 64, 48)):
+        for rank, errors in enumerate(ranks.run(_run_op, "matmul_reduce_scatter", *shape, torch.float32, True,
+                                                seeds=[1, 2], config=FusedConfig(copy_engine=False))):
+            assert max(errors) <= TOLERANCE[torch.float32], f"rank {rank}: relative errors {errors}"
+
+
 def _refusals():
     ctx = iris.iris(1 << 20)
     device = ctx.get_device()

@@ -50,8 +50,10 @@ class FusedConfig:
             matmul_reduce_scatter: True: one launch computes this rank's partials of the other members'
             columns, copies send them to their owners by row chunks, and a second launch computes this
             rank's own columns and adds the members' partials as their chunks arrive
-            (:mod:`iris.ops.scatter_copies`); False or None (default): the programs push every partial
-            tile (:mod:`iris.ops.matmul_reduce`). matmul_all_reduce and the others: no effect.
+            (:mod:`iris.ops.scatter_copies`); False: the programs push every partial tile
+            (:mod:`iris.ops.matmul_reduce`); None (default): by copies where a member's block of the output
+            has more tiles than one wave of programs and the job allows copies (on 2 x H100 4-9% faster from
+            M 1024 N 14336 on, 27% slower at one wave). matmul_all_reduce and the others: no effect.
         split_k: matmul_all_gather and gemm_all_scatter: S > 1: each output tile's product over K is
             cut into S parts computed by S programs; the last one adds the others' parts (handed over
             through a local workspace) and stores the tile, so an output of few tiles still fills the

@@ -294,7 +294,7 @@ def problem(what: str, scatter: bool, ctx, output, A, B, config):
     world = ctx.get_num_ranks()
     M, N = A.shape[0], B.shape[1]
     width = N // world if scatter else N
-    if sends_by_copies(scatter, config):
+    if sends_by_copies(scatter, ctx, config, A, B):
         key, spec, tile, _, _ = scatter_copies.problem(ctx, output, A, B, config)
         return key, spec, width, tile
     tile = _fused.tile(ctx, config, A.dtype, M, N)
@@ -314,10 +314,15 @@ def problem(what: str, scatter: bool, ctx, output, A, B, config):
     return key, spec, width, tile
 
 
-def sends_by_copies(scatter: bool, config: FusedConfig) -> bool:
+def sends_by_copies(scatter: bool, ctx, config: FusedConfig, A, B) -> bool:
     """Whether matmul_reduce_scatter sends its partials by copies (FusedConfig.copy_engine, see
-    :mod:`iris.ops.scatter_copies`); matmul_all_reduce never does."""
-    return scatter and bool(config.copy_engine)
+    :mod:`iris.ops.scatter_copies`; None: :func:`iris.ops.scatter_copies.by_default`); matmul_all_reduce
+    never does."""
+    if not scatter:
+        return False
+    if config.copy_engine is not None:
+        return config.copy_engine
+    return scatter_copies.by_default(ctx, config, A, B)
 
 
 def reduces_at_owner(scatter: bool, ctx, config: FusedConfig) -> bool:
@@ -331,7 +336,7 @@ def reduces_at_owner(scatter: bool, ctx, config: FusedConfig) -> bool:
 
 def _check(what, ctx, output, A, B, bias, scatter: bool, config: FusedConfig) -> None:
     world = ctx.get_num_ranks()
-    if sends_by_copies(scatter, config):
+    if scatter and config.copy_engine:  # asked for: refused aloud (None takes the pushes where copies cannot go)
         refusal = scatter_copies.obstacle(ctx, config)
         if refusal:
             raise ValueError(f"{what}: {refusal}")
@@ -362,7 +367,7 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
     if scatter and output.shape[1] == N:  # a full (M, N) output: write this rank's columns of it
         width = N // ctx.get_num_ranks()
         output = output[:, ctx.get_rank() * width:(ctx.get_rank() + 1) * width]
-    if sends_by_copies(scatter, config):
+    if sends_by_copies(scatter, ctx, config, A, B):
         return scatter_copies.run(ctx, output, A, B, bias, config, workspace)
     key, spec, width, tile = problem(what, scatter, ctx, output, A, B, config)
     workspace = _fused.workspace_for(ctx, what, key, spec, workspace)
