@@ -443,6 +443,38 @@ def test_matmul_reduce_scatter_by_copies_at_three_ranks_matches_float64(three_ra
         assert max(errors) <= TOLERANCE[torch.float32] and clear, f"rank {rank}: relative errors {errors}"
 
 
+def _all_reduce_by_copies(m, n, k, seeds):
+    """matmul_all_reduce with FusedConfig(copy_engine=True): _run_op's errors, and the flags all clear after."""
+    errors = _run_op("matmul_all_reduce", m, n, k, torch.float32, True, seeds, config=FusedConfig(copy_engine=True))
+    ctx = iris.iris(1 << 20)  # the kept workspace is the context's: look again on a new one, called once
+    device, world = ctx.get_device(), ctx.get_num_ranks()
+    a = torch.ones(m, k // world, device=device, dtype=torch.bfloat16)
+    b = torch.ones(k // world, n, device=device, dtype=torch.bfloat16)
+    out = torch.empty(m, n, device=device)
+    workspace = ctx.ops.matmul_all_reduce(out, a, b, config=FusedConfig(copy_engine=True))
+    ctx.barrier()
+    right = bool((out == k // world * world).all())
+    clear = not workspace.flags.any().item()
+    ctx.close()
+    return errors, right, clear
+
+
+@pytest.mark.parametrize("shape", [(40, 72, 24), (200, 64, 48)])
+def test_matmul_all_reduce_with_partials_sent_by_copies_matches_float64(ranks, shape):
+    """FusedConfig(copy_engine=True) for matmul_all_reduce: member r sums columns [r N / W, (r + 1) N / W) from
+    partials sent by copies (as matmul_reduce_scatter's), stores each sum on every other member and copies the
+    others' sums into its output; over calls that reuse the workspace, the flags cleared after each."""
+    _skip_where_copies_are_refused(ranks)
+    for rank, (errors, right, clear) in enumerate(ranks.run(_all_reduce_by_copies, *shape, seeds=[3, 4])):
+        assert max(errors) <= TOLERANCE[torch.float32] and right and clear, (rank, errors, right, clear)
+
+
+def test_matmul_all_reduce_by_copies_at_three_ranks_matches_float64(three_ranks):
+    _skip_where_copies_are_refused(three_ranks)
+    for rank, (errors, right, clear) in enumerate(three_ranks.run(_all_reduce_by_copies, 72, 48, 48, seeds=[6])):
+        assert max(errors) <= TOLERANCE[torch.float32] and right and clear, (rank, errors, right, clear)
+
+
 def _ways_of_scattering():
     from iris.ops.matmul_reduce import sends_by_copies
 
@@ -454,15 +486,18 @@ def _ways_of_scattering():
             sends_by_copies(True, ctx, FusedConfig(), a[:32], b),  # 1 tile: one wave
             sends_by_copies(True, ctx, FusedConfig(comm_programs=1), a, b),  # communication programs instead
             sends_by_copies(True, ctx, FusedConfig(copy_engine=False), a, b),
-            sends_by_copies(False, ctx, FusedConfig(copy_engine=True), a, b)]  # matmul_all_reduce: never
+            sends_by_copies(False, ctx, FusedConfig(copy_engine=True), a, b),  # matmul_all_reduce: as asked,
+            sends_by_copies(False, ctx, FusedConfig(), a, b)]  # else pushes
     ctx.close()
     return ways
 
 
 def test_matmul_reduce_scatter_sends_by_copies_where_a_block_has_more_than_one_wave(ranks):
+    """copy_engine None: matmul_reduce_scatter by copies from two waves of a member's block; matmul_all_reduce by
+    pushes unless asked."""
     _skip_where_copies_are_refused(ranks)
     for ways in ranks.run(_ways_of_scattering):
-        assert ways == [True, False, False, False, False]
+        assert ways == [True, False, False, False, True, False]
 
 
 def test_matmul_reduce_scatter_with_partials_pushed_by_programs_matches_float64(ranks):
@@ -493,7 +528,11 @@ def _refusals():
                                                            torch.zeros(4 * world, 16, dtype=b.dtype, device=device),
                                                            config=FusedConfig(copy_engine=True)),
                          lambda: ctx.ops.matmul_reduce_scatter(out[:, :16 // world], a, b,
-                                                               config=FusedConfig(copy_engine=True, comm_programs=1))])
+                                                               config=FusedConfig(copy_engine=True, comm_programs=1)),
+                         lambda: ctx.ops.matmul_all_reduce(torch.zeros(8, 15, device=device), a, b[:, :15],
+                                                           config=FusedConfig(copy_engine=True)),
+                         lambda: ctx.ops.matmul_all_reduce(out, a, b,
+                                                           config=FusedConfig(copy_engine=True, reduce_at_owner=True))])
     ctx.close()
     return messages
 
@@ -510,6 +549,8 @@ def test_fused_ops_refuse_bad_operands_before_any_launch(ranks):
         assert "this workspace was made for another problem" in messages[7]
         assert "copy_engine=True) sends A_shard in one copy per member, so it must be contiguous" in messages[8]
         assert "copy_engine=True and comm_programs=1): the partials go by copies or by" in messages[9]
+        assert "B has 15 columns, not divisible by the" in messages[10]
+        assert "copy_engine=True and reduce_at_owner=True): with copies each member sums" in messages[11]
 
 
 @pytest.mark.parametrize("field,value", [("block_size_m", 8), ("block_size_n", 100), ("group_size_m", 3),

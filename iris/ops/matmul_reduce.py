@@ -32,8 +32,8 @@ member on another node as block transfers, one per tile row: stored in this rank
 tensor of the workspace, made only there) and put from it; the owner's sum goes out the same way, from its
 own slot. Inside a node, and without the engine path, the stores are as above.
 
-With ``FusedConfig(copy_engine=True)`` matmul_reduce_scatter sends its partials by copies instead, in two
-launches around them (:mod:`iris.ops.scatter_copies`).
+With ``FusedConfig(copy_engine=True)`` (matmul_reduce_scatter's default where a member's block has more than one
+wave of tiles) the partials go by copies instead, in two launches around them (:mod:`iris.ops.scatter_copies`).
 
 Before its first store a program passes a barrier with the programs of the same id on the other
 ranks (:func:`iris.device.barrier.enter`): every member's previous call has ended, so nobody still
@@ -295,7 +295,7 @@ def problem(what: str, scatter: bool, ctx, output, A, B, config):
     M, N = A.shape[0], B.shape[1]
     width = N // world if scatter else N
     if sends_by_copies(scatter, ctx, config, A, B):
-        key, spec, tile, _, _ = scatter_copies.problem(ctx, output, A, B, config)
+        key, spec, tile, _, _ = scatter_copies.problem(ctx, output, A, B, config, gather=not scatter)
         return key, spec, width, tile
     tile = _fused.tile(ctx, config, A.dtype, M, N)
     owner = reduces_at_owner(scatter, ctx, config)  # its flags count differently: a workspace of its own
@@ -315,14 +315,12 @@ def problem(what: str, scatter: bool, ctx, output, A, B, config):
 
 
 def sends_by_copies(scatter: bool, ctx, config: FusedConfig, A, B) -> bool:
-    """Whether matmul_reduce_scatter sends its partials by copies (FusedConfig.copy_engine, see
-    :mod:`iris.ops.scatter_copies`; None: :func:`iris.ops.scatter_copies.by_default`); matmul_all_reduce
-    never does."""
-    if not scatter:
-        return False
+    """Whether this call sends its partials by copies (FusedConfig.copy_engine, see
+    :mod:`iris.ops.scatter_copies`; None: matmul_reduce_scatter where
+    :func:`iris.ops.scatter_copies.by_default`, matmul_all_reduce not)."""
     if config.copy_engine is not None:
         return config.copy_engine
-    return scatter_copies.by_default(ctx, config, A, B)
+    return scatter and scatter_copies.by_default(ctx, config, A, B)
 
 
 def reduces_at_owner(scatter: bool, ctx, config: FusedConfig) -> bool:
@@ -336,8 +334,8 @@ def reduces_at_owner(scatter: bool, ctx, config: FusedConfig) -> bool:
 
 def _check(what, ctx, output, A, B, bias, scatter: bool, config: FusedConfig) -> None:
     world = ctx.get_num_ranks()
-    if scatter and config.copy_engine:  # asked for: refused aloud (None takes the pushes where copies cannot go)
-        refusal = scatter_copies.obstacle(ctx, config)
+    if config.copy_engine:  # asked for: refused aloud (None takes the pushes where copies cannot go)
+        refusal = scatter_copies.obstacle(ctx, config, B.shape[1])
         if refusal:
             raise ValueError(f"{what}: {refusal}")
 
@@ -368,7 +366,7 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
         width = N // ctx.get_num_ranks()
         output = output[:, ctx.get_rank() * width:(ctx.get_rank() + 1) * width]
     if sends_by_copies(scatter, ctx, config, A, B):
-        return scatter_copies.run(ctx, output, A, B, bias, config, workspace)
+        return scatter_copies.run(ctx, output, A, B, bias, config, workspace, gather=not scatter)
     key, spec, width, tile = problem(what, scatter, ctx, output, A, B, config)
     workspace = _fused.workspace_for(ctx, what, key, spec, workspace)
     tiles = tile_count(M, N, tile)

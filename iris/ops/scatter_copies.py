@@ -1,4 +1,4 @@
-"""``matmul_reduce_scatter`` with the partials sent by copies (``FusedConfig(copy_engine=True)``).
+"""``matmul_reduce_scatter`` and ``matmul_all_reduce`` with the partials sent by copies (``FusedConfig.copy_engine``).
 
 The pushing kernel (:mod:`iris.ops.matmul_reduce`) stores every partial tile to its owner from the
 programs that compute it, so the transfers take the computing SMs' time. Here they go by copies
@@ -15,6 +15,11 @@ instead (the copy engine on a GPU, no SM), in two launches per rank around them:
    sum) and writes the output;
 4. ``finish`` clears the flags and joins the side stream (:func:`iris.ops._fused.copied`).
 
+matmul_all_reduce (``gather``) is the same with member ``r`` summing columns ``[r * N / W, (r + 1) * N / W)``:
+``own`` also stores each sum into slot ``index`` of every other member's ``sums`` and sets a flag per tile
+there, and after its own tiles a program copies the other members' sums of the same tiles into their columns
+of the output; every rank gets the same bits.
+
 A rank sends the same bytes as with pushes; the first launch's last wave and a second launch are what the
 copies cost. It needs one GPU per rank inside one node (:func:`iris.ops._fused.copy_refusal`).
 
@@ -29,6 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
+from iris.ccl.all_gather import store_to_members
 from iris.device import sync, tracing
 from iris.device.barrier import GROUP_ARGS, enter
 from iris.kernel_launch import bind
@@ -66,12 +72,15 @@ def _send_kernel(a, b, stage, M, K, width, stride_am, stride_ak, stride_bk, stri
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
-def _own_kernel(a, b, out, bias, partials, flags, M, N, K, width, chunk_rows, chunks, stride_am, stride_ak, stride_bk,
-                stride_bn, stride_om, stride_on, members, count, index, cur, heap_bases, arrivals, expected,
-                TRACE: tl.constexpr, TMA: tl.constexpr, UPCAST: tl.constexpr, HAS_BIAS: tl.constexpr,
-                WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    """This rank's columns: its own partial tile plus every member's, as each row chunk's flags arrive."""
+def _own_kernel(a, b, out, out_all, bias, partials, sums, flags, M, N, K, width, chunk_rows, chunks, stride_am,
+                stride_ak, stride_bk, stride_bn, stride_om, stride_on, members, count, index, cur, heap_bases, arrivals,
+                expected, TRACE: tl.constexpr, TMA: tl.constexpr, UPCAST: tl.constexpr, HAS_BIAS: tl.constexpr,
+                GATHER: tl.constexpr, WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """This rank's columns (``out``): its own partial tile plus every member's, as each row chunk's flags
+    arrive. ``GATHER`` (matmul_all_reduce): each sum also goes to slot ``index`` of every other member's
+    ``sums``, with a flag per tile after the chunks' flags, and after its own tiles a program copies the
+    other members' sums of the same tiles into their columns of ``out_all`` (the whole (M, N) output)."""
     trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, False, BARRIER_BLOCK, TRACE)
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(width, BLOCK_N)
@@ -79,7 +88,8 @@ def _own_kernel(a, b, out, bias, partials, flags, M, N, K, width, chunk_rows, ch
     a_tiles = operand(a, M, K, stride_am, TMA, BLOCK_M, BLOCK_K)
     b_tiles = operand(b + lo * stride_bn, K, width, stride_bk, TMA, BLOCK_K, BLOCK_N)
     slot = tl.cast(M, tl.int64) * width
-    for tile in range(tl.program_id(0), tiles_m * tiles_n, tl.num_programs(0)):
+    tiles = tiles_m * tiles_n
+    for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
         tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
         span = trace.start(tracing.COMPUTE, cur, cur, out, tile_m, tile_n, 0)
         acc, rows, cols = tile_product(a_tiles, b_tiles, M, width, K, stride_am, stride_ak, stride_bk, stride_bn,
@@ -102,13 +112,37 @@ def _own_kernel(a, b, out, bias, partials, flags, M, N, K, width, chunk_rows, ch
             else:
                 total += tl.load(partials + position * slot + place, mask=mask, volatile=True).to(tl.float32)
         total = add_bias(total, bias, lo + cols, N, HAS_BIAS)
-        tl.store(out + rows[:, None].to(tl.int64) * stride_om + cols[None, :] * stride_on,
-                 total.to(out.dtype.element_ty), mask=mask)
+        total = total.to(out.dtype.element_ty)
+        tl.store(out + rows[:, None].to(tl.int64) * stride_om + cols[None, :] * stride_on, total, mask=mask)
         trace.end(span)
+        if GATHER:  # the sum to every other member, then its flag there
+            span = trace.start(tracing.PUT, cur, cur, sums, tile_m, tile_n, 0)
+            store_to_members(sums + index * slot + place, total, members, count, index, cur, heap_bases, mask, 1)
+            tl.debug_barrier()  # every thread's stores of the tile before the flags
+            for step in range(1, count):
+                sync.signal(flags + count * chunks + index * tiles + tile, 1, cur,
+                            tl.load(members + (index + step) % count), heap_bases)
+            trace.end(span)
+    if GATHER:  # the other members' sums of this program's tiles, into their columns
+        for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
+            tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
+            rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+            cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            mask = (rows[:, None] < M) & (cols[None, :] < width)
+            place = rows[:, None].to(tl.int64) * width + cols[None, :]
+            for step in range(1, count):
+                position = (index + step) % count
+                waiting = trace.start(tracing.WAIT, cur, cur, sums, tile_m, tile_n, 0)
+                sync.wait_until(flags + count * chunks + position * tiles + tile, ">=", 1)
+                tl.debug_barrier()  # the acquire before any thread reads the sum
+                trace.end(waiting)
+                total = tl.load(sums + position * slot + place, mask=mask, volatile=True)
+                tl.store(out_all + rows[:, None].to(tl.int64) * stride_om + (position * width + cols[None, :])
+                         * stride_on, total, mask=mask)
 
 
-def problem(ctx, output, A, B, config):
-    """(key, spec, tile, chunk_rows, chunks) of one call."""
+def problem(ctx, output, A, B, config, gather: bool = False):
+    """(key, spec, tile, chunk_rows, chunks) of one call (``gather``: matmul_all_reduce's)."""
     world = ctx.get_num_ranks()
     M, N = A.shape[0], B.shape[1]
     width = N // world
@@ -116,10 +150,15 @@ def problem(ctx, output, A, B, config):
     tiles_m = triton.cdiv(M, tile["BLOCK_M"])
     chunk_rows = triton.cdiv(tiles_m, min(CHUNKS, tiles_m)) * tile["BLOCK_M"]
     chunks = triton.cdiv(M, chunk_rows)
-    key = ("matmul_reduce_scatter", M, N, output.dtype, tuple(tile.values()), "copies", chunks)
+    what = "matmul_all_reduce" if gather else "matmul_reduce_scatter"
+    key = (what, M, N, output.dtype, tuple(tile.values()), "copies", chunks)
     spec = {"partials": _fused.Buffer(world * M * width, output.dtype, heap=True),
             "stage": _fused.Buffer(world * M * width, output.dtype, heap=False),
-            "flags": _fused.Buffer(world * chunks, torch.int64, heap=True, zeroed=True)}
+            # the chunks' flags, then (gather) the sums' flags, one per member and tile
+            "flags": _fused.Buffer(world * (chunks + (tile_count(M, width, tile) if gather else 0)), torch.int64,
+                                   heap=True, zeroed=True)}
+    if gather:  # every member's sums of its own columns
+        spec["sums"] = _fused.Buffer(world * M * width, output.dtype, heap=True)
     return key, spec, tile, chunk_rows, chunks
 
 
@@ -150,37 +189,49 @@ def by_default(ctx, config, A, B) -> bool:
     M, N = A.shape[0], B.shape[1]
     width = N // ctx.get_num_ranks()
     waves = tile_count(M, width, _fused.tile(ctx, config, A.dtype, M, width)) / _fused.concurrent_programs(ctx)
-    return waves > 1 and obstacle(ctx, config) is None
+    return waves > 1 and obstacle(ctx, config, N) is None
 
 
-def obstacle(ctx, config) -> str | None:
-    """Why this job cannot send matmul_reduce_scatter's partials by copies, or None."""
+def obstacle(ctx, config, N: int) -> str | None:
+    """Why this job cannot send the partials of an output of ``N`` columns by copies, or None."""
+    if N % ctx.get_num_ranks():
+        return (f"FusedConfig(copy_engine=True) gives each member N / W columns to sum: B has {N} columns, not "
+                f"divisible by the {ctx.get_num_ranks()} ranks; use copy_engine=False")
     if config.comm_programs:
         return (f"FusedConfig(copy_engine=True and comm_programs={config.comm_programs}): the partials go by "
                 "copies or by communication programs; pass one or the other")
+    if config.reduce_at_owner:
+        return ("FusedConfig(copy_engine=True and reduce_at_owner=True): with copies each member sums its own "
+                "columns; pass one or the other")
     return _fused.copy_refusal(ctx)
 
 
-def run(ctx, output, A, B, bias, config, workspace) -> tuple:
-    """One call (the operands already checked, ``output`` this rank's (M, N / W) columns): the workspace and
-    the launches, bound, not yet launched: barrier, send, the copies forked off, own, finish."""
+def run(ctx, output, A, B, bias, config, workspace, gather: bool = False) -> tuple:
+    """One call (the operands already checked; ``output`` this rank's (M, N / W) columns, or with ``gather``
+    (matmul_all_reduce) the whole (M, N)): the workspace and the launches, bound, not yet launched: barrier,
+    send, the copies forked off, own, finish."""
     M, K = A.shape
     N = B.shape[1]
-    width = N // ctx.get_num_ranks()
-    key, spec, tile, chunk_rows, chunks = problem(ctx, output, A, B, config)
-    workspace = _fused.workspace_for(ctx, "matmul_reduce_scatter", key, spec, workspace)
+    world = ctx.get_num_ranks()
+    width = N // world
+    key, spec, tile, chunk_rows, chunks = problem(ctx, output, A, B, config, gather)
+    workspace = _fused.workspace_for(ctx, "matmul_all_reduce" if gather else "matmul_reduce_scatter", key, spec,
+                                     workspace)
+    index = ctx.team.participants(None).index
+    own_columns = output[:, index * width:(index + 1) * width] if gather else output
     # descriptor loads where a member's first column of B is 16-byte aligned too
     tma = _fused.tma_loads(ctx, config, A, B) and (width * B.element_size()) % 16 == 0
-    common = dict(TRACE=ctx.tracing.enabled, TMA=tma, UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(),
+    common = dict(TRACE=ctx.tracing.enabled, TMA=tma, UPCAST=ctx.team.backend.interpreted, WORLD=world,
                   BARRIER_BLOCK=ctx.team.barrier.block, **tile)
     tiles = tile_count(M, width, tile)
-    send = bind(_send_kernel, (_fused.launch_size(ctx, tiles * (ctx.get_num_ranks() - 1)),), A, B, workspace.stage,
+    send = bind(_send_kernel, (_fused.launch_size(ctx, tiles * (world - 1)),), A, B, workspace.stage,
                 M, K, width, A.stride(0), A.stride(1), B.stride(0), B.stride(1), *_fused.barrier_arguments(ctx),
                 **common)
-    own = bind(_own_kernel, (_fused.launch_size(ctx, tiles),), A, B, output, bias if bias is not None else output,
-               workspace.partials, workspace.flags, M, N, K, width, chunk_rows, chunks, A.stride(0), A.stride(1),
-               B.stride(0), B.stride(1), output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx),
-               HAS_BIAS=bias is not None, **common)
+    own = bind(_own_kernel, (_fused.launch_size(ctx, tiles),), A, B, own_columns, output,
+               bias if bias is not None else output, workspace.partials, getattr(workspace, "sums", workspace.partials),
+               workspace.flags, M, N, K, width, chunk_rows, chunks, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
+               output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), HAS_BIAS=bias is not None,
+               GATHER=gather, **common)
     copies, finish = _fused.copied(ctx, _transfers(ctx, workspace.stage, workspace.partials, workspace.flags, M,
                                                    width, chunk_rows, chunks), workspace.flags, A.device)
     return workspace, [ctx.team.barrier.launch(None), send, copies, own, finish]
