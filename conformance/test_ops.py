@@ -4,7 +4,8 @@ Each case draws an op, M, N, K (any sizes: tiles and programs need not divide th
 dtype, a bias or none, communication programs for the reduce ops (FusedConfig.comm_programs) or
 else owner-reduce forced on, off or left to the world size (FusedConfig.reduce_at_owner), TMA
 operand loads or not (FusedConfig.tma_loads), else K in 2 or 3 parts or not
-(FusedConfig.split_k), and the data. Every rank knows every rank's shards (seeded), so each
+(FusedConfig.split_k), copies or pushes as the op picks or pushes forced (FusedConfig.copy_engine),
+and the data. Every rank knows every rank's shards (seeded), so each
 checks its whole output against the float64 reference (iris.testing.fused_ops) and sends it
 back: ranks that must hold the same result (matmul_all_reduce, all_gather's stacks) hold the
 same bits. The workspace (and a heap output) lies in the arena over random bytes, with its
@@ -55,7 +56,7 @@ def _fused_op_on_rank(case):
         out = torch.full(out_shape, float("nan"), dtype=dtype, device=device)
     a, b = (t.to(device) for t in _shards(case, rank, a_shape, b_shape))
     config = FusedConfig(comm_programs=case["comm_programs"], reduce_at_owner=case["reduce_at_owner"],
-                         tma_loads=case["tma_loads"], split_k=case["split_k"])
+                         tma_loads=case["tma_loads"], split_k=case["split_k"], copy_engine=case["copy_engine"])
     key, spec = ctx.ops.workspace_layout(op, out, a, b, config)
     tensors = {}
     for name, buf in spec.items():
@@ -92,6 +93,9 @@ def fused_op_cases(draw):
     # K in parts: each tile's (matmul_all_gather, gemm_all_scatter), the last tile's by member slice
     # (all_gather_matmul); the reduce ops take no split. Not with descriptors
     case["split_k"] = None if case["tma_loads"] else draw(st.sampled_from((None, None, 2, 3)))
+    # copies where the op's default takes them (the reduce ops from two waves of a member's columns,
+    # all_gather_matmul up to 1024 rows), or the programs' pushes forced
+    case["copy_engine"] = draw(st.sampled_from((None, None, False)))
     return case
 
 

@@ -382,7 +382,7 @@ def three_ranks():
 def test_matmul_all_reduce_with_and_without_owner_reduce_matches_float64(ranks, reduce_at_owner):
     """Owner-reduce (each tile summed by one owner, which stores the sum on every member) and
     push-to-all, forced either way and as picked by world size, over calls that reuse the workspace."""
-    config = FusedConfig(reduce_at_owner=reduce_at_owner)
+    config = FusedConfig(reduce_at_owner=reduce_at_owner, copy_engine=False)
     for rank, errors in enumerate(ranks.run(_run_op, "matmul_all_reduce", 72, 80, 40, torch.float32, True,
                                             seeds=[3, 4, 5], config=config)):
         assert max(errors) <= TOLERANCE[torch.float32], f"rank {rank}: relative errors {errors}"
@@ -475,29 +475,30 @@ def test_matmul_all_reduce_by_copies_at_three_ranks_matches_float64(three_ranks)
         assert max(errors) <= TOLERANCE[torch.float32] and right and clear, (rank, errors, right, clear)
 
 
-def _ways_of_scattering():
+def _ways_of_reducing():
+    from iris.ops._fused import concurrent_programs
     from iris.ops.matmul_reduce import sends_by_copies
 
-    ctx = iris.iris(1 << 20)
+    ctx = iris.iris(1 << 22)
     device, world = ctx.get_device(), ctx.get_num_ranks()
-    a = torch.zeros(64, 8, dtype=torch.bfloat16, device=device)
+    # more row blocks than programs whatever the fitted tile (at most 256 rows): more than one wave
+    a = torch.zeros(256 * (concurrent_programs(ctx) + 1), 8, dtype=torch.bfloat16, device=device)
     b = torch.zeros(8, 32 * world, dtype=torch.bfloat16, device=device)
-    ways = [sends_by_copies(True, ctx, FusedConfig(), a, b),  # 2 tiles of 32 x 32 on the interpreter's 1 program
-            sends_by_copies(True, ctx, FusedConfig(), a[:32], b),  # 1 tile: one wave
-            sends_by_copies(True, ctx, FusedConfig(comm_programs=1), a, b),  # communication programs instead
-            sends_by_copies(True, ctx, FusedConfig(copy_engine=False), a, b),
-            sends_by_copies(False, ctx, FusedConfig(copy_engine=True), a, b),  # matmul_all_reduce: as asked,
-            sends_by_copies(False, ctx, FusedConfig(), a, b)]  # else pushes
+    ways = [sends_by_copies(scatter, ctx, config, a, b) for scatter in (True, False) for config in (
+        FusedConfig(), FusedConfig(comm_programs=1), FusedConfig(copy_engine=False))]
+    ways += [sends_by_copies(True, ctx, FusedConfig(), a[:1], b),  # one tile: one wave
+             sends_by_copies(False, ctx, FusedConfig(), a, b[:, :-1]),  # N not divisible by the ranks
+             sends_by_copies(True, ctx, FusedConfig(copy_engine=True), a[:1], b)]  # as asked
     ctx.close()
     return ways
 
 
-def test_matmul_reduce_scatter_sends_by_copies_where_a_block_has_more_than_one_wave(ranks):
-    """copy_engine None: matmul_reduce_scatter by copies from two waves of a member's block; matmul_all_reduce by
-    pushes unless asked."""
+def test_reduce_ops_send_by_copies_where_a_block_has_more_than_one_wave(ranks):
+    """copy_engine None: the reduce ops by copies where a member's N / W columns have more than one wave of tiles
+    and nothing stands in the way (communication programs; columns not divisible by the ranks)."""
     _skip_where_copies_are_refused(ranks)
-    for ways in ranks.run(_ways_of_scattering):
-        assert ways == [True, False, False, False, True, False]
+    for ways in ranks.run(_ways_of_reducing):
+        assert ways == [True, False, False, True, False, False, False, False, True]
 
 
 def test_matmul_reduce_scatter_with_partials_pushed_by_programs_matches_float64(ranks):

@@ -47,13 +47,14 @@ class FusedConfig:
             and A_shard allow it, else
             by the programs: on 2 x H100 the copies were 3-8% faster at M 128-1024 and 4-8% slower at
             M 4096-16384 (benchmarks/results/ops_agm_nvidia-h100_2ranks_copy_engine.csv).
-            matmul_reduce_scatter: True: one launch computes this rank's partials of the other members'
-            columns, copies send them to their owners by row chunks, and a second launch computes this
-            rank's own columns and adds the members' partials as their chunks arrive
-            (:mod:`iris.ops.scatter_copies`); False: the programs push every partial tile
-            (:mod:`iris.ops.matmul_reduce`); None (default): by copies where a member's block of the output
-            has more tiles than one wave of programs and the job allows copies (on 2 x H100 4-9% faster from
-            M 1024 N 14336 on, 27% slower at one wave). matmul_all_reduce and the others: no effect.
+            matmul_reduce_scatter and matmul_all_reduce: True: one launch computes this rank's partials
+            of the other members' N / W columns, copies send them to their owners by row chunks, and a
+            second launch computes this rank's own columns and adds the members' partials as their chunks
+            arrive (all_reduce: and stores its sums on every other member) (:mod:`iris.ops.scatter_copies`;
+            N divisible by W); False: the programs push every partial tile (:mod:`iris.ops.matmul_reduce`);
+            None (default): by copies where a member's N / W columns have more tiles than one wave of
+            programs and the job allows copies (on 2 x H100 0-9% faster from M 1024 N 14336 on, 5-27%
+            slower at one wave). The other ops: no effect.
         split_k: matmul_all_gather and gemm_all_scatter: S > 1: each output tile's product over K is
             cut into S parts computed by S programs; the last one adds the others' parts (handed over
             through a local workspace) and stores the tile, so an output of few tiles still fills the

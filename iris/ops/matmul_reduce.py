@@ -32,8 +32,8 @@ member on another node as block transfers, one per tile row: stored in this rank
 tensor of the workspace, made only there) and put from it; the owner's sum goes out the same way, from its
 own slot. Inside a node, and without the engine path, the stores are as above.
 
-With ``FusedConfig(copy_engine=True)`` (matmul_reduce_scatter's default where a member's block has more than one
-wave of tiles) the partials go by copies instead, in two launches around them (:mod:`iris.ops.scatter_copies`).
+With ``FusedConfig(copy_engine=True)`` (the default where a member's N / W columns have more than one wave of
+tiles) the partials go by copies instead, in two launches around them (:mod:`iris.ops.scatter_copies`).
 
 Before its first store a program passes a barrier with the programs of the same id on the other
 ranks (:func:`iris.device.barrier.enter`): every member's previous call has ended, so nobody still
@@ -316,11 +316,10 @@ def problem(what: str, scatter: bool, ctx, output, A, B, config):
 
 def sends_by_copies(scatter: bool, ctx, config: FusedConfig, A, B) -> bool:
     """Whether this call sends its partials by copies (FusedConfig.copy_engine, see
-    :mod:`iris.ops.scatter_copies`; None: matmul_reduce_scatter where
-    :func:`iris.ops.scatter_copies.by_default`, matmul_all_reduce not)."""
+    :mod:`iris.ops.scatter_copies`; None: where :func:`iris.ops.scatter_copies.by_default`)."""
     if config.copy_engine is not None:
         return config.copy_engine
-    return scatter and scatter_copies.by_default(ctx, config, A, B)
+    return scatter_copies.by_default(ctx, config, A, B)
 
 
 def reduces_at_owner(scatter: bool, ctx, config: FusedConfig) -> bool:

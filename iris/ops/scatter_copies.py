@@ -183,9 +183,10 @@ def _transfers(ctx, stage, partials, flags, M, width, chunk_rows, chunks) -> lis
 
 def by_default(ctx, config, A, B) -> bool:
     """FusedConfig.copy_engine None: by copies where nothing stands in the way (:func:`obstacle`) and a
-    member's block has more tiles than one wave of programs. On 2 x H100 (docs/benchmarks.md, "matmul_reduce_scatter
-    by copies") the copies were 4-9% faster at M 1024 N 14336 (1.75 waves) and M 4096-16384, and 27% slower at
-    M 1024 N 8192 (one wave: the second launch waits for copies that nothing else hides)."""
+    member's block (M, N / W) has more tiles than one wave of programs. On 2 x H100 (docs/benchmarks.md, "The
+    reduce ops' partials by copies"): matmul_reduce_scatter 4-9% faster at M 1024 N 14336 (1.75 waves) and M
+    4096-16384, 27% slower at M 1024 N 8192 (one wave: the second launch waits for copies nothing else hides);
+    matmul_all_reduce 0-8% faster from M 4096 (level at M 1024 N 14336), 5-27% slower at M 512-1024 N 8192."""
     M, N = A.shape[0], B.shape[1]
     width = N // ctx.get_num_ranks()
     waves = tile_count(M, width, _fused.tile(ctx, config, A.dtype, M, width)) / _fused.concurrent_programs(ctx)
