@@ -38,23 +38,24 @@ class FusedConfig:
             all_gather_matmul loads its own slice, B's, and the gathered slices (after their flags'
             acquire and an async-proxy fence: peers wrote them with ordinary stores) through
             descriptors; at one rank on one H200 they made it 9-11% faster at M 1024-16384.
-        copy_engine: all_gather_matmul and matmul_reduce_scatter. all_gather_matmul: False: the computing
+        copy_engine: all_gather_matmul and the reduce ops. all_gather_matmul: False: the computing
             programs store A's pieces into every member between their tiles. True: after an entry barrier,
             A_shard goes to every member in one copy each, by the copy engine on a side stream (no SM), and
             then that member's arrival flag, while the kernel multiplies this rank's own slice; it needs a
             contiguous A_shard and one GPU per rank inside one node. None (default): by copies where
             A_shard has at most 1024 rows (``iris.ops.gather_matmul.COPY_ENGINE_AUTO_ROWS``) and the job
-            and A_shard allow it, else
-            by the programs: on 2 x H100 the copies were 3-8% faster at M 128-1024 and 4-8% slower at
-            M 4096-16384 (benchmarks/results/ops_agm_nvidia-h100_2ranks_copy_engine.csv).
+            and A_shard allow it, else by the programs: on 2 x H100 the copies were 3-8% faster at M
+            128-1024 and 4-8% slower at M 4096-16384
+            (benchmarks/results/ops_agm_nvidia-h100_2ranks_copy_engine.csv).
             matmul_reduce_scatter and matmul_all_reduce: True: one launch computes this rank's partials
             of the other members' N / W columns, copies send them to their owners by row chunks, and a
             second launch computes this rank's own columns and adds the members' partials as their chunks
             arrive (all_reduce: and stores its sums on every other member) (:mod:`iris.ops.scatter_copies`;
             N divisible by W); False: the programs push every partial tile (:mod:`iris.ops.matmul_reduce`);
             None (default): by copies where a member's N / W columns have more tiles than one wave of
-            programs and the job allows copies (on 2 x H100 0-9% faster from M 1024 N 14336 on, 5-27%
-            slower at one wave). The other ops: no effect.
+            programs and the job allows copies (on 2 x H100 0-8% faster from M 1024 N 14336 on, 6-27%
+            slower within one wave; not measured beyond 2 GPUs, where it also takes the place of
+            owner-reduce). The other ops: no effect.
         split_k: matmul_all_gather and gemm_all_scatter: S > 1: each output tile's product over K is
             cut into S parts computed by S programs; the last one adds the others' parts (handed over
             through a local workspace) and stores the tile, so an output of few tiles still fills the
@@ -62,8 +63,8 @@ class FusedConfig:
             or 4, whichever ``iris.ops._fused.fitted_launch`` expects to finish soonest with the default
             tile where the output has at least 256 rows (on 2 x H100: 2 parts at 256 x 8192, 7-14% faster
             than half tiles), with the small tile below (2 parts at 64 x 8192 and 128 x 4096); where that
-            splits no tile, the last round's tiles in 2 or 4 parts where
-            they finish it sooner (``iris.ops._fused.split_last_round``); 1 on the CPU backend.
+            splits no tile, the last round's tiles in 2 or 4 parts where they finish it sooner
+            (``iris.ops._fused.split_last_round``); 1 on the CPU backend.
             all_gather_matmul: the last round's tiles (the last tile on the CPU backend's one program) in
             S parts by member slice, at most one per member. None (default): the parts that finish the
             last round soonest from 256 rows (``iris.ops.gather_matmul.last_round``: 2 where 64 tiles of the
