@@ -92,7 +92,9 @@ def test_events_past_max_events_are_dropped(ranks, tmp_path):
 
 def _traced_fused_op_on_rank(traced: bool, name: str):
     op = name.split()[0]  # all_gather_matmul's ways: by its programs, "... by copies", "... in parts" (split_k 2)
-    config = FusedConfig(copy_engine=False) if op == "matmul_all_reduce" else None  # the pushing kernel's spans
+    config = None
+    if op == "matmul_all_reduce":  # the pushing kernel's spans, or the partials by copies (two launches)
+        config = FusedConfig(copy_engine=name.endswith("by copies"))
     if op == "all_gather_matmul":
         config = FusedConfig(copy_engine=name.endswith("by copies"), split_k=2 if name.endswith("in parts") else None)
     ctx = iris.iris(1 << 22)
@@ -100,11 +102,12 @@ def _traced_fused_op_on_rank(traced: bool, name: str):
     if traced:
         ctx.tracing.enable(max_events=10_000)
     a = torch.full((40, 24), 0.5, dtype=torch.bfloat16, device=device)
-    b = torch.full((24 * (world if op == "all_gather_matmul" else 1), 70), 1.0, dtype=torch.bfloat16, device=device)
-    if op == "matmul_all_gather":  # every member's (40, 70) product, stacked, on the heap
-        out = ctx.empty(world * 40, 70, dtype=torch.float32)
+    n = 72 if name.endswith("by copies") else 70  # by copies: columns divisible by the ranks
+    b = torch.full((24 * (world if op == "all_gather_matmul" else 1), n), 1.0, dtype=torch.bfloat16, device=device)
+    if op == "matmul_all_gather":  # every member's (40, n) product, stacked, on the heap
+        out = ctx.empty(world * 40, n, dtype=torch.float32)
     else:
-        out = torch.empty(40, 70, dtype=torch.float32, device=device)
+        out = torch.empty(40, n, dtype=torch.float32, device=device)
     getattr(ctx.ops, op)(out, a, b, config=config)
     ctx.barrier()
     events = ctx.tracing.events() if traced else []
@@ -124,11 +127,14 @@ def _traced_fused_op_on_rank(traced: bool, name: str):
 # What each fused op records at least, per program (entry barrier) and per tile (matmul_all_reduce also waits
 # for the owner's sums where it reduces at owners: beyond 2 ranks). all_gather_matmul by copies: its entry
 # barrier is a launch of its own before the copies, and the copies are the copy engine's: the kernel records
-# its tiles and its waits for their flags.
+# its tiles and its waits for their flags. matmul_all_reduce by copies: the same barrier; its first launch
+# records each other member's block's tiles, its second its own block's tiles, the waits for the copied
+# partials, the sums and their stores to the other members.
 FUSED_KINDS = {"matmul_all_reduce": ["barrier", "compute", "put", "reduce"],
                "all_gather_matmul": ["barrier", "compute", "wait"],
                "all_gather_matmul by copies": ["compute", "wait"],
                "all_gather_matmul in parts": ["barrier", "compute", "wait"],
+               "matmul_all_reduce by copies": ["compute", "wait", "reduce", "put"],
                "matmul_all_gather": ["barrier", "compute", "put"]}
 
 
@@ -145,9 +151,11 @@ def test_a_fused_op_records_its_tiles_when_tracing_is_on(ranks, traced, op):
             assert found["kinds"] == [] and found["computes"] == 0
             continue
         assert set(FUSED_KINDS[op]) <= set(found["kinds"]) <= set(FUSED_KINDS[op]) | {"wait"}, found
-        # every tile, once, on every rank (a tile split in K parts: each part once)
-        assert found["computes"] == found["tiles"] + found["handed"] and found["tiles"] >= 1, found
-        if not op.startswith("all_gather_matmul"):  # each tile's partial or result is pushed once
+        if op == "matmul_all_reduce by copies":  # every member's block's tiles once (the tiles of a block)
+            assert found["computes"] == ranks.world_size * found["tiles"] and found["tiles"] >= 1, found
+        else:  # every tile, once, on every rank (a tile split in K parts: each part once)
+            assert found["computes"] == found["tiles"] + found["handed"] and found["tiles"] >= 1, found
+        if not op.startswith("all_gather_matmul"):  # each tile's partial or result (own block's sum) pushed once
             assert found["pushes"] == found["tiles"], found
         assert found["spans"] and found["ranks"] == {rank}, found
         kinds = found["summary"]["kinds"]
