@@ -52,10 +52,10 @@ class FusedConfig:
             second launch computes this rank's own columns and adds the members' partials as their chunks
             arrive (all_reduce: and stores its sums on every other member) (:mod:`iris.ops.scatter_copies`;
             N divisible by W); False: the programs push every partial tile (:mod:`iris.ops.matmul_reduce`);
-            None (default): by copies where a member's N / W columns have more tiles than one wave of
-            programs and the job allows copies (on 2 x H100 0-8% faster from M 1024 N 14336 on, 6-27%
-            slower within one wave; not measured beyond 2 GPUs, where it also takes the place of
-            owner-reduce). The other ops: no effect.
+            None (default): at 2 ranks, by copies where a member's N / W columns have more tiles than one
+            wave of programs and the job allows copies (on 2 x H100 0-8% faster from M 1024 N 14336 on,
+            6-27% slower within one wave); beyond 2 ranks (not measured yet) the pushes. The other ops: no
+            effect.
         split_k: matmul_all_gather and gemm_all_scatter: S > 1: each output tile's product over K is
             cut into S parts computed by S programs; the last one adds the others' parts (handed over
             through a local workspace) and stores the tile, so an output of few tiles still fills the

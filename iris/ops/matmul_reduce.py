@@ -32,8 +32,8 @@ member on another node as block transfers, one per tile row: stored in this rank
 tensor of the workspace, made only there) and put from it; the owner's sum goes out the same way, from its
 own slot. Inside a node, and without the engine path, the stores are as above.
 
-With ``FusedConfig(copy_engine=True)`` (the default where a member's N / W columns have more than one wave of
-tiles) the partials go by copies instead, in two launches around them (:mod:`iris.ops.scatter_copies`).
+With ``FusedConfig(copy_engine=True)`` (the default at 2 ranks where a member's N / W columns have more than one
+wave of tiles) the partials go by copies instead, in two launches around them (:mod:`iris.ops.scatter_copies`).
 
 Before its first store a program passes a barrier with the programs of the same id on the other
 ranks (:func:`iris.device.barrier.enter`): every member's previous call has ended, so nobody still

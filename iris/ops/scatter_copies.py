@@ -42,6 +42,7 @@ from iris.ops import _fused
 from iris.ops.gemm import add_bias, operand, tile_count, tile_of, tile_product
 
 CHUNKS = 8  # row chunks per member's block: the second launch's first tiles wait for the first chunk only
+BY_DEFAULT_RANKS = 2  # the world size at which copy_engine=None takes the copies (the one measured)
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
@@ -186,7 +187,11 @@ def by_default(ctx, config, A, B) -> bool:
     member's block (M, N / W) has more tiles than one wave of programs. On 2 x H100 (docs/benchmarks.md, "The
     reduce ops' partials by copies"): matmul_reduce_scatter 4-9% faster at M 1024 N 14336 (1.75 waves) and M
     4096-16384, 27% slower at M 1024 N 8192 (one wave: the second launch waits for copies nothing else hides);
-    matmul_all_reduce 0-8% faster from M 4096 (level at M 1024 N 14336), 5-27% slower at M 512-1024 N 8192."""
+    matmul_all_reduce 0-8% faster from M 4096 (level at M 1024 N 14336), 5-27% slower at M 512-1024 N 8192.
+    Measured at 2 ranks only, so taken there only (:data:`BY_DEFAULT_RANKS`); beyond, the pushes (and
+    matmul_all_reduce's owner-reduce) stay the default until measured."""
+    if ctx.get_num_ranks() != BY_DEFAULT_RANKS:
+        return False
     M, N = A.shape[0], B.shape[1]
     width = N // ctx.get_num_ranks()
     waves = tile_count(M, width, _fused.tile(ctx, config, A.dtype, M, width)) / _fused.concurrent_programs(ctx)
