@@ -294,7 +294,7 @@ def problem(what: str, scatter: bool, ctx, output, A, B, config):
     world = ctx.get_num_ranks()
     M, N = A.shape[0], B.shape[1]
     width = N // world if scatter else N
-    if sends_by_copies(scatter, ctx, config, A, B):
+    if sends_by_copies(ctx, config, A, B):
         key, spec, tile, _, _ = scatter_copies.problem(ctx, output, A, B, config, gather=not scatter)
         return key, spec, width, tile
     tile = _fused.tile(ctx, config, A.dtype, M, N)
@@ -314,7 +314,7 @@ def problem(what: str, scatter: bool, ctx, output, A, B, config):
     return key, spec, width, tile
 
 
-def sends_by_copies(scatter: bool, ctx, config: FusedConfig, A, B) -> bool:
+def sends_by_copies(ctx, config: FusedConfig, A, B) -> bool:
     """Whether this call sends its partials by copies (FusedConfig.copy_engine, see
     :mod:`iris.ops.scatter_copies`; None: where :func:`iris.ops.scatter_copies.by_default`)."""
     if config.copy_engine is not None:
@@ -364,7 +364,7 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
     if scatter and output.shape[1] == N:  # a full (M, N) output: write this rank's columns of it
         width = N // ctx.get_num_ranks()
         output = output[:, ctx.get_rank() * width:(ctx.get_rank() + 1) * width]
-    if sends_by_copies(scatter, ctx, config, A, B):
+    if sends_by_copies(ctx, config, A, B):
         return scatter_copies.run(ctx, output, A, B, bias, config, workspace, gather=not scatter)
     key, spec, width, tile = problem(what, scatter, ctx, output, A, B, config)
     workspace = _fused.workspace_for(ctx, what, key, spec, workspace)
