@@ -380,7 +380,7 @@ def three_ranks():
 
 @pytest.mark.parametrize("reduce_at_owner", [True, False, None])
 def test_matmul_all_reduce_with_and_without_owner_reduce_matches_float64(ranks, reduce_at_owner):
-    """Owner-reduce (each tile summed by one owner, which stores the sum on every member) and
+    """Owner-reduce (each tile summed by one owner, from which every other member reads the sum) and
     push-to-all, forced either way and as picked by world size, over calls that reuse the workspace."""
     config = FusedConfig(reduce_at_owner=reduce_at_owner, copy_engine=False)
     for rank, errors in enumerate(ranks.run(_run_op, "matmul_all_reduce", 72, 80, 40, torch.float32, True,

@@ -26,7 +26,7 @@ class FusedConfig:
             only exchange and sum the tiles the others compute and stage (not yet measured on a GPU).
         reduce_at_owner: matmul_all_reduce only, with comm_programs=0. True: owner-reduce: each
             tile's partials go to one owner (tiles' owners rotate over the members), which sums
-            them and stores the sum on every member: about 2 (W - 1) / W tiles' bytes sent per rank
+            them and every other member reads the sum from it: about 2 (W - 1) / W tiles' bytes per rank
             and tile instead of W - 1. False: push-to-all: every member sends its partial to every
             other and each sums them all (one hop fewer). None (default): owner-reduce beyond 2 ranks.
         tma_loads: every fused op:

@@ -21,16 +21,20 @@ same id on another rank. Per output tile, each program:
 
 Owner-reduce (``matmul_all_reduce`` beyond 2 ranks, or ``FusedConfig(reduce_at_owner=True)``):
 instead of every member, step 2 stores the partial only into the slot of the tile's *owner* (the
-i-th tile of program p belongs to member (p + i) % W); the owner, in step 3, also stores its sum
-into its own slot on every other member and counts the tile there; two tiles later each other
-member waits for that count and copies the sum into its output. A rank sends about
+i-th tile of program p belongs to member (p + i) % W); the owner, in step 3, also keeps its sum
+in its own slot (in place of its partial) and counts the tile on every other member; two tiles
+later each other member waits for that count and reads the sum from the owner into its output.
+(Storing the sum on every member instead cost the owner W - 1 tiles of stores in one step, while the
+same program on every other member waits for it: on 4 x H100 the reads were up to 10% faster from
+M 4096, docs/benchmarks.md.) A rank moves about
 2 (W - 1) / W tiles' bytes per tile instead of W - 1 (docs/benchmarks.md has the model); at 2
 ranks both send one and push-to-all, a hop shorter, stays the default.
 
 In a job across nodes (the engine path of a shmem heap, docs/multi-node.md) a partial tile goes toward a
 member on another node as block transfers, one per tile row: stored in this rank's outbox (an (M, N) heap
 tensor of the workspace, made only there) and put from it; the owner's sum goes out the same way, from its
-own slot. Inside a node, and without the engine path, the stores are as above.
+own slot, to every other member's slot of it (which reads it locally). Without the engine path, the stores
+and reads are as above.
 
 With ``FusedConfig(copy_engine=True)`` (the default at 2 ranks where a member's N / W columns have more than one
 wave of tiles) the partials go by copies instead, in two launches around them (:mod:`iris.ops.scatter_copies`).
@@ -119,8 +123,8 @@ def _finish(tile, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, widt
             count, index, cur, heap_bases, programs, SCATTER: tl.constexpr, OWNER: tl.constexpr,
             HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
     """If this rank gets partials of ``tile``: wait for every member's slot, sum them in member order,
-    write. Under owner-reduce the owner also stores the sum into its slot on every other member and
-    counts it there (:func:`_collect` copies it out)."""
+    write. Under owner-reduce the owner also keeps the sum in its own slot and counts the tile on every
+    other member (:func:`_collect` reads it from there)."""
     tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
     lo, own = _owned(index, N, width, SCATTER)
     if _receives(tile, tile_n, index, lo, own, programs, count, OWNER, BLOCK_N):
@@ -138,18 +142,22 @@ def _finish(tile, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, widt
             total += tl.load(partials + j * slot + place, mask=mask, volatile=True).to(tl.float32)
         total = add_bias(total, bias, cols, N, HAS_BIAS).to(out.dtype.element_ty)
         tl.store(out + rows[:, None].to(tl.int64) * stride_om + (cols[None, :] - lo) * stride_on, total, mask=mask)
-        if OWNER:  # every member gets the same bits: the owner's sum, into the owner's slot there
-            store_to_members(partials + index * slot + place, total.to(partials.dtype.element_ty), members, count,
-                             index, cur, heap_bases, mask, 1)
+        if OWNER:  # every member gets the same bits: the owner's sum, kept in its own slot, read from there
+            if rma.ENGINE:  # across nodes the sum goes out instead, as block puts (the reads would not be blocks)
+                store_to_members(partials + index * slot + place, total.to(partials.dtype.element_ty), members,
+                                 count, index, cur, heap_bases, mask, 1)
+            else:
+                tl.store(partials + index * slot + place, total.to(partials.dtype.element_ty), mask=mask)
             tl.debug_barrier()  # every thread's stores before the flags
             for i in range(1, count):
                 sync.signal(flags + tile, 1, cur, tl.load(members + (index + i) % count), heap_bases, op="add")
 
 
 @triton.jit
-def _collect(tile, tiles_m, tiles_n, out, partials, flags, seen, M, N, stride_om, stride_on, count, index,
-             programs, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """Owner-reduce, a tile this rank does not own: wait for its owner's sum, copy it to the output."""
+def _collect(tile, tiles_m, tiles_n, out, partials, flags, seen, M, N, stride_om, stride_on, members, count, index,
+             cur, heap_bases, programs, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Owner-reduce, a tile this rank does not own: wait for its owner's sum, read it from the owner's own slot
+    there into the output (with the engine path, from this rank's slot of it, where the owner put it)."""
     owner = _owner(tile, programs, count)
     if owner != index:
         want = tl.load(seen + tile) + 1
@@ -161,7 +169,10 @@ def _collect(tile, tiles_m, tiles_n, out, partials, flags, seen, M, N, stride_om
         cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
         mask = (rows[:, None] < M) & (cols[None, :] < N)
         place = owner * (tl.cast(M, tl.int64) * N) + rows[:, None].to(tl.int64) * N + cols[None, :]
-        total = tl.load(partials + place, mask=mask, volatile=True)
+        if rma.ENGINE:  # the owner stored it here
+            total = tl.load(partials + place, mask=mask, volatile=True)
+        else:
+            total = rma.load(partials + place, cur, tl.load(members + owner), heap_bases, mask=mask, volatile=True)
         tl.store(out + rows[:, None].to(tl.int64) * stride_om + cols[None, :] * stride_on,
                  total.to(out.dtype.element_ty), mask=mask)
 
@@ -241,7 +252,7 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, outbox, flags, seen, stage,
                     if older >= 0:
                         span = trace.start(tracing.WAIT, cur, cur, flags + older, -1, -1, 0)
                         _collect(older, tiles_m, tiles_n, out, partials, flags, seen, M, N, stride_om, stride_on,
-                                 count, index, compute, BLOCK_M, BLOCK_N, GROUP_M)
+                                 members, count, index, cur, heap_bases, compute, BLOCK_M, BLOCK_N, GROUP_M)
                         trace.end(span)
                     older = previous
                 previous = tile
@@ -256,11 +267,11 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, outbox, flags, seen, stage,
             if OWNER:
                 span = trace.start(tracing.WAIT, cur, cur, flags, -1, -1, 0)
                 if older >= 0:
-                    _collect(older, tiles_m, tiles_n, out, partials, flags, seen, M, N, stride_om, stride_on, count,
-                             index, compute, BLOCK_M, BLOCK_N, GROUP_M)
+                    _collect(older, tiles_m, tiles_n, out, partials, flags, seen, M, N, stride_om, stride_on, members,
+                             count, index, cur, heap_bases, compute, BLOCK_M, BLOCK_N, GROUP_M)
                 if previous >= 0:
                     _collect(previous, tiles_m, tiles_n, out, partials, flags, seen, M, N, stride_om, stride_on,
-                             count, index, compute, BLOCK_M, BLOCK_N, GROUP_M)
+                             members, count, index, cur, heap_bases, compute, BLOCK_M, BLOCK_N, GROUP_M)
                 trace.end(span)
     else:  # communicate only (workgroup specialization): wait for staged tiles, push, count and sum them
         enter(arrivals, expected, members, count, cur, heap_bases, WORLD, True, BARRIER_BLOCK, TRACE)
