@@ -9,6 +9,8 @@ The times are those replayed from a CUDA graph where the runs have them for two_
     ccl_nvidia-h100_2ranks_push_1m.csv (commit 907ad3a)
     ccl_nvidia-h100_2ranks_push_1m_2.csv (commit 907ad3a)
     ccl_nvidia-h200_4ranks.csv (commit 098bc0c, aa6608f)
+    ccl_nvidia-h100_4ranks.csv (commit 1706a16)
+    ccl_nvidia-h100_4ranks_graph.csv (commit 1706a16)
     ccl_nvidia-h200_8ranks.csv (commit 098bc0c, aa6608f)
 """
 
@@ -19,11 +21,7 @@ ALL_REDUCE = {
         (4611686018427387904, 'push'),
     ),
     (4, 'bf16'): (
-        (4096, 'one_shot'),
-        (131072, 'two_shot'),
-        (262144, 'one_shot'),
-        (524288, 'two_shot'),
-        (1048576, 'one_shot'),
+        (131072, 'll'),
     ),
     (8, 'bf16'): (
         (4096, 'one_shot'),
