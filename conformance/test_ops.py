@@ -5,11 +5,11 @@ dtype, a bias or none, communication programs for the reduce ops (FusedConfig.co
 else owner-reduce forced on, off or left to the world size (FusedConfig.reduce_at_owner), TMA
 operand loads or not (FusedConfig.tma_loads), else K in 2 or 3 parts or not
 (FusedConfig.split_k), copies or pushes as the op picks or pushes forced (FusedConfig.copy_engine),
-and the data. Every rank knows every rank's shards (seeded), so each
-checks its whole output against the float64 reference (iris.testing.fused_ops) and sends it
-back: ranks that must hold the same result (matmul_all_reduce, all_gather's stacks) hold the
-same bits. The workspace (and a heap output) lies in the arena over random bytes, with its
-counters zeroed, as a fresh one would be.
+matmul_all_reduce as a pipeline of row chunks or not (FusedConfig.pipeline_chunks), and the data.
+Every rank knows every rank's shards (seeded), so each checks its whole output against the
+float64 reference (iris.testing.fused_ops) and sends it back: ranks that must hold the same result
+(matmul_all_reduce, all_gather's stacks) hold the same bits. The workspace (and a heap output)
+lies in the arena over random bytes, with its counters zeroed, as a fresh one would be.
 """
 
 import torch
@@ -56,7 +56,8 @@ def _fused_op_on_rank(case):
         out = torch.full(out_shape, float("nan"), dtype=dtype, device=device)
     a, b = (t.to(device) for t in _shards(case, rank, a_shape, b_shape))
     config = FusedConfig(comm_programs=case["comm_programs"], reduce_at_owner=case["reduce_at_owner"],
-                         tma_loads=case["tma_loads"], split_k=case["split_k"], copy_engine=case["copy_engine"])
+                         tma_loads=case["tma_loads"], split_k=case["split_k"], copy_engine=case["copy_engine"],
+                         pipeline_chunks=case["pipeline_chunks"])
     key, spec = ctx.ops.workspace_layout(op, out, a, b, config)
     tensors = {}
     for name, buf in spec.items():
@@ -96,6 +97,9 @@ def fused_op_cases(draw):
     # copies where the op's default takes them (the reduce ops from two waves of a member's columns,
     # all_gather_matmul up to 1024 rows), or the programs' pushes forced
     case["copy_engine"] = draw(st.sampled_from((None, None, False)))
+    # matmul_all_reduce by row chunks, each summed by iris.ccl.all_reduce (no effect on the other ops)
+    pipelines = case["comm_programs"] == 0 and not case["reduce_at_owner"]
+    case["pipeline_chunks"] = draw(st.sampled_from((None, None, None, 2, 3))) if pipelines else None
     return case
 
 

@@ -388,6 +388,50 @@ def test_matmul_all_reduce_with_and_without_owner_reduce_matches_float64(ranks, 
         assert max(errors) <= TOLERANCE[torch.float32], f"rank {rank}: relative errors {errors}"
 
 
+def _pipelined(m, n, k, chunks, seeds):
+    """matmul_all_reduce with FusedConfig(pipeline_chunks=chunks) into a plain output and into a heap one
+    (which the all_reduce writes directly): per call, the relative error of each against float64 and whether
+    the two outputs hold the same bits."""
+    ctx = iris.iris(1 << 24)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    a_shape, b_shape, out_shape = shapes("matmul_all_reduce", m, n, k, world)
+    config = FusedConfig(pipeline_chunks=chunks)
+    results = []
+    for seed in seeds:  # the same problem again: the kept workspace
+        a, b = (t.to(device) for t in _shards(seed, rank, a_shape, b_shape, torch.bfloat16))
+        bias = torch.randn(b_shape[1], generator=torch.Generator().manual_seed(seed)).to(device)
+        plain = torch.full(out_shape, float("nan"), dtype=torch.float32, device=device)
+        on_heap = ctx.full(out_shape, float("nan"), dtype=torch.float32)
+        ctx.ops.matmul_all_reduce(plain, a, b, bias=bias, config=config)
+        ctx.ops.matmul_all_reduce(on_heap, a, b, bias=bias, config=config)
+        ctx.barrier()
+        shards = [_shards(seed, r, a_shape, b_shape, torch.bfloat16) for r in range(world)]
+        ref = reference("matmul_all_reduce", shards, bias.cpu(), rank)
+        scale = magnitude("matmul_all_reduce", shards, bias.cpu(), rank)
+        errors = [float("inf") if got.isnan().any() else ((got.cpu().double() - ref).norm() / scale.norm()).item()
+                  for got in (plain, on_heap)]
+        results.append((errors, torch.equal(plain.cpu(), on_heap.cpu())))
+    ctx.close()
+    return results
+
+
+@pytest.mark.parametrize("chunks", [1, 5])
+def test_matmul_all_reduce_pipelined_by_row_chunks_matches_float64(ranks, chunks):
+    """FusedConfig(pipeline_chunks=C): Iris's GEMM by C row chunks (72 rows: 5 do not divide them), each
+    chunk summed over the ranks by iris.ccl.all_reduce behind it, into a plain and a heap output, over calls
+    that reuse the workspace; every rank gets the same bits either way."""
+    for rank, results in enumerate(ranks.run(_pipelined, 72, 80, 40, chunks, seeds=[3, 4])):
+        for errors, same in results:
+            assert max(errors) <= TOLERANCE[torch.float32], f"rank {rank}: relative errors {errors}"
+            assert same, f"rank {rank}: the plain and the heap output differ"
+
+
+def test_matmul_all_reduce_pipelined_at_three_ranks_matches_float64(three_ranks):
+    for rank, results in enumerate(three_ranks.run(_pipelined, 40, 72, 24, 3, seeds=[6])):
+        for errors, same in results:
+            assert max(errors) <= TOLERANCE[torch.float32] and same, f"rank {rank}: {errors}, {same}"
+
+
 @pytest.mark.parametrize("op", ["matmul_all_reduce", "matmul_reduce_scatter"])
 def test_reduce_ops_at_three_ranks_match_float64(three_ranks, op):
     for rank, errors in enumerate(three_ranks.run(_run_op, op, 40, 72, 24, torch.bfloat16, True, seeds=[6, 7])):
@@ -535,7 +579,9 @@ def _refusals():
                          lambda: ctx.ops.matmul_all_reduce(torch.zeros(8, 15, device=device), a, b[:, :15],
                                                            config=FusedConfig(copy_engine=True)),
                          lambda: ctx.ops.matmul_all_reduce(out, a, b,
-                                                           config=FusedConfig(copy_engine=True, reduce_at_owner=True))])
+                                                           config=FusedConfig(copy_engine=True, reduce_at_owner=True)),
+                         lambda: ctx.ops.matmul_all_reduce(out, a, b,
+                                                           config=FusedConfig(pipeline_chunks=2, copy_engine=True))])
     ctx.close()
     return messages
 
@@ -554,12 +600,13 @@ def test_fused_ops_refuse_bad_operands_before_any_launch(ranks):
         assert "copy_engine=True and comm_programs=1): the partials go by copies or by" in messages[9]
         assert "B has 15 columns, not divisible by the" in messages[10]
         assert "copy_engine=True and reduce_at_owner=True): with copies each member sums" in messages[11]
+        assert "pipeline_chunks=2 and copy_engine=True): the chunks' sums go by iris.ccl.all_reduce" in messages[12]
 
 
 @pytest.mark.parametrize("field,value", [("block_size_m", 8), ("block_size_n", 100), ("group_size_m", 3),
                                          ("num_warps", 0), ("num_stages", True), ("comm_programs", -1),
                                          ("reduce_at_owner", 1), ("copy_engine", 1), ("split_k", 0),
-                                         ("split_k", True)])
+                                         ("split_k", True), ("pipeline_chunks", 0), ("pipeline_chunks", 2.0)])
 def test_fused_config_names_the_bad_field_and_value(field, value):
     with pytest.raises(ValueError) as info:
         FusedConfig(**{field: value})
@@ -569,6 +616,12 @@ def test_fused_config_names_the_bad_field_and_value(field, value):
 def test_a_k_split_and_tma_loads_do_not_mix():
     with pytest.raises(ValueError, match="split_k=2 and tma_loads=True"):
         FusedConfig(split_k=2, tma_loads=True)
+
+
+@pytest.mark.parametrize("other", [dict(comm_programs=1), dict(reduce_at_owner=True)])
+def test_pipelined_chunks_and_the_fused_kernels_own_exchanges_do_not_mix(other):
+    with pytest.raises(ValueError, match=f"pipeline_chunks=2 and {next(iter(other))}="):
+        FusedConfig(pipeline_chunks=2, **other)
 
 
 def test_owner_reduce_and_communication_programs_do_not_mix():

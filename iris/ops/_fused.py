@@ -263,8 +263,9 @@ def copy_refusal(ctx) -> str | None:
 
 
 @functools.cache
-def _copy_stream(device: torch.device):
-    """The side stream that carries copy_engine's copies on ``device`` (one per process and device)."""
+def side_stream(device: torch.device):
+    """The side stream of a fused op's work beside its kernels on ``device``, one per process and device:
+    copy_engine's copies, the pipeline's chunk sums (:mod:`iris.ops.pipelined`)."""
     return torch.cuda.Stream(device)
 
 
@@ -299,7 +300,7 @@ def copied(ctx, transfers: list, flags: torch.Tensor, device: torch.device) -> t
     def send():
         stream = None
         if not interpreted:
-            stream = _copy_stream(device)
+            stream = side_stream(device)
             stream.wait_stream(torch.cuda.current_stream())
         for dst, src, size in transfers:  # in order on one stream: a member's data lands before its flag
             backend.copy(dst, src, size, stream)
@@ -307,7 +308,7 @@ def copied(ctx, transfers: list, flags: torch.Tensor, device: torch.device) -> t
     def finish():
         flags.zero_()
         if not interpreted:
-            torch.cuda.current_stream().wait_stream(_copy_stream(device))
+            torch.cuda.current_stream().wait_stream(side_stream(device))
 
     return send, finish
 

@@ -69,6 +69,11 @@ class FusedConfig:
             S parts by member slice, at most one per member. None (default): the parts that finish the
             last round soonest from 256 rows (``iris.ops.gather_matmul.last_round``: 2 where 64 tiles of the
             default tile are left for 128 programs); none on the CPU backend.
+        pipeline_chunks: matmul_all_reduce only. C >= 1: no fused kernel; Iris's GEMM computes this rank's
+            partial product C row chunks at a time, leaving some SMs free, and each chunk is summed over the
+            ranks by ``iris.ccl.all_reduce`` on a side stream as soon as it is computed
+            (:mod:`iris.ops.pipelined`). Not with comm_programs, reduce_at_owner=True or copy_engine=True.
+            None (default): the fused kernel. Not measured on a GPU yet. The other ops: no effect.
         all_reduce_variant: accepted for code written for the original (its choice of the all-reduce
             inside matmul_all_reduce: None or one of iris.ccl's variants); Iris's fused kernel
             exchanges its tiles itself, so it has no effect.
@@ -90,6 +95,7 @@ class FusedConfig:
     all_reduce_variant: str | None = None
     copy_engine: bool | None = None
     split_k: int | None = None
+    pipeline_chunks: int | None = None
 
     def __post_init__(self):
         if self.all_reduce_variant is not None and self.all_reduce_variant not in ALL_REDUCE_VARIANTS:
@@ -117,6 +123,14 @@ class FusedConfig:
         if self.split_k is not None and self.split_k > 1 and self.tma_loads:
             raise ValueError(f"FusedConfig(split_k={self.split_k} and tma_loads=True): the K parts load without "
                              "tensor descriptors; pass one or the other")
+        if self.pipeline_chunks is not None and (not isinstance(self.pipeline_chunks, int)
+                                                 or isinstance(self.pipeline_chunks, bool) or self.pipeline_chunks < 1):
+            raise ValueError(f"FusedConfig.pipeline_chunks={self.pipeline_chunks!r}: must be None or an int >= 1")
+        for name in ("comm_programs", "reduce_at_owner"):
+            if self.pipeline_chunks and getattr(self, name):
+                raise ValueError(f"FusedConfig(pipeline_chunks={self.pipeline_chunks} and {name}="
+                                 f"{getattr(self, name)!r}): the pipeline's chunks are summed by iris.ccl.all_reduce, "
+                                 "not by the fused kernel; pass one or the other")
         if not isinstance(self.reduce_at_owner, (bool, type(None))):
             raise ValueError(f"FusedConfig.reduce_at_owner={self.reduce_at_owner!r}: must be None, True or False")
         if self.reduce_at_owner and self.comm_programs:

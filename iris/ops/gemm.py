@@ -209,7 +209,7 @@ def check_operands(what: str, a, b, out, bias, out_dtype) -> None:
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-           out_dtype: torch.dtype | None = None) -> torch.Tensor:
+           out_dtype: torch.dtype | None = None, programs: int | None = None) -> torch.Tensor:
     """``a @ b (+ bias)`` with the package's persistent GEMM; returns ``out``.
 
     Args:
@@ -218,6 +218,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, bi
         out: (M, N) to write into; made when None.
         bias: optional (N,) added to every row (in float32, before the cast to ``out``'s dtype).
         out_dtype: float32, bfloat16 or float16 (default: ``out``'s dtype, else ``a``'s).
+        programs: on a GPU, at most this many persistent programs (default: one per compute unit), to leave
+            the others to a kernel beside it (:mod:`iris.ops.pipelined`).
     """
     out_dtype = out_dtype or (out.dtype if out is not None else getattr(a, "dtype", None))
     check_operands("matmul", a, b, out, bias, out_dtype)
@@ -234,7 +236,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, bi
         programs = min(tile_count(M, N, INTERPRETED_TILE), 4)
         _gemm_kernel[(programs,)](*args, HAS_BIAS=bias is not None, UPCAST=True, **INTERPRETED_TILE)
         return out
-    programs = backend.compute_unit_count(a.device)
+    units = backend.compute_unit_count(a.device)
+    programs = units if programs is None else max(1, min(programs, units))
 
     def grid(meta):
         return (min(programs, tile_count(M, N, meta)),)

@@ -36,6 +36,9 @@ tensor of the workspace, made only there) and put from it; the owner's sum goes 
 own slot, to every other member's slot of it (which reads it locally). Without the engine path, the stores
 and reads are as above.
 
+With ``FusedConfig(pipeline_chunks=C)``, matmul_all_reduce runs no fused kernel: Iris's GEMM by row chunks,
+each chunk summed by ``iris.ccl.all_reduce`` on a side stream behind it (:mod:`iris.ops.pipelined`).
+
 With ``FusedConfig(copy_engine=True)`` (the default at 2 ranks where a member's N / W columns have more than one
 wave of tiles) the partials go by copies instead, in two launches around them (:mod:`iris.ops.scatter_copies`).
 
@@ -71,7 +74,7 @@ from iris.ccl.all_gather import store_to_members
 from iris.device import rma, sync, tracing
 from iris.device.barrier import GROUP_ARGS, enter
 from iris.kernel_launch import bind
-from iris.ops import _fused, scatter_copies
+from iris.ops import _fused, pipelined, scatter_copies
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import add_bias, operand, tile_count, tile_of, tile_product
 
@@ -305,6 +308,8 @@ def problem(what: str, scatter: bool, ctx, output, A, B, config):
     world = ctx.get_num_ranks()
     M, N = A.shape[0], B.shape[1]
     width = N // world if scatter else N
+    if not scatter and config.pipeline_chunks:
+        return (*pipelined.problem(ctx, output, A, B, config), width, None)
     if sends_by_copies(ctx, config, A, B):
         key, spec, tile, _, _ = scatter_copies.problem(ctx, output, A, B, config, gather=not scatter)
         return key, spec, width, tile
@@ -344,6 +349,9 @@ def reduces_at_owner(scatter: bool, ctx, config: FusedConfig) -> bool:
 
 def _check(what, ctx, output, A, B, bias, scatter: bool, config: FusedConfig) -> None:
     world = ctx.get_num_ranks()
+    if config.pipeline_chunks and config.copy_engine and not scatter:
+        raise ValueError(f"{what}: FusedConfig(pipeline_chunks={config.pipeline_chunks} and copy_engine=True): the "
+                         "chunks' sums go by iris.ccl.all_reduce, not by copies; pass one or the other")
     if config.copy_engine:  # asked for: refused aloud (None takes the pushes where copies cannot go)
         refusal = scatter_copies.obstacle(ctx, config, B.shape[1])
         if refusal:
@@ -375,6 +383,8 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
     if scatter and output.shape[1] == N:  # a full (M, N) output: write this rank's columns of it
         width = N // ctx.get_num_ranks()
         output = output[:, ctx.get_rank() * width:(ctx.get_rank() + 1) * width]
+    if not scatter and config.pipeline_chunks:
+        return pipelined.run(ctx, output, A, B, bias, config, workspace)
     if sends_by_copies(ctx, config, A, B):
         return scatter_copies.run(ctx, output, A, B, bias, config, workspace, gather=not scatter)
     key, spec, width, tile = problem(what, scatter, ctx, output, A, B, config)

@@ -1,0 +1,85 @@
+"""``matmul_all_reduce`` as a pipeline of row chunks: ``FusedConfig(pipeline_chunks=C)``.
+
+Instead of the fused kernel (:mod:`iris.ops.matmul_reduce`), Iris's GEMM (:func:`iris.ops.gemm.matmul`)
+computes this rank's partial product C row chunks at a time into a heap buffer, and each chunk, once
+computed, is summed over the ranks in place by ``iris.ccl.all_reduce`` (the variant its size takes) and
+copied into the output, on a side stream, while the next chunks compute. The GEMM leaves
+:data:`COMM_SMS` SMs to the collectives. Launches, in order on the current stream: a barrier (every
+member's previous call has read what this call overwrites), then per chunk its GEMM and the fork of its
+sum; the last launch joins the side stream back, so the output is complete in stream order after the
+call, as with the fused kernel. On the CPU backend everything runs in order on the one stream.
+
+Why: at 4 ranks the fused kernel's SMs compute and move 1.5 output's bytes per rank at once and took
+about the GEMM's time plus the all_reduce's where the all_reduce takes longer than the GEMM
+(docs/benchmarks.md, "4 x H100"); here the GEMM and the collectives run side by side on separate SMs.
+Not measured on a GPU yet, so never the default.
+
+Example:
+    >>> ctx.ops.matmul_all_reduce(out, A_shard, B_shard, config=FusedConfig(pipeline_chunks=4))
+"""
+
+from __future__ import annotations
+
+import torch
+
+from iris.ops import _fused
+from iris.ops.config import FusedConfig
+from iris.ops.gemm import matmul
+
+# SMs the GEMM leaves to the chunks' all_reduce (not tuned: no GPU has run this path yet).
+COMM_SMS = 16
+
+
+def problem(ctx, output, A, B, config: FusedConfig) -> tuple:
+    """(key, spec): the workspace of one problem, this rank's partial product (M, N) on the heap."""
+    M, N = A.shape[0], B.shape[1]
+    key = ("matmul_all_reduce", M, N, output.dtype, "pipelined")
+    return key, {"partials": _fused.Buffer(M * N, output.dtype, heap=True)}
+
+
+def chunk_rows(M: int, chunks: int) -> list[tuple[int, int]]:
+    """The (first, end) rows of each of at most ``chunks`` chunks of ``M`` rows, as even as whole rows allow.
+
+    Example:
+        >>> chunk_rows(72, 5)
+        [(0, 15), (15, 30), (30, 45), (45, 60), (60, 72)]
+    """
+    if M <= 0:
+        return []
+    size = -(-M // min(chunks, M))
+    return [(first, min(first + size, M)) for first in range(0, M, size)]
+
+
+def run(ctx, output, A, B, bias, config: FusedConfig, workspace) -> tuple:
+    """One call (the operands already checked): the workspace and the launches, bound, not yet launched."""
+    M, N = A.shape[0], B.shape[1]
+    key, spec = problem(ctx, output, A, B, config)
+    workspace = _fused.workspace_for(ctx, "matmul_all_reduce", key, spec, workspace)
+    partials = workspace.partials.view(M, N)
+    interpreted = ctx.team.backend.interpreted
+    programs = None if interpreted else max(1, _fused.sm_share(ctx) - COMM_SMS)
+    bias_here = bias if ctx.team.participants(None).index == 0 else None  # added once, by member 0
+
+    def computed(first: int, end: int):
+        def launch():
+            matmul(A[first:end], B, out=partials[first:end], bias=bias_here, programs=programs)
+        return launch
+
+    def summed(first: int, end: int):
+        def launch():
+            side = None if interpreted else _fused.side_stream(A.device)
+            if side is not None:  # behind the chunk's GEMM, beside the next chunks'
+                side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # None: the one stream, in order
+                ctx.ccl.all_reduce(partials[first:end], partials[first:end])
+                output[first:end].copy_(partials[first:end])
+        return launch
+
+    def joined():
+        if not interpreted:
+            torch.cuda.current_stream().wait_stream(_fused.side_stream(A.device))
+
+    launches = [ctx.team.barrier.launch(None)]
+    for first, end in chunk_rows(M, config.pipeline_chunks):
+        launches += [computed(first, end), summed(first, end)]
+    return workspace, launches + [joined]
