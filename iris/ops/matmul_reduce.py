@@ -309,7 +309,7 @@ def problem(what: str, scatter: bool, ctx, output, A, B, config):
     M, N = A.shape[0], B.shape[1]
     width = N // world if scatter else N
     if not scatter and config.pipeline_chunks:
-        return (*pipelined.problem(ctx, output, A, B, config), width, None)
+        return (*pipelined.problem(output, A, B), width, None)
     if sends_by_copies(ctx, config, A, B):
         key, spec, tile, _, _ = scatter_copies.problem(ctx, output, A, B, config, gather=not scatter)
         return key, spec, width, tile

@@ -30,7 +30,7 @@ from iris.ops.gemm import matmul
 COMM_SMS = 16
 
 
-def problem(ctx, output, A, B, config: FusedConfig) -> tuple:
+def problem(output, A, B) -> tuple:
     """(key, spec): the workspace of one problem, this rank's partial product (M, N) on the heap."""
     M, N = A.shape[0], B.shape[1]
     key = ("matmul_all_reduce", M, N, output.dtype, "pipelined")
@@ -53,7 +53,7 @@ def chunk_rows(M: int, chunks: int) -> list[tuple[int, int]]:
 def run(ctx, output, A, B, bias, config: FusedConfig, workspace) -> tuple:
     """One call (the operands already checked): the workspace and the launches, bound, not yet launched."""
     M, N = A.shape[0], B.shape[1]
-    key, spec = problem(ctx, output, A, B, config)
+    key, spec = problem(output, A, B)
     workspace = _fused.workspace_for(ctx, "matmul_all_reduce", key, spec, workspace)
     partials = workspace.partials.view(M, N)
     interpreted = ctx.team.backend.interpreted
