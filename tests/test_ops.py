@@ -390,8 +390,8 @@ def test_matmul_all_reduce_with_and_without_owner_reduce_matches_float64(ranks, 
 
 def _pipelined(m, n, k, chunks, seeds):
     """matmul_all_reduce with FusedConfig(pipeline_chunks=chunks) into a plain output and into a heap one
-    (which the all_reduce writes directly): per call, the relative error of each against float64 and whether
-    the two outputs hold the same bits."""
+    (either way the chunks are summed in the workspace and copied out): per call, the relative error of each
+    against float64 and whether the two outputs hold the same bits."""
     ctx = iris.iris(1 << 24)
     rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     a_shape, b_shape, out_shape = shapes("matmul_all_reduce", m, n, k, world)
