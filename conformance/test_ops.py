@@ -97,9 +97,10 @@ def fused_op_cases(draw):
     # copies where the op's default takes them (the reduce ops from two waves of a member's columns,
     # all_gather_matmul up to 1024 rows), or the programs' pushes forced
     case["copy_engine"] = draw(st.sampled_from((None, None, False)))
-    # matmul_all_reduce by row chunks, each summed by iris.ccl.all_reduce (no effect on the other ops)
+    # matmul_all_reduce by row chunks, each summed by iris.ccl.all_reduce, or the fused kernel asked for (0);
+    # no effect on the other ops
     pipelines = case["comm_programs"] == 0 and not case["reduce_at_owner"]
-    case["pipeline_chunks"] = draw(st.sampled_from((None, None, None, 2, 3))) if pipelines else None
+    case["pipeline_chunks"] = draw(st.sampled_from((None, None, None, 0, 2, 3))) if pipelines else None
     return case
 
 

@@ -432,6 +432,38 @@ def test_matmul_all_reduce_pipelined_at_three_ranks_matches_float64(three_ranks)
             assert max(errors) <= TOLERANCE[torch.float32] and same, f"rank {rank}: {errors}, {same}"
 
 
+def test_the_pipeline_by_default_from_4_ranks_and_8192_rows():
+    """pipeline_chunks None: 4 chunks where measured faster (4 x H100: M 16384, 4-22%), else the fused kernel."""
+    from iris.ops.pipelined import default_chunks
+
+    assert [default_chunks(world, rows) for world, rows in ((2, 16384), (3, 16384), (4, 4096), (4, 8191))] == [0] * 4
+    assert [default_chunks(world, rows) for world, rows in ((4, 8192), (4, 16384), (8, 65536))] == [4] * 3
+
+
+def _pipelines_chosen():
+    from iris.ops._fused import copy_refusal
+    from iris.ops.pipelined import chunks
+
+    ctx = iris.iris(1 << 22)
+    device, world = ctx.get_device(), ctx.get_num_ranks()
+    tall, short = (torch.zeros(rows, 8, dtype=torch.bfloat16, device=device) for rows in (8192, 64))
+    chosen = [chunks(ctx, FusedConfig(), tall), chunks(ctx, FusedConfig(), short),
+              chunks(ctx, FusedConfig(pipeline_chunks=0), tall), chunks(ctx, FusedConfig(pipeline_chunks=3), short)]
+    chosen += [chunks(ctx, config, tall) for config in (  # the fused kernel's own modes, asked for
+        FusedConfig(reduce_at_owner=True), FusedConfig(reduce_at_owner=False), FusedConfig(comm_programs=1),
+        FusedConfig(copy_engine=True))]
+    pipelines = not ctx.team.backend.interpreted and copy_refusal(ctx) is None and world >= 4
+    ctx.close()
+    return chosen, pipelines
+
+
+def test_matmul_all_reduce_pipelines_by_default_only_where_measured_faster(ranks):
+    """None: 4 chunks on GPUs, one per rank and at least 4 of them, from 8192 rows; never on the CPU backend
+    or where a mode of the fused kernel is asked for; 0 asks for the fused kernel, C >= 1 for C chunks."""
+    for chosen, pipelines in ranks.run(_pipelines_chosen):
+        assert chosen == [4 if pipelines else 0, 0, 0, 3, 0, 0, 0, 0]
+
+
 @pytest.mark.parametrize("op", ["matmul_all_reduce", "matmul_reduce_scatter"])
 def test_reduce_ops_at_three_ranks_match_float64(three_ranks, op):
     for rank, errors in enumerate(three_ranks.run(_run_op, op, 40, 72, 24, torch.bfloat16, True, seeds=[6, 7])):
@@ -606,7 +638,7 @@ def test_fused_ops_refuse_bad_operands_before_any_launch(ranks):
 @pytest.mark.parametrize("field,value", [("block_size_m", 8), ("block_size_n", 100), ("group_size_m", 3),
                                          ("num_warps", 0), ("num_stages", True), ("comm_programs", -1),
                                          ("reduce_at_owner", 1), ("copy_engine", 1), ("split_k", 0),
-                                         ("split_k", True), ("pipeline_chunks", 0), ("pipeline_chunks", 2.0)])
+                                         ("split_k", True), ("pipeline_chunks", -1), ("pipeline_chunks", 2.0)])
 def test_fused_config_names_the_bad_field_and_value(field, value):
     with pytest.raises(ValueError) as info:
         FusedConfig(**{field: value})

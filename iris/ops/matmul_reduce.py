@@ -36,8 +36,9 @@ tensor of the workspace, made only there) and put from it; the owner's sum goes 
 own slot, to every other member's slot of it (which reads it locally). Without the engine path, the stores
 and reads are as above.
 
-With ``FusedConfig(pipeline_chunks=C)``, matmul_all_reduce runs no fused kernel: Iris's GEMM by row chunks,
-each chunk summed by ``iris.ccl.all_reduce`` on a side stream behind it (:mod:`iris.ops.pipelined`).
+With ``FusedConfig(pipeline_chunks=C)`` (by default 4 from 4 ranks and 8192 rows, one GPU per rank on one node),
+matmul_all_reduce runs no fused kernel: Iris's GEMM by row chunks, each chunk summed by ``iris.ccl.all_reduce``
+on a side stream behind it (:mod:`iris.ops.pipelined`).
 
 With ``FusedConfig(copy_engine=True)`` (the default at 2 ranks where a member's N / W columns have more than one
 wave of tiles) the partials go by copies instead, in two launches around them (:mod:`iris.ops.scatter_copies`).
@@ -308,7 +309,7 @@ def problem(what: str, scatter: bool, ctx, output, A, B, config):
     world = ctx.get_num_ranks()
     M, N = A.shape[0], B.shape[1]
     width = N // world if scatter else N
-    if not scatter and config.pipeline_chunks:
+    if not scatter and pipelined.chunks(ctx, config, A):
         return (*pipelined.problem(output, A, B), width, None)
     if sends_by_copies(ctx, config, A, B):
         key, spec, tile, _, _ = scatter_copies.problem(ctx, output, A, B, config, gather=not scatter)
@@ -383,8 +384,9 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
     if scatter and output.shape[1] == N:  # a full (M, N) output: write this rank's columns of it
         width = N // ctx.get_num_ranks()
         output = output[:, ctx.get_rank() * width:(ctx.get_rank() + 1) * width]
-    if not scatter and config.pipeline_chunks:
-        return pipelined.run(ctx, output, A, B, bias, config, workspace)
+    count = 0 if scatter else pipelined.chunks(ctx, config, A)
+    if count:
+        return pipelined.run(ctx, output, A, B, bias, count, workspace)
     if sends_by_copies(ctx, config, A, B):
         return scatter_copies.run(ctx, output, A, B, bias, config, workspace, gather=not scatter)
     key, spec, width, tile = problem(what, scatter, ctx, output, A, B, config)

@@ -12,7 +12,10 @@ call, as with the fused kernel. On the CPU backend everything runs in order on t
 Why: at 4 ranks the fused kernel's SMs compute and move 1.5 output's bytes per rank at once and took
 about the GEMM's time plus the all_reduce's where the all_reduce takes longer than the GEMM
 (docs/benchmarks.md, "4 x H100"); here the GEMM and the collectives run side by side on separate SMs.
-Not measured on a GPU yet, so never the default.
+Measured against the fused kernel on 4 x H100 (docs/benchmarks.md, "The pipeline of row chunks"): 4 chunks
+4-22% faster at M 16384, mixed at M 4096 (7-8% faster at N 8192, 4-8% slower at N 14336), 63-68% slower at M
+1024; at 2 ranks (2 x H100) 8-80% slower at every shape; so ``pipeline_chunks=None`` takes it only from
+:data:`BY_DEFAULT_RANKS` ranks and :data:`BY_DEFAULT_ROWS` rows (:func:`chunks`).
 
 Example:
     >>> ctx.ops.matmul_all_reduce(out, A_shard, B_shard, config=FusedConfig(pipeline_chunks=4))
@@ -26,8 +29,41 @@ from iris.ops import _fused
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import matmul
 
-# SMs the GEMM leaves to the chunks' all_reduce (not tuned: no GPU has run this path yet).
+# SMs the GEMM leaves to the chunks' all_reduce (not tuned).
 COMM_SMS = 16
+# FusedConfig.pipeline_chunks None: BY_DEFAULT_CHUNKS chunks from this many ranks and output rows (measured at 4
+# ranks; 8 ranks, where the all_reduce's share of the time is larger still, not measured).
+BY_DEFAULT_RANKS = 4
+BY_DEFAULT_ROWS = 8192
+BY_DEFAULT_CHUNKS = 4
+
+
+def default_chunks(world: int, rows: int) -> int:
+    """The chunks ``pipeline_chunks=None`` takes for ``world`` ranks and an output of ``rows`` rows where nothing
+    else stands in the way (see :func:`chunks`); 0: the fused kernel.
+
+    Example:
+        >>> default_chunks(4, 16384), default_chunks(2, 16384), default_chunks(4, 4096)
+        (4, 0, 0)
+    """
+    return BY_DEFAULT_CHUNKS if world >= BY_DEFAULT_RANKS and rows >= BY_DEFAULT_ROWS else 0
+
+
+def chunks(ctx, config: FusedConfig, A) -> int:
+    """How many row chunks this matmul_all_reduce call pipelines by; 0: the fused kernel.
+
+    ``config.pipeline_chunks`` where given (0: the fused kernel). None: :func:`default_chunks`, but the fused
+    kernel on the CPU backend, where ranks share a GPU or a member is on another node (as measured: one GPU per
+    rank, one node), and where a mode of the fused kernel is asked for (comm_programs, reduce_at_owner or
+    copy_engine given).
+    """
+    if config.pipeline_chunks is not None:
+        return config.pipeline_chunks
+    if config.comm_programs or config.reduce_at_owner is not None or config.copy_engine is not None:
+        return 0
+    if ctx.team.backend.interpreted or _fused.copy_refusal(ctx) is not None:
+        return 0
+    return default_chunks(ctx.get_num_ranks(), A.shape[0])
 
 
 def problem(output, A, B) -> tuple:
@@ -50,8 +86,9 @@ def chunk_rows(M: int, chunks: int) -> list[tuple[int, int]]:
     return [(first, min(first + size, M)) for first in range(0, M, size)]
 
 
-def run(ctx, output, A, B, bias, config: FusedConfig, workspace) -> tuple:
-    """One call (the operands already checked): the workspace and the launches, bound, not yet launched."""
+def run(ctx, output, A, B, bias, count: int, workspace) -> tuple:
+    """One call by ``count`` chunks (the operands already checked): the workspace and the launches, bound, not
+    yet launched."""
     M, N = A.shape[0], B.shape[1]
     key, spec = problem(output, A, B)
     workspace = _fused.workspace_for(ctx, "matmul_all_reduce", key, spec, workspace)
@@ -80,6 +117,6 @@ def run(ctx, output, A, B, bias, config: FusedConfig, workspace) -> tuple:
             torch.cuda.current_stream().wait_stream(_fused.side_stream(A.device))
 
     launches = [ctx.team.barrier.launch(None)]
-    for first, end in chunk_rows(M, config.pipeline_chunks):
+    for first, end in chunk_rows(M, count):
         launches += [computed(first, end), summed(first, end)]
     return workspace, launches + [joined]
