@@ -118,8 +118,11 @@ def parse_args(gpu: bool) -> argparse.Namespace:
 
 
 def config_value(field: str, text: str):
-    """A FusedConfig field's value from the command line: 0/1 (or false/true) for the switches, else an int."""
+    """A FusedConfig field's value from the command line: 0/1 (or false/true) for the switches, the variant's
+    name for all_reduce_variant, else an int."""
     flag = {"0": False, "1": True, "false": False, "true": True}
+    if field == "all_reduce_variant":
+        return text
     if field in ("tma_loads", "reduce_at_owner", "copy_engine"):
         if text.lower() not in flag:
             raise ValueError(f"{field}={text!r}: give 0 or 1")

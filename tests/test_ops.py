@@ -388,14 +388,14 @@ def test_matmul_all_reduce_with_and_without_owner_reduce_matches_float64(ranks, 
         assert max(errors) <= TOLERANCE[torch.float32], f"rank {rank}: relative errors {errors}"
 
 
-def _pipelined(m, n, k, chunks, seeds):
+def _pipelined(m, n, k, chunks, seeds, variant=None):
     """matmul_all_reduce with FusedConfig(pipeline_chunks=chunks) into a plain output and into a heap one
     (either way the chunks are summed in the workspace and copied out): per call, the relative error of each
     against float64 and whether the two outputs hold the same bits."""
     ctx = iris.iris(1 << 24)
     rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     a_shape, b_shape, out_shape = shapes("matmul_all_reduce", m, n, k, world)
-    config = FusedConfig(pipeline_chunks=chunks)
+    config = FusedConfig(pipeline_chunks=chunks, all_reduce_variant=variant)
     results = []
     for seed in seeds:  # the same problem again: the kept workspace
         a, b = (t.to(device) for t in _shards(seed, rank, a_shape, b_shape, torch.bfloat16))
@@ -424,6 +424,35 @@ def test_matmul_all_reduce_pipelined_by_row_chunks_matches_float64(ranks, chunks
         for errors, same in results:
             assert max(errors) <= TOLERANCE[torch.float32], f"rank {rank}: relative errors {errors}"
             assert same, f"rank {rank}: the plain and the heap output differ"
+
+
+@pytest.mark.parametrize("variant", ["hierarchical", "ll"])
+def test_matmul_all_reduce_pipelined_sums_its_chunks_by_the_variant_asked_for(ranks, variant):
+    """FusedConfig.all_reduce_variant (the original's choice of the all-reduce inside matmul_all_reduce) picks the
+    chunks' all_reduce: hierarchical (on one node a reduce_scatter, then an all_gather) or ll (small chunks)."""
+    for rank, results in enumerate(ranks.run(_pipelined, 40, 48, 24, 2, seeds=[5], variant=variant)):
+        for errors, same in results:
+            assert max(errors) <= TOLERANCE[torch.float32] and same, f"rank {rank}: {errors}, {same}"
+
+
+def _pipelined_refusal(variant):
+    ctx = iris.iris(1 << 22)
+    a_shape, b_shape, out_shape = shapes("matmul_all_reduce", 40, 48, 24, ctx.get_num_ranks())
+    a, b = (torch.ones(shape, dtype=torch.bfloat16, device=ctx.get_device()) for shape in (a_shape, b_shape))
+    out = torch.zeros(out_shape, dtype=torch.float32, device=ctx.get_device())
+    before = out.clone()
+    try:
+        ctx.ops.matmul_all_reduce(out, a, b, config=FusedConfig(pipeline_chunks=2, all_reduce_variant=variant))
+    except ValueError as error:
+        return str(error), torch.equal(out, before)
+    finally:
+        ctx.close()
+    return None, None
+
+
+def test_matmul_all_reduce_pipelined_refuses_a_variant_that_cannot_sum_in_place_before_any_launch(ranks):
+    for message, untouched in ranks.run(_pipelined_refusal, "one_shot"):
+        assert message is not None and "one_shot cannot run in place" in message and untouched
 
 
 def test_matmul_all_reduce_pipelined_at_three_ranks_matches_float64(three_ranks):

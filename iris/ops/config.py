@@ -77,9 +77,11 @@ class FusedConfig:
             rows, unless comm_programs, reduce_at_owner or copy_engine is given (on 4 x H100 4-22% faster than
             the fused kernel at M 16384, slower at M 1024 and at 2 ranks); else the fused kernel. The other
             ops: no effect.
-        all_reduce_variant: accepted for code written for the original (its choice of the all-reduce
-            inside matmul_all_reduce: None or one of iris.ccl's variants); Iris's fused kernel
-            exchanges its tiles itself, so it has no effect.
+        all_reduce_variant: the original's choice of the all-reduce inside matmul_all_reduce (None or one
+            of iris.ccl's variants): where matmul_all_reduce runs as a pipeline (pipeline_chunks), the
+            variant that sums each chunk in place (two_shot, push, ll or hierarchical; another raises
+            ValueError before any launch); None: iris.ccl's choice by size. Iris's fused kernel exchanges
+            its tiles itself: there it has no effect.
 
     Example:
         >>> from iris.ops import FusedConfig

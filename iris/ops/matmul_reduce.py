@@ -386,7 +386,7 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
         output = output[:, ctx.get_rank() * width:(ctx.get_rank() + 1) * width]
     count = 0 if scatter else pipelined.chunks(ctx, config, A)
     if count:
-        return pipelined.run(ctx, output, A, B, bias, count, workspace)
+        return pipelined.run(ctx, output, A, B, bias, count, workspace, config.all_reduce_variant)
     if sends_by_copies(ctx, config, A, B):
         return scatter_copies.run(ctx, output, A, B, bias, config, workspace, gather=not scatter)
     key, spec, width, tile = problem(what, scatter, ctx, output, A, B, config)

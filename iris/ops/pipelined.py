@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from iris.ccl.config import Config
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import matmul
@@ -86,13 +87,18 @@ def chunk_rows(M: int, chunks: int) -> list[tuple[int, int]]:
     return [(first, min(first + size, M)) for first in range(0, M, size)]
 
 
-def run(ctx, output, A, B, bias, count: int, workspace) -> tuple:
+def run(ctx, output, A, B, bias, count: int, workspace, variant: str | None = None) -> tuple:
     """One call by ``count`` chunks (the operands already checked): the workspace and the launches, bound, not
-    yet launched."""
+    yet launched. ``variant``: the chunks' all_reduce variant (``FusedConfig.all_reduce_variant``; None:
+    iris.ccl's choice by size); one that cannot sum a chunk in place raises ValueError before any launch."""
     M, N = A.shape[0], B.shape[1]
     key, spec = problem(output, A, B)
     workspace = _fused.workspace_for(ctx, "matmul_all_reduce", key, spec, workspace)
     partials = workspace.partials.view(M, N)
+    sums = Config(all_reduce_variant=variant)
+    rows = chunk_rows(M, count)
+    for first, end in rows:  # each chunk's sum checked now (in place, a landing zone's size), not mid-call
+        ctx.ccl.all_reduce_preamble(partials[first:end], partials[first:end], config=sums)
     interpreted = ctx.team.backend.interpreted
     programs = None if interpreted else max(1, _fused.sm_share(ctx) - COMM_SMS)
     bias_here = bias if ctx.team.participants(None).index == 0 else None  # added once, by member 0
@@ -108,7 +114,7 @@ def run(ctx, output, A, B, bias, count: int, workspace) -> tuple:
             if side is not None:  # behind the chunk's GEMM, beside the next chunks'
                 side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):  # None: the one stream, in order
-                ctx.ccl.all_reduce(partials[first:end], partials[first:end])
+                ctx.ccl.all_reduce(partials[first:end], partials[first:end], config=sums)
                 output[first:end].copy_(partials[first:end])
         return launch
 
@@ -117,6 +123,6 @@ def run(ctx, output, A, B, bias, count: int, workspace) -> tuple:
             torch.cuda.current_stream().wait_stream(_fused.side_stream(A.device))
 
     launches = [ctx.team.barrier.launch(None)]
-    for first, end in chunk_rows(M, count):
+    for first, end in rows:
         launches += [computed(first, end), summed(first, end)]
     return workspace, launches + [joined]
