@@ -469,6 +469,19 @@ def test_the_pipeline_by_default_from_4_ranks_and_8192_rows():
     assert [default_chunks(world, rows) for world, rows in ((4, 8192), (4, 16384), (8, 65536))] == [4] * 3
 
 
+def test_the_fused_kernel_is_kept_where_a_mode_of_it_or_a_variant_without_any_chunk_in_place_is_given():
+    """Code written for the original may pass any all_reduce_variant (no effect on the fused kernel): the ones that
+    cannot sum every chunk in place keep pipeline_chunks=None on the fused kernel, as its own modes do."""
+    from iris.ops.pipelined import fused_kernel_asked_for
+
+    kept = [FusedConfig(reduce_at_owner=True), FusedConfig(reduce_at_owner=False), FusedConfig(comm_programs=1),
+            FusedConfig(copy_engine=True), FusedConfig(copy_engine=False)]
+    kept += [FusedConfig(all_reduce_variant=v) for v in ("one_shot", "atomic", "spinlock", "ring", "push", "ll")]
+    pipelined = [FusedConfig(), FusedConfig(all_reduce_variant="two_shot"),
+                 FusedConfig(all_reduce_variant="hierarchical"), FusedConfig(block_size_n=128)]
+    assert all(map(fused_kernel_asked_for, kept)) and not any(map(fused_kernel_asked_for, pipelined))
+
+
 def _pipelines_chosen():
     from iris.ops._fused import copy_refusal
     from iris.ops.pipelined import chunks
@@ -481,16 +494,22 @@ def _pipelines_chosen():
     chosen += [chunks(ctx, config, tall) for config in (  # the fused kernel's own modes, asked for
         FusedConfig(reduce_at_owner=True), FusedConfig(reduce_at_owner=False), FusedConfig(comm_programs=1),
         FusedConfig(copy_engine=True))]
+    # the original's all_reduce_variant: one that sums a chunk of any size in place keeps the pipeline; another
+    # (no effect on the fused kernel, as in code written for the original) keeps the fused kernel
+    chosen += [chunks(ctx, FusedConfig(all_reduce_variant=variant), tall)
+               for variant in ("two_shot", "hierarchical", "one_shot", "atomic", "ll", "push")]
     pipelines = not ctx.team.backend.interpreted and copy_refusal(ctx) is None and world >= 4
     ctx.close()
     return chosen, pipelines
 
 
 def test_matmul_all_reduce_pipelines_by_default_only_where_measured_faster(ranks):
-    """None: 4 chunks on GPUs, one per rank and at least 4 of them, from 8192 rows; never on the CPU backend
-    or where a mode of the fused kernel is asked for; 0 asks for the fused kernel, C >= 1 for C chunks."""
+    """None: 4 chunks on GPUs, one per rank and at least 4 of them, from 8192 rows; never on the CPU backend,
+    where a mode of the fused kernel is asked for, or an all_reduce variant that cannot sum any chunk in place;
+    0 asks for the fused kernel, C >= 1 for C chunks."""
     for chosen, pipelines in ranks.run(_pipelines_chosen):
-        assert chosen == [4 if pipelines else 0, 0, 0, 3, 0, 0, 0, 0]
+        by_default = 4 if pipelines else 0
+        assert chosen == [by_default, 0, 0, 3, 0, 0, 0, 0, by_default, by_default, 0, 0, 0, 0]
 
 
 @pytest.mark.parametrize("op", ["matmul_all_reduce", "matmul_reduce_scatter"])

@@ -37,6 +37,9 @@ COMM_SMS = 16
 BY_DEFAULT_RANKS = 4
 BY_DEFAULT_ROWS = 8192
 BY_DEFAULT_CHUNKS = 4
+# all_reduce variants (None: iris.ccl's choice) that sum a chunk of any size in place: the others (no in-place
+# form, or a landing zone's size) keep pipeline_chunks=None on the fused kernel
+ANY_CHUNK_IN_PLACE = (None, "two_shot", "hierarchical")
 
 
 def default_chunks(world: int, rows: int) -> int:
@@ -55,16 +58,28 @@ def chunks(ctx, config: FusedConfig, A) -> int:
 
     ``config.pipeline_chunks`` where given (0: the fused kernel). None: :func:`default_chunks`, but the fused
     kernel on the CPU backend, where ranks share a GPU or a member is on another node (as measured: one GPU per
-    rank, one node), and where a mode of the fused kernel is asked for (comm_programs, reduce_at_owner or
-    copy_engine given).
+    rank, one node), where a mode of the fused kernel is asked for (comm_programs, reduce_at_owner or
+    copy_engine given), and where ``all_reduce_variant`` names a variant that cannot sum every chunk in place
+    (code written for the original passes any; the fused kernel ignores it).
     """
     if config.pipeline_chunks is not None:
         return config.pipeline_chunks
-    if config.comm_programs or config.reduce_at_owner is not None or config.copy_engine is not None:
-        return 0
-    if ctx.team.backend.interpreted or _fused.copy_refusal(ctx) is not None:
+    if fused_kernel_asked_for(config) or ctx.team.backend.interpreted or _fused.copy_refusal(ctx) is not None:
         return 0
     return default_chunks(ctx.get_num_ranks(), A.shape[0])
+
+
+def fused_kernel_asked_for(config: FusedConfig) -> bool:
+    """Whether ``config`` (its pipeline_chunks None) keeps matmul_all_reduce on the fused kernel wherever it is:
+    a mode of the fused kernel given, or an all_reduce variant that cannot sum every chunk in place.
+
+    Example:
+        >>> fused_kernel_asked_for(FusedConfig(copy_engine=False)), fused_kernel_asked_for(FusedConfig())
+        (True, False)
+    """
+    if config.comm_programs or config.reduce_at_owner is not None or config.copy_engine is not None:
+        return True
+    return config.all_reduce_variant not in ANY_CHUNK_IN_PLACE  # as the original's code may pass any
 
 
 def problem(output, A, B) -> tuple:
