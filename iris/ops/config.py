@@ -74,7 +74,8 @@ class FusedConfig:
             ranks by ``iris.ccl.all_reduce`` on a side stream as soon as it is computed
             (:mod:`iris.ops.pipelined`). Not with comm_programs, reduce_at_owner=True or copy_engine=True.
             0: the fused kernel. None (default): 4 chunks from 4 ranks (one GPU each, one node) and 8192 output
-            rows, unless comm_programs, reduce_at_owner or copy_engine is given (on 4 x H100 4-22% faster than
+            rows, unless comm_programs, reduce_at_owner or copy_engine is given, or an all_reduce_variant other
+            than two_shot or hierarchical (on 4 x H100 4-22% faster than
             the fused kernel at M 16384, slower at M 1024 and at 2 ranks); else the fused kernel. The other
             ops: no effect.
         all_reduce_variant: the original's choice of the all-reduce inside matmul_all_reduce (None or one
