@@ -75,9 +75,8 @@ class FusedConfig:
             (:mod:`iris.ops.pipelined`). Not with comm_programs, reduce_at_owner=True or copy_engine=True.
             0: the fused kernel. None (default): 4 chunks from 4 ranks (one GPU each, one node) and 8192 output
             rows, unless comm_programs, reduce_at_owner or copy_engine is given, or an all_reduce_variant other
-            than two_shot or hierarchical (on 4 x H100 4-22% faster than
-            the fused kernel at M 16384, slower at M 1024 and at 2 ranks); else the fused kernel. The other
-            ops: no effect.
+            than two_shot or hierarchical (on 4 x H100 4-22% faster than the fused kernel at M 16384, slower
+            at M 1024 and at 2 ranks); else the fused kernel. The other ops: no effect.
         all_reduce_variant: the original's choice of the all-reduce inside matmul_all_reduce (None or one
             of iris.ccl's variants): where matmul_all_reduce runs as a pipeline (pipeline_chunks), the
             variant that sums each chunk in place (two_shot, push, ll or hierarchical; another raises
