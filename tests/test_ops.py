@@ -16,6 +16,15 @@ def _shards(seed, rank, a_shape, b_shape, dtype=torch.bfloat16):
     return torch.randn(*a_shape, generator=g).to(dtype), torch.randn(*b_shape, generator=g).to(dtype)
 
 
+def _relative_error(op, got, seed, rank, world, a_shape, b_shape, bias=None, in_dtype=torch.bfloat16):
+    """``got``'s relative error against the float64 result from every rank's shards of ``seed`` (inf where ``got``
+    holds a NaN: a tile never written)."""
+    shards = [_shards(seed, r, a_shape, b_shape, in_dtype) for r in range(world)]
+    ref, scale = reference(op, shards, bias, rank), magnitude(op, shards, bias, rank)
+    got = got.cpu().double()
+    return float("inf") if got.isnan().any() else ((got - ref).norm() / scale.norm()).item()
+
+
 def _run_op(op, m, n, k, out_dtype, with_bias, seeds, config=None, in_dtype=torch.bfloat16):
     ctx = iris.iris(1 << 24)
     rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
@@ -28,10 +37,7 @@ def _run_op(op, m, n, k, out_dtype, with_bias, seeds, config=None, in_dtype=torc
         getattr(ctx.ops, op)(out, a.to(device), b.to(device), bias=None if bias is None else bias.to(device),
                              config=config)
         ctx.barrier()
-        shards = [_shards(seed, r, a_shape, b_shape, in_dtype) for r in range(world)]
-        ref, scale = reference(op, shards, bias, rank), magnitude(op, shards, bias, rank)
-        got = out.cpu().double()
-        errors.append(float("inf") if got.isnan().any() else ((got - ref).norm() / scale.norm()).item())
+        errors.append(_relative_error(op, out, seed, rank, world, a_shape, b_shape, bias, in_dtype))
     ctx.close()
     return errors
 
@@ -352,10 +358,7 @@ def _replayed_calls(op):
         ctx.barrier()
         workspace = getattr(ctx.ops, op)(out, a, b, config=config)
         ctx.barrier()
-        shards = [_shards(seed, r, a_shape, b_shape) for r in range(world)]
-        ref, scale = reference(op, shards, None, rank), magnitude(op, shards, None, rank)
-        got = out.cpu().double()
-        errors.append(float("inf") if got.isnan().any() else ((got - ref).norm() / scale.norm()).item())
+        errors.append(_relative_error(op, out, seed, rank, world, a_shape, b_shape))
         plans.append((len(ctx.ops._plans), type(workspace).__name__))
     ctx.close()
     return errors, plans
@@ -405,10 +408,7 @@ def _pipelined(m, n, k, chunks, seeds, variant=None):
         ctx.ops.matmul_all_reduce(plain, a, b, bias=bias, config=config)
         ctx.ops.matmul_all_reduce(on_heap, a, b, bias=bias, config=config)
         ctx.barrier()
-        shards = [_shards(seed, r, a_shape, b_shape, torch.bfloat16) for r in range(world)]
-        ref = reference("matmul_all_reduce", shards, bias.cpu(), rank)
-        scale = magnitude("matmul_all_reduce", shards, bias.cpu(), rank)
-        errors = [float("inf") if got.isnan().any() else ((got.cpu().double() - ref).norm() / scale.norm()).item()
+        errors = [_relative_error("matmul_all_reduce", got, seed, rank, world, a_shape, b_shape, bias.cpu())
                   for got in (plain, on_heap)]
         results.append((errors, torch.equal(plain.cpu(), on_heap.cpu())))
     ctx.close()
@@ -530,16 +530,13 @@ def _scatter_by_copies(m, n, k, seeds):
     for seed in seeds:
         a, b = (t.to(device) for t in _shards(seed, rank, a_shape, b_shape))
         bias = torch.randn(b_shape[1], generator=torch.Generator().manual_seed(seed))
-        shards = [_shards(seed, r, a_shape, b_shape) for r in range(world)]
-        ref = reference("matmul_reduce_scatter", shards, bias, rank)
-        scale = magnitude("matmul_reduce_scatter", shards, bias, rank)
         for full in (False, True):
             width = b_shape[1] // world
             out = torch.full((m, b_shape[1]) if full else out_shape, float("nan"), device=device)
             workspace = ctx.ops.matmul_reduce_scatter(out, a, b, bias=bias.to(device), config=config)
             ctx.barrier()
-            got = (out[:, rank * width:(rank + 1) * width] if full else out).cpu().double()
-            errors.append(float("inf") if got.isnan().any() else ((got - ref).norm() / scale.norm()).item())
+            got = out[:, rank * width:(rank + 1) * width] if full else out
+            errors.append(_relative_error("matmul_reduce_scatter", got, seed, rank, world, a_shape, b_shape, bias))
             if full:  # the other columns are left as they were
                 errors.append(0.0 if out[:, :rank * width].isnan().all() and out[:, (rank + 1) * width:].isnan().all()
                               else float("inf"))
