@@ -57,6 +57,7 @@ import csv
 import functools
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -273,7 +274,22 @@ def profile_columns(calls: list[list[dict]]) -> dict:
     return columns
 
 
-BREAKDOWN_COLUMNS = ("compute", "put + reduce", "wait + barrier", "idle", "outside", "rest")
+def one_call_us(fn, gpu: bool) -> float:
+    """Microseconds one call of ``fn`` takes: between two CUDA events around it on a GPU (where the stream
+    is), by the host's clock on the CPU backend (where the call runs to its end)."""
+    if not gpu:
+        began = time.perf_counter()
+        fn()
+        return (time.perf_counter() - began) * 1e6
+    began, ended = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    began.record()
+    fn()
+    ended.record()
+    ended.synchronize()
+    return began.elapsed_time(ended) * 1e3
+
+
+BREAKDOWN_COLUMNS = ("compute", "put + reduce", "wait + barrier", "idle", "outside", "tracing", "rest")
 
 
 def breakdown(row: dict) -> dict:
@@ -282,8 +298,11 @@ def breakdown(row: dict) -> dict:
     ``compute`` the compute per program beyond the GEMM alone (tiles slowed by the communication beside them, or
     a tile loop slower than cuBLAS's; negative where the fused op's tiles beat the GEMM alone), ``put +
     reduce`` the communication the computing programs do, ``idle`` what no span covers (programs done early,
-    gaps), ``outside`` the call's time outside the kernel's span (launches, barrier launches, the copies' fork
-    and join), and ``rest`` what the per-kind figures (means over programs) leave of the span.
+    gaps), ``outside`` the traced call's time outside its kernel's span (launches, barrier launches, the
+    copies' fork and join), ``tracing`` the untraced call's time less the traced one's (tracing's own cost,
+    negative; and the two calls' difference), and ``rest`` what the per-kind figures (means over programs)
+    leave of the span. A run before the traced calls were timed (no profile_call_us) puts all of the call's
+    time outside the span in ``outside``, and ``tracing`` is 0.
 
     Example:
         >>> breakdown(row)["put + reduce"]   # microseconds a program spends sending and summing partials
@@ -296,7 +315,9 @@ def breakdown(row: dict) -> dict:
     terms["put + reduce"] = f("profile_put_us") + f("profile_reduce_us")
     terms["wait + barrier"] = f("profile_wait_us") + f("profile_barrier_us")
     terms["idle"] = f("profile_idle_us")
-    terms["outside"] = f("fused_us") - f("profile_span_us")
+    traced = f("profile_call_us") if row.get("profile_call_us") else f("fused_us")
+    terms["outside"] = traced - f("profile_span_us")
+    terms["tracing"] = f("fused_us") - traced
     terms["rest"] = f("fused_us") - sum(terms.values())
     return terms
 
@@ -367,18 +388,18 @@ def main() -> int:
             ctx.tracing.enable(max_events=1_000_000)
         p.fused()
         ctx.barrier()
-        calls = []
+        calls, call_us = [], []
         for _ in range(args.profile):
             ctx.tracing.reset()
             ctx.device_barrier()
             if gpu:
                 torch.cuda._sleep(int(LEAD_US * SPIN_CYCLES_PER_US))
-            p.fused()
+            call_us.append(one_call_us(p.fused, gpu))
             ctx.barrier()
             calls.append(ctx.comm.all_gather_object(ctx.tracing.summary()))
         if not args.trace:
             ctx.tracing.disable()
-        return profile_columns(calls)
+        return {**profile_columns(calls), "profile_call_us": statistics.median(call_us)}
 
     def timed(calls: dict) -> dict:
         """Each call's median time, the samples taken in turns (see _results.interleaved_median_us), rank 0's."""

@@ -35,6 +35,7 @@ def test_ops_benchmark_profile_says_where_each_fused_ops_time_went(tmp_path):
         assert row["trace"] == "0" and int(row["profile_programs"]) >= 1 and row["profile_calls"] == "2", row
         assert float(row["profile_compute_us"]) > 0 and float(row["profile_compute_per_tile_us"]) > 0, row
         assert float(row["profile_span_us"]) >= float(row["profile_tail_us"]) >= 0, row
+        assert float(row["profile_call_us"]) > 0, row  # the traced calls' own time
     pushes = {row["op"]: float(row["profile_put_us"]) for row in rows}
     assert pushes["matmul_all_reduce"] > 0 and pushes["all_gather_matmul"] == 0  # it waits for its slices
 
@@ -65,19 +66,23 @@ def _profiled_row(**figures):
     row = {"op": "matmul_all_reduce", "M": "1024", "N": "8192", "fused_us": "160", "cublas_us": "95",
            "iris gemm_us": "105", "nccl_us": "64", "iris.ccl_us": "70", "overlap_efficiency": "0.59375",
            "profile_span_us": "150", "profile_compute_us": "92", "profile_put_us": "30", "profile_reduce_us": "8",
-           "profile_wait_us": "4", "profile_barrier_us": "2", "profile_idle_us": "10"}
+           "profile_wait_us": "4", "profile_barrier_us": "2", "profile_idle_us": "10", "profile_call_us": "170"}
     return {**row, **{key: str(value) for key, value in figures.items()}}
 
 
 def test_breakdown_says_where_a_fused_call_spends_its_time_beyond_the_gemm_alone():
-    """T_fused = the faster GEMM alone + compute beyond it + put + reduce + wait + barrier + idle + the time
-    outside the kernel's span + the rest (spans that overlap: per-kind means against the span)."""
+    """T_fused = the faster GEMM alone + compute beyond it + put + reduce + wait + barrier + idle + the traced
+    call's time outside the kernel's span + tracing (the untraced call's time less the traced one's) + the rest
+    (spans that overlap: per-kind means against the span)."""
     breakdown = import_benchmark("ops").breakdown
     terms = breakdown(_profiled_row())
     assert terms == {"gemm": 95.0, "compute": -3.0, "put + reduce": 38.0, "wait + barrier": 6.0, "idle": 10.0,
-                     "outside": 10.0, "rest": 4.0}
+                     "outside": 20.0, "tracing": -10.0, "rest": 4.0}
     assert breakdown(_profiled_row(cublas_us=120))["gemm"] == 105.0  # the faster of cuBLAS and iris's GEMM
     assert sum(terms.values()) == 160.0
+    # a run before the traced calls were timed: outside against the untimed call, tracing's cost within it
+    old = breakdown({key: value for key, value in _profiled_row().items() if key != "profile_call_us"})
+    assert old["outside"] == 10.0 and old["tracing"] == 0.0 and sum(old.values()) == 160.0
 
 
 def test_ops_benchmark_prints_the_breakdown_of_a_csv_without_running(tmp_path):
@@ -100,4 +105,4 @@ def test_ops_benchmark_prints_the_breakdown_of_a_csv_without_running(tmp_path):
     lines = [line for line in proc.stdout.splitlines() if line.startswith("|")]
     assert len(lines) == 3, proc.stdout  # header, rule, one row: the 0.95 one is not below 0.9
     assert lines[2].split("|")[1:4] == [" matmul_all_reduce ", " 1024 ", " 8192 "], lines[2]
-    assert "| 0.59 | 160.0 | 95.0 | 64.0 | -3.0 | 38.0 | 6.0 | 10.0 | 10.0 | 4.0 |" in lines[2], lines[2]
+    assert "| 0.59 | 160.0 | 95.0 | 64.0 | -3.0 | 38.0 | 6.0 | 10.0 | 20.0 | -10.0 | 4.0 |" in lines[2], lines[2]
