@@ -336,7 +336,7 @@ def _takes_tma(op, m, n, k, config):
     return taken
 
 
-def _replayed_calls(op):
+def _replayed_calls(op, config=None):
     """The same call three times on the same tensors with new data in them, then with a config changed in
     place (remembered by value), then with tracing on: the errors and how many calls ctx.ops remembers."""
     ctx = iris.iris(1 << 24)
@@ -345,7 +345,7 @@ def _replayed_calls(op):
     a, b = torch.empty(a_shape, dtype=torch.bfloat16, device=device), torch.empty(b_shape, dtype=torch.bfloat16,
                                                                                   device=device)
     out = (ctx.empty if op in ON_HEAP else torch.empty)(out_shape, dtype=torch.float32, device=device)
-    config, errors, plans = FusedConfig(), [], []
+    config, errors, plans = FusedConfig() if config is None else config, [], []
     for seed, change in enumerate([None, None, None, "num_stages", "tracing"]):
         if change == "num_stages":
             config.num_stages = 2
@@ -369,6 +369,14 @@ def test_a_repeated_fused_call_replays_its_launches_on_new_data(ranks, op):
     """ctx.ops remembers a call's launches: the same tensors again replay them (new data, right results);
     a config changed in place or the tracing switch makes a new plan; every call returns its workspace."""
     for errors, plans in ranks.run(_replayed_calls, op):
+        assert max(errors) < TOLERANCE[torch.float32] * 10, errors
+        assert plans == [(1, "Workspace"), (1, "Workspace"), (1, "Workspace"), (2, "Workspace"), (3, "Workspace")]
+
+
+def test_a_repeated_pipelined_call_replays_its_launches_on_new_data(ranks):
+    """The pipeline's launches (a barrier, each chunk's GEMM and the fork of its all_reduce, the join) replayed
+    as a plan, on a GPU from a captured graph with the chunks' all_reduce captured inside it."""
+    for errors, plans in ranks.run(_replayed_calls, "matmul_all_reduce", FusedConfig(pipeline_chunks=2)):
         assert max(errors) < TOLERANCE[torch.float32] * 10, errors
         assert plans == [(1, "Workspace"), (1, "Workspace"), (1, "Workspace"), (2, "Workspace"), (3, "Workspace")]
 
