@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from iris.ccl.all_reduce import BARRIER_FREE, IN_PLACE
 from iris.ccl.config import Config
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
@@ -37,9 +38,9 @@ COMM_SMS = 16
 BY_DEFAULT_RANKS = 4
 BY_DEFAULT_ROWS = 8192
 BY_DEFAULT_CHUNKS = 4
-# all_reduce variants (None: iris.ccl's choice) that sum a chunk of any size in place: the others (no in-place
-# form, or a landing zone's size) keep pipeline_chunks=None on the fused kernel
-ANY_CHUNK_IN_PLACE = (None, "two_shot", "hierarchical")
+# all_reduce variants (None: iris.ccl's choice) that sum a chunk of any size in place: iris.ccl's in-place ones
+# but those bounded by a landing zone; the others keep pipeline_chunks=None on the fused kernel
+ANY_CHUNK_IN_PLACE = (None, *(variant for variant in IN_PLACE if variant not in BARRIER_FREE))
 
 
 def default_chunks(world: int, rows: int) -> int:
