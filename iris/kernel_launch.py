@@ -139,11 +139,11 @@ class Plans:
     Never in debug mode (each call is checked and diagnosed) nor for a key of None.
 
     On a GPU, unless IRIS_GRAPH_REPLAY=0 (read when the context's ``ccl``/``ops`` is made), a plan's
-    launches are captured into a CUDA/HIP graph on its first replay, and later replays launch that graph:
-    one driver call per call (:func:`graph_launcher`) instead of one per launch (on an H200 host at one rank, 5.5-9.6 us of host
-    time per ccl call instead of 7.8-29.7, two runs). Not while the stream is being captured (the user's own
-    graph gets the launches), nor while a Triton launch hook (a profiler) is installed; a plan whose
-    capture fails keeps its launches.
+    launches are captured into a CUDA/HIP graph on its first replay, and later replays launch that graph
+    (:func:`graph_launcher`): one driver call per call instead of one per launch (on an H200 host at one
+    rank, 5.5-9.6 us of host time per ccl call instead of 7.8-29.7, two runs). Not while the stream is
+    being captured (the user's own graph gets the launches), nor while a Triton launch hook (a profiler)
+    is installed; a plan whose capture fails keeps its launches.
 
     Example:
         >>> plan = plans.replay(key)

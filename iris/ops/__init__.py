@@ -86,7 +86,7 @@ class Ops:
         ``Buffer.heap``)."""
         config = FusedConfig() if config is None else config
         if op in ("matmul_all_reduce", "matmul_reduce_scatter"):
-            return _matmul_reduce.problem(op, op == "matmul_reduce_scatter", self._ctx, output, A, B, config)[:2]
+            return _matmul_reduce.problem(op, op == "matmul_reduce_scatter", self._ctx, output, A, B, config)
         if op == "all_gather_matmul":
             return _gather_matmul.problem(self._ctx, output, A, config)[:2]
         return _matmul_gather.problem(op, op == "matmul_all_gather", self._ctx, A, B, config)[:2]

@@ -305,15 +305,22 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, outbox, flags, seen, stage,
 
 
 def problem(what: str, scatter: bool, ctx, output, A, B, config):
-    """(key, spec, width, tile) of one call; the spec sizes the slots by the columns a rank owns."""
+    """(key, spec) of one call, whichever way it goes (the pipeline, copies or the fused kernel)."""
+    if not scatter and pipelined.chunks(ctx, config, A):
+        return pipelined.problem(output, A, B)
+    if sends_by_copies(ctx, config, A, B):
+        key, spec, _, _, _ = scatter_copies.problem(ctx, output, A, B, config, gather=not scatter)
+        return key, spec
+    key, spec, _, _ = kernel_problem(what, scatter, ctx, output, A, B, config)
+    return key, spec
+
+
+def kernel_problem(what: str, scatter: bool, ctx, output, A, B, config):
+    """(key, spec, width, tile) of one call by the fused kernel; the spec sizes the slots by the columns a rank
+    owns."""
     world = ctx.get_num_ranks()
     M, N = A.shape[0], B.shape[1]
     width = N // world if scatter else N
-    if not scatter and pipelined.chunks(ctx, config, A):
-        return (*pipelined.problem(output, A, B), width, None)
-    if sends_by_copies(ctx, config, A, B):
-        key, spec, tile, _, _ = scatter_copies.problem(ctx, output, A, B, config, gather=not scatter)
-        return key, spec, width, tile
     tile = _fused.tile(ctx, config, A.dtype, M, N)
     owner = reduces_at_owner(scatter, ctx, config)  # its flags count differently: a workspace of its own
     engine = bool(rma.ENGINE.value)  # the engine path compiled in (a shmem heap): the pushes need an outbox
@@ -371,8 +378,7 @@ def preamble(what: str, scatter: bool, ctx, output, A, B, config=None) -> _fused
     """Check the operands and make the workspace, on every rank at once (it is a heap allocation)."""
     config = FusedConfig() if config is None else config
     _check(what, ctx, output, A, B, None, scatter, config)
-    key, spec, _, _ = problem(what, scatter, ctx, output, A, B, config)
-    return _fused.Workspace.allocate(ctx, key, spec)
+    return _fused.Workspace.allocate(ctx, *problem(what, scatter, ctx, output, A, B, config))
 
 
 def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, workspace=None) -> tuple:
@@ -389,7 +395,7 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
         return pipelined.run(ctx, output, A, B, bias, count, workspace, config.all_reduce_variant)
     if sends_by_copies(ctx, config, A, B):
         return scatter_copies.run(ctx, output, A, B, bias, config, workspace, gather=not scatter)
-    key, spec, width, tile = problem(what, scatter, ctx, output, A, B, config)
+    key, spec, width, tile = kernel_problem(what, scatter, ctx, output, A, B, config)
     workspace = _fused.workspace_for(ctx, what, key, spec, workspace)
     tiles = tile_count(M, N, tile)
     comm = config.comm_programs
