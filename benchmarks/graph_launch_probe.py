@@ -1,0 +1,79 @@
+"""Probe: the host's time to launch one small kernel, four ways, on one GPU.
+
+    python benchmarks/graph_launch_probe.py          (one NVIDIA GPU; PYTHONPATH=. from the repo root)
+
+A repeated ``ctx.ccl`` / ``ctx.ops`` call replays its launches from a CUDA graph
+(iris.kernel_launch.Plans), so on small collectives the host's cost of that graph launch is most of
+the call (issue 21's eager figures). This times, on the same empty Triton kernel:
+
+    kernel[grid]        Triton's own launch (binds and specializes the arguments on every call)
+    bound launch        iris.kernel_launch.bind's launch (the compiled kernel, arguments fixed)
+    graph.replay()      torch.cuda.CUDAGraph.replay() of a graph holding that one launch
+    cuGraphLaunch       the driver's cuGraphLaunch of the same graph through ctypes
+                        (iris.kernel_launch.graph_launcher, what a remembered call uses)
+
+Each figure: median and least of 7 batches of 5000 back-to-back calls, host time per call (the empty
+kernel's GPU time is below the launch rate); then the stream's time per call of the bound launch and
+of the graph replay, from events.
+"""
+
+import statistics
+import time
+
+import torch
+import triton
+
+from iris.kernel_launch import bind, graph_launcher
+
+
+@triton.jit
+def _empty(x):
+    pass
+
+
+def host_us(call, calls=5000, batches=7) -> tuple[float, float]:
+    """(median, least) over ``batches`` of the host's microseconds per call of ``calls`` back-to-back calls."""
+    per_call = []
+    for _ in range(batches):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        per_call.append((time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(per_call), min(per_call)
+
+
+def stream_us(call, calls=2000) -> float:
+    """The stream's microseconds per call over ``calls`` back-to-back calls."""
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for _ in range(calls):
+        call()
+    end.record()
+    torch.cuda.synchronize()
+    return begin.elapsed_time(end) * 1000 / calls
+
+
+def main() -> None:
+    x = torch.zeros(16, device="cuda")
+    bound = bind(_empty, (1,), x)
+    bound()
+    graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        graph.capture_begin(capture_error_mode="thread_local")
+        bound()
+        graph.capture_end()
+    launch_graph = graph_launcher(graph, torch.cuda.current_device())
+    driver = getattr(launch_graph, "__self__", None) is not graph
+    print("torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name())
+    for name, call in (("kernel[grid]", lambda: _empty[(1,)](x)), ("bound launch", bound),
+                       ("graph.replay()", graph.replay),
+                       ("cuGraphLaunch" if driver else "graph_launcher (replay)", launch_graph)):
+        print(f"{name:<24} host {'%.2f / %.2f' % host_us(call)} us per call (median / least)")
+    for name, call in (("bound launch", bound), ("graph.replay()", graph.replay)):
+        print(f"{name:<24} stream {stream_us(call):.2f} us per call")
+
+
+if __name__ == "__main__":
+    main()
