@@ -23,7 +23,7 @@ import time
 import torch
 import triton
 
-from iris.kernel_launch import bind, graph_launcher
+from iris.kernel_launch import bind, captured_graph, graph_launcher
 
 
 @triton.jit
@@ -59,11 +59,7 @@ def main() -> None:
     x = torch.zeros(16, device="cuda")
     bound = bind(_empty, (1,), x)
     bound()
-    graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-    with torch.cuda.stream(side):
-        graph.capture_begin(capture_error_mode="thread_local")
-        bound()
-        graph.capture_end()
+    graph = captured_graph([bound])
     launch_graph = graph_launcher(graph, torch.cuda.current_device())
     driver = getattr(launch_graph, "__self__", None) is not graph
     print("torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name())

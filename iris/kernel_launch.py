@@ -198,19 +198,11 @@ class Plans:
     def _captured(self, launches):
         """``launches`` captured into a CUDA/HIP graph on a side stream (not run), or None where capture
         fails (logged): the plan then keeps launching them one by one."""
-        graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
         try:
-            with torch.cuda.stream(side):
-                graph.capture_begin(capture_error_mode="thread_local")
-                try:
-                    for launch in launches:
-                        launch()
-                finally:
-                    graph.capture_end()
+            return captured_graph(launches)
         except RuntimeError as error:
             self._ctx.warning(f"a remembered call could not be captured into a graph ({error}); it launches as before")
             return None
-        return graph
 
     def kept(self, key, make):
         """The workspace kept for problem ``key``, made by ``make()`` on first use (heap allocations are
@@ -232,6 +224,25 @@ class Plans:
         except TypeError:  # unhashable: not remembered
             pass
         return plan
+
+
+def captured_graph(launches) -> torch.cuda.CUDAGraph:
+    """A CUDA/HIP graph of ``launches`` (callables that launch on the current stream), captured on a side
+    stream, not run; RuntimeError where capture fails.
+
+    Example:
+        >>> graph = captured_graph([bind(my_kernel, (4,), x, y)])
+        >>> graph_launcher(graph, torch.cuda.current_device())()   # my_kernel runs once
+    """
+    graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        graph.capture_begin(capture_error_mode="thread_local")
+        try:
+            for launch in launches:
+                launch()
+        finally:
+            graph.capture_end()
+    return graph
 
 
 def graph_launcher(graph, device: int):

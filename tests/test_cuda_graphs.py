@@ -6,7 +6,7 @@ import triton
 import triton.language as tl
 
 import iris
-from iris.kernel_launch import bind, graph_launcher
+from iris.kernel_launch import bind, captured_graph, graph_launcher
 from iris.runtime import SELECTED as BACKEND
 
 pytestmark = pytest.mark.skipif(BACKEND != "cuda", reason="CUDA graphs need the cuda backend (a GPU)")
@@ -73,17 +73,13 @@ def test_graph_replays_move_fresh_data_every_time(ranks):
 
 
 def test_a_graph_launcher_runs_the_captured_launches_again_on_the_current_stream():
-    """graph_launcher(graph): each call runs the captured work once more, on the stream current at the call;
-    on CUDA by the driver's cuGraphLaunch, not by the graph's replay()."""
+    """captured_graph, then graph_launcher(graph): each call runs the captured work once more, on the stream
+    current at the call; on CUDA by the driver's cuGraphLaunch, not by the graph's replay()."""
     x = torch.zeros(N, dtype=torch.int32, device="cuda")
     bump = bind(_bump, (1,), x, N, BLOCK=BLOCK)
     bump()  # compiled and run once, uncaptured
     torch.cuda.synchronize()
-    graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-    with torch.cuda.stream(side):
-        graph.capture_begin(capture_error_mode="thread_local")
-        bump()
-        graph.capture_end()
+    graph = captured_graph([bump])
     launch_graph = graph_launcher(graph, torch.cuda.current_device())
     if torch.version.cuda is not None and hasattr(graph, "raw_cuda_graph_exec"):
         assert getattr(launch_graph, "__self__", None) is not graph
