@@ -248,11 +248,11 @@ def captured_graph(launches) -> torch.cuda.CUDAGraph:
 def graph_launcher(graph, device: int):
     """A callable that launches the captured ``graph`` on ``device``'s current stream, each time it is called.
 
-    On CUDA it is one driver call, ``cuGraphLaunch`` of the graph's executable through ctypes: on an H100
-    host 3.1-3.3 us of host time per launch against 4.8 us for ``graph.replay()``, torch's own launch,
-    which also walks its RNG and device guards (.gpujobs probe, 2026-11-27). Elsewhere (HIP, or a torch
-    without ``raw_cuda_graph_exec``) it is ``graph.replay``. The caller keeps ``graph`` alive for as long as
-    it uses the launcher, which holds only the executable's handle.
+    On CUDA it is one driver call, ``cuGraphLaunch`` of the graph's executable through ctypes: on H100 hosts
+    2.1-3.9 us of host time per launch against 2.6-5.1 us for ``graph.replay()``, torch's own launch, which
+    also walks its RNG and device guards (benchmarks/graph_launch_probe.py). Elsewhere (HIP, or a torch
+    without ``raw_cuda_graph_exec``) it is ``graph.replay``. The launcher keeps ``graph`` (and so its
+    executable) alive.
 
     Example:
         >>> launch_graph = graph_launcher(graph, torch.cuda.current_device())
@@ -269,6 +269,7 @@ def graph_launcher(graph, device: int):
         if result:
             raise RuntimeError(f"cuGraphLaunch of a remembered call's graph failed: CUresult {result}")
 
+    launch_graph.graph = graph  # the executable lives as long as the graph
     return launch_graph
 
 
