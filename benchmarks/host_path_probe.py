@@ -1,0 +1,95 @@
+"""Probe: where the host's time of a repeated small all_reduce goes, piece by piece.
+
+    python -m iris run -n 2 benchmarks/host_path_probe.py      (GPUs, one rank each)
+
+A repeated ``ctx.ccl.all_reduce(out, x)`` with the same tensors is host-bound at 1-64 KiB (issue 21): its
+GPU work replayed from a CUDA graph takes 3.6-5 us on 2 x H100, the host 6-10 us per call. This times, on
+rank 0, the host microseconds per call of the whole call and of each piece of its path on its own:
+
+    whole call          ctx.ccl.all_reduce(out, x), the remembered plan's graph launched by the driver
+    graph launch        that plan's launcher alone (cuGraphLaunch through ctypes)
+    call key            iris.kernel_launch.call_key of the call's arguments
+    key lookup          the remembered plans' dict lookup of that key
+    capture check       torch.cuda.is_current_stream_capturing()
+    current stream      the raw handle of the current stream (each graph launch asks for it)
+
+Every piece runs in batches of --calls back-to-back calls, --batches of them; each figure is the median
+batch (and the least). The launching pieces run on every rank alike (each all_reduce needs its peers).
+"""
+
+import os
+
+for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+                      ("NVSHMEM_DISABLE_NVLS", "1")):
+    os.environ.setdefault(_name, _value)
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import iris
+from iris.ccl import Config
+from iris.kernel_launch import _current_stream, call_key, value_key
+
+
+def host_us(call, calls: int, batches: int) -> tuple[float, float]:
+    """(median, least) host microseconds per call over ``batches`` batches of ``calls`` back-to-back calls."""
+    per_call = []
+    for _ in range(batches):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        per_call.append((time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(per_call), min(per_call)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bytes", type=int, nargs="+", default=[4096, 65536])
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--batches", type=int, default=15)
+    args = parser.parse_args()
+    ctx = iris.iris(1 << 26)
+    if ctx.backend.name == "cpu":
+        raise SystemExit("a GPU probe: the CPU backend has no graph launch to time")
+    rank, device = ctx.get_rank(), torch.cuda.current_device()
+    if rank == 0:
+        print("torch", torch.__version__, torch.cuda.get_device_name(), "ranks", ctx.get_num_ranks())
+    for nbytes in args.bytes:
+        x = ctx.ones(nbytes // 2, dtype=torch.bfloat16)
+        out = ctx.zeros(nbytes // 2, dtype=torch.bfloat16)
+        whole = lambda: ctx.ccl.all_reduce(out, x)  # noqa: E731
+        for _ in range(3):  # the first call plans, the second captures the graph
+            whole()
+        torch.cuda.synchronize()
+        plans = ctx.ccl._plans
+        (plan,) = plans.plans()[-1:]
+        if plan.launch_graph is None:
+            raise SystemExit("the call was not replayed from a graph (IRIS_GRAPH_REPLAY=0?)")
+        key = call_key("all_reduce", out, x, iris.ccl.ReduceOp.SUM, None, False, value_key(None, Config), None,
+                       False)
+        pieces = {
+            "whole call": whole,
+            "graph launch": plan.launch_graph,
+            "call key": lambda: call_key("all_reduce", out, x, iris.ccl.ReduceOp.SUM, None, False,
+                                         value_key(None, Config), None, ctx.tracing.enabled),
+            "key lookup": lambda: plans._plans.get(key),
+            "capture check": torch.cuda.is_current_stream_capturing,
+            "current stream": lambda: _current_stream(device),
+        }
+        for name, call in pieces.items():
+            ctx.barrier()
+            median, least = host_us(call, args.calls, args.batches)
+            if rank == 0:
+                print(f"{nbytes:>8} B  {name:<16} host {median:6.2f} us per call (least {least:6.2f})", flush=True)
+        ctx.barrier()
+    ctx.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
