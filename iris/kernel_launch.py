@@ -105,7 +105,8 @@ def call_key(name, first, second, *rest):
     """What a call's checks and launches depend on, as one flat tuple: its name, each tensor's address,
     shape, strides and dtype (``second`` may be None: one tensor), then ``rest``. None where a tensor
     argument is not a plain ``torch.Tensor``: such a call is not remembered (or is refused). Written
-    out for two tensors: it runs on every call of a small collective, whose host time it is part of.
+    out for two tensors: it runs on every call of a small collective, whose host time it is part of
+    (so a contiguous tensor's strides, which its shape fixes, are ``True``: cheaper to read and hash).
 
     No device: under unified addressing (CUDA, HIP, and the host) an address names one device.
 
@@ -115,11 +116,11 @@ def call_key(name, first, second, *rest):
     if type(first) is not torch.Tensor:
         return None
     if second is None:
-        return (name, first.data_ptr(), first.shape, first.stride(), first.dtype, *rest)
+        return (name, first.data_ptr(), first.shape, first.is_contiguous() or first.stride(), first.dtype, *rest)
     if type(second) is not torch.Tensor:
         return None
-    return (name, first.data_ptr(), first.shape, first.stride(), first.dtype, second.data_ptr(), second.shape,
-            second.stride(), second.dtype, *rest)
+    return (name, first.data_ptr(), first.shape, first.is_contiguous() or first.stride(), first.dtype,
+            second.data_ptr(), second.shape, second.is_contiguous() or second.stride(), second.dtype, *rest)
 
 
 def value_key(value, kind: type):
@@ -163,6 +164,9 @@ class Plans:
         self._plans: dict = {}
         self._kept: dict = {}  # heap workspaces, by problem: never dropped (a plan may use one)
         self._graphs = config.graph_replay() and _compiles()
+        # whether the current stream is being captured: torch's own C call where graphs are made
+        self._capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) if self._graphs else None
+        self._capturing = self._capturing or torch.cuda.is_current_stream_capturing
 
     def __len__(self) -> int:
         return len(self._plans)
@@ -172,23 +176,25 @@ class Plans:
         return list(self._plans.values())
 
     def replay(self, key) -> Plans.Plan | None:
-        """Relaunch the launches remembered for ``key`` (or replay their graph) and return its plan; None
-        where none is."""
-        if key is None or self._ctx.team.debug:
-            return None
+        """Relaunch the launches remembered for ``key`` (or launch their graph) and return its plan; None
+        where none is. The path of every repeated small call: a plan's graph goes out after one lookup
+        and three checks (debug mode, a profiler's launch hook, the user's own stream capture)."""
         try:
             plan = self._plans.get(key)
         except TypeError:  # an unhashable argument: the call itself says what is wrong with it
             return None
-        if plan is None:
+        if plan is None or self._ctx.team.debug:  # (remembered before debug mode was switched on)
             return None
-        if self._graphs and _no_hook(_RUNTIME_KNOBS.launch_enter_hook) and not torch.cuda.is_current_stream_capturing():
-            if not plan.captured:
-                plan.captured = True
-                plan.graph = self._captured(plan.launches)
-                if plan.graph is not None:
-                    plan.launch_graph = graph_launcher(plan.graph, torch.cuda.current_device())
-            if plan.launch_graph is not None:
+        launch_graph = plan.launch_graph
+        if launch_graph is not None and _no_hook(_RUNTIME_KNOBS.launch_enter_hook) and not self._capturing():
+            launch_graph()
+            return plan
+        if self._graphs and not plan.captured and _no_hook(_RUNTIME_KNOBS.launch_enter_hook) \
+                and not self._capturing():
+            plan.captured = True
+            plan.graph = self._captured(plan.launches)
+            if plan.graph is not None:
+                plan.launch_graph = graph_launcher(plan.graph, torch.cuda.current_device())
                 plan.launch_graph()
                 return plan
         for launch in plan.launches:
@@ -262,10 +268,10 @@ def graph_launcher(graph, device: int):
     executable = getattr(graph, "raw_cuda_graph_exec", None)
     if launch is None or executable is None:
         return graph.replay
-    handle = executable()
+    handle, current_stream = ctypes.c_void_p(executable()), torch._C._cuda_getCurrentRawStream
 
     def launch_graph() -> None:
-        result = launch(handle, _current_stream(device))
+        result = launch(handle, current_stream(device))
         if result:
             raise RuntimeError(f"cuGraphLaunch of a remembered call's graph failed: CUresult {result}")
 

@@ -45,6 +45,7 @@ class CCL:
     def __init__(self, ctx):
         self._ctx = weakref.proxy(ctx)  # held weakly: the context, and with it the heap, dies with its last user
         self._plans = Plans(self._ctx)
+        self._tracing = ctx.tracing  # read on every call (its switch is in the call's key); it holds ctx weakly
 
     def kept_workspace(self, key, make):
         """The heap workspace this context keeps for a collective's problem ``key`` (the hierarchical
@@ -56,7 +57,7 @@ class CCL:
     def all_gather(self, output_tensor, input_tensor, group=None, async_op=False, config=None):
         """(W*M, N) output from each member's (M, N) input; see :func:`iris.ccl.all_gather.all_gather`."""
         key = call_key("all_gather", output_tensor, input_tensor, group, async_op, value_key(config, Config),
-                       self._ctx.tracing.enabled)
+                       self._tracing.enabled)
         if self._plans.replay(key) is None:
             self._plans.remember(key, _all_gather.all_gather(output_tensor, input_tensor, self._ctx, group=group,
                                                              async_op=async_op, config=config))
@@ -65,7 +66,7 @@ class CCL:
     def all_to_all(self, output_tensor, input_tensor, group=None, async_op=False, config=None):
         """(M, W*N) chunks exchanged between members; see :func:`iris.ccl.all_to_all.all_to_all`."""
         key = call_key("all_to_all", output_tensor, input_tensor, group, async_op, value_key(config, Config),
-                       self._ctx.tracing.enabled)
+                       self._tracing.enabled)
         if self._plans.replay(key) is None:
             self._plans.remember(key, _all_to_all.all_to_all(output_tensor, input_tensor, self._ctx, group=group,
                                                              async_op=async_op, config=config))
@@ -74,7 +75,7 @@ class CCL:
     def broadcast(self, tensor, src=0, group=None, async_op=False, config=None):
         """Rank ``src``'s tensor into every member's; see :func:`iris.ccl.broadcast.broadcast`."""
         key = call_key("broadcast", tensor, None, src, group, async_op, value_key(config, Config),
-                       self._ctx.tracing.enabled)
+                       self._tracing.enabled)
         if self._plans.replay(key) is None:
             self._plans.remember(key, _broadcast.broadcast(tensor, self._ctx, src=src, group=group, async_op=async_op,
                                                            config=config))
@@ -82,10 +83,10 @@ class CCL:
     @checked_across_ranks
     def reduce_scatter(self, output_tensor, input_tensor, op=None, group=None, async_op=False, config=None):
         """Each member's part of the reduction over members; see :mod:`iris.ccl.reduce_scatter`."""
-        op = ReduceOp.SUM if op is None else op
         key = call_key("reduce_scatter", output_tensor, input_tensor, op, group, async_op, value_key(config, Config),
-                       self._ctx.tracing.enabled)
+                       self._tracing.enabled)
         if self._plans.replay(key) is None:
+            op = ReduceOp.SUM if op is None else op
             self._plans.remember(key, _reduce_scatter.reduce_scatter(output_tensor, input_tensor, self._ctx, op=op,
                                                                      group=group, async_op=async_op, config=config))
 
@@ -98,10 +99,10 @@ class CCL:
     def all_reduce(self, output_tensor, input_tensor, op=None, group=None, async_op=False, config=None,
                    workspace=None):
         """Elementwise SUM/MAX/MIN over members, on every member; see :func:`iris.ccl.all_reduce.all_reduce`."""
-        op = ReduceOp.SUM if op is None else op
         key = call_key("all_reduce", output_tensor, input_tensor, op, group, async_op, value_key(config, Config),
-                       workspace, self._ctx.tracing.enabled)
+                       workspace, self._tracing.enabled)
         if self._plans.replay(key) is None:
+            op = ReduceOp.SUM if op is None else op
             self._plans.remember(key, _all_reduce.all_reduce(output_tensor, input_tensor, self._ctx, op=op,
                                                              group=group, async_op=async_op, config=config,
                                                              workspace=workspace))

@@ -59,6 +59,7 @@ class Ops:
     def __init__(self, ctx):
         self._ctx = weakref.proxy(ctx)  # held weakly: the context, and with it the heap, dies with its last user
         self._plans = Plans(self._ctx)
+        self._tracing = ctx.tracing  # read on every call (its switch is in the call's key); it holds ctx weakly
 
     def _call(self, op: str, run, output, A, B, bias, async_op, config, workspace):
         """``run()`` (checks; returns the workspace and the call's launches, bound, not yet launched), then
@@ -66,7 +67,7 @@ class Ops:
         tracing switch) only relaunches them."""
         operands = call_key("", B, bias)  # None if either is neither a tensor nor (bias) None
         key = operands and call_key(op, output, A, operands, async_op, value_key(config, FusedConfig), workspace,
-                                    self._ctx.tracing.enabled)
+                                    self._tracing.enabled)
         plan = self._plans.replay(key)
         if plan is None:
             workspace, launches = run()
