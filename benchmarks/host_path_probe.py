@@ -70,13 +70,12 @@ def main() -> int:
         (plan,) = plans.plans()[-1:]
         if plan.launch_graph is None:
             raise SystemExit("the call was not replayed from a graph (IRIS_GRAPH_REPLAY=0?)")
-        key = call_key("all_reduce", out, x, iris.ccl.ReduceOp.SUM, None, False, value_key(None, Config), None,
-                       False)
+        key = call_key("all_reduce", out, x, None, None, False, value_key(None, Config), None, False)
         pieces = {
             "whole call": whole,
             "graph launch": plan.launch_graph,
-            "call key": lambda: call_key("all_reduce", out, x, iris.ccl.ReduceOp.SUM, None, False,
-                                         value_key(None, Config), None, ctx.tracing.enabled),
+            "call key": lambda: call_key("all_reduce", out, x, None, None, False, value_key(None, Config), None,
+                                         ctx.tracing.enabled),
             "key lookup": lambda: plans._plans.get(key),
             "capture check": torch.cuda.is_current_stream_capturing,
             "current stream": lambda: _current_stream(device),
