@@ -152,21 +152,21 @@ class Plans:
     """
 
     class Plan:
-        __slots__ = ("launches", "result", "graph", "launch_graph", "captured")
+        __slots__ = ("launches", "result", "launch_graph", "captured")
 
         def __init__(self, launches, result):
             self.launches, self.result = tuple(launches), result
-            self.graph, self.captured = None, False  # the graph once captured; whether a capture was tried
-            self.launch_graph = None  # graph_launcher(graph) once captured
+            self.captured = False  # whether a capture into a graph was tried
+            self.launch_graph = None  # graph_launcher(graph) once captured (it holds the graph)
 
     def __init__(self, ctx):
         self._ctx = ctx  # the context (a weak proxy): its team says whether debug mode is on
         self._plans: dict = {}
         self._kept: dict = {}  # heap workspaces, by problem: never dropped (a plan may use one)
         self._graphs = config.graph_replay() and _compiles()
-        # whether the current stream is being captured: torch's own C call where graphs are made
-        self._capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) if self._graphs else None
-        self._capturing = self._capturing or torch.cuda.is_current_stream_capturing
+        self._capturing = torch.cuda.is_current_stream_capturing  # whether the current stream is being captured
+        if self._graphs:  # torch's own C call, without the Python around it
+            self._capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", self._capturing)
 
     def __len__(self) -> int:
         return len(self._plans)
@@ -192,9 +192,9 @@ class Plans:
         if self._graphs and not plan.captured and _no_hook(_RUNTIME_KNOBS.launch_enter_hook) \
                 and not self._capturing():
             plan.captured = True
-            plan.graph = self._captured(plan.launches)
-            if plan.graph is not None:
-                plan.launch_graph = graph_launcher(plan.graph, torch.cuda.current_device())
+            graph = self._captured(plan.launches)
+            if graph is not None:
+                plan.launch_graph = graph_launcher(graph, torch.cuda.current_device())
                 plan.launch_graph()
                 return plan
         for launch in plan.launches:

@@ -160,7 +160,7 @@ def _eager_calls_from_graphs_on_rank(setting):
         torch.cuda.synchronize()
         check(call, torch.arange(N, dtype=torch.float32) * world + sum(range(world)) + world * call)
         ctx.barrier()
-    graphs = sum(plan.graph is not None for plan in ccl._plans.plans())
+    graphs = sum(plan.launch_graph is not None for plan in ccl._plans.plans())
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     graph = torch.cuda.CUDAGraph()
