@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging as _logging
 import numbers
 
@@ -119,7 +120,6 @@ class Iris(TensorFactories):
         # a view of the context tensor's bases: device ops find the current rank just before them
         self.heap_bases = self._device_context[HEAP_BASES_SLOT.value:HEAP_BASES_SLOT.value + self.num_ranks]
         self.team = Team(self.heap, self.cur_rank, self.num_ranks, backend, self.heap_bases, comm=comm)
-        self._ccl = self._ops = self._tracing = None  # made on first use (ctx.ccl, ctx.ops, ctx.tracing)
         if debug or config.debug_requested():
             self.set_debug(True)
         if config.simulation():
@@ -190,32 +190,29 @@ class Iris(TensorFactories):
 
     # -- collectives and fused ops ----------------------------------------------------------
 
-    @property
+    # Made on first use, then plain attributes (functools.cached_property): ``ctx.ccl`` is read on every call
+    # of a collective, whose host time on small tensors is a few microseconds.
+
+    @functools.cached_property
     def ccl(self):
         """The collectives of this context: ``ctx.ccl.all_reduce(out, x)``; see :mod:`iris.ccl`."""
-        if self._ccl is None:
-            from iris.ccl import CCL  # imported on first use: the facade does not depend on its plug-ins
+        from iris.ccl import CCL  # imported on first use: the facade does not depend on its plug-ins
 
-            self._ccl = CCL(self)
-        return self._ccl
+        return CCL(self)
 
-    @property
+    @functools.cached_property
     def tracing(self):
         """Device-side event tracing: ``ctx.tracing.enable()``, ``ctx.tracing.export(...)``; see :mod:`iris.tracing`."""
-        if self._tracing is None:
-            from iris.tracing import Tracing
+        from iris.tracing import Tracing
 
-            self._tracing = Tracing(self)
-        return self._tracing
+        return Tracing(self)
 
-    @property
+    @functools.cached_property
     def ops(self):
         """GEMM + communication: ``ctx.ops.matmul_all_reduce(out, a, b)``; see :mod:`iris.ops`."""
-        if self._ops is None:
-            from iris.ops import Ops
+        from iris.ops import Ops
 
-            self._ops = Ops(self)
-        return self._ops
+        return Ops(self)
 
     # -- identity ----------------------------------------------------------------------------
 
