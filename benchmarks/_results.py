@@ -203,3 +203,10 @@ def host_us(fn, calls: int = 200) -> float:
     seconds = time.perf_counter() - start
     torch.cuda.synchronize()
     return seconds / calls * 1e6
+
+
+def host_us_batches(fn, calls: int, batches: int) -> tuple[float, float]:
+    """(median, least) over ``batches`` of :func:`host_us` with ``calls`` calls each (the GPU waited for
+    before and after each batch): the probes' figure, where one batch can fall in a slow spell of the host."""
+    per_call = [host_us(fn, calls) for _ in range(batches)]
+    return statistics.median(per_call), min(per_call)

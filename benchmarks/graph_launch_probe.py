@@ -17,11 +17,9 @@ kernel's GPU time is below the launch rate); then the stream's time per call of 
 of the graph replay, from events.
 """
 
-import statistics
-import time
-
 import torch
 import triton
+from _results import host_us_batches
 
 from iris.kernel_launch import bind, captured_graph, graph_launcher
 
@@ -29,19 +27,6 @@ from iris.kernel_launch import bind, captured_graph, graph_launcher
 @triton.jit
 def _empty(x):
     pass
-
-
-def host_us(call, calls=5000, batches=7) -> tuple[float, float]:
-    """(median, least) over ``batches`` of the host's microseconds per call of ``calls`` back-to-back calls."""
-    per_call = []
-    for _ in range(batches):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            call()
-        per_call.append((time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(per_call), min(per_call)
 
 
 def stream_us(call, calls=2000) -> float:
@@ -66,7 +51,7 @@ def main() -> None:
     for name, call in (("kernel[grid]", lambda: _empty[(1,)](x)), ("bound launch", bound),
                        ("graph.replay()", graph.replay),
                        ("cuGraphLaunch" if driver else "graph_launcher (replay)", launch_graph)):
-        print(f"{name:<24} host {'%.2f / %.2f' % host_us(call)} us per call (median / least)")
+        print(f"{name:<24} host {'%.2f / %.2f' % host_us_batches(call, 5000, 7)} us per call (median / least)")
     for name, call in (("bound launch", bound), ("graph.replay()", graph.replay)):
         print(f"{name:<24} stream {stream_us(call):.2f} us per call")
 

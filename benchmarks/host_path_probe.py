@@ -24,27 +24,13 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
     os.environ.setdefault(_name, _value)
 
 import argparse
-import statistics
-import time
 
 import torch
+from _results import host_us_batches
 
 import iris
 from iris.ccl import Config
 from iris.kernel_launch import _current_stream, call_key, value_key
-
-
-def host_us(call, calls: int, batches: int) -> tuple[float, float]:
-    """(median, least) host microseconds per call over ``batches`` batches of ``calls`` back-to-back calls."""
-    per_call = []
-    for _ in range(batches):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            call()
-        per_call.append((time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(per_call), min(per_call)
 
 
 def main() -> int:
@@ -82,7 +68,7 @@ def main() -> int:
         }
         for name, call in pieces.items():
             ctx.barrier()
-            median, least = host_us(call, args.calls, args.batches)
+            median, least = host_us_batches(call, args.calls, args.batches)
             if rank == 0:
                 print(f"{nbytes:>8} B  {name:<16} host {median:6.2f} us per call (least {least:6.2f})", flush=True)
         ctx.barrier()
