@@ -196,14 +196,29 @@ def check_agreement(team: Team, what: str, group, call: dict[str, str]) -> None:
                          "(checked because debug mode is on)")
 
 
-def checked_across_ranks(method):
-    """Decorate a ``ctx.ccl`` / ``ctx.ops`` method: in debug mode, first check that every member of the
-    call's group made the same call (:func:`check_agreement`); nothing is done when debug mode is off.
+def check_call(team: Team, what: str, arguments: dict) -> None:
+    """In debug mode, check that every member of the call's group made the same call ``what`` with these
+    ``arguments`` (by name, as :func:`describe` compares them; ``group`` among them: the members), by
+    :func:`check_agreement`; nothing when debug mode is off.
 
     Example:
-        >>> class CCL:
+        >>> check_call(ctx.team, "all_reduce", {"output_tensor": out, "input_tensor": x, "group": None})
+    """
+    if team.debug:
+        call = {"call": what}
+        call.update((name, describe(value)) for name, value in arguments.items())
+        check_agreement(team, what, arguments.get("group"), call)
+
+
+def checked_across_ranks(method):
+    """Decorate a ``ctx.ops`` method: in debug mode, first :func:`check_call` with the call's arguments;
+    nothing else is done when debug mode is off. (``ctx.ccl``'s methods, whose host path is most of a small
+    collective's time, check where a call is not replayed instead: in debug mode none is.)
+
+    Example:
+        >>> class Ops:
         ...     @checked_across_ranks
-        ...     def all_reduce(self, output_tensor, input_tensor, op=None, group=None, ...): ...
+        ...     def matmul_all_reduce(self, output, A, B, bias=None, ...): ...
     """
     signature = inspect.signature(method)
 
@@ -212,9 +227,8 @@ def checked_across_ranks(method):
         if self._ctx.team.debug:
             bound = signature.bind(self, *args, **kwargs)
             bound.apply_defaults()
-            call = {"call": method.__name__}
-            call.update((name, describe(value)) for name, value in bound.arguments.items() if name != "self")
-            check_agreement(self._ctx.team, method.__name__, bound.arguments.get("group"), call)
+            check_call(self._ctx.team, method.__name__,
+                       {name: value for name, value in bound.arguments.items() if name != "self"})
         return method(self, *args, **kwargs)
 
     return checked

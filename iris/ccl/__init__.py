@@ -26,7 +26,7 @@ import weakref
 
 from iris.ccl.config import AUTOTUNE, Config, ReduceOp
 from iris.kernel_launch import Plans, call_key, value_key
-from iris.team import checked_across_ranks
+from iris.team import check_call
 
 # The collectives, imported once here rather than in every call (an import statement costs about
 # 1-2 us per call, a fair part of a small collective's host time).
@@ -47,45 +47,52 @@ class CCL:
         self._plans = Plans(self._ctx)
         self._tracing = ctx.tracing  # read on every call (its switch is in the call's key); it holds ctx weakly
 
+    def _check(self, name: str, arguments: dict) -> None:
+        """Debug mode: every member of the group made this call (:func:`iris.team.check_call`). Called where a
+        call is not replayed (in debug mode no call is), with the method's ``locals()`` (its key and self left
+        out): a replayed call pays nothing for it."""
+        if self._ctx.team.debug:
+            check_call(self._ctx.team, name, {k: v for k, v in arguments.items() if k not in ("self", "key")})
+
     def kept_workspace(self, key, make):
         """The heap workspace this context keeps for a collective's problem ``key`` (the hierarchical
         reduce_scatter's), made by ``make()`` on first use (collective: every rank of the job asks for the
         same problems in the same order)."""
         return self._plans.kept(key, make)
 
-    @checked_across_ranks
     def all_gather(self, output_tensor, input_tensor, group=None, async_op=False, config=None):
         """(W*M, N) output from each member's (M, N) input; see :func:`iris.ccl.all_gather.all_gather`."""
         key = call_key("all_gather", output_tensor, input_tensor, group, async_op, value_key(config, Config),
                        self._tracing.enabled)
         if self._plans.replay(key) is None:
+            self._check("all_gather", locals())
             self._plans.remember(key, _all_gather.all_gather(output_tensor, input_tensor, self._ctx, group=group,
                                                              async_op=async_op, config=config))
 
-    @checked_across_ranks
     def all_to_all(self, output_tensor, input_tensor, group=None, async_op=False, config=None):
         """(M, W*N) chunks exchanged between members; see :func:`iris.ccl.all_to_all.all_to_all`."""
         key = call_key("all_to_all", output_tensor, input_tensor, group, async_op, value_key(config, Config),
                        self._tracing.enabled)
         if self._plans.replay(key) is None:
+            self._check("all_to_all", locals())
             self._plans.remember(key, _all_to_all.all_to_all(output_tensor, input_tensor, self._ctx, group=group,
                                                              async_op=async_op, config=config))
 
-    @checked_across_ranks
     def broadcast(self, tensor, src=0, group=None, async_op=False, config=None):
         """Rank ``src``'s tensor into every member's; see :func:`iris.ccl.broadcast.broadcast`."""
         key = call_key("broadcast", tensor, None, src, group, async_op, value_key(config, Config),
                        self._tracing.enabled)
         if self._plans.replay(key) is None:
+            self._check("broadcast", locals())
             self._plans.remember(key, _broadcast.broadcast(tensor, self._ctx, src=src, group=group, async_op=async_op,
                                                            config=config))
 
-    @checked_across_ranks
     def reduce_scatter(self, output_tensor, input_tensor, op=None, group=None, async_op=False, config=None):
         """Each member's part of the reduction over members; see :mod:`iris.ccl.reduce_scatter`."""
         key = call_key("reduce_scatter", output_tensor, input_tensor, op, group, async_op, value_key(config, Config),
                        self._tracing.enabled)
         if self._plans.replay(key) is None:
+            self._check("reduce_scatter", locals())
             op = ReduceOp.SUM if op is None else op
             self._plans.remember(key, _reduce_scatter.reduce_scatter(output_tensor, input_tensor, self._ctx, op=op,
                                                                      group=group, async_op=async_op, config=config))
@@ -95,13 +102,13 @@ class CCL:
         return _all_reduce.all_reduce_preamble(output_tensor, input_tensor, self._ctx, config=config,
                                                workspace=workspace, group=group)
 
-    @checked_across_ranks
     def all_reduce(self, output_tensor, input_tensor, op=None, group=None, async_op=False, config=None,
                    workspace=None):
         """Elementwise SUM/MAX/MIN over members, on every member; see :func:`iris.ccl.all_reduce.all_reduce`."""
         key = call_key("all_reduce", output_tensor, input_tensor, op, group, async_op, value_key(config, Config),
                        workspace, self._tracing.enabled)
         if self._plans.replay(key) is None:
+            self._check("all_reduce", locals())
             op = ReduceOp.SUM if op is None else op
             self._plans.remember(key, _all_reduce.all_reduce(output_tensor, input_tensor, self._ctx, op=op,
                                                              group=group, async_op=async_op, config=config,
