@@ -10,7 +10,7 @@ rank 0, the host microseconds per call of the whole call and of each piece of it
     graph launch        that plan's launcher alone (cuGraphLaunch through ctypes)
     call key            iris.kernel_launch.call_key of the call's arguments
     key lookup          the remembered plans' dict lookup of that key
-    capture check       torch.cuda.is_current_stream_capturing()
+    capture check       whether the current stream is being captured (the check the replay makes)
     current stream      the raw handle of the current stream (each graph launch asks for it)
 
 Every piece runs in batches of --calls back-to-back calls, --batches of them; each figure is the median
@@ -53,17 +53,16 @@ def main() -> int:
             whole()
         torch.cuda.synchronize()
         plans = ctx.ccl._plans
-        (plan,) = plans.plans()[-1:]
+        key, plan = list(plans._plans.items())[-1]  # this call's key, as ctx.ccl made it, and its plan
         if plan.launch_graph is None:
             raise SystemExit("the call was not replayed from a graph (IRIS_GRAPH_REPLAY=0?)")
-        key = call_key("all_reduce", out, x, None, None, False, value_key(None, Config), None, False)
         pieces = {
             "whole call": whole,
             "graph launch": plan.launch_graph,
             "call key": lambda: call_key("all_reduce", out, x, None, None, False, value_key(None, Config), None,
                                          ctx.tracing.enabled),
             "key lookup": lambda: plans._plans.get(key),
-            "capture check": torch.cuda.is_current_stream_capturing,
+            "capture check": plans._capturing,
             "current stream": lambda: _current_stream(device),
         }
         for name, call in pieces.items():

@@ -186,16 +186,15 @@ class Plans:
         if plan is None or self._ctx.team.debug:  # (remembered before debug mode was switched on)
             return None
         launch_graph = plan.launch_graph
-        if launch_graph is not None and _no_hook(_RUNTIME_KNOBS.launch_enter_hook) and not self._capturing():
-            launch_graph()
-            return plan
-        if self._graphs and not plan.captured and _no_hook(_RUNTIME_KNOBS.launch_enter_hook) \
-                and not self._capturing():
-            plan.captured = True
-            graph = self._captured(plan.launches)
-            if graph is not None:
-                plan.launch_graph = graph_launcher(graph, torch.cuda.current_device())
-                plan.launch_graph()
+        if (launch_graph is not None or (self._graphs and not plan.captured)) \
+                and _no_hook(_RUNTIME_KNOBS.launch_enter_hook) and not self._capturing():
+            if launch_graph is None:  # its first replay: captured once
+                plan.captured = True
+                graph = self._captured(plan.launches)
+                launch_graph = plan.launch_graph = None if graph is None else \
+                    graph_launcher(graph, torch.cuda.current_device())
+            if launch_graph is not None:
+                launch_graph()
                 return plan
         for launch in plan.launches:
             launch()

@@ -51,8 +51,7 @@ class CCL:
         """Debug mode: every member of the group made this call (:func:`iris.team.check_call`). Called where a
         call is not replayed (in debug mode no call is), with the method's ``locals()`` (its key and self left
         out): a replayed call pays nothing for it."""
-        if self._ctx.team.debug:
-            check_call(self._ctx.team, name, {k: v for k, v in arguments.items() if k not in ("self", "key")})
+        check_call(self._ctx.team, name, {k: v for k, v in arguments.items() if k not in ("self", "key")})
 
     def kept_workspace(self, key, make):
         """The heap workspace this context keeps for a collective's problem ``key`` (the hierarchical
