@@ -124,7 +124,7 @@ def config_value(field: str, text: str):
     flag = {"0": False, "1": True, "false": False, "true": True}
     if field == "all_reduce_variant":
         return text
-    if field in ("tma_loads", "reduce_at_owner", "copy_engine"):
+    if field in ("tma_loads", "reduce_at_owner", "copy_engine", "vendor_gemm"):
         if text.lower() not in flag:
             raise ValueError(f"{field}={text!r}: give 0 or 1")
         return flag[text.lower()]

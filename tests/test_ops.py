@@ -85,6 +85,65 @@ def test_all_gather_matmul_by_copies_at_three_ranks_matches_float64(three_ranks)
         assert max(errors) <= TOLERANCE[torch.bfloat16], f"rank {rank}: relative errors {errors}"
 
 
+def test_all_gather_matmul_by_the_vendor_gemm_matches_float64(ranks):
+    """FusedConfig(vendor_gemm=True): A's slices travel by whole copies with an arrival flag each, torch's
+    GEMM multiplies this rank's slice (with the bias) and adds each member's product once its flag is seen;
+    over calls that reuse the workspace (the flags cleared after each), into an output of A's dtype."""
+    _skip_where_copies_are_refused(ranks)
+    config = FusedConfig(vendor_gemm=True)
+    assert all(ranks.run(_takes_vendor_gemm, 64, 32, 50, torch.bfloat16, config))
+    for with_bias in (True, False):
+        for rank, errors in enumerate(ranks.run(_run_op, "all_gather_matmul", 64, 32, 50, torch.bfloat16, with_bias,
+                                                seeds=[1, 2, 3], config=config)):
+            assert max(errors) <= TOLERANCE[torch.bfloat16], f"rank {rank}: relative errors {errors}"
+
+
+def test_all_gather_matmul_by_the_vendor_gemm_at_three_ranks_matches_float64(three_ranks):
+    _skip_where_copies_are_refused(three_ranks)
+    config = FusedConfig(vendor_gemm=True)
+    for rank, errors in enumerate(three_ranks.run(_run_op, "all_gather_matmul", 40, 72, 24, torch.bfloat16, True,
+                                                  seeds=[6, 7], config=config)):
+        assert max(errors) <= TOLERANCE[torch.bfloat16], f"rank {rank}: relative errors {errors}"
+
+
+def _takes_vendor_gemm(m, n, k, out_dtype, config):
+    """Whether all_gather_matmul's workspace for this problem is the vendor GEMM's (no tile parts to hand over)."""
+    ctx = iris.iris(1 << 20)
+    world, device = ctx.get_num_ranks(), ctx.get_device()
+    a_shape, b_shape, out_shape = shapes("all_gather_matmul", m, n, k, world)
+    a, b = (torch.zeros(*shape, dtype=torch.bfloat16, device=device) for shape in (a_shape, b_shape))
+    key, spec = ctx.ops.workspace_layout("all_gather_matmul", torch.zeros(out_shape, dtype=out_dtype,
+                                                                           device=device), a, b, config)
+    ctx.close()
+    return "vendor_gemm" in key and set(spec) == {"gathered", "flags"}
+
+
+def test_all_gather_matmul_takes_the_vendor_gemm_only_where_asked_and_possible(ranks):
+    """vendor_gemm=None (default) and False: Iris's kernel; True: the vendor's GEMM, refused before any launch where
+    the output's dtype is not A's (torch's GEMM writes A's dtype) or the copies cannot go."""
+    for took in ranks.run(_takes_vendor_gemm, 64, 32, 50, torch.bfloat16, FusedConfig()):
+        assert not took
+    for took in ranks.run(_takes_vendor_gemm, 64, 32, 50, torch.bfloat16, FusedConfig(vendor_gemm=False)):
+        assert not took
+    for messages in ranks.run(_vendor_gemm_refusals):
+        assert "FusedConfig(vendor_gemm=True) writes output in A's dtype" in messages[0]
+        assert "must be contiguous" in messages[1]
+
+
+def _vendor_gemm_refusals():
+    ctx = iris.iris(1 << 20)
+    device, world = ctx.get_device(), ctx.get_num_ranks()
+    a = torch.zeros(8, 4, dtype=torch.bfloat16, device=device)
+    b = torch.zeros(4 * world, 16, dtype=torch.bfloat16, device=device)
+    config = FusedConfig(vendor_gemm=True)
+    messages = refusals([lambda: ctx.ops.all_gather_matmul(torch.zeros(8, 16, device=device), a, b, config=config),
+                         lambda: ctx.ops.all_gather_matmul(torch.zeros(8, 16, dtype=a.dtype, device=device),
+                                                           torch.zeros(4, 8, dtype=a.dtype, device=device).t(), b,
+                                                           config=config)])
+    ctx.close()
+    return messages
+
+
 def test_all_gather_matmul_with_slices_pushed_by_programs_matches_float64(ranks):
     """FusedConfig(copy_engine=False): the computing programs store A's pieces into every member (the
     way of sending taken from 1025 rows on, and wherever copies are refused)."""
@@ -691,7 +750,8 @@ def test_fused_ops_refuse_bad_operands_before_any_launch(ranks):
 @pytest.mark.parametrize("field,value", [("block_size_m", 8), ("block_size_n", 100), ("group_size_m", 3),
                                          ("num_warps", 0), ("num_stages", True), ("comm_programs", -1),
                                          ("reduce_at_owner", 1), ("copy_engine", 1), ("split_k", 0),
-                                         ("split_k", True), ("pipeline_chunks", -1), ("pipeline_chunks", 2.0)])
+                                         ("split_k", True), ("pipeline_chunks", -1), ("pipeline_chunks", 2.0),
+                                         ("vendor_gemm", 1)])
 def test_fused_config_names_the_bad_field_and_value(field, value):
     with pytest.raises(ValueError) as info:
         FusedConfig(**{field: value})
@@ -712,3 +772,9 @@ def test_pipelined_chunks_and_the_fused_kernels_own_exchanges_do_not_mix(other):
 def test_owner_reduce_and_communication_programs_do_not_mix():
     with pytest.raises(ValueError, match="reduce_at_owner=True and comm_programs=2"):
         FusedConfig(reduce_at_owner=True, comm_programs=2)
+
+
+def test_the_vendor_gemm_and_pushes_by_the_programs_do_not_mix():
+    with pytest.raises(ValueError, match="vendor_gemm=True and copy_engine=False"):
+        FusedConfig(vendor_gemm=True, copy_engine=False)
+    FusedConfig(vendor_gemm=True, copy_engine=True)  # the copies it takes anyway

@@ -56,6 +56,14 @@ class FusedConfig:
             wave of programs and the job allows copies (on 2 x H100 0-8% faster from M 1024 N 14336 on,
             6-27% slower within one wave); beyond 2 ranks (not measured yet) the pushes. The other ops: no
             effect.
+        vendor_gemm: all_gather_matmul only. True: the vendor's GEMM (cuBLAS or hipBLASLt, through torch)
+            multiplies instead of Iris's kernel: A_shard goes to every member by copies with an arrival flag, as
+            with copy_engine=True, while torch multiplies this rank's own slice (and adds the bias); then each
+            member's slice is multiplied and added into output once its flag is seen
+            (:mod:`iris.ops.gather_blas`). Needs what the copies need (a contiguous A_shard, one GPU per rank,
+            one node) and an output of A's dtype; refused before any launch otherwise (and with
+            copy_engine=False). Each member's product is rounded to output's dtype before the next is added; the
+            tile fields, tma_loads and split_k have no effect. None (default) and False: Iris's kernel.
         split_k: matmul_all_gather and gemm_all_scatter: S > 1: each output tile's product over K is
             cut into S parts computed by S programs; the last one adds the others' parts (handed over
             through a local workspace) and stores the tile, so an output of few tiles still fills the
@@ -101,6 +109,7 @@ class FusedConfig:
     copy_engine: bool | None = None
     split_k: int | None = None
     pipeline_chunks: int | None = None
+    vendor_gemm: bool | None = None
 
     def __post_init__(self):
         if self.all_reduce_variant is not None and self.all_reduce_variant not in ALL_REDUCE_VARIANTS:
@@ -120,6 +129,11 @@ class FusedConfig:
                 raise ValueError(f"FusedConfig.{name}={value!r}: must be a power of two")
         if not isinstance(self.tma_loads, (bool, type(None))):
             raise ValueError(f"FusedConfig.tma_loads={self.tma_loads!r}: must be None, True or False")
+        if not isinstance(self.vendor_gemm, (bool, type(None))):
+            raise ValueError(f"FusedConfig.vendor_gemm={self.vendor_gemm!r}: must be None, True or False")
+        if self.vendor_gemm and self.copy_engine is False:
+            raise ValueError("FusedConfig(vendor_gemm=True and copy_engine=False): the vendor's GEMM takes A's slices "
+                             "from copies, not from the programs' pushes; pass one or the other")
         if not isinstance(self.copy_engine, (bool, type(None))):
             raise ValueError(f"FusedConfig.copy_engine={self.copy_engine!r}: must be None, True or False")
         if self.split_k is not None and (not isinstance(self.split_k, int) or isinstance(self.split_k, bool)

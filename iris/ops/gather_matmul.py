@@ -51,7 +51,7 @@ from iris.ccl.all_gather import store_to_members
 from iris.device import sync, tracing
 from iris.device.barrier import GROUP_ARGS, enter
 from iris.kernel_launch import bind
-from iris.ops import _fused
+from iris.ops import _fused, gather_blas
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import (accumulate, accumulate_described, add_bias, hand_over, operand, take_over, tile_count,
                            tile_of)
@@ -255,8 +255,12 @@ def _check(ctx, output, A_shard, B, bias, config) -> None:
     # A_shard times B's first K_r rows has the operands' and output's dtypes, devices and shapes of the whole
     _fused.check(WHAT, ctx, output, A_shard, B[: A_shard.shape[1]], bias, lambda M, K, N: (M, N),
                  symmetric_output=False)
-    if config.copy_engine:  # asked for: refused aloud (None takes the programs' way where copies cannot go)
-        obstacle = _copy_obstacle(ctx, A_shard)
+    if config.vendor_gemm and output.dtype != A_shard.dtype:
+        raise ValueError(f"{WHAT}: FusedConfig(vendor_gemm=True) writes output in A's dtype ({A_shard.dtype}) "
+                         f"through torch's GEMM; output has {output.dtype}: pass an output of A's dtype, or "
+                         "vendor_gemm=False")
+    for option in ("copy_engine", "vendor_gemm"):  # asked for: refused aloud (None: Iris's way where they cannot go)
+        obstacle = getattr(config, option) and _copy_obstacle(ctx, A_shard, option)
         if obstacle:
             raise ValueError(f"{WHAT}: {obstacle}")
 
@@ -264,11 +268,11 @@ def _check(ctx, output, A_shard, B, bias, config) -> None:
 COPY_ENGINE_AUTO_ROWS = 1024
 
 
-def _copy_obstacle(ctx, A_shard) -> str | None:
-    """Why A_shard cannot go by copies in this call, or None: it must be contiguous, and the job must allow
-    copies (:func:`iris.ops._fused.copy_refusal`)."""
+def _copy_obstacle(ctx, A_shard, option: str = "copy_engine") -> str | None:
+    """Why A_shard cannot go by copies in this call (asked for by FusedConfig's ``option``), or None: it must
+    be contiguous, and the job must allow copies (:func:`iris.ops._fused.copy_refusal`)."""
     if not A_shard.is_contiguous():
-        return (f"FusedConfig(copy_engine=True) sends A_shard in one copy per member, so it must be contiguous "
+        return (f"FusedConfig({option}=True) sends A_shard in one copy per member, so it must be contiguous "
                 f"(strides {tuple(A_shard.stride())}); pass A_shard.contiguous()")
     return _fused.copy_refusal(ctx)
 
@@ -299,7 +303,10 @@ def last_round(tiles: int, programs: int, members: int, split_k: int | None) -> 
 
 
 def problem(ctx, output, A_shard, config):
-    """(key, spec, tile) of one call; the tile's launch options with ``PARTS`` and ``whole`` (:func:`last_round`)."""
+    """(key, spec, tile) of one call; the tile's launch options with ``PARTS`` and ``whole`` (:func:`last_round`);
+    by the vendor's GEMM (FusedConfig.vendor_gemm) its workspace and no tile."""
+    if config.vendor_gemm:
+        return *gather_blas.problem(ctx, A_shard), None
     world = ctx.get_num_ranks()
     M, K_r = A_shard.shape
     N = output.shape[1]
@@ -353,8 +360,10 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
     config = FusedConfig() if config is None else config
     _check(ctx, output, A_shard, B, bias, config)
     key, spec, tile = problem(ctx, output, A_shard, config)
-    copied = sends_by_copies(ctx, config, A_shard)
     workspace = _fused.workspace_for(ctx, WHAT, key, spec, workspace)
+    if config.vendor_gemm:
+        return workspace, gather_blas.launches(ctx, output, A_shard, B, bias, workspace)
+    copied = sends_by_copies(ctx, config, A_shard)
     M, K_r = A_shard.shape
     N = output.shape[1]
     whole = tile.pop("whole")

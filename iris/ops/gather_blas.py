@@ -1,0 +1,77 @@
+"""all_gather_matmul by the vendor's GEMM (``FusedConfig(vendor_gemm=True)``): copies gather, torch multiplies.
+
+Where the GEMM is most of the call (many waves of tiles), the fused op takes the GEMM's time, and the
+vendor's library (cuBLAS, hipBLASLt; through torch) runs that GEMM faster than Iris's Triton tile loop:
+on 2 x H100 cuBLAS took 714.7 us against 787.4 at M 4096 N 8192, and 5463.8 against 6208.5 at M 16384
+N 14336 (docs/benchmarks.md, "2 x H100 at c811e24"). This way keeps the overlap and drops the tile loop:
+
+1. an entry barrier (every member has finished reading its slots in the previous call);
+2. A_shard goes to every other member's slot by copies on a side stream, each followed by that member's
+   arrival flag (the copy engine on a GPU, no SM: :func:`iris.ops._fused.sent_by_copies`);
+3. meanwhile torch multiplies this rank's own slice: ``output = A_shard @ B[own rows] (+ bias)``;
+4. for each other member, in the order their copies come (the previous member's first), a one-program
+   kernel waits until its flag is set, and torch adds its product in place:
+   ``output += slot @ B[its rows]``;
+5. the flags are cleared and the side stream joined.
+
+Each member's product is rounded to output's dtype before the next is added (W roundings where Iris's
+kernel rounds once), so output must have A's dtype. On the CPU backend torch's CPU GEMM multiplies and the
+copies are plain copies between the mapped heaps.
+
+Example:
+    >>> ctx.ops.all_gather_matmul(out, A_shard, B, config=FusedConfig(vendor_gemm=True))
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+
+from iris.device.sync import wait_until
+from iris.kernel_launch import bind
+from iris.ops import _fused
+
+WHAT = "all_gather_matmul"
+
+
+@triton.jit
+def _arrival_kernel(flags, position):
+    wait_until(flags + position, "!=", 0)
+
+
+def problem(ctx, A_shard) -> tuple:
+    """(key, spec) of a call's workspace: every member's slot (this rank's stays unused) and its arrival flags."""
+    world = ctx.get_num_ranks()
+    M, K_r = A_shard.shape
+    key = (WHAT, "vendor_gemm", M, K_r, A_shard.dtype)
+    spec = {"gathered": _fused.Buffer(world * M * K_r, A_shard.dtype, heap=True),
+            "flags": _fused.Buffer(world, torch.int64, heap=True, zeroed=True)}
+    return key, spec
+
+
+def launches(ctx, output, A_shard, B, bias, workspace) -> list:
+    """The call's launches, in order, not yet launched (see the module); checked by the caller."""
+    members = ctx.team.participants(None)
+    M, K_r = A_shard.shape
+    slots = workspace.gathered.view(members.size, M, K_r)
+
+    def rows(position):
+        return B[position * K_r:(position + 1) * K_r]
+
+    own_rows = rows(members.index)
+
+    def own_product():
+        if bias is None:
+            torch.mm(A_shard, own_rows, out=output)
+        else:
+            torch.addmm(bias.to(output.dtype), A_shard, own_rows, out=output)
+
+    added = []
+    for step in range(1, members.size):  # member index - step sends to this one at its step: in that order
+        position = (members.index - step) % members.size
+        added += [bind(_arrival_kernel, (1,), workspace.flags, position),
+                  functools.partial(output.addmm_, slots[position], rows(position))]
+    send, finish = _fused.sent_by_copies(ctx, A_shard, workspace.gathered, workspace.flags)
+    return [ctx.team.barrier.launch(None), send, own_product, *added, finish]
