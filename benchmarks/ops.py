@@ -459,7 +459,11 @@ def main() -> int:
                               f"{row['overlap_efficiency']:8.2f}", flush=True)
                         if "fused_host_us" in row:
                             print(f"    host: {row['fused_host_us']:.1f} us per call", flush=True)
-                        if args.profile:
+                        if args.profile and not row["profile_programs"]:
+                            print("    traced: no program of Iris's recorded a span (all_gather_matmul by the "
+                                  "vendor's GEMM, FusedConfig.vendor_gemm: --config vendor_gemm=0 profiles Iris's "
+                                  "kernel)", flush=True)
+                        elif args.profile:
                             print("    traced: " + ", ".join(f"{key} {row[f'profile_{key}_us']:.1f}" for key in
                                   ("span", *PROFILED, "idle", "tail")) +
                                   f" us per program ({row['profile_programs']} programs); a tile's compute "

@@ -6,7 +6,8 @@ else owner-reduce forced on, off or left to the world size (FusedConfig.reduce_a
 operand loads or not (FusedConfig.tma_loads), else K in 2 or 3 parts or not
 (FusedConfig.split_k), copies or pushes as the op picks or pushes forced (FusedConfig.copy_engine),
 matmul_all_reduce as a pipeline of row chunks or not (FusedConfig.pipeline_chunks), all_gather_matmul
-multiplied by torch's GEMM where it can go or not (FusedConfig.vendor_gemm), and the data.
+multiplied by torch's GEMM where the op's default takes it or Iris's kernel forced (FusedConfig.vendor_gemm),
+and the data.
 Every rank knows every rank's shards (seeded), so each checks its whole output against the
 float64 reference (iris.testing.fused_ops) and sends it back: ranks that must hold the same result
 (matmul_all_reduce, all_gather's stacks) hold the same bits. The workspace (and a heap output)
@@ -20,7 +21,6 @@ from hypothesis import strategies as st
 from conformance import harness
 from conformance.profiles import current
 from iris.ops import FusedConfig, Workspace
-from iris.ops._fused import copy_refusal
 from iris.testing.fused_ops import ON_HEAP, OPS, magnitude, reference, shapes
 
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
@@ -57,12 +57,9 @@ def _fused_op_on_rank(case):
     else:
         out = torch.full(out_shape, float("nan"), dtype=dtype, device=device)
     a, b = (t.to(device) for t in _shards(case, rank, a_shape, b_shape))
-    # all_gather_matmul by the vendor's GEMM where it can go: an output of A's dtype, copies allowed
-    vendor_gemm = case["vendor_gemm"] and op == "all_gather_matmul" and out.dtype == a.dtype and \
-        case["copy_engine"] is not False and copy_refusal(ctx) is None
     config = FusedConfig(comm_programs=case["comm_programs"], reduce_at_owner=case["reduce_at_owner"],
                          tma_loads=case["tma_loads"], split_k=case["split_k"], copy_engine=case["copy_engine"],
-                         pipeline_chunks=case["pipeline_chunks"], vendor_gemm=vendor_gemm or None)
+                         pipeline_chunks=case["pipeline_chunks"], vendor_gemm=case["vendor_gemm"])
     key, spec = ctx.ops.workspace_layout(op, out, a, b, config)
     tensors = {}
     for name, buf in spec.items():
@@ -102,8 +99,8 @@ def fused_op_cases(draw):
     # copies where the op's default takes them (the reduce ops from two waves of a member's columns,
     # all_gather_matmul up to 1024 rows), or the programs' pushes forced
     case["copy_engine"] = draw(st.sampled_from((None, None, False)))
-    # all_gather_matmul multiplied by torch's GEMM (FusedConfig.vendor_gemm) where it can go, or Iris's kernel
-    case["vendor_gemm"] = draw(st.booleans())
+    # all_gather_matmul multiplied by torch's GEMM where the op's default takes it, or Iris's kernel forced
+    case["vendor_gemm"] = draw(st.sampled_from((None, None, False)))
     # matmul_all_reduce by row chunks, each summed by iris.ccl.all_reduce, or the fused kernel asked for (0);
     # no effect on the other ops
     pipelines = case["comm_programs"] == 0 and not case["reduce_at_owner"]

@@ -118,13 +118,18 @@ def _takes_vendor_gemm(m, n, k, out_dtype, config):
     return "vendor_gemm" in key and set(spec) == {"gathered", "flags"}
 
 
-def test_all_gather_matmul_takes_the_vendor_gemm_only_where_asked_and_possible(ranks):
-    """vendor_gemm=None (default) and False: Iris's kernel; True: the vendor's GEMM, refused before any launch where
-    the output's dtype is not A's (torch's GEMM writes A's dtype) or the copies cannot go."""
-    for took in ranks.run(_takes_vendor_gemm, 64, 32, 50, torch.bfloat16, FusedConfig()):
-        assert not took
-    for took in ranks.run(_takes_vendor_gemm, 64, 32, 50, torch.bfloat16, FusedConfig(vendor_gemm=False)):
-        assert not took
+def test_all_gather_matmul_takes_the_vendor_gemm_by_default_where_it_can_go(ranks):
+    """vendor_gemm=None (default): the vendor's GEMM for a bfloat16 output of bfloat16 operands where copies can
+    go, unless the call sets one of Iris's kernel's knobs (copy_engine, tma_loads, split_k); Iris's kernel for a
+    float32 output and with vendor_gemm=False. True: the vendor's GEMM, refused before any launch where the
+    output's dtype is not A's (torch's GEMM writes A's dtype) or the copies cannot go."""
+    copies = copy_refusal_in(ranks) is None
+    bf16 = torch.bfloat16
+    cases = [(bf16, FusedConfig(), copies), (torch.float32, FusedConfig(), False),
+             (bf16, FusedConfig(vendor_gemm=False), False), (bf16, FusedConfig(copy_engine=True), False),
+             (bf16, FusedConfig(tma_loads=False), False), (bf16, FusedConfig(split_k=2), False)]
+    for out_dtype, config, expected in cases:
+        assert ranks.run(_takes_vendor_gemm, 64, 32, 50, out_dtype, config) == [expected] * ranks.world_size, config
     for messages in ranks.run(_vendor_gemm_refusals):
         assert "FusedConfig(vendor_gemm=True) writes output in A's dtype" in messages[0]
         assert "must be contiguous" in messages[1]

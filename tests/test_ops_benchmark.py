@@ -28,9 +28,10 @@ def test_ops_benchmark_takes_config_switches_and_tracing(tmp_path):
 
 def test_ops_benchmark_profile_says_where_each_fused_ops_time_went(tmp_path):
     """--profile N: N traced calls per problem after the timed ones; the median of their per-program
-    breakdowns in the CSV."""
+    breakdowns in the CSV. all_gather_matmul by Iris's kernel (vendor_gemm=0): by the vendor's GEMM, its
+    default here, no program of Iris's records a span (the test below)."""
     rows = run_benchmark("ops.py", 2, "--profile", "2", "--ops", "matmul_all_reduce", "all_gather_matmul", "--m",
-                         "32", "--n", "64", "--k", "64", csv_path=tmp_path / "ops.csv")
+                         "32", "--n", "64", "--k", "64", "--config", "vendor_gemm=0", csv_path=tmp_path / "ops.csv")
     for row in rows:
         assert row["trace"] == "0" and int(row["profile_programs"]) >= 1 and row["profile_calls"] == "2", row
         assert float(row["profile_compute_us"]) > 0 and float(row["profile_compute_per_tile_us"]) > 0, row
@@ -38,6 +39,13 @@ def test_ops_benchmark_profile_says_where_each_fused_ops_time_went(tmp_path):
         assert float(row["profile_call_us"]) > 0, row  # the traced calls' own time
     pushes = {row["op"]: float(row["profile_put_us"]) for row in rows}
     assert pushes["matmul_all_reduce"] > 0 and pushes["all_gather_matmul"] == 0  # it waits for its slices
+
+
+def test_a_profile_of_all_gather_matmul_by_the_vendor_gemm_says_it_traced_no_program(tmp_path):
+    result = run_benchmark("ops.py", 2, "--profile", "1", "--ops", "all_gather_matmul", "--m", "32", "--n", "64",
+                           "--k", "64", "--config", "vendor_gemm=1", csv_path=tmp_path / "ops.csv", check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "traced: no program of Iris's recorded a span" in result.stdout
 
 
 def test_a_profile_is_the_median_over_calls_of_the_mean_over_ranks():

@@ -33,6 +33,9 @@ flag for this rank (the copy engine on a GPU, no SM), while the kernel multiplie
 and waits on its own flags; the flags are cleared on the stream after the kernel
 (:func:`iris.ops._fused.sent_by_copies`).
 
+By default, where it can go, the vendor's GEMM multiplies instead of this kernel while copies gather A
+(``FusedConfig.vendor_gemm``, :func:`takes_vendor_gemm`, :mod:`iris.ops.gather_blas`).
+
 Example:
     >>> A_shard = torch.randn(M, K // W, dtype=torch.bfloat16, device=ctx.get_device())
     >>> out = torch.empty(M, N, dtype=torch.bfloat16, device=ctx.get_device())
@@ -285,6 +288,19 @@ def sends_by_copies(ctx, config, A_shard) -> bool:
     return A_shard.shape[0] <= COPY_ENGINE_AUTO_ROWS and _copy_obstacle(ctx, A_shard) is None
 
 
+def takes_vendor_gemm(ctx, config, output, A_shard) -> bool:
+    """Whether this call multiplies by the vendor's GEMM (FusedConfig.vendor_gemm, :mod:`iris.ops.gather_blas`).
+    None: where the call leaves Iris's kernel's own knobs unset (copy_engine, tma_loads, split_k), A is bfloat16
+    or float16, output has A's dtype and A_shard can go by copies (:func:`_copy_obstacle`): on 2 x H100 it was
+    1.01x-1.30x of torch's fused op at every shape of the sweep and Iris's kernel 0.96x-1.30x (two runs each,
+    benchmarks/results/ops_agm_nvidia-h100_2ranks_{kernel,vendor}_{1,2}.csv)."""
+    if config.vendor_gemm is not None:
+        return config.vendor_gemm
+    return (config.copy_engine is None and config.tma_loads is None and config.split_k is None
+            and A_shard.dtype in (torch.bfloat16, torch.float16) and output.dtype == A_shard.dtype
+            and _copy_obstacle(ctx, A_shard) is None)
+
+
 def last_round(tiles: int, programs: int, members: int, split_k: int | None) -> tuple[int, int]:
     """(whole, parts): the output's first ``whole`` tiles are computed whole, and each of the rest (the last round's,
     on ``programs`` concurrent programs) in ``parts`` parts by member slice: this rank's own slice and the next
@@ -305,7 +321,7 @@ def last_round(tiles: int, programs: int, members: int, split_k: int | None) -> 
 def problem(ctx, output, A_shard, config):
     """(key, spec, tile) of one call; the tile's launch options with ``PARTS`` and ``whole`` (:func:`last_round`);
     by the vendor's GEMM (FusedConfig.vendor_gemm) its workspace and no tile."""
-    if config.vendor_gemm:
+    if takes_vendor_gemm(ctx, config, output, A_shard):
         return *gather_blas.problem(ctx, A_shard), None
     world = ctx.get_num_ranks()
     M, K_r = A_shard.shape
@@ -361,7 +377,7 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
     _check(ctx, output, A_shard, B, bias, config)
     key, spec, tile = problem(ctx, output, A_shard, config)
     workspace = _fused.workspace_for(ctx, WHAT, key, spec, workspace)
-    if config.vendor_gemm:
+    if tile is None:  # by the vendor's GEMM
         return workspace, gather_blas.launches(ctx, output, A_shard, B, bias, workspace)
     copied = sends_by_copies(ctx, config, A_shard)
     M, K_r = A_shard.shape
