@@ -463,20 +463,20 @@ def test_matmul_all_reduce_with_and_without_owner_reduce_matches_float64(ranks, 
         assert max(errors) <= TOLERANCE[torch.float32], f"rank {rank}: relative errors {errors}"
 
 
-def _pipelined(m, n, k, chunks, seeds, variant=None):
+def _pipelined(m, n, k, chunks, seeds, variant=None, vendor_gemm=None, out_dtype=torch.float32):
     """matmul_all_reduce with FusedConfig(pipeline_chunks=chunks) into a plain output and into a heap one
     (either way the chunks are summed in the workspace and copied out): per call, the relative error of each
     against float64 and whether the two outputs hold the same bits."""
     ctx = iris.iris(1 << 24)
     rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     a_shape, b_shape, out_shape = shapes("matmul_all_reduce", m, n, k, world)
-    config = FusedConfig(pipeline_chunks=chunks, all_reduce_variant=variant)
+    config = FusedConfig(pipeline_chunks=chunks, all_reduce_variant=variant, vendor_gemm=vendor_gemm)
     results = []
     for seed in seeds:  # the same problem again: the kept workspace
         a, b = (t.to(device) for t in _shards(seed, rank, a_shape, b_shape, torch.bfloat16))
         bias = torch.randn(b_shape[1], generator=torch.Generator().manual_seed(seed)).to(device)
-        plain = torch.full(out_shape, float("nan"), dtype=torch.float32, device=device)
-        on_heap = ctx.full(out_shape, float("nan"), dtype=torch.float32)
+        plain = torch.full(out_shape, float("nan"), dtype=out_dtype, device=device)
+        on_heap = ctx.full(out_shape, float("nan"), dtype=out_dtype)
         ctx.ops.matmul_all_reduce(plain, a, b, bias=bias, config=config)
         ctx.ops.matmul_all_reduce(on_heap, a, b, bias=bias, config=config)
         ctx.barrier()
@@ -496,6 +496,39 @@ def test_matmul_all_reduce_pipelined_by_row_chunks_matches_float64(ranks, chunks
         for errors, same in results:
             assert max(errors) <= TOLERANCE[torch.float32], f"rank {rank}: relative errors {errors}"
             assert same, f"rank {rank}: the plain and the heap output differ"
+
+
+@pytest.mark.parametrize("chunks", [None, 3])
+def test_matmul_all_reduce_pipelined_with_the_vendor_gemm_matches_float64(ranks, chunks):
+    """FusedConfig(vendor_gemm=True): the pipeline of row chunks (4 unless pipeline_chunks says), torch's GEMM
+    computing each chunk's partial, into bfloat16 outputs; every rank gets the same bits either way."""
+    for rank, results in enumerate(ranks.run(_pipelined, 72, 80, 40, chunks, seeds=[3, 4], vendor_gemm=True,
+                                             out_dtype=torch.bfloat16)):
+        for errors, same in results:
+            assert max(errors) <= TOLERANCE[torch.bfloat16], f"rank {rank}: relative errors {errors}"
+            assert same, f"rank {rank}: the plain and the heap output differ"
+
+
+def _vendor_pipeline_refusals():
+    ctx = iris.iris(1 << 20)
+    device = ctx.get_device()
+    a = torch.zeros(8, 4, dtype=torch.bfloat16, device=device)
+    b = torch.zeros(4, 16, dtype=torch.bfloat16, device=device)
+    out = torch.zeros(8, 16, dtype=torch.bfloat16, device=device)
+    messages = refusals([lambda: ctx.ops.matmul_all_reduce(out.float(), a, b, config=FusedConfig(vendor_gemm=True)),
+                         lambda: ctx.ops.matmul_all_reduce(out, a, b, config=FusedConfig(vendor_gemm=True,
+                                                                                          pipeline_chunks=0)),
+                         lambda: ctx.ops.matmul_all_reduce(out, a, b, config=FusedConfig(vendor_gemm=True,
+                                                                                          reduce_at_owner=True))])
+    ctx.close()
+    return messages
+
+
+def test_matmul_all_reduce_by_the_vendor_gemm_refuses_what_the_pipeline_cannot_do_before_any_launch(ranks):
+    for messages in ranks.run(_vendor_pipeline_refusals):
+        assert "FusedConfig(vendor_gemm=True) writes output in A's dtype" in messages[0]
+        assert all("vendor_gemm=True) runs matmul_all_reduce as the pipeline of row chunks" in message
+                   for message in messages[1:]), messages
 
 
 @pytest.mark.parametrize("variant", ["hierarchical", "ll"])
@@ -562,7 +595,8 @@ def _pipelines_chosen():
     device, world = ctx.get_device(), ctx.get_num_ranks()
     tall, short = (torch.zeros(rows, 8, dtype=torch.bfloat16, device=device) for rows in (8192, 64))
     chosen = [chunks(ctx, FusedConfig(), tall), chunks(ctx, FusedConfig(), short),
-              chunks(ctx, FusedConfig(pipeline_chunks=0), tall), chunks(ctx, FusedConfig(pipeline_chunks=3), short)]
+              chunks(ctx, FusedConfig(pipeline_chunks=0), tall), chunks(ctx, FusedConfig(pipeline_chunks=3), short),
+              chunks(ctx, FusedConfig(vendor_gemm=True), short)]
     chosen += [chunks(ctx, config, tall) for config in (  # the fused kernel's own modes, asked for
         FusedConfig(reduce_at_owner=True), FusedConfig(reduce_at_owner=False), FusedConfig(comm_programs=1),
         FusedConfig(copy_engine=True))]
@@ -578,10 +612,10 @@ def _pipelines_chosen():
 def test_matmul_all_reduce_pipelines_by_default_only_where_measured_faster(ranks):
     """None: 4 chunks on GPUs, one per rank and at least 4 of them, from 8192 rows; never on the CPU backend,
     where a mode of the fused kernel is asked for, or an all_reduce variant that cannot sum any chunk in place;
-    0 asks for the fused kernel, C >= 1 for C chunks."""
+    0 asks for the fused kernel, C >= 1 for C chunks; vendor_gemm=True: 4 chunks wherever it runs."""
     for chosen, pipelines in ranks.run(_pipelines_chosen):
         by_default = 4 if pipelines else 0
-        assert chosen == [by_default, 0, 0, 3, 0, 0, 0, 0, by_default, by_default, 0, 0, 0, 0]
+        assert chosen == [by_default, 0, 0, 3, 4, 0, 0, 0, 0, by_default, by_default, 0, 0, 0, 0]
 
 
 @pytest.mark.parametrize("op", ["matmul_all_reduce", "matmul_reduce_scatter"])

@@ -56,10 +56,11 @@ class FusedConfig:
             wave of programs and the job allows copies (on 2 x H100 0-8% faster from M 1024 N 14336 on,
             6-27% slower within one wave); beyond 2 ranks (not measured yet) the pushes. The other ops: no
             effect.
-        vendor_gemm: all_gather_matmul only. True: the vendor's GEMM (cuBLAS or hipBLASLt, through torch)
-            multiplies instead of Iris's kernel: A_shard goes to every member by copies with an arrival flag, as
-            with copy_engine=True, while torch multiplies this rank's own slice (and adds the bias); then each
-            member's slice is multiplied and added into output once its flag is seen
+        vendor_gemm: all_gather_matmul and matmul_all_reduce. all_gather_matmul: True: the vendor's GEMM
+            (cuBLAS or hipBLASLt, through torch) multiplies instead of Iris's kernel: A_shard goes to every
+            member by copies with an arrival flag, as with copy_engine=True, while torch multiplies this rank's
+            own slice (and adds the bias); then each member's slice is multiplied and added into output once
+            its flag is seen
             (:mod:`iris.ops.gather_blas`). Needs what the copies need (a contiguous A_shard, one GPU per rank,
             one node) and an output of A's dtype; refused before any launch otherwise (and with
             copy_engine=False). Each member's product is rounded to output's dtype before the next is added; the
@@ -67,6 +68,10 @@ class FusedConfig:
             GEMM where copy_engine, tma_loads and split_k are unset, A is bfloat16 or float16, output has A's dtype
             and the copies can go, else Iris's kernel (``iris.ops.gather_matmul.takes_vendor_gemm``): on 2 x H100
             it was 1.01x-1.30x of torch's fused op at every shape of the sweep, Iris's kernel 0.96x-1.30x.
+            matmul_all_reduce: True: as the pipeline of row chunks (``pipeline_chunks``, 4 where unset), torch's
+            GEMM computing each chunk's partial instead of Iris's (:mod:`iris.ops.pipelined`); an output of A's
+            dtype; refused where the fused kernel is asked for. None and False: as ``pipeline_chunks`` says,
+            with Iris's GEMM. The other ops: no effect.
         split_k: matmul_all_gather and gemm_all_scatter: S > 1: each output tile's product over K is
             cut into S parts computed by S programs; the last one adds the others' parts (handed over
             through a local workspace) and stores the tile, so an output of few tiles still fills the

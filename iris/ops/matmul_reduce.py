@@ -364,6 +364,14 @@ def _check(what, ctx, output, A, B, bias, scatter: bool, config: FusedConfig) ->
         refusal = scatter_copies.obstacle(ctx, config, B.shape[1])
         if refusal:
             raise ValueError(f"{what}: {refusal}")
+    if config.vendor_gemm and not scatter:
+        if isinstance(output, torch.Tensor) and isinstance(A, torch.Tensor) and output.dtype != A.dtype:
+            raise ValueError(f"{what}: FusedConfig(vendor_gemm=True) writes output in A's dtype ({A.dtype}) through "
+                             f"torch's GEMM; output has {output.dtype}: pass an output of A's dtype, or "
+                             "vendor_gemm=False")
+        refusal = pipelined.refusal(config)
+        if refusal:
+            raise ValueError(f"{what}: {refusal}")
 
     def output_shape(M, K, N):
         if scatter and N % world:
@@ -392,7 +400,8 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
         output = output[:, ctx.get_rank() * width:(ctx.get_rank() + 1) * width]
     count = 0 if scatter else pipelined.chunks(ctx, config, A)
     if count:
-        return pipelined.run(ctx, output, A, B, bias, count, workspace, config.all_reduce_variant)
+        return pipelined.run(ctx, output, A, B, bias, count, workspace, config.all_reduce_variant,
+                             bool(config.vendor_gemm))
     if sends_by_copies(ctx, config, A, B):
         return scatter_copies.run(ctx, output, A, B, bias, config, workspace, gather=not scatter)
     key, spec, width, tile = kernel_problem(what, scatter, ctx, output, A, B, config)

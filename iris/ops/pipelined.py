@@ -7,7 +7,9 @@ copied into the output, on a side stream, while the next chunks compute. The GEM
 :data:`COMM_SMS` SMs to the collectives. Launches, in order on the current stream: a barrier (every
 member's previous call has read what this call overwrites), then per chunk its GEMM and the fork of its
 sum; the last launch joins the side stream back, so the output is complete in stream order after the
-call, as with the fused kernel. On the CPU backend everything runs in order on the one stream.
+call, as with the fused kernel. On the CPU backend everything runs in order on the one stream. With
+``FusedConfig(vendor_gemm=True)`` torch's GEMM (cuBLAS, hipBLASLt) computes each chunk instead of Iris's,
+on every SM (the chunks' sums take SMs as they free up).
 
 Why: at 4 ranks the fused kernel's SMs compute and move 1.5 output's bytes per rank at once and took
 about the GEMM's time plus the all_reduce's where the all_reduce takes longer than the GEMM
@@ -57,7 +59,8 @@ def default_chunks(world: int, rows: int) -> int:
 def chunks(ctx, config: FusedConfig, A) -> int:
     """How many row chunks this matmul_all_reduce call pipelines by; 0: the fused kernel.
 
-    ``config.pipeline_chunks`` where given (0: the fused kernel). None: :func:`default_chunks`, but the fused
+    ``config.pipeline_chunks`` where given (0: the fused kernel). None: :data:`BY_DEFAULT_CHUNKS` with
+    ``vendor_gemm=True``; else :func:`default_chunks`, but the fused
     kernel on the CPU backend, where ranks share a GPU or a member is on another node (as measured: one GPU per
     rank, one node), where a mode of the fused kernel is asked for (comm_programs, reduce_at_owner or
     copy_engine given), and where ``all_reduce_variant`` names a variant that cannot sum every chunk in place
@@ -65,6 +68,8 @@ def chunks(ctx, config: FusedConfig, A) -> int:
     """
     if config.pipeline_chunks is not None:
         return config.pipeline_chunks
+    if config.vendor_gemm:  # the vendor's GEMM runs only in the pipeline
+        return BY_DEFAULT_CHUNKS
     if fused_kernel_asked_for(config) or ctx.team.backend.interpreted or _fused.copy_refusal(ctx) is not None:
         return 0
     return default_chunks(ctx.get_num_ranks(), A.shape[0])
@@ -103,10 +108,21 @@ def chunk_rows(M: int, chunks: int) -> list[tuple[int, int]]:
     return [(first, min(first + size, M)) for first in range(0, M, size)]
 
 
-def run(ctx, output, A, B, bias, count: int, workspace, variant: str | None = None) -> tuple:
+def refusal(config: FusedConfig) -> str | None:
+    """Why ``config`` cannot run matmul_all_reduce by the vendor's GEMM (only the pipeline has it), or None."""
+    if config.vendor_gemm and (config.pipeline_chunks == 0 or fused_kernel_asked_for(config)):
+        return ("FusedConfig(vendor_gemm=True) runs matmul_all_reduce as the pipeline of row chunks, but the fused "
+                "kernel is asked for (pipeline_chunks=0, comm_programs, reduce_at_owner, copy_engine, or an "
+                "all_reduce_variant that cannot sum a chunk in place); pass one or the other")
+    return None
+
+
+def run(ctx, output, A, B, bias, count: int, workspace, variant: str | None = None, vendor_gemm: bool = False) -> tuple:
     """One call by ``count`` chunks (the operands already checked): the workspace and the launches, bound, not
     yet launched. ``variant``: the chunks' all_reduce variant (``FusedConfig.all_reduce_variant``; None:
-    iris.ccl's choice by size); one that cannot sum a chunk in place raises ValueError before any launch."""
+    iris.ccl's choice by size); one that cannot sum a chunk in place raises ValueError before any launch.
+    ``vendor_gemm``: torch's GEMM (cuBLAS, hipBLASLt) computes each chunk, on every SM, instead of Iris's
+    (output must have A's dtype)."""
     M, N = A.shape[0], B.shape[1]
     key, spec = problem(output, A, B)
     workspace = _fused.workspace_for(ctx, "matmul_all_reduce", key, spec, workspace)
@@ -121,7 +137,12 @@ def run(ctx, output, A, B, bias, count: int, workspace, variant: str | None = No
 
     def computed(first: int, end: int):
         def launch():
-            matmul(A[first:end], B, out=partials[first:end], bias=bias_here, programs=programs)
+            if not vendor_gemm:
+                matmul(A[first:end], B, out=partials[first:end], bias=bias_here, programs=programs)
+            elif bias_here is None:
+                torch.mm(A[first:end], B, out=partials[first:end])
+            else:
+                torch.addmm(bias_here.to(partials.dtype), A[first:end], B, out=partials[first:end])
         return launch
 
     def summed(first: int, end: int):
