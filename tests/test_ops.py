@@ -77,9 +77,11 @@ def test_all_gather_matmul_with_slices_sent_by_copies_matches_float64(ranks):
             assert max(errors) <= TOLERANCE[out_dtype], f"rank {rank}: relative errors {errors}"
 
 
-def test_all_gather_matmul_by_copies_at_three_ranks_matches_float64(three_ranks):
+@pytest.mark.parametrize("config", [FusedConfig(copy_engine=True), FusedConfig(vendor_gemm=True)],
+                         ids=["kernel", "vendor_gemm"])
+def test_all_gather_matmul_by_copies_at_three_ranks_matches_float64(three_ranks, config):
+    """By copies at 3 ranks (each member's slice from the two others): Iris's kernel and the vendor's GEMM."""
     _skip_where_copies_are_refused(three_ranks)
-    config = FusedConfig(copy_engine=True)
     for rank, errors in enumerate(three_ranks.run(_run_op, "all_gather_matmul", 40, 72, 24, torch.bfloat16, True,
                                                   seeds=[6, 7], config=config)):
         assert max(errors) <= TOLERANCE[torch.bfloat16], f"rank {rank}: relative errors {errors}"
@@ -96,14 +98,6 @@ def test_all_gather_matmul_by_the_vendor_gemm_matches_float64(ranks):
         for rank, errors in enumerate(ranks.run(_run_op, "all_gather_matmul", 64, 32, 50, torch.bfloat16, with_bias,
                                                 seeds=[1, 2, 3], config=config)):
             assert max(errors) <= TOLERANCE[torch.bfloat16], f"rank {rank}: relative errors {errors}"
-
-
-def test_all_gather_matmul_by_the_vendor_gemm_at_three_ranks_matches_float64(three_ranks):
-    _skip_where_copies_are_refused(three_ranks)
-    config = FusedConfig(vendor_gemm=True)
-    for rank, errors in enumerate(three_ranks.run(_run_op, "all_gather_matmul", 40, 72, 24, torch.bfloat16, True,
-                                                  seeds=[6, 7], config=config)):
-        assert max(errors) <= TOLERANCE[torch.bfloat16], f"rank {rank}: relative errors {errors}"
 
 
 def _takes_vendor_gemm(m, n, k, out_dtype, config):
