@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import inspect
+import weakref
 
 import torch
 from triton import knobs
@@ -96,6 +97,25 @@ def bind(kernel, grid, *args, **constexprs) -> BoundLaunch:
     return launch
 
 
+def weakly_held(function, *tensors):
+    """A launch that calls ``function(*tensors)`` with each tensor (or None) held by a weak reference, for the
+    launches torch runs (the vendor's GEMM, copies into a caller's tensor): a remembered plan then keeps none of
+    the caller's tensors alive, and :class:`Plans` drops a plan whose tensors have died instead of replaying it
+    (their addresses may name new tensors by then). Views made of them are made inside ``function``.
+
+    Example:
+        >>> launch = weakly_held(lambda a, b, out: torch.mm(a, b, out=out), A, B, out)
+        >>> launch()   # torch.mm(A, B, out=out), while A, B and out live
+    """
+    refs = tuple(None if tensor is None else weakref.ref(tensor) for tensor in tensors)
+
+    def launch() -> None:
+        function(*(None if ref is None else ref() for ref in refs))
+
+    launch.tensors = tuple(ref for ref in refs if ref is not None)
+    return launch
+
+
 # Remembered calls per Plans; past this many the memory starts again (a program that keeps making new
 # tensors for its calls gains nothing from it anyway).
 MAX_PLANS = 1024
@@ -152,10 +172,12 @@ class Plans:
     """
 
     class Plan:
-        __slots__ = ("launches", "result", "launch_graph", "captured")
+        __slots__ = ("launches", "result", "launch_graph", "captured", "tensors")
 
         def __init__(self, launches, result):
             self.launches, self.result = tuple(launches), result
+            # the caller's tensors its launches hold weakly (:func:`weakly_held`): all must live to replay
+            self.tensors = tuple(ref for launch in self.launches for ref in getattr(launch, "tensors", ()))
             self.captured = False  # whether a capture into a graph was tried
             self.launch_graph = None  # graph_launcher(graph) once captured (it holds the graph)
 
@@ -184,6 +206,9 @@ class Plans:
         except TypeError:  # an unhashable argument: the call itself says what is wrong with it
             return None
         if plan is None or self._ctx.team.debug:  # (remembered before debug mode was switched on)
+            return None
+        if plan.tensors and not all(ref() is not None for ref in plan.tensors):  # a tensor died: planned anew
+            del self._plans[key]
             return None
         launch_graph = plan.launch_graph
         if (launch_graph is not None or (self._graphs and not plan.captured)) \

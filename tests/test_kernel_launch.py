@@ -1,9 +1,11 @@
 """iris.kernel_launch's call keys: what makes a repeated call the same call (its remembered launches are
 relaunched as they are), on plain tensors, without ranks."""
 
+import gc
+
 import torch
 
-from iris.kernel_launch import call_key
+from iris.kernel_launch import call_key, weakly_held
 
 
 def test_a_call_key_tells_apart_what_the_launches_depend_on():
@@ -45,3 +47,13 @@ def test_a_call_key_is_none_for_anything_but_plain_tensors():
     assert call_key("op", x, [1, 2]) is None
     assert call_key("op", x.as_subclass(Sub), x) is None
     assert call_key("op", x, x.as_subclass(Sub)) is None
+
+
+def test_a_weakly_held_launch_runs_on_its_tensors_and_keeps_none_alive():
+    x, out = torch.zeros(4), torch.zeros(4)
+    launch = weakly_held(lambda a, bias, b: b.copy_(a + 1), x, None, out)
+    launch()
+    assert out.eq(1).all() and len(launch.tensors) == 2  # None is no tensor
+    del x
+    gc.collect()
+    assert launch.tensors[0]() is None and launch.tensors[1]() is out

@@ -1,5 +1,8 @@
 """ctx.ops' five fused ops against a float64 reference built from every rank's shards."""
 
+import gc
+import weakref
+
 import pytest
 import torch
 
@@ -437,6 +440,44 @@ def test_a_repeated_pipelined_call_replays_its_launches_on_new_data(ranks):
     for errors, plans in ranks.run(_replayed_calls, "matmul_all_reduce", FusedConfig(pipeline_chunks=2)):
         assert max(errors) < TOLERANCE[torch.float32] * 10, errors
         assert plans == [(1, "Workspace"), (1, "Workspace"), (1, "Workspace"), (2, "Workspace"), (3, "Workspace")]
+
+
+def _operands_kept_alive(op, config):
+    """Whether ctx.ops keeps any of a remembered call's operands alive once the caller has dropped them (a
+    call and its replay, then the operands dropped), and whether a call on new operands then is right."""
+    ctx = iris.iris(1 << 24)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    a_shape, b_shape, out_shape = shapes(op, 40, 48, 24, world)
+    errors, refs = [], []
+    for seed in (1, 2):
+        a, b = (shard.to(device) for shard in _shards(seed, rank, a_shape, b_shape))
+        bias = torch.randn(b_shape[1], generator=torch.Generator().manual_seed(seed))
+        out = torch.empty(out_shape, dtype=torch.bfloat16, device=device)
+        for _ in range(2):  # remembered, then replayed
+            getattr(ctx.ops, op)(out, a, b, bias=bias.to(device), config=config)
+        ctx.barrier()
+        errors.append(_relative_error(op, out, seed, rank, world, a_shape, b_shape, bias))
+        refs += [weakref.ref(t) for t in (a, b, out)]
+        del a, b, out
+    gc.collect()
+    alive = [ref() is not None for ref in refs]
+    ctx.close()
+    return alive, errors
+
+
+@pytest.mark.parametrize("op,config", [("all_gather_matmul", FusedConfig(vendor_gemm=True)),
+                                       ("matmul_all_reduce", FusedConfig(pipeline_chunks=2)),
+                                       ("matmul_all_reduce", FusedConfig(vendor_gemm=True))],
+                         ids=["all_gather_matmul-vendor", "matmul_all_reduce-pipeline", "matmul_all_reduce-vendor"])
+def test_a_remembered_call_keeps_none_of_its_operands_alive(ranks, op, config):
+    """The launches that torch runs (the vendor's GEMM, the pipeline's chunks) hold the caller's tensors weakly:
+    a plan whose tensors died is dropped, not replayed, and does not keep their memory (one plan per call of
+    new tensors would otherwise hold every one of them)."""
+    if op == "all_gather_matmul":
+        _skip_where_copies_are_refused(ranks)
+    for alive, errors in ranks.run(_operands_kept_alive, op, config):
+        assert not any(alive), alive
+        assert max(errors) <= TOLERANCE[torch.bfloat16], errors
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ import torch
 import triton
 
 from iris.device.sync import wait_until
-from iris.kernel_launch import bind
+from iris.kernel_launch import bind, weakly_held
 from iris.ops import _fused
 
 WHAT = "all_gather_matmul"
@@ -51,27 +51,30 @@ def problem(ctx, A_shard) -> tuple:
     return key, spec
 
 
+def _own_product(A_shard, B, output, bias, first: int, rows: int) -> None:
+    if bias is None:
+        torch.mm(A_shard, B[first:first + rows], out=output)
+    else:
+        torch.addmm(bias.to(output.dtype), A_shard, B[first:first + rows], out=output)
+
+
+def _added_product(B, output, slot, first: int, rows: int) -> None:
+    output.addmm_(slot, B[first:first + rows])
+
+
 def launches(ctx, output, A_shard, B, bias, workspace) -> list:
-    """The call's launches, in order, not yet launched (see the module); checked by the caller."""
+    """The call's launches, in order, not yet launched (see the module); checked by the caller. They hold the
+    caller's tensors weakly (:func:`iris.kernel_launch.weakly_held`)."""
     members = ctx.team.participants(None)
     M, K_r = A_shard.shape
     slots = workspace.gathered.view(members.size, M, K_r)
-
-    def rows(position):
-        return B[position * K_r:(position + 1) * K_r]
-
-    own_rows = rows(members.index)
-
-    def own_product():
-        if bias is None:
-            torch.mm(A_shard, own_rows, out=output)
-        else:
-            torch.addmm(bias.to(output.dtype), A_shard, own_rows, out=output)
-
+    own = weakly_held(functools.partial(_own_product, first=members.index * K_r, rows=K_r), A_shard, B, output,
+                      bias)
     added = []
     for step in range(1, members.size):  # member index - step sends to this one at its step: in that order
         position = (members.index - step) % members.size
         added += [bind(_arrival_kernel, (1,), workspace.flags, position),
-                  functools.partial(output.addmm_, slots[position], rows(position))]
+                  weakly_held(functools.partial(_added_product, slot=slots[position], first=position * K_r, rows=K_r),
+                              B, output)]
     send, finish = _fused.sent_by_copies(ctx, A_shard, workspace.gathered, workspace.flags)
-    return [ctx.team.barrier.launch(None), send, own_product, *added, finish]
+    return [ctx.team.barrier.launch(None), send, own, *added, finish]

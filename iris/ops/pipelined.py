@@ -29,6 +29,7 @@ import torch
 
 from iris.ccl.all_reduce import BARRIER_FREE, IN_PLACE
 from iris.ccl.config import Config
+from iris.kernel_launch import weakly_held
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import matmul
@@ -135,29 +136,31 @@ def run(ctx, output, A, B, bias, count: int, workspace, variant: str | None = No
     programs = None if interpreted else max(1, _fused.sm_share(ctx) - COMM_SMS)
     bias_here = bias if ctx.team.participants(None).index == 0 else None  # added once, by member 0
 
-    def computed(first: int, end: int):
-        def launch():
+    device = A.device
+
+    def computed(first: int, end: int):  # the caller's tensors held weakly: a plan keeps none alive
+        def launch(A, B, bias):
             if not vendor_gemm:
-                matmul(A[first:end], B, out=partials[first:end], bias=bias_here, programs=programs)
-            elif bias_here is None:
+                matmul(A[first:end], B, out=partials[first:end], bias=bias, programs=programs)
+            elif bias is None:
                 torch.mm(A[first:end], B, out=partials[first:end])
             else:
-                torch.addmm(bias_here.to(partials.dtype), A[first:end], B, out=partials[first:end])
-        return launch
+                torch.addmm(bias.to(partials.dtype), A[first:end], B, out=partials[first:end])
+        return weakly_held(launch, A, B, bias_here)
 
     def summed(first: int, end: int):
-        def launch():
-            side = None if interpreted else _fused.side_stream(A.device)
+        def launch(output):
+            side = None if interpreted else _fused.side_stream(device)
             if side is not None:  # behind the chunk's GEMM, beside the next chunks'
                 side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):  # None: the one stream, in order
                 ctx.ccl.all_reduce(partials[first:end], partials[first:end], config=sums)
                 output[first:end].copy_(partials[first:end])
-        return launch
+        return weakly_held(launch, output)
 
     def joined():
         if not interpreted:
-            torch.cuda.current_stream().wait_stream(_fused.side_stream(A.device))
+            torch.cuda.current_stream().wait_stream(_fused.side_stream(device))
 
     launches = [ctx.team.barrier.launch(None)]
     for first, end in rows:
