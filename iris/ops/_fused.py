@@ -246,6 +246,14 @@ def barrier_arguments(ctx) -> tuple:
     return (members.tensor, members.size, members.index, ctx.get_rank(), ctx.get_heap_bases(), arrivals, expected)
 
 
+def vendor_dtype_refusal(output, A) -> str | None:
+    """Why FusedConfig(vendor_gemm=True) cannot write ``output``, or None: torch's GEMM writes A's dtype."""
+    if isinstance(output, torch.Tensor) and isinstance(A, torch.Tensor) and output.dtype != A.dtype:
+        return (f"FusedConfig(vendor_gemm=True) writes output in A's dtype ({A.dtype}) through torch's GEMM; output "
+                f"has {output.dtype}: pass an output of A's dtype, or vendor_gemm=False")
+    return None
+
+
 def copy_refusal(ctx) -> str | None:
     """Why FusedConfig(copy_engine=True) cannot run in this job, or None: every member's heap must be mapped
     here (none reached only through the engine, across nodes), and on GPUs each rank must have its own:

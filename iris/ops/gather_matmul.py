@@ -258,12 +258,11 @@ def _check(ctx, output, A_shard, B, bias, config) -> None:
     # A_shard times B's first K_r rows has the operands' and output's dtypes, devices and shapes of the whole
     _fused.check(WHAT, ctx, output, A_shard, B[: A_shard.shape[1]], bias, lambda M, K, N: (M, N),
                  symmetric_output=False)
-    if config.vendor_gemm and output.dtype != A_shard.dtype:
-        raise ValueError(f"{WHAT}: FusedConfig(vendor_gemm=True) writes output in A's dtype ({A_shard.dtype}) "
-                         f"through torch's GEMM; output has {output.dtype}: pass an output of A's dtype, or "
-                         "vendor_gemm=False")
-    for option in ("copy_engine", "vendor_gemm"):  # asked for: refused aloud (None: Iris's way where they cannot go)
-        obstacle = getattr(config, option) and _copy_obstacle(ctx, A_shard, option)
+    obstacles = [config.vendor_gemm and _fused.vendor_dtype_refusal(output, A_shard)]
+    # asked for: refused aloud (None: Iris's way where they cannot go)
+    obstacles += [getattr(config, option) and _copy_obstacle(ctx, A_shard, option)
+                  for option in ("copy_engine", "vendor_gemm")]
+    for obstacle in obstacles:
         if obstacle:
             raise ValueError(f"{WHAT}: {obstacle}")
 

@@ -365,11 +365,7 @@ def _check(what, ctx, output, A, B, bias, scatter: bool, config: FusedConfig) ->
         if refusal:
             raise ValueError(f"{what}: {refusal}")
     if config.vendor_gemm and not scatter:
-        if isinstance(output, torch.Tensor) and isinstance(A, torch.Tensor) and output.dtype != A.dtype:
-            raise ValueError(f"{what}: FusedConfig(vendor_gemm=True) writes output in A's dtype ({A.dtype}) through "
-                             f"torch's GEMM; output has {output.dtype}: pass an output of A's dtype, or "
-                             "vendor_gemm=False")
-        refusal = pipelined.refusal(config)
+        refusal = _fused.vendor_dtype_refusal(output, A) or pipelined.refusal(config)
         if refusal:
             raise ValueError(f"{what}: {refusal}")
 
