@@ -41,7 +41,8 @@ from iris.runtime.shm import remove_stale_segments
 
 TIMEOUT_EXIT_CODE = 124
 STOP_GRACE_SECONDS = 5.0
-STACK_DUMP_SECONDS = 2.0  # how long a timed-out rank gets to print its stacks
+STACK_DUMP_SECONDS = 15.0  # the most a timed-out rank gets to print its stacks
+STACK_DUMP_QUIET_SECONDS = 0.5  # a dump is over once every signalled rank has spoken and then been this quiet
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 CRASH_SIGNALS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -128,8 +129,10 @@ def _on_cpus(hook, cpus):
     return start
 
 
-def _pump(stream, rank: int, sink, lock) -> None:
+def _pump(stream, rank: int, sink, lock, heard) -> None:
+    """Copy the rank's lines to ``sink`` with its prefix; ``heard[rank]``: when its last line came."""
     for raw in iter(stream.readline, b""):
+        heard[rank] = time.monotonic()
         line = raw.decode(errors="replace")
         with lock:
             sink.write(f"[rank {rank}] {line}" if line.endswith("\n") else f"[rank {rank}] {line}\n")
@@ -141,14 +144,24 @@ def _exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _dump_stacks(procs) -> None:
-    """SIGUSR1 to each rank (see :func:`enable_stack_dumps`), then a moment for the output to arrive."""
-    for p in procs:
+def _dump_stacks(procs, ranks, heard) -> None:
+    """SIGUSR1 to each of ``ranks`` (see :func:`enable_stack_dumps`), then wait for their stacks to arrive.
+
+    A loaded host can take seconds to deliver them: the wait ends once every signalled rank has written a
+    line since the signal and all have been quiet for STACK_DUMP_QUIET_SECONDS (STACK_DUMP_SECONDS at most;
+    a rank without an Iris context prints nothing)."""
+    signalled = time.monotonic()
+    for rank in ranks:
         try:
-            p.send_signal(signal.SIGUSR1)
+            procs[rank].send_signal(signal.SIGUSR1)
         except ProcessLookupError:
             pass
-    time.sleep(STACK_DUMP_SECONDS)
+    while time.monotonic() - signalled < STACK_DUMP_SECONDS:
+        now = time.monotonic()
+        if all(heard[r] > signalled or procs[r].poll() is not None for r in ranks) and \
+                now - max(heard[r] for r in ranks) > STACK_DUMP_QUIET_SECONDS:
+            return
+        time.sleep(0.05)
 
 
 def _stop(procs, signum: int = signal.SIGTERM) -> None:
@@ -180,7 +193,7 @@ def _failure_message(rank: int, returncode: int) -> str:
     return message + "; stopping the other ranks\n"
 
 
-def _watch(procs, timeout, sink, lock) -> int:
+def _watch(procs, timeout, sink, lock, heard) -> int:
     """Wait for the ranks; the exit code of the job (the first failure, the timeout or 0)."""
     start = time.monotonic()
     while True:
@@ -198,7 +211,7 @@ def _watch(procs, timeout, sink, lock) -> int:
                 waiting = [r for r, c in enumerate(states) if c is None]
                 sink.write(f"[iris run] timeout after {timeout:g} s; ranks {waiting} still running: their stacks "
                            "follow, then they are stopped\n")
-            _dump_stacks([procs[r] for r in waiting])
+            _dump_stacks(procs, waiting, heard)
             return TIMEOUT_EXIT_CODE
         time.sleep(0.05)
 
@@ -225,6 +238,7 @@ def run(nprocs: int, command: list[str], timeout: float | None = None, sink=None
     handling = threading.current_thread() is threading.main_thread()  # only there can Python handle signals
     previous = {s: signal.signal(s, _raise_stopped) for s in FORWARDED_SIGNALS} if handling else {}
     procs, pumps, stop_with, code = [], [], signal.SIGTERM, 0
+    heard = [0.0] * nprocs  # when each rank's last line came (its pump thread writes it)
     try:
         hook = _die_with_launcher_hook()
         for rank in range(nprocs):  # every rank before any pump thread: preexec_fn wants no other thread
@@ -232,9 +246,9 @@ def run(nprocs: int, command: list[str], timeout: float | None = None, sink=None
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                                           preexec_fn=_on_cpus(hook, placed[rank]) if placed else hook))
         for rank, p in enumerate(procs):
-            pumps.append(threading.Thread(target=_pump, args=(p.stdout, rank, sink, lock), daemon=True))
+            pumps.append(threading.Thread(target=_pump, args=(p.stdout, rank, sink, lock, heard), daemon=True))
             pumps[-1].start()
-        code = _watch(procs, timeout, sink, lock)
+        code = _watch(procs, timeout, sink, lock, heard)
     except (_Stopped, KeyboardInterrupt) as stop:
         stop_with = stop.signum if isinstance(stop, _Stopped) else signal.SIGINT
         code = 128 + stop_with

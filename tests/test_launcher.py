@@ -67,6 +67,26 @@ def test_timeout_prints_where_each_rank_hangs(tmp_path):
                    for line in proc.stdout.splitlines()), proc.stdout
 
 
+def test_timeout_waits_for_a_slow_stack_dump(tmp_path):
+    # On a loaded host (the GPU gate runs 8 pytest workers) a rank's stacks can take seconds to arrive:
+    # the launcher waits until every signalled rank has spoken and gone quiet, not a fixed moment.
+    proc, elapsed = _launch(tmp_path, """
+        import signal, sys, time
+
+        def slow_dump(signum, frame):
+            time.sleep(3.5)
+            print("stack of a slow rank", flush=True)
+
+        signal.signal(signal.SIGUSR1, slow_dump)
+        print("ready", flush=True)
+        time.sleep(600)
+    """, extra=("--timeout", "3"))
+    assert proc.returncode == 124, proc.stdout + proc.stderr
+    for rank in (0, 1):
+        assert f"[rank {rank}] stack of a slow rank" in proc.stdout, proc.stdout
+    assert elapsed < 60
+
+
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm to look for leftover segments")
 def test_segments_of_a_crashed_rank_are_removed(tmp_path):
     proc, _ = _launch(tmp_path, """
