@@ -49,7 +49,8 @@ if [ "${1:-}" = --quick ]; then
   # Each session names its failures in quick-<name>-failures.txt as they happen (a killed gate still tells).
   rm -f "$logs"/quick-*-failures.txt
   env "$node_env" IRIS_FAILURE_LOG="$logs/quick-tests-failures.txt" \
-    python -m pytest tests -q -p no:cacheprovider -n "$workers" --dist loadfile >"$logs/quick-tests.log" 2>&1 &
+    python -m pytest tests -q -p no:cacheprovider -n "$workers" --dist loadfile --durations=25 \
+    >"$logs/quick-tests.log" 2>&1 &
   tests_pid=$!
   env "$node_env" IRIS_FAILURE_LOG="$logs/quick-conformance-failures.txt" \
     python -m pytest conformance -q -p no:cacheprovider -n "$workers" --ranks "$node_ranks" \
@@ -77,6 +78,8 @@ if [ "${1:-}" = --quick ]; then
     name=${job%%:*}
     wait "${job#*:}" || status=1
     echo "[quick] $name: $(grep -E 'passed|failed|error' "$logs/quick-$name.log" | tail -1)"
+    # the slowest tests: what to look at when the gate creeps toward the device's 600 s a call
+    [ "$name" = tests ] && sed -n '/slowest 25 durations/,/^$/p' "$logs/quick-tests.log" | sed -n '2,6{/^$/!s/^/[quick] slow: /p}'
     if [ -s "$logs/quick-$name-failures.txt" ]; then sed "s/^/[quick] $name: /" "$logs/quick-$name-failures.txt"; fi
   done
   if [ -n "$sampler" ]; then
