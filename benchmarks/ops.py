@@ -459,10 +459,10 @@ def main() -> int:
                               f"{row['overlap_efficiency']:8.2f}", flush=True)
                         if "fused_host_us" in row:
                             print(f"    host: {row['fused_host_us']:.1f} us per call", flush=True)
-                        if args.profile and not row["profile_programs"]:
-                            print("    traced: no program of Iris's recorded a span (all_gather_matmul by the "
-                                  "vendor's GEMM, FusedConfig.vendor_gemm: --config vendor_gemm=0 profiles Iris's "
-                                  "kernel)", flush=True)
+                        if args.profile and not row["profile_compute_us"]:
+                            print(f"    traced: no tile's compute, only the waits for the other members' slices: "
+                                  f"{row['profile_wait_us']:.1f} us (all_gather_matmul by the vendor's GEMM, "
+                                  "FusedConfig.vendor_gemm: --config vendor_gemm=0 profiles Iris's kernel)", flush=True)
                         elif args.profile:
                             print("    traced: " + ", ".join(f"{key} {row[f'profile_{key}_us']:.1f}" for key in
                                   ("span", *PROFILED, "idle", "tail")) +

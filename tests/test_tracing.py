@@ -161,6 +161,43 @@ def test_a_fused_op_records_its_tiles_when_tracing_is_on(ranks, traced, op):
         kinds = found["summary"]["kinds"]
         assert kinds["compute"]["count"] == found["computes"] and set(kinds) <= set(found["kinds"]), found
 
+def _traced_vendor_gather_on_rank(traced: bool):
+    """all_gather_matmul by the vendor's GEMM, traced or not: its waits for each member's slice."""
+    ctx = iris.iris(1 << 22)
+    world, device = ctx.get_num_ranks(), ctx.get_device()
+    if traced:
+        ctx.tracing.enable(max_events=1000)
+    a = torch.full((40, 24), 0.5, dtype=torch.bfloat16, device=device)
+    b = torch.full((24 * world, 72), 1.0, dtype=torch.bfloat16, device=device)
+    out = torch.empty(40, 72, dtype=torch.bfloat16, device=device)
+    ctx.ops.all_gather_matmul(out, a, b, config=FusedConfig(vendor_gemm=True))
+    ctx.barrier()
+    events = ctx.tracing.events() if traced else []
+    found = dict(right=bool((out == 12.0 * world).all()), kinds=sorted({e["name"] for e in events}),
+                 waited_for=sorted(e["target_rank"] for e in events if e["name"] == "wait"),
+                 spans=all(e["end"] >= e["timestamp"] > 0 for e in events),
+                 ranks={e["cur_rank"] for e in events})
+    ctx.close()
+    return found
+
+
+@pytest.mark.parametrize("traced", [True, False])
+def test_all_gather_matmul_by_the_vendors_gemm_records_its_wait_for_each_members_slice(ranks, traced):
+    """torch's GEMM and the copy engine record nothing; the one-program kernel before each member's product
+    records its wait for that member's slice (target_rank: the member), the span the slice took to come."""
+    refusal = copy_refusal_in(ranks)
+    if refusal:
+        pytest.skip(refusal)
+    for rank, found in enumerate(ranks.run(_traced_vendor_gather_on_rank, traced)):
+        assert found["right"], found
+        if not traced:
+            assert found["kinds"] == [], found
+            continue
+        others = sorted(set(range(ranks.world_size)) - {rank})
+        assert found["kinds"] == ["wait"] and found["waited_for"] == others, found
+        assert found["spans"] and found["ranks"] == {rank}, found
+
+
 def _traced_collectives_on_rank(tmp: str):
     """Each collective called once untraced (its launches remembered), then again with tracing on."""
     from iris.ccl import Config

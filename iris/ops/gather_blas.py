@@ -10,7 +10,8 @@ N 14336 (docs/benchmarks.md, "2 x H100 at c811e24"). This way keeps the overlap 
    arrival flag (the copy engine on a GPU, no SM: :func:`iris.ops._fused.sent_by_copies`);
 3. meanwhile torch multiplies this rank's own slice: ``output = A_shard @ B[own rows] (+ bias)``;
 4. for each other member, in the order their copies come (the previous member's first), a one-program
-   kernel waits until its flag is set, and torch adds its product in place:
+   kernel waits until its flag is set (with ``ctx.tracing`` on it records that ``wait``, target_rank the
+   member: the only span of the call), and torch adds its product in place:
    ``output += slot @ B[its rows]``;
 5. the flags are cleared and the side stream joined.
 
@@ -28,8 +29,12 @@ import functools
 
 import torch
 import triton
+import triton.language as tl
 
+from iris.device import tracing
+from iris.device.rma import HEAP_BASES_SLOT
 from iris.device.sync import wait_until
+from iris.device.tracing import tracing_from_context
 from iris.kernel_launch import bind, weakly_held
 from iris.ops import _fused
 
@@ -37,8 +42,12 @@ WHAT = "all_gather_matmul"
 
 
 @triton.jit
-def _arrival_kernel(flags, position):
+def _arrival_kernel(flags, position, sender, cur, heap_bases, WORLD: tl.constexpr, TRACE: tl.constexpr):
+    """Wait until member ``position``'s slice has come (its flag set); traced: the wait, target_rank its sender."""
+    trace = tracing_from_context(heap_bases - HEAP_BASES_SLOT, WORLD, TRACE)  # records nothing unless TRACE
+    waiting = trace.start(tracing.WAIT, cur, sender, flags + position, position, 0, 0)
     wait_until(flags + position, "!=", 0)
+    trace.end(waiting)
 
 
 def problem(ctx, A_shard) -> tuple:
@@ -73,7 +82,8 @@ def launches(ctx, output, A_shard, B, bias, workspace) -> list:
     added = []
     for step in range(1, members.size):  # member index - step sends to this one at its step: in that order
         position = (members.index - step) % members.size
-        added += [bind(_arrival_kernel, (1,), workspace.flags, position),
+        added += [bind(_arrival_kernel, (1,), workspace.flags, position, members.ranks[position], ctx.get_rank(),
+                       ctx.get_heap_bases(), WORLD=ctx.get_num_ranks(), TRACE=ctx.tracing.enabled),
                   weakly_held(functools.partial(_added_product, slot=slots[position], first=position * K_r, rows=K_r),
                               B, output)]
     send, finish = _fused.sent_by_copies(ctx, A_shard, workspace.gathered, workspace.flags)
