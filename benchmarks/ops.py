@@ -459,16 +459,16 @@ def main() -> int:
                               f"{row['overlap_efficiency']:8.2f}", flush=True)
                         if "fused_host_us" in row:
                             print(f"    host: {row['fused_host_us']:.1f} us per call", flush=True)
-                        if args.profile and not row["profile_compute_us"]:
-                            print(f"    traced: no tile's compute, only the waits for the other members' slices: "
-                                  f"{row['profile_wait_us']:.1f} us (all_gather_matmul by the vendor's GEMM, "
-                                  "FusedConfig.vendor_gemm: --config vendor_gemm=0 profiles Iris's kernel)", flush=True)
-                        elif args.profile:
+                        if args.profile:
                             print("    traced: " + ", ".join(f"{key} {row[f'profile_{key}_us']:.1f}" for key in
                                   ("span", *PROFILED, "idle", "tail")) +
                                   f" us per program ({row['profile_programs']} programs); a tile's compute "
                                   f"{row['profile_compute_per_tile_us']:.1f} us; median of {args.profile} calls",
                                   flush=True)
+                        if args.profile and not row["profile_compute_us"]:
+                            print("    traced: no tile's compute: the GEMM ran outside a fused kernel (torch's, "
+                                  "FusedConfig.vendor_gemm, or by the chunks of matmul_all_reduce's pipeline); "
+                                  "--config vendor_gemm=0 pipeline_chunks=0 profiles the fused kernel", flush=True)
                     del p
     ctx.barrier()
     if rank == 0:

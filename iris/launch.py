@@ -157,9 +157,8 @@ def _dump_stacks(procs, ranks, heard) -> None:
         except ProcessLookupError:
             pass
     while time.monotonic() - signalled < STACK_DUMP_SECONDS:
-        now = time.monotonic()
         if all(heard[r] > signalled or procs[r].poll() is not None for r in ranks) and \
-                now - max(heard[r] for r in ranks) > STACK_DUMP_QUIET_SECONDS:
+                time.monotonic() - max(heard[r] for r in ranks) > STACK_DUMP_QUIET_SECONDS:
             return
         time.sleep(0.05)
 

@@ -49,7 +49,8 @@ def test_a_profile_of_all_gather_matmul_by_the_vendor_gemm_gives_its_waits_for_t
     result = run_benchmark("ops.py", 2, "--profile", "1", "--ops", "all_gather_matmul", "--m", "32", "--n", "64",
                            "--k", "64", "--config", "vendor_gemm=1", csv_path=tmp_path / "ops.csv", check=False)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "traced: no tile's compute, only the waits for the other members' slices" in result.stdout
+    assert "traced: no tile's compute: the GEMM ran outside a fused kernel" in result.stdout
+    assert "us per program (1 programs)" in result.stdout
     with open(tmp_path / "ops.csv") as f:
         (row,) = csv.DictReader(f)
     assert row["profile_programs"] == "1" and float(row["profile_compute_us"]) == 0, row
