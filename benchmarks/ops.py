@@ -468,7 +468,7 @@ def main() -> int:
                         if args.profile and not row["profile_compute_us"]:
                             print("    traced: no tile's compute: the GEMM ran outside a fused kernel (torch's, "
                                   "FusedConfig.vendor_gemm, or by the chunks of matmul_all_reduce's pipeline); "
-                                  "--config vendor_gemm=0 pipeline_chunks=0 profiles the fused kernel", flush=True)
+                                  "--config vendor_gemm=0,pipeline_chunks=0 profiles the fused kernel", flush=True)
                     del p
     ctx.barrier()
     if rank == 0:

@@ -5,6 +5,7 @@ sweep with no slack, so a term missing from that sum runs out of heap here.
 """
 
 import csv
+import shlex
 
 from benchmark_runs import import_benchmark, run_benchmark
 
@@ -51,6 +52,13 @@ def test_a_profile_of_all_gather_matmul_by_the_vendor_gemm_gives_its_waits_for_t
     assert result.returncode == 0, result.stderr[-2000:]
     assert "traced: no tile's compute: the GEMM ran outside a fused kernel" in result.stdout
     assert "us per program (1 programs)" in result.stdout
+    # the options it suggests run as typed (the line ends with them)
+    hint = result.stdout.split("traced: no tile's compute", 1)[1].splitlines()[0]
+    suggested = shlex.split("--config " + hint.split("--config ", 1)[1].split(" profiles")[0])
+    rerun = run_benchmark("ops.py", 2, "--profile", "1", "--ops", "all_gather_matmul", "--m", "32", "--n", "64",
+                          "--k", "64", *suggested, csv_path=tmp_path / "kernel.csv", check=False)
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+    assert "traced: no tile's compute" not in rerun.stdout
     with open(tmp_path / "ops.csv") as f:
         (row,) = csv.DictReader(f)
     assert row["profile_programs"] == "1" and float(row["profile_compute_us"]) == 0, row
