@@ -5,7 +5,8 @@ dtype, a bias or none, communication programs for the reduce ops (FusedConfig.co
 else owner-reduce forced on, off or left to the world size (FusedConfig.reduce_at_owner), TMA
 operand loads or not (FusedConfig.tma_loads), else K in 2 or 3 parts or not
 (FusedConfig.split_k), copies or pushes as the op picks or pushes forced (FusedConfig.copy_engine),
-matmul_all_reduce as a pipeline of row chunks or not (FusedConfig.pipeline_chunks), all_gather_matmul
+matmul_all_reduce as a pipeline of row chunks or not (FusedConfig.pipeline_chunks; its GEMM leaving the sums
+some SMs, FusedConfig.pipeline_comm_sms), all_gather_matmul
 multiplied by torch's GEMM where the op's default takes it or Iris's kernel forced (FusedConfig.vendor_gemm),
 and the data.
 Every rank knows every rank's shards (seeded), so each checks its whole output against the
@@ -59,7 +60,8 @@ def _fused_op_on_rank(case):
     a, b = (t.to(device) for t in _shards(case, rank, a_shape, b_shape))
     config = FusedConfig(comm_programs=case["comm_programs"], reduce_at_owner=case["reduce_at_owner"],
                          tma_loads=case["tma_loads"], split_k=case["split_k"], copy_engine=case["copy_engine"],
-                         pipeline_chunks=case["pipeline_chunks"], vendor_gemm=case["vendor_gemm"])
+                         pipeline_chunks=case["pipeline_chunks"], vendor_gemm=case["vendor_gemm"],
+                         pipeline_comm_sms=case["pipeline_comm_sms"])
     key, spec = ctx.ops.workspace_layout(op, out, a, b, config)
     tensors = {}
     for name, buf in spec.items():
@@ -105,6 +107,8 @@ def fused_op_cases(draw):
     # no effect on the other ops
     pipelines = case["comm_programs"] == 0 and not case["reduce_at_owner"]
     case["pipeline_chunks"] = draw(st.sampled_from((None, None, None, 0, 2, 3))) if pipelines else None
+    # the SMs the pipeline's GEMM leaves to the sums (its programs on a GPU), where the pipeline is asked for
+    case["pipeline_comm_sms"] = draw(st.sampled_from((None, 8, 64))) if case["pipeline_chunks"] else None
     return case
 
 

@@ -498,14 +498,15 @@ def test_matmul_all_reduce_with_and_without_owner_reduce_matches_float64(ranks, 
         assert max(errors) <= TOLERANCE[torch.float32], f"rank {rank}: relative errors {errors}"
 
 
-def _pipelined(m, n, k, chunks, seeds, variant=None, vendor_gemm=None, out_dtype=torch.float32):
+def _pipelined(m, n, k, chunks, seeds, variant=None, vendor_gemm=None, out_dtype=torch.float32, comm_sms=None):
     """matmul_all_reduce with FusedConfig(pipeline_chunks=chunks) into a plain output and into a heap one
     (either way the chunks are summed in the workspace and copied out): per call, the relative error of each
     against float64 and whether the two outputs hold the same bits."""
     ctx = iris.iris(1 << 24)
     rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     a_shape, b_shape, out_shape = shapes("matmul_all_reduce", m, n, k, world)
-    config = FusedConfig(pipeline_chunks=chunks, all_reduce_variant=variant, vendor_gemm=vendor_gemm)
+    config = FusedConfig(pipeline_chunks=chunks, all_reduce_variant=variant, vendor_gemm=vendor_gemm,
+                         pipeline_comm_sms=comm_sms)
     results = []
     for seed in seeds:  # the same problem again: the kept workspace
         a, b = (t.to(device) for t in _shards(seed, rank, a_shape, b_shape, torch.bfloat16))
@@ -522,12 +523,13 @@ def _pipelined(m, n, k, chunks, seeds, variant=None, vendor_gemm=None, out_dtype
     return results
 
 
-@pytest.mark.parametrize("chunks", [1, 5])
-def test_matmul_all_reduce_pipelined_by_row_chunks_matches_float64(ranks, chunks):
+@pytest.mark.parametrize("chunks,comm_sms", [(1, None), (5, None), (2, 40)])
+def test_matmul_all_reduce_pipelined_by_row_chunks_matches_float64(ranks, chunks, comm_sms):
     """FusedConfig(pipeline_chunks=C): Iris's GEMM by C row chunks (72 rows: 5 do not divide them), each
     chunk summed over the ranks by iris.ccl.all_reduce behind it, into a plain and a heap output, over calls
-    that reuse the workspace; every rank gets the same bits either way."""
-    for rank, results in enumerate(ranks.run(_pipelined, 72, 80, 40, chunks, seeds=[3, 4])):
+    that reuse the workspace; every rank gets the same bits either way. pipeline_comm_sms: the SMs the GEMM
+    leaves to the sums (on a GPU; Triton's interpreter runs one program at a time)."""
+    for rank, results in enumerate(ranks.run(_pipelined, 72, 80, 40, chunks, seeds=[3, 4], comm_sms=comm_sms)):
         for errors, same in results:
             assert max(errors) <= TOLERANCE[torch.float32], f"rank {rank}: relative errors {errors}"
             assert same, f"rank {rank}: the plain and the heap output differ"
@@ -825,7 +827,8 @@ def test_fused_ops_refuse_bad_operands_before_any_launch(ranks):
                                          ("num_warps", 0), ("num_stages", True), ("comm_programs", -1),
                                          ("reduce_at_owner", 1), ("copy_engine", 1), ("split_k", 0),
                                          ("split_k", True), ("pipeline_chunks", -1), ("pipeline_chunks", 2.0),
-                                         ("vendor_gemm", 1)])
+                                         ("vendor_gemm", 1), ("pipeline_comm_sms", 0),
+                                         ("pipeline_comm_sms", 2.0)])
 def test_fused_config_names_the_bad_field_and_value(field, value):
     with pytest.raises(ValueError) as info:
         FusedConfig(**{field: value})
@@ -841,6 +844,13 @@ def test_a_k_split_and_tma_loads_do_not_mix():
 def test_pipelined_chunks_and_the_fused_kernels_own_exchanges_do_not_mix(other):
     with pytest.raises(ValueError, match=f"pipeline_chunks=2 and {next(iter(other))}="):
         FusedConfig(pipeline_chunks=2, **other)
+
+
+def test_the_pipelines_sms_for_the_sums_need_the_pipeline_by_iris_gemm():
+    with pytest.raises(ValueError, match="pipeline_chunks=0 and pipeline_comm_sms=32"):
+        FusedConfig(pipeline_chunks=0, pipeline_comm_sms=32)
+    with pytest.raises(ValueError, match="vendor_gemm=True and pipeline_comm_sms=32"):
+        FusedConfig(vendor_gemm=True, pipeline_comm_sms=32)
 
 
 def test_owner_reduce_and_communication_programs_do_not_mix():

@@ -96,6 +96,8 @@ class FusedConfig:
             rows, unless comm_programs, reduce_at_owner or copy_engine is given, or an all_reduce_variant other
             than two_shot or hierarchical (on 4 x H100 4-22% faster than the fused kernel at M 16384, slower
             at M 1024 and at 2 ranks); else the fused kernel. The other ops: no effect.
+        pipeline_comm_sms: matmul_all_reduce's pipeline by Iris's GEMM only: the SMs its GEMM leaves free for the
+            chunks' sums (N >= 1); None (default): ``iris.ops.pipelined.COMM_SMS``. Not with pipeline_chunks=0.
         all_reduce_variant: the original's choice of the all-reduce inside matmul_all_reduce (None or one
             of iris.ccl's variants): where matmul_all_reduce runs as a pipeline (pipeline_chunks), the
             variant that sums each chunk in place (two_shot, push, ll or hierarchical; another raises
@@ -121,6 +123,7 @@ class FusedConfig:
     split_k: int | None = None
     pipeline_chunks: int | None = None
     vendor_gemm: bool | None = None
+    pipeline_comm_sms: int | None = None
 
     def __post_init__(self):
         if self.all_reduce_variant is not None and self.all_reduce_variant not in ALL_REDUCE_VARIANTS:
@@ -156,6 +159,16 @@ class FusedConfig:
         if self.pipeline_chunks is not None and (not isinstance(self.pipeline_chunks, int)
                                                  or isinstance(self.pipeline_chunks, bool) or self.pipeline_chunks < 0):
             raise ValueError(f"FusedConfig.pipeline_chunks={self.pipeline_chunks!r}: must be None or an int >= 0")
+        if self.pipeline_comm_sms is not None and (not isinstance(self.pipeline_comm_sms, int)
+                                                   or isinstance(self.pipeline_comm_sms, bool)
+                                                   or self.pipeline_comm_sms < 1):
+            raise ValueError(f"FusedConfig.pipeline_comm_sms={self.pipeline_comm_sms!r}: must be None or an int >= 1")
+        if self.pipeline_comm_sms is not None and self.pipeline_chunks == 0:
+            raise ValueError(f"FusedConfig(pipeline_chunks=0 and pipeline_comm_sms={self.pipeline_comm_sms}): the "
+                             "fused kernel runs, not the pipeline whose GEMM leaves those SMs; pass one or the other")
+        if self.pipeline_comm_sms is not None and self.vendor_gemm:
+            raise ValueError(f"FusedConfig(vendor_gemm=True and pipeline_comm_sms={self.pipeline_comm_sms}): the "
+                             "vendor's GEMM takes every SM; the SMs left free are Iris's GEMM's; pass one or the other")
         for name in ("comm_programs", "reduce_at_owner"):
             if self.pipeline_chunks and getattr(self, name):
                 raise ValueError(f"FusedConfig(pipeline_chunks={self.pipeline_chunks} and {name}="

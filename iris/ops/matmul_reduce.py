@@ -397,7 +397,7 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
     count = 0 if scatter else pipelined.chunks(ctx, config, A)
     if count:
         return pipelined.run(ctx, output, A, B, bias, count, workspace, config.all_reduce_variant,
-                             bool(config.vendor_gemm))
+                             bool(config.vendor_gemm), config.pipeline_comm_sms)
     if sends_by_copies(ctx, config, A, B):
         return scatter_copies.run(ctx, output, A, B, bias, config, workspace, gather=not scatter)
     key, spec, width, tile = kernel_problem(what, scatter, ctx, output, A, B, config)

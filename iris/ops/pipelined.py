@@ -34,7 +34,7 @@ from iris.ops import _fused
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import matmul
 
-# SMs the GEMM leaves to the chunks' all_reduce (not tuned).
+# SMs the GEMM leaves to the chunks' all_reduce (FusedConfig.pipeline_comm_sms None).
 COMM_SMS = 16
 # FusedConfig.pipeline_chunks None: BY_DEFAULT_CHUNKS chunks from this many ranks and output rows (measured at 4
 # ranks; 8 ranks, where the all_reduce's share of the time is larger still, not measured).
@@ -109,6 +109,17 @@ def chunk_rows(M: int, chunks: int) -> list[tuple[int, int]]:
     return [(first, min(first + size, M)) for first in range(0, M, size)]
 
 
+def gemm_programs(sm_share: int, comm_sms: int | None) -> int:
+    """The programs of a chunk's GEMM on a GPU whose rank has ``sm_share`` SMs, ``comm_sms`` of them
+    (None: :data:`COMM_SMS`) left to the chunks' sums; at least one.
+
+    Example:
+        >>> gemm_programs(132, None), gemm_programs(132, 48), gemm_programs(16, 32)
+        (116, 84, 1)
+    """
+    return max(1, sm_share - (COMM_SMS if comm_sms is None else comm_sms))
+
+
 def refusal(config: FusedConfig) -> str | None:
     """Why ``config`` cannot run matmul_all_reduce by the vendor's GEMM (only the pipeline has it), or None."""
     if config.vendor_gemm and (config.pipeline_chunks == 0 or fused_kernel_asked_for(config)):
@@ -118,12 +129,13 @@ def refusal(config: FusedConfig) -> str | None:
     return None
 
 
-def run(ctx, output, A, B, bias, count: int, workspace, variant: str | None = None, vendor_gemm: bool = False) -> tuple:
+def run(ctx, output, A, B, bias, count: int, workspace, variant: str | None = None, vendor_gemm: bool = False,
+        comm_sms: int | None = None) -> tuple:
     """One call by ``count`` chunks (the operands already checked): the workspace and the launches, bound, not
     yet launched. ``variant``: the chunks' all_reduce variant (``FusedConfig.all_reduce_variant``; None:
     iris.ccl's choice by size); one that cannot sum a chunk in place raises ValueError before any launch.
     ``vendor_gemm``: torch's GEMM (cuBLAS, hipBLASLt) computes each chunk, on every SM, instead of Iris's
-    (output must have A's dtype)."""
+    (output must have A's dtype). ``comm_sms``: the SMs Iris's GEMM leaves to the sums (:func:`gemm_programs`)."""
     M, N = A.shape[0], B.shape[1]
     key, spec = problem(output, A, B)
     workspace = _fused.workspace_for(ctx, "matmul_all_reduce", key, spec, workspace)
@@ -133,7 +145,7 @@ def run(ctx, output, A, B, bias, count: int, workspace, variant: str | None = No
     for first, end in rows:  # each chunk's sum checked now (in place, a landing zone's size), not mid-call
         ctx.ccl.all_reduce_preamble(partials[first:end], partials[first:end], config=sums)
     interpreted = ctx.team.backend.interpreted
-    programs = None if interpreted else max(1, _fused.sm_share(ctx) - COMM_SMS)
+    programs = None if interpreted else gemm_programs(_fused.sm_share(ctx), comm_sms)
     bias_here = bias if ctx.team.participants(None).index == 0 else None  # added once, by member 0
 
     device = A.device
