@@ -97,7 +97,9 @@ class FusedConfig:
             than two_shot or hierarchical (on 4 x H100 4-22% faster than the fused kernel at M 16384, slower
             at M 1024 and at 2 ranks); else the fused kernel. The other ops: no effect.
         pipeline_comm_sms: matmul_all_reduce's pipeline by Iris's GEMM only: the SMs its GEMM leaves free for the
-            chunks' sums (N >= 1); None (default): ``iris.ops.pipelined.COMM_SMS``. Not with pipeline_chunks=0.
+            chunks' sums (N >= 1); None (default): 16, or 8 where this rank's K is 3072 or more (the GEMM about as
+            long as the sums; ``iris.ops.pipelined.gemm_programs``; on 4 x H100 7-10% faster there than 16, which
+            was the fastest of 4-48 at K 2048). Not with pipeline_chunks=0.
         all_reduce_variant: the original's choice of the all-reduce inside matmul_all_reduce (None or one
             of iris.ccl's variants): where matmul_all_reduce runs as a pipeline (pipeline_chunks), the
             variant that sums each chunk in place (two_shot, push, ll or hierarchical; another raises

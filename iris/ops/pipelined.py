@@ -4,7 +4,7 @@ Instead of the fused kernel (:mod:`iris.ops.matmul_reduce`), Iris's GEMM (:func:
 computes this rank's partial product C row chunks at a time into a heap buffer, and each chunk, once
 computed, is summed over the ranks in place by ``iris.ccl.all_reduce`` (the variant its size takes) and
 copied into the output, on a side stream, while the next chunks compute. The GEMM leaves
-:data:`COMM_SMS` SMs to the collectives. Launches, in order on the current stream: a barrier (every
+some SMs to the collectives (:func:`gemm_programs`). Launches, in order on the current stream: a barrier (every
 member's previous call has read what this call overwrites), then per chunk its GEMM and the fork of its
 sum; the last launch joins the side stream back, so the output is complete in stream order after the
 call, as with the fused kernel. On the CPU backend everything runs in order on the one stream. With
@@ -34,8 +34,13 @@ from iris.ops import _fused
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import matmul
 
-# SMs the GEMM leaves to the chunks' all_reduce (FusedConfig.pipeline_comm_sms None).
+# SMs the GEMM leaves to the chunks' all_reduce (FusedConfig.pipeline_comm_sms None): COMM_SMS, or DEEP_K_COMM_SMS
+# where this rank's K (A's columns) is DEEP_K or more, so that its GEMM takes about as long as the sums or longer
+# and needs the SMs more. On 4 x H100 (docs/benchmarks.md, "The SMs the pipeline's GEMM leaves to the sums"),
+# K 2048 per rank: 16 the fastest of 4-48 (8: 7-10% slower); K 3584: 4 or 8 (8: 7-10% faster than 16).
 COMM_SMS = 16
+DEEP_K = 3072
+DEEP_K_COMM_SMS = 8
 # FusedConfig.pipeline_chunks None: BY_DEFAULT_CHUNKS chunks from this many ranks and output rows (measured at 4
 # ranks; 8 ranks, where the all_reduce's share of the time is larger still, not measured).
 BY_DEFAULT_RANKS = 4
@@ -109,15 +114,18 @@ def chunk_rows(M: int, chunks: int) -> list[tuple[int, int]]:
     return [(first, min(first + size, M)) for first in range(0, M, size)]
 
 
-def gemm_programs(sm_share: int, comm_sms: int | None) -> int:
-    """The programs of a chunk's GEMM on a GPU whose rank has ``sm_share`` SMs, ``comm_sms`` of them
-    (None: :data:`COMM_SMS`) left to the chunks' sums; at least one.
+def gemm_programs(sm_share: int, comm_sms: int | None, k: int) -> int:
+    """The programs of a chunk's GEMM, inner dimension ``k``, on a GPU whose rank has ``sm_share`` SMs,
+    ``comm_sms`` of them left to the chunks' sums (None: :data:`COMM_SMS`, or :data:`DEEP_K_COMM_SMS` from
+    :data:`DEEP_K`); at least one.
 
     Example:
-        >>> gemm_programs(132, None), gemm_programs(132, 48), gemm_programs(16, 32)
-        (116, 84, 1)
+        >>> gemm_programs(132, None, 2048), gemm_programs(132, None, 3584), gemm_programs(132, 48, 2048)
+        (116, 124, 84)
     """
-    return max(1, sm_share - (COMM_SMS if comm_sms is None else comm_sms))
+    if comm_sms is None:
+        comm_sms = DEEP_K_COMM_SMS if k >= DEEP_K else COMM_SMS
+    return max(1, sm_share - comm_sms)
 
 
 def refusal(config: FusedConfig) -> str | None:
@@ -145,7 +153,7 @@ def run(ctx, output, A, B, bias, count: int, workspace, variant: str | None = No
     for first, end in rows:  # each chunk's sum checked now (in place, a landing zone's size), not mid-call
         ctx.ccl.all_reduce_preamble(partials[first:end], partials[first:end], config=sums)
     interpreted = ctx.team.backend.interpreted
-    programs = None if interpreted else gemm_programs(_fused.sm_share(ctx), comm_sms)
+    programs = None if interpreted else gemm_programs(_fused.sm_share(ctx), comm_sms, A.shape[1])
     bias_here = bias if ctx.team.participants(None).index == 0 else None  # added once, by member 0
 
     device = A.device
