@@ -6,8 +6,8 @@ Output lines are prefixed with ``[rank R]``. When a rank fails, the others are
 stopped and the launcher exits with that rank's exit code (128 + N for a rank
 killed by signal N; a segmentation fault prints the rank's Python stack and a hint);
 after ``--timeout`` seconds each rank still running prints every thread's Python
-stack (ranks that imported iris: see :func:`enable_stack_dumps`), then every rank is
-stopped and the exit code is 124.
+stack (ranks that made an Iris context: see :func:`enable_stack_dumps`; the launcher
+names the others), then every rank is stopped and the exit code is 124.
 
 With ``--cpu-bind`` (or IRIS_CPU_BIND=1) each rank runs on cores of its own, spread over the
 NUMA nodes (:mod:`iris.cpu_binding`); the launcher prints which.
@@ -119,12 +119,16 @@ def _die_with_launcher_hook():
     return hook
 
 
-def _on_cpus(hook, cpus):
-    """A ``preexec_fn``: ``hook`` (another one, or None), then this process on ``cpus`` only."""
+def _rank_setup(hook, cpus):
+    """A ``preexec_fn``: SIGUSR1 ignored until the rank's first context turns the stack dumps on (so the
+    timeout's signal does not kill a rank that has none), ``hook`` (another one, or None), then this process
+    on ``cpus`` only (None: anywhere)."""
     def start():
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         if hook is not None:
             hook()
-        os.sched_setaffinity(0, cpus)
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
 
     return start
 
@@ -144,12 +148,12 @@ def _exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _dump_stacks(procs, ranks, heard) -> None:
-    """SIGUSR1 to each of ``ranks`` (see :func:`enable_stack_dumps`), then wait for their stacks to arrive.
+def _dump_stacks(procs, ranks, heard) -> list[int]:
+    """SIGUSR1 to each of ``ranks`` (see :func:`enable_stack_dumps`), then wait for their stacks to arrive;
+    returns the ranks still running that printed nothing (a rank without an Iris context ignores the signal).
 
     A loaded host can take seconds to deliver them: the wait ends once every signalled rank has written a
-    line since the signal and all have been quiet for STACK_DUMP_QUIET_SECONDS (STACK_DUMP_SECONDS at most;
-    a rank without an Iris context prints nothing)."""
+    line since the signal and all have been quiet for STACK_DUMP_QUIET_SECONDS (STACK_DUMP_SECONDS at most)."""
     signalled = time.monotonic()
     for rank in ranks:
         try:
@@ -159,8 +163,9 @@ def _dump_stacks(procs, ranks, heard) -> None:
     while time.monotonic() - signalled < STACK_DUMP_SECONDS:
         if all(heard[r] > signalled or procs[r].poll() is not None for r in ranks) and \
                 time.monotonic() - max(heard[r] for r in ranks) > STACK_DUMP_QUIET_SECONDS:
-            return
+            break
         time.sleep(0.05)
+    return [r for r in ranks if heard[r] <= signalled and procs[r].poll() is None]
 
 
 def _stop(procs, signum: int = signal.SIGTERM) -> None:
@@ -210,7 +215,12 @@ def _watch(procs, timeout, sink, lock, heard) -> int:
                 waiting = [r for r, c in enumerate(states) if c is None]
                 sink.write(f"[iris run] timeout after {timeout:g} s; ranks {waiting} still running: their stacks "
                            "follow, then they are stopped\n")
-            _dump_stacks(procs, waiting, heard)
+            silent = _dump_stacks(procs, waiting, heard)
+            with lock:
+                for rank in silent:
+                    sink.write(f"[iris run] rank {rank} printed no stack: a rank prints its stacks once it has made an "
+                               "Iris context (iris.iris())\n")
+                sink.flush()
             return TIMEOUT_EXIT_CODE
         time.sleep(0.05)
 
@@ -243,7 +253,7 @@ def run(nprocs: int, command: list[str], timeout: float | None = None, sink=None
         for rank in range(nprocs):  # every rank before any pump thread: preexec_fn wants no other thread
             procs.append(subprocess.Popen([sys.executable, *command], env=rank_environment(rank, nprocs, port, job),
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                                          preexec_fn=_on_cpus(hook, placed[rank]) if placed else hook))
+                                          preexec_fn=_rank_setup(hook, placed[rank] if placed else None)))
         for rank, p in enumerate(procs):
             pumps.append(threading.Thread(target=_pump, args=(p.stdout, rank, sink, lock, heard), daemon=True))
             pumps[-1].start()

@@ -48,23 +48,45 @@ def test_timeout_stops_every_rank(tmp_path):
 
 
 def test_timeout_prints_where_each_rank_hangs(tmp_path):
+    # 40 s: on the GPU gate's loaded host a rank took more than 20 to make its context
     proc, _ = _launch(tmp_path, """
         import time
         import iris
 
-        ctx = iris.iris(1 << 20)  # under `iris run`, a context makes SIGUSR1 print every thread's stack
+        ctx = iris.iris(1 << 20)
 
         def waiting_for_a_peer():
             time.sleep(600)
 
         print("ready", flush=True)
         waiting_for_a_peer()
-    """, extra=("--timeout", "20"))
+    """, extra=("--timeout", "40"))
     assert proc.returncode == 124, proc.stdout + proc.stderr
     for rank in (0, 1):
         assert f"[rank {rank}] ready" in proc.stdout, proc.stdout
         assert any(line.startswith(f"[rank {rank}]") and "waiting_for_a_peer" in line
                    for line in proc.stdout.splitlines()), proc.stdout
+
+
+def test_timeout_prints_the_stack_of_a_rank_hung_in_making_its_context(tmp_path):
+    # rank 1 waits in iris.iris()'s rendezvous for rank 0 (a common hang): its context turned the stack dumps on
+    # first. Rank 0 never makes one: it has no stack to print, and the launcher says so (its SIGUSR1 ignored).
+    proc, _ = _launch(tmp_path, """
+        import os, time
+        import iris
+
+        print("imported", flush=True)
+        if os.environ["RANK"] == "1":
+            iris.iris(1 << 20)
+        time.sleep(600)
+    """, extra=("--timeout", "30"))
+    assert proc.returncode == 124, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "[rank 0] imported" in lines and "[rank 1] imported" in lines, proc.stdout
+    assert any(line.startswith("[rank 1]") and "context.py" in line for line in lines), proc.stdout
+    assert "[iris run] rank 0 printed no stack: a rank prints its stacks once it has made an Iris context " \
+           "(iris.iris())" in lines, proc.stdout
+    assert not any("rank 1 printed no stack" in line for line in lines), proc.stdout
 
 
 def test_timeout_waits_for_a_slow_stack_dump(tmp_path):
