@@ -98,7 +98,7 @@ class FusedConfig:
             at M 1024 and at 2 ranks); else the fused kernel. The other ops: no effect.
         pipeline_comm_sms: matmul_all_reduce's pipeline by Iris's GEMM only: the SMs its GEMM leaves free for the
             chunks' sums (N >= 1); None (default): 16, or 8 where this rank's K is 3072 or more (the GEMM about as
-            long as the sums; ``iris.ops.pipelined.gemm_programs``; on 4 x H100 7-10% faster there than 16, which
+            long as the sums; ``iris.ops.pipelined.gemm_programs``; on 4 x H100 6-10% faster there than 16, which
             was the fastest of 4-48 at K 2048). Not with pipeline_chunks=0.
         all_reduce_variant: the original's choice of the all-reduce inside matmul_all_reduce (None or one
             of iris.ccl's variants): where matmul_all_reduce runs as a pipeline (pipeline_chunks), the

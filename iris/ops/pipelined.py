@@ -37,7 +37,7 @@ from iris.ops.gemm import matmul
 # SMs the GEMM leaves to the chunks' all_reduce (FusedConfig.pipeline_comm_sms None): COMM_SMS, or DEEP_K_COMM_SMS
 # where this rank's K (A's columns) is DEEP_K or more, so that its GEMM takes about as long as the sums or longer
 # and needs the SMs more. On 4 x H100 (docs/benchmarks.md, "The SMs the pipeline's GEMM leaves to the sums"),
-# K 2048 per rank: 16 the fastest of 4-48 (8: 7-10% slower); K 3584: 4 or 8 (8: 7-10% faster than 16).
+# K 2048 per rank: 16 the fastest of 4-48 (8: 7-10% slower); K 3584: 4 or 8 (8: 6-10% faster than 16).
 COMM_SMS = 16
 DEEP_K = 3072
 DEEP_K_COMM_SMS = 8
