@@ -218,8 +218,8 @@ def _watch(procs, timeout, sink, lock, heard) -> int:
             silent = _dump_stacks(procs, waiting, heard)
             with lock:
                 for rank in silent:
-                    sink.write(f"[iris run] rank {rank} printed no stack: a rank prints its stacks once it has made an "
-                               "Iris context (iris.iris())\n")
+                    sink.write(f"[iris run] rank {rank} printed no stack in {STACK_DUMP_SECONDS:g} s: a rank prints "
+                               "its stacks once it has made an Iris context (iris.iris())\n")
                 sink.flush()
             return TIMEOUT_EXIT_CODE
         time.sleep(0.05)

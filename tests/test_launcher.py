@@ -85,8 +85,8 @@ def test_timeout_prints_the_stack_of_a_rank_hung_in_making_its_context(tmp_path)
     lines = proc.stdout.splitlines()
     assert "[rank 0] imported" in lines and "[rank 1] imported" in lines, proc.stdout
     assert any(line.startswith("[rank 1]") and "context.py" in line for line in lines), proc.stdout
-    assert "[iris run] rank 0 printed no stack: a rank prints its stacks once it has made an Iris context " \
-           "(iris.iris())" in lines, proc.stdout
+    assert "[iris run] rank 0 printed no stack in 15 s: a rank prints its stacks once it has made an Iris " \
+           "context (iris.iris())" in lines, proc.stdout
     assert not any("rank 1 printed no stack" in line for line in lines), proc.stdout
 
 
