@@ -49,7 +49,7 @@ def test_timeout_stops_every_rank(tmp_path):
 
 def test_timeout_prints_where_each_rank_hangs(tmp_path):
     # 40 s: the GPU gate on a loaded 4-GPU host failed this test at 20 s (the log was cut before the reason;
-    # a rank still making its context printed no stack then, and was killed by the signal)
+    # one guess: a rank still making its context, which then printed no stack)
     proc, _ = _launch(tmp_path, """
         import time
         import iris
