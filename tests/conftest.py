@@ -9,3 +9,11 @@ def ranks(request):
     pool = RankPool(request.param)
     yield pool
     pool.close()
+
+
+@pytest.fixture(scope="module")
+def three_ranks():
+    """A pool of 3 ranks for a test file: a world neither 2 nor a power of two (tiles' owners wrap unevenly)."""
+    pool = RankPool(3)
+    yield pool
+    pool.close()
