@@ -135,36 +135,27 @@ class FusedConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 16 or value & (value - 1):
                 raise ValueError(f"FusedConfig.{name}={value!r}: must be a power of two >= 16 (tl.dot's minimum)")
-        for name, low in (("group_size_m", 1), ("num_warps", 1), ("num_stages", 1), ("comm_programs", 0)):
+        for name, low, optional in (("group_size_m", 1, False), ("num_warps", 1, False), ("num_stages", 1, False),
+                                    ("comm_programs", 0, False), ("split_k", 1, True), ("pipeline_chunks", 0, True),
+                                    ("pipeline_comm_sms", 1, True)):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"FusedConfig.{name}={value!r}: must be an int >= {low}")
+            if (value is not None or not optional) and (not isinstance(value, int) or isinstance(value, bool)
+                                                        or value < low):
+                either = "None or " if optional else ""
+                raise ValueError(f"FusedConfig.{name}={value!r}: must be {either}an int >= {low}")
         for name in ("group_size_m", "num_warps"):
             value = getattr(self, name)
             if value & (value - 1):
                 raise ValueError(f"FusedConfig.{name}={value!r}: must be a power of two")
-        if not isinstance(self.tma_loads, (bool, type(None))):
-            raise ValueError(f"FusedConfig.tma_loads={self.tma_loads!r}: must be None, True or False")
-        if not isinstance(self.vendor_gemm, (bool, type(None))):
-            raise ValueError(f"FusedConfig.vendor_gemm={self.vendor_gemm!r}: must be None, True or False")
+        for name in ("tma_loads", "vendor_gemm", "copy_engine", "reduce_at_owner"):
+            if not isinstance(getattr(self, name), (bool, type(None))):
+                raise ValueError(f"FusedConfig.{name}={getattr(self, name)!r}: must be None, True or False")
         if self.vendor_gemm and self.copy_engine is False:
             raise ValueError("FusedConfig(vendor_gemm=True and copy_engine=False): the vendor's GEMM takes A's slices "
                              "from copies, not from the programs' pushes; pass one or the other")
-        if not isinstance(self.copy_engine, (bool, type(None))):
-            raise ValueError(f"FusedConfig.copy_engine={self.copy_engine!r}: must be None, True or False")
-        if self.split_k is not None and (not isinstance(self.split_k, int) or isinstance(self.split_k, bool)
-                                         or self.split_k < 1):
-            raise ValueError(f"FusedConfig.split_k={self.split_k!r}: must be None or an int >= 1")
         if self.split_k is not None and self.split_k > 1 and self.tma_loads:
             raise ValueError(f"FusedConfig(split_k={self.split_k} and tma_loads=True): the K parts load without "
                              "tensor descriptors; pass one or the other")
-        if self.pipeline_chunks is not None and (not isinstance(self.pipeline_chunks, int)
-                                                 or isinstance(self.pipeline_chunks, bool) or self.pipeline_chunks < 0):
-            raise ValueError(f"FusedConfig.pipeline_chunks={self.pipeline_chunks!r}: must be None or an int >= 0")
-        if self.pipeline_comm_sms is not None and (not isinstance(self.pipeline_comm_sms, int)
-                                                   or isinstance(self.pipeline_comm_sms, bool)
-                                                   or self.pipeline_comm_sms < 1):
-            raise ValueError(f"FusedConfig.pipeline_comm_sms={self.pipeline_comm_sms!r}: must be None or an int >= 1")
         if self.pipeline_comm_sms is not None and self.pipeline_chunks == 0:
             raise ValueError(f"FusedConfig(pipeline_chunks=0 and pipeline_comm_sms={self.pipeline_comm_sms}): the "
                              "fused kernel runs, not the pipeline whose GEMM leaves those SMs; pass one or the other")
@@ -176,8 +167,6 @@ class FusedConfig:
                 raise ValueError(f"FusedConfig(pipeline_chunks={self.pipeline_chunks} and {name}="
                                  f"{getattr(self, name)!r}): the pipeline's chunks are summed by iris.ccl.all_reduce, "
                                  "not by the fused kernel; pass one or the other")
-        if not isinstance(self.reduce_at_owner, (bool, type(None))):
-            raise ValueError(f"FusedConfig.reduce_at_owner={self.reduce_at_owner!r}: must be None, True or False")
         if self.reduce_at_owner and self.comm_programs:
             raise ValueError(f"FusedConfig(reduce_at_owner=True and comm_programs={self.comm_programs}): "
                              "communication programs push every tile to every member; pass one or the other")
