@@ -2,7 +2,7 @@
 # GPU verification (not run by CI, which has no GPU): tests, conformance (thorough), examples and the benchmarks.
 #   every GPU of the node, one rank each (2, 4 or 8):  bash .ci/gpu.sh
 #   one GPU, simulation at 4 ranks:  IRIS_SIMULATION=1 bash .ci/gpu.sh
-#   the GPU gate (about 3 minutes; run before device code lands):  bash .ci/gpu.sh --quick
+#   the GPU gate (389 s cold on 2 x H100 at abf66d1; run before device code lands):  bash .ci/gpu.sh --quick
 #     every public device op, collective and fused op against torch (tests/), the conformance suite at
 #     profile ci on the node's GPUs, and the same at 4 ranks on one GPU with IRIS_SIMULATION=1, side by side.
 # Logs go to one archive, $OUT/gpu-logs.tgz (the device tool's output folder; written even when a time limit
@@ -47,7 +47,7 @@ if [ "${1:-}" = --quick ]; then
   # 160 s for each conformance run), which free their cores after that: the tests take half again as many
   # workers where there are 24 cores or more (at 5ed2403 the whole gate ran past 560 s with 8).
   # --dist loadfile keeps a file on one worker (its rank pools started once): the fused ops' 177 tests, one
-  # file until 9632b3c (whose gate ran past 560 s on 2 x H100), are three files since. pytest 9.2's
+  # file until 9632b3c (whose gate ran past 560 s on 2 x H100), are four files since. pytest 9.2's
   # --dist loadgroup does not group (pytest-xdist issue 1386). Per-test times: quick-tests.xml.
   test_workers=$(( $(nproc) >= 24 ? workers * 3 / 2 : workers ))
   started=$(date +%s)

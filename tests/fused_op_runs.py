@@ -1,4 +1,4 @@
-"""What the fused ops' tests share (tests/test_ops*.py, split in three so that the GPU gate's workers take
+"""What the fused ops' tests share (tests/test_ops*.py, split in four so that the GPU gate's workers take
 them side by side): a run of one op on every rank of a pool, checked against the float64 result from every
 rank's shards; the skip where copies are refused; the tile parts a call hands over; whether TMA loads are
 taken."""
