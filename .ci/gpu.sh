@@ -2,7 +2,7 @@
 # GPU verification (not run by CI, which has no GPU): tests, conformance (thorough), examples and the benchmarks.
 #   every GPU of the node, one rank each (2, 4 or 8):  bash .ci/gpu.sh
 #   one GPU, simulation at 4 ranks:  IRIS_SIMULATION=1 bash .ci/gpu.sh
-#   the GPU gate (389 s cold on 2 x H100 at abf66d1; run before device code lands):  bash .ci/gpu.sh --quick
+#   the GPU gate (308 s cold on 2 x H100 at bc365d2; run before device code lands):  bash .ci/gpu.sh --quick
 #     every public device op, collective and fused op against torch (tests/), the conformance suite at
 #     profile ci on the node's GPUs, and the same at 4 ranks on one GPU with IRIS_SIMULATION=1, side by side.
 # Logs go to one archive, $OUT/gpu-logs.tgz (the device tool's output folder; written even when a time limit
