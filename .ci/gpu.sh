@@ -46,9 +46,9 @@ if [ "${1:-}" = --quick ]; then
   # The tests outlast the two conformance runs (cold, 2 x H100, 32 cores, 8 workers: 485 s alone, against
   # 160 s for each conformance run), which free their cores after that: the tests take half again as many
   # workers where there are 24 cores or more (at 5ed2403 the whole gate ran past 560 s with 8).
-  # --dist loadfile keeps a file on one worker (its rank pools started once): the fused ops' 177 tests, one
-  # file until 9632b3c (whose gate ran past 560 s on 2 x H100), are four files since. pytest 9.2's
-  # --dist loadgroup does not group (pytest-xdist issue 1386). Per-test times: quick-tests.xml.
+  # --dist loadfile keeps a file on one worker (its rank pools started once), so the longest file sets the
+  # time: the fused ops' tests are four files for this (per-test times: quick-tests.xml). pytest 9.2's
+  # --dist loadgroup does not group (pytest-xdist issue 1386).
   test_workers=$(( $(nproc) >= 24 ? workers * 3 / 2 : workers ))
   started=$(date +%s)
   [ "$gpus" -ge 2 ] && node_ranks=$gpus || node_ranks=2

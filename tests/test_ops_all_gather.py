@@ -1,7 +1,6 @@
 """all_gather_matmul's ways of sending against a float64 reference: copies, the vendor's GEMM, pushes by
 the programs, the last round split by member slice."""
 
-
 import pytest
 import torch
 

@@ -1,7 +1,6 @@
 """The reduce ops (matmul_all_reduce, matmul_reduce_scatter) against a float64 reference: communication
 programs, owner-reduce, the pipeline by row chunks, partials sent by copies."""
 
-
 import pytest
 import torch
 
@@ -9,8 +8,7 @@ import iris
 from iris.ops import FusedConfig
 from iris.testing import refusals
 from iris.testing.fused_ops import shapes
-from fused_op_runs import (TOLERANCE, relative_error, run_op, shards_of,
-                           skip_where_copies_are_refused)
+from fused_op_runs import TOLERANCE, relative_error, run_op, shards_of, skip_where_copies_are_refused
 
 
 @pytest.mark.parametrize("op", ["matmul_all_reduce", "matmul_reduce_scatter"])

@@ -13,7 +13,6 @@ from iris.testing.fused_ops import ON_HEAP, OPS, shapes
 from fused_op_runs import TOLERANCE, relative_error, shards_of, skip_where_copies_are_refused
 
 
-
 def _replayed_calls(op, config=None):
     """The same call three times on the same tensors with new data in them, then with a config changed in
     place (remembered by value), then with tracing on: the errors and how many calls ctx.ops remembers."""

@@ -139,8 +139,9 @@ class FusedConfig:
                                     ("comm_programs", 0, False), ("split_k", 1, True), ("pipeline_chunks", 0, True),
                                     ("pipeline_comm_sms", 1, True)):
             value = getattr(self, name)
-            if (value is not None or not optional) and (not isinstance(value, int) or isinstance(value, bool)
-                                                        or value < low):
+            if optional and value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 either = "None or " if optional else ""
                 raise ValueError(f"FusedConfig.{name}={value!r}: must be {either}an int >= {low}")
         for name in ("group_size_m", "num_warps"):
