@@ -72,8 +72,8 @@ class FusedConfig:
             GEMM computing each chunk's partial instead of Iris's (:mod:`iris.ops.pipelined`); an output of A's
             dtype; refused where the fused kernel is asked for. None and False: as ``pipeline_chunks`` says,
             with Iris's GEMM (on 2 x H100 the vendor's pipeline was slower than the fused kernel at 9 of 10
-            shapes; on 4 x H100 7-26% slower than the pipeline by Iris's GEMM from 8192 rows, and 2-9% faster
-            than the fused kernel at 4096 but below torch + NCCL either way; 8 ranks not measured). The other
+            shapes; on 4 x H100 7-26% slower than the pipeline by Iris's GEMM from 8192 rows, and at 4096 rows
+            2-9% faster than the fused kernel but below torch + NCCL either way; 8 ranks not measured). The other
             ops: no effect.
         split_k: matmul_all_gather and gemm_all_scatter: S > 1: each output tile's product over K is
             cut into S parts computed by S programs; the last one adds the others' parts (handed over

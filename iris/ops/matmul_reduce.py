@@ -36,7 +36,7 @@ tensor of the workspace, made only there) and put from it; the owner's sum goes 
 own slot, to every other member's slot of it (which reads it locally). Without the engine path, the stores
 and reads are as above.
 
-With ``FusedConfig(pipeline_chunks=C)`` (by default 4 from 4 ranks and 8192 rows, one GPU per rank on one node),
+With ``FusedConfig(pipeline_chunks=C)`` (by default 4 from 4 ranks and 4096 rows, one GPU per rank on one node),
 matmul_all_reduce runs no fused kernel: Iris's GEMM by row chunks, each chunk summed by ``iris.ccl.all_reduce``
 on a side stream behind it (:mod:`iris.ops.pipelined`).
 

@@ -14,10 +14,11 @@ on every SM (the chunks' sums take SMs as they free up).
 Why: at 4 ranks the fused kernel's SMs compute and move 1.5 output's bytes per rank at once and took
 about the GEMM's time plus the all_reduce's where the all_reduce takes longer than the GEMM
 (docs/benchmarks.md, "4 x H100"); here the GEMM and the collectives run side by side on separate SMs.
-Measured against the fused kernel on 4 x H100 (docs/benchmarks.md, "The pipeline of row chunks"): 4 chunks
-4-22% faster at M 16384, mixed at M 4096 (7-8% faster at N 8192, 4-8% slower at N 14336), 63-68% slower at M
-1024; at 2 ranks (2 x H100) 8-80% slower at every shape; so ``pipeline_chunks=None`` takes it only from
-:data:`BY_DEFAULT_RANKS` ranks and :data:`BY_DEFAULT_ROWS` rows (:func:`chunks`).
+Measured against the fused kernel on 4 x H100 (docs/benchmarks.md, "The pipeline of row chunks" and "The
+pipeline from 4096 rows at 4 ranks"): 4 chunks 4-22% faster at M 16384, 11% faster at M 4096 N 8192 and level
+at N 14336, 63-68% slower at M 1024; at 2 ranks (2 x H100) 8-80% slower at every shape; so
+``pipeline_chunks=None`` takes it only from :data:`BY_DEFAULT_RANKS` ranks and :data:`BY_DEFAULT_ROWS` rows
+(:func:`chunks`).
 
 Example:
     >>> ctx.ops.matmul_all_reduce(out, A_shard, B_shard, config=FusedConfig(pipeline_chunks=4))
@@ -42,9 +43,10 @@ COMM_SMS = 16
 DEEP_K = 3072
 DEEP_K_COMM_SMS = 8
 # FusedConfig.pipeline_chunks None: BY_DEFAULT_CHUNKS chunks from this many ranks and output rows (measured at 4
-# ranks; 8 ranks, where the all_reduce's share of the time is larger still, not measured).
+# ranks on 4 x H100: 4-22% faster than the fused kernel at M 16384, 11% at M 4096 N 8192, level at M 4096 N 14336,
+# 37-68% slower at M 1024; 8 ranks, where the all_reduce's share of the time is larger still, not measured).
 BY_DEFAULT_RANKS = 4
-BY_DEFAULT_ROWS = 8192
+BY_DEFAULT_ROWS = 4096
 BY_DEFAULT_CHUNKS = 4
 # all_reduce variants (None: iris.ccl's choice) that sum a chunk of any size in place: iris.ccl's in-place ones
 # but those bounded by a landing zone; the others keep pipeline_chunks=None on the fused kernel
@@ -56,7 +58,7 @@ def default_chunks(world: int, rows: int) -> int:
     else stands in the way (see :func:`chunks`); 0: the fused kernel.
 
     Example:
-        >>> default_chunks(4, 16384), default_chunks(2, 16384), default_chunks(4, 4096)
+        >>> default_chunks(4, 4096), default_chunks(2, 16384), default_chunks(4, 1024)
         (4, 0, 0)
     """
     return BY_DEFAULT_CHUNKS if world >= BY_DEFAULT_RANKS and rows >= BY_DEFAULT_ROWS else 0
