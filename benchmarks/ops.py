@@ -2,7 +2,7 @@
 
     iris run -n 2 benchmarks/ops.py [--ops matmul_all_reduce ...] [--m 128 512 1024 4096 16384] [--n 8192 14336]
                                     [--k 8192] [--iters 10] [--warmup 3] [--csv PATH] [--validate] [--trace]
-                                    [--profile [CALLS]] [--host]
+                                    [--profile [CALLS]] [--host] [--heap-pad-mib MIB] [--device-pad-mib MIB]
 
 The shapes are a tensor-parallel MLP's (W ranks; M 128 and 512 are decode-like). For M, N, K from
 the command line, each rank's part:
@@ -41,6 +41,10 @@ the time no span covers, and the tail after the last tile; columns profile_* of 
 the host's share of a fused call (fused_host_us: host microseconds per call issued back to back;
 where it exceeds the GPU's time, the op is host-bound). Output: a table, a CSV and a PNG under
 benchmarks/results/. On the CPU backend it is a smoke test at tiny sizes, not a figure.
+--heap-pad-mib MIB puts MIB of symmetric heap before every workspace, --device-pad-mib MIB holds MIB more of
+device memory outside the heap, both for the whole run (columns heap_pad_mib, device_pad_mib): to tell whether a
+fused op's time changes with its workspace's heap offset or with the process's memory footprint, which both grow
+along a sweep (the heap never frees and ctx.ops keeps every problem's workspace).
 --breakdown CSV [--below 0.9] runs nothing: it prints, from a --profile run's CSV, where each fused
 call spends its time beyond the GEMM alone (:func:`breakdown`), as a Markdown table.
 """
@@ -100,6 +104,10 @@ def parse_args(gpu: bool) -> argparse.Namespace:
                         "started as a timed sample is: where its time went (per program: compute, put, reduce, "
                         "wait, barrier, idle; the tail), the median over the calls")
     parser.add_argument("--host", action="store_true", help="also time the host's share of each fused call (GPU)")
+    parser.add_argument("--heap-pad-mib", type=int, default=0, metavar="MIB",
+                        help="this much symmetric heap allocated before every workspace, for the whole run")
+    parser.add_argument("--device-pad-mib", type=int, default=0, metavar="MIB",
+                        help="this much device memory held outside the heap for the whole run")
     parser.add_argument("--breakdown", type=Path, default=None, metavar="CSV",
                         help="print where each fused call of a --profile run's CSV spends its time beyond the GEMM "
                         "alone (a Markdown table, see breakdown()) and exit: nothing runs, no ranks needed")
@@ -110,6 +118,8 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     args = parser.parse_args()
     if args.profile < 0:
         parser.error(f"--profile takes a number of calls >= 1, not {args.profile}")
+    if min(args.heap_pad_mib, args.device_pad_mib) < 0:
+        parser.error("--heap-pad-mib and --device-pad-mib take a size in MiB >= 0")
     try:
         args.config = FusedConfig(**{k: config_value(k, v) for k, v in (kv.split("=") for kv in args.config.split(",")
                                                                         if kv)})
@@ -342,7 +352,7 @@ def heap_bytes(args, world: int, arena: int) -> int:
     ops' workspaces. The heap never frees, and ctx.ops keeps each fused op's workspace for its
     problem, so the workspaces of all the shapes add up."""
     bf16, flag, align, tile = 2, 8, 256, 16  # bytes: element, int64 flag, allocation alignment; tiles >= 16 x 16
-    total = arena * bf16 + align
+    total = arena * bf16 + align + (args.heap_pad_mib << 20) + align
     for M in args.m:
         for K in args.k:  # the transposed ops' output is (M, K): their workspace is per (M, K), whatever N
             flags = -(-M // tile) * -(-K // tile) * flag + 2 * align  # a flag per output tile; two allocations
@@ -367,12 +377,15 @@ def main() -> int:
     ctx = iris.iris(heap_bytes(args, world, arena_numel))
     rank = ctx.get_rank()
     arena = ctx.empty(arena_numel, dtype=torch.bfloat16)
+    pads = (ctx.empty(args.heap_pad_mib << 20, dtype=torch.uint8),  # held to the end: workspaces come after it
+            torch.empty(args.device_pad_mib << 20, dtype=torch.uint8, device=ctx.get_device()))
     if args.trace:
         ctx.tracing.enable(max_events=1_000_000)  # later events are dropped; the kernels still take the recording path
     gpu_name = torch.cuda.get_device_name(ctx.get_device()) if gpu else "cpu"
     base = {"gpu": gpu_name, "backend": iris.runtime.SELECTED, "world_size": world, "version": iris.__version__,
             "commit": git_commit(), "iters": args.iters, "trace": int(args.trace),
             "graph_replay": int(iris.config.graph_replay()),
+            "heap_pad_mib": args.heap_pad_mib, "device_pad_mib": args.device_pad_mib,
             "config": " ".join(f"{k}={v}" for k, v in vars(args.config).items())}
     rows, problems, reasons = [], [], set()
     if rank == 0:
@@ -479,6 +492,7 @@ def main() -> int:
         plot(rows, path)
     for problem in problems:
         print(f"VALIDATION FAILED (rank {rank}): {problem}")
+    del pads
     ctx.close()
     return 1 if problems else 0
 

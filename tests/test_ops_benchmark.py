@@ -29,6 +29,18 @@ def test_ops_benchmark_takes_config_switches_and_tracing(tmp_path):
     assert bad.returncode != 0 and "tma_loads='yes'" in bad.stdout + bad.stderr
 
 
+def test_ops_benchmark_pads_the_heap_and_the_device_memory_before_the_sweep(tmp_path):
+    """--heap-pad-mib / --device-pad-mib: every workspace sits past a heap pad, or the process holds more device
+    memory, for the whole run (to tell whether a fused op slows with the heap offset or the footprint); the heap is
+    sized with the pad (sized with no slack, a missing term runs out of heap) and the CSV records both."""
+    (row,) = run_benchmark("ops.py", 2, "--validate", "--ops", "all_gather_matmul", "--m", "32", "--n", "64", "--k",
+                           "64", "--heap-pad-mib", "3", "--device-pad-mib", "2", csv_path=tmp_path / "ops.csv")
+    assert (row["heap_pad_mib"], row["device_pad_mib"]) == ("3", "2")
+    (plain,) = run_benchmark("ops.py", 2, "--ops", "all_gather_matmul", "--m", "32", "--n", "64", "--k", "64",
+                             csv_path=tmp_path / "plain.csv")
+    assert (plain["heap_pad_mib"], plain["device_pad_mib"]) == ("0", "0")
+
+
 def test_ops_benchmark_profile_says_where_each_fused_ops_time_went(tmp_path):
     """--profile N: N traced calls per problem after the timed ones; the median of their per-program
     breakdowns in the CSV. all_gather_matmul by Iris's kernel (vendor_gemm=0): by the vendor's GEMM, its
