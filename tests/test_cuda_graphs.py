@@ -181,3 +181,17 @@ def _eager_calls_from_graphs_on_rank(setting):
 @pytest.mark.parametrize("setting, graphs", [(None, 2), ("1", 2), ("0", 0)], ids=["default", "on", "off"])
 def test_repeated_eager_calls_replay_from_a_graph_unless_turned_off(ranks, setting, graphs):
     assert ranks.run(_eager_calls_from_graphs_on_rank, setting) == [([], graphs)] * ranks.world_size
+
+
+def test_the_fused_ops_side_stream_is_never_the_stream_it_forks_from():
+    """torch hands out its streams from a pool of 32 per device, round robin, so the stream a graph is captured on
+    (a new one per capture) or a user's own stream is, every 32 draws, the fused ops' side stream itself: the
+    copies and chunk sums queued there would then wait for the kernels they should run beside."""
+    from iris.ops._fused import side_stream
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    for _ in range(96):  # three times around the pool
+        stream = torch.cuda.Stream(device)
+        with torch.cuda.stream(stream):
+            assert side_stream(device) != stream
+            assert side_stream(device) == side_stream(device)  # the fork's and the join's: one stream

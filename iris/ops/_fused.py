@@ -270,11 +270,29 @@ def copy_refusal(ctx) -> str | None:
     return None
 
 
-@functools.cache
 def side_stream(device: torch.device):
-    """The side stream of a fused op's work beside its kernels on ``device``, one per process and device:
-    copy_engine's copies, the pipeline's chunk sums (:mod:`iris.ops.pipelined`)."""
-    return torch.cuda.Stream(device)
+    """The side stream of a fused op's work beside its kernels on ``device`` (copy_engine's copies, the pipeline's
+    chunk sums: :mod:`iris.ops.pipelined`): one of two streams per process and device, never the current stream.
+
+    torch hands out streams from a pool of 32 per device, round robin, so a graph's capture stream (a new one per
+    capture, :func:`iris.kernel_launch.captured_graph`) or a user's stream is, every 32 draws, a given pool stream
+    itself; forked onto the stream it forks from, the side work would wait for the kernels it runs beside.
+
+    Example:
+        >>> side = side_stream(A.device)       # the same stream for the same current stream: fork, then join
+        >>> side.wait_stream(torch.cuda.current_stream())
+    """
+    first, second = _side_streams(device)
+    return second if first == torch.cuda.current_stream(device) else first
+
+
+@functools.cache
+def _side_streams(device: torch.device) -> tuple:
+    """Two different streams from torch's pool (a second draw that hits the first is drawn again; a pool of one
+    stream, if a build had it, gives it twice: the side work then runs in order, after the kernels)."""
+    first = torch.cuda.Stream(device)
+    draws = (torch.cuda.Stream(device) for _ in range(64))
+    return first, next((stream for stream in draws if stream != first), first)
 
 
 @functools.cache
