@@ -44,7 +44,7 @@ DEEP_K = 3072
 DEEP_K_COMM_SMS = 8
 # FusedConfig.pipeline_chunks None: BY_DEFAULT_CHUNKS chunks from this many ranks and output rows (measured at 4
 # ranks on 4 x H100: 4-22% faster than the fused kernel at M 16384, 11% at M 4096 N 8192, level at M 4096 N 14336,
-# 37-68% slower at M 1024; 8 ranks, where the all_reduce's share of the time is larger still, not measured).
+# 63-68% slower at M 1024; 8 ranks, where the all_reduce's share of the time is larger still, not measured).
 BY_DEFAULT_RANKS = 4
 BY_DEFAULT_ROWS = 4096
 BY_DEFAULT_CHUNKS = 4
