@@ -27,6 +27,7 @@ IRIS_COMPILE_TARGET         set by the cross-compile gate in its workers: the ta
 IRIS_JOB_ID                 set by ``iris run`` and the test harness: names one launch's heap segments
 IRIS_STACKS_ON_SIGUSR1      set by ``iris run``: SIGUSR1 prints the rank's Python stacks
 IRIS_TEST_TIMEOUT           seconds a test's rank may take before the test fails (default 300)
+IRIS_TEST_WORLDS            tests: the world sizes of the ``ranks`` fixture, e.g. ``8`` (default ``2,4``)
 IRIS_FAILURE_LOG            tests: a file where each failing test is named as it fails (iris.testing.failure_log)
 TRITON_INTERPRET            Triton's own switch; the CPU backend sets it to ``1``
 RANK, WORLD_SIZE, ...       the launcher's (torchrun, ``iris run``; mpirun's size variables)
@@ -209,6 +210,22 @@ def stack_dumps_requested() -> bool:
 
 def test_timeout_s() -> float:
     return float(text("IRIS_TEST_TIMEOUT", "300"))
+
+
+def test_worlds() -> tuple[int, ...]:
+    """IRIS_TEST_WORLDS: the world sizes tests/ runs its rank pools at (default 2 and 4).
+
+    Example: ``IRIS_SIMULATION=1 IRIS_TEST_WORLDS=8 pytest tests/test_ops.py`` runs the fused ops' tests at
+    8 ranks on one GPU.
+    """
+    value = text("IRIS_TEST_WORLDS", "2,4")
+    try:
+        worlds = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        worlds = ()
+    if not worlds or min(worlds) < 2:
+        raise ValueError(f"IRIS_TEST_WORLDS={value!r}: give world sizes of 2 or more, separated by commas (e.g. 2,4)")
+    return worlds
 
 
 def failure_log() -> str:

@@ -1,11 +1,12 @@
 import pytest
 
+from iris import config
 from iris.testing import RankPool
 
 
-@pytest.fixture(scope="session", params=[2, 4], ids=lambda n: f"{n}ranks")
+@pytest.fixture(scope="session", params=config.test_worlds(), ids=lambda n: f"{n}ranks")
 def ranks(request):
-    """A persistent pool of rank processes, one per world size (2 and 4)."""
+    """A persistent pool of rank processes, one per world size (2 and 4, or IRIS_TEST_WORLDS)."""
     pool = RankPool(request.param)
     yield pool
     pool.close()

@@ -44,3 +44,19 @@ def test_a_context_refuses_a_switch_it_cannot_read_before_allocating(monkeypatch
     monkeypatch.setenv(name, "sometimes")
     with pytest.raises(ValueError, match=f"{name}='sometimes'"):
         iris.iris(1 << 20)
+
+
+@pytest.mark.parametrize("value, worlds", [(None, (2, 4)), ("8", (8,)), ("4, 8", (4, 8)), ("2,3,4", (2, 3, 4))])
+def test_the_test_worlds_are_2_and_4_unless_named(monkeypatch, value, worlds):
+    if value is None:
+        monkeypatch.delenv("IRIS_TEST_WORLDS", raising=False)
+    else:
+        monkeypatch.setenv("IRIS_TEST_WORLDS", value)
+    assert config.test_worlds() == worlds
+
+
+@pytest.mark.parametrize("value", ["", "1", "two", "4,0", "2,,4"])
+def test_test_worlds_that_are_not_sizes_of_two_or_more_are_refused_by_name(monkeypatch, value):
+    monkeypatch.setenv("IRIS_TEST_WORLDS", value)
+    with pytest.raises(ValueError, match="IRIS_TEST_WORLDS"):
+        config.test_worlds()
