@@ -2,7 +2,8 @@
 
     iris run -n 2 benchmarks/ops.py [--ops matmul_all_reduce ...] [--m 128 512 1024 4096 16384] [--n 8192 14336]
                                     [--k 8192] [--iters 10] [--warmup 3] [--csv PATH] [--validate] [--trace]
-                                    [--profile [CALLS]] [--host] [--heap-pad-mib MIB] [--device-pad-mib MIB]
+                                    [--profile [CALLS]] [--timeline [CALLS]] [--host] [--heap-pad-mib MIB]
+                                    [--device-pad-mib MIB]
 
 The shapes are a tensor-parallel MLP's (W ranks; M 128 and 512 are decode-like). For M, N, K from
 the command line, each rank's part:
@@ -37,7 +38,11 @@ compares each fused output with torch+nccl's. --profile [CALLS] then runs each f
 times (5; 1 on the CPU) with tracing on, each call started as a timed sample is, and says where its
 time went (iris.tracing.summarize; the mean over ranks, then the median over the calls): per
 program, the time in compute spans (the GEMM's tiles), in pushes, reductions, waits and barriers,
-the time no span covers, and the tail after the last tile; columns profile_* of the CSV. --host (GPU) also times
+the time no span covers, and the tail after the last tile; columns profile_* of the CSV.
+--timeline [CALLS] (GPU) profiles CALLS more calls (3) with torch.profiler, each started as a timed sample
+is, and prints the GPU's activities in the call of median span: every kernel and copy, the vendor's GEMMs
+and the copy engine's included, which tracing does not see (benchmarks/_timeline.py); columns
+timeline_span_us and timeline_busy_us (the time some activity ran). --host (GPU) also times
 the host's share of a fused call (fused_host_us: host microseconds per call issued back to back;
 where it exceeds the GPU's time, the op is host-bound). Output: a table, a CSV and a PNG under
 benchmarks/results/. On the CPU backend it is a smoke test at tiny sizes, not a figure.
@@ -66,6 +71,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from _timeline import busy_us, call_timeline, describe, span_us
 from _results import SPIN_CYCLES_PER_US, default_csv, git_commit, host_us, interleaved_median_us, write_csv
 
 import iris
@@ -103,6 +109,9 @@ def parse_args(gpu: bool) -> argparse.Namespace:
                         help="after timing, CALLS traced calls of each fused op (default 5; 1 on the CPU), each "
                         "started as a timed sample is: where its time went (per program: compute, put, reduce, "
                         "wait, barrier, idle; the tail), the median over the calls")
+    parser.add_argument("--timeline", type=int, nargs="?", const=3, default=0, metavar="CALLS",
+                        help="(GPU) after timing, CALLS calls of each fused op (default 3) under torch.profiler: "
+                        "the GPU's kernels and copies in the call of median span, printed")
     parser.add_argument("--host", action="store_true", help="also time the host's share of each fused call (GPU)")
     parser.add_argument("--heap-pad-mib", type=int, default=0, metavar="MIB",
                         help="this much symmetric heap allocated before every workspace, for the whole run")
@@ -116,8 +125,10 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--config", default="", help="FusedConfig fields for the fused ops, e.g. "
                         "block_size_n=128,num_stages=4 (default: FusedConfig()); switches as 0/1: tma_loads=1")
     args = parser.parse_args()
-    if args.profile < 0:
-        parser.error(f"--profile takes a number of calls >= 1, not {args.profile}")
+    if args.profile < 0 or args.timeline < 0:
+        parser.error("--profile and --timeline take a number of calls >= 1")
+    if args.timeline and not gpu and not args.breakdown:
+        parser.error("--timeline needs a GPU (torch.profiler's CUDA activities); the CPU backend has none")
     if min(args.heap_pad_mib, args.device_pad_mib) < 0:
         parser.error("--heap-pad-mib and --device-pad-mib take a size in MiB >= 0")
     try:
@@ -414,6 +425,19 @@ def main() -> int:
             ctx.tracing.disable()
         return {**profile_columns(calls), "profile_call_us": statistics.median(call_us)}
 
+    def timelined(p) -> tuple[dict, list]:
+        """args.timeline calls of p's fused op under torch.profiler, each started as a timed sample is: the
+        timeline_* columns and the activities of the call of median span (rank 0's)."""
+        def start():
+            ctx.device_barrier()
+            torch.cuda._sleep(int(LEAD_US * SPIN_CYCLES_PER_US))
+
+        ctx.barrier()
+        timelines = sorted((call_timeline(p.fused, start) for _ in range(args.timeline)), key=span_us)
+        middle = timelines[len(timelines) // 2]
+        ctx.barrier()
+        return {"timeline_span_us": span_us(middle), "timeline_busy_us": busy_us(middle)}, middle
+
     def timed(calls: dict) -> dict:
         """Each call's median time, the samples taken in turns (see _results.interleaved_median_us), rank 0's."""
         ctx.barrier()
@@ -460,6 +484,10 @@ def main() -> int:
                            "fused_tflops": p.flops / t["fused"] / 1e6}
                     if args.profile:
                         row.update(profiled(p))
+                    timeline = []
+                    if args.timeline:
+                        columns, timeline = timelined(p)
+                        row.update(columns)
                     if args.host and gpu:
                         ctx.barrier()
                         row["fused_host_us"] = ctx.broadcast(host_us(p.fused, calls=50), src=0)
@@ -478,6 +506,11 @@ def main() -> int:
                                   f" us per program ({row['profile_programs']} programs); a tile's compute "
                                   f"{row['profile_compute_per_tile_us']:.1f} us; median of {args.profile} calls",
                                   flush=True)
+                        if timeline:
+                            print(f"    timeline: span {row['timeline_span_us']:.1f}, GPU busy "
+                                  f"{row['timeline_busy_us']:.1f} us; the call of median span of {args.timeline}:",
+                                  flush=True)
+                            print("\n".join(f"      {line}" for line in describe(timeline)), flush=True)
                         if args.profile and not row["profile_compute_us"]:
                             print("    traced: no tile's compute: the GEMM ran outside a fused kernel (torch's, "
                                   "FusedConfig.vendor_gemm, or by the chunks of matmul_all_reduce's pipeline); "

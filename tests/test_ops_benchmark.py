@@ -143,3 +143,36 @@ def test_ops_benchmark_prints_the_breakdown_of_a_csv_without_running(tmp_path):
     assert len(lines) == 3, proc.stdout  # header, rule, one row: the 0.95 one is not below 0.9
     assert lines[2].split("|")[1:4] == [" matmul_all_reduce ", " 1024 ", " 8192 "], lines[2]
     assert "| 0.59 | 160.0 | 95.0 | 64.0 | -3.0 | 38.0 | 6.0 | 10.0 | 20.0 | -10.0 | 4.0 |" in lines[2], lines[2]
+
+
+def _gpu_event(name, ts, dur, stream, cat="kernel"):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+            "args": {"stream": stream, "device": 0}}
+
+
+def test_a_timeline_is_the_gpus_activities_after_the_lead_spin_with_its_busy_time():
+    """--timeline reads torch.profiler's Chrome trace: the call's kernels and copies are those after the last
+    lead spin (the barrier and the spin before it are not the call's); the span runs from the first start to
+    the last end, the busy time is the union of the activities (overlaps once, gaps not)."""
+    timeline = import_benchmark("_timeline")
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0.0, "dur": 500.0, "tid": 1},
+              _gpu_event("device_barrier_kernel", 100.0, 5.0, 7),
+              _gpu_event("at::cuda::(anonymous namespace)::spin_kernel(long)", 105.0, 300.0, 7),
+              _gpu_event("nvjet_tst_gemm", 405.0, 30.0, 7),
+              _gpu_event("Memcpy PtoP (Device -> Device)", 410.0, 10.0, 21, cat="gpu_memcpy"),
+              _gpu_event("wait_for_slice", 440.0, 2.0, 7),
+              _gpu_event("nvjet_tst_gemm", 442.0, 28.0, 7)]
+    acts = timeline.activities(events)
+    assert [(name[:6], stream, start, length) for name, stream, start, length in acts] == [
+        ("nvjet_", 7, 0.0, 30.0), ("Memcpy", 21, 5.0, 10.0), ("wait_f", 7, 35.0, 2.0), ("nvjet_", 7, 37.0, 28.0)]
+    assert timeline.span_us(acts) == 65.0
+    assert timeline.busy_us(acts) == 60.0  # 0-30 (the copy inside it), a gap of 5, 35-65
+    assert timeline.activities(events[:1]) == [] and timeline.span_us([]) == 0.0  # no GPU activity: none
+    assert len(timeline.activities(events[:2])) == 1  # no lead spin: every GPU activity
+    assert timeline.describe(acts[:1]) == ["+     0.0     30.0  stream 7   nvjet_tst_gemm"]
+
+
+def test_the_timeline_needs_a_gpu_and_says_so_before_any_rank_starts(tmp_path):
+    result = run_benchmark("ops.py", 2, "--timeline", "--ops", "all_gather_matmul", "--m", "32", "--n", "64",
+                           "--k", "64", csv_path=tmp_path / "ops.csv", check=False)
+    assert result.returncode != 0 and "--timeline needs a GPU" in result.stdout + result.stderr
