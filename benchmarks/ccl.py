@@ -19,7 +19,9 @@ process group and with the same buffers:
     <impl>+graph      with --graph, up to --graph-max bytes: iris (default variant), each variant the
                       tuner weighs (one_shot, two_shot, push, ll), nccl and symm_mem replayed from a
                       CUDA graph (a batch of calls captured once: the GPU's time per call)
-    iris (host)       with --host: host microseconds per iris call issued back to back, beside the
+    iris (host)       with --host: host microseconds per iris call issued back to back on rank 0 (and
+                      ``iris (host, slowest rank)``: the most any rank took, the ranks timed together:
+                      an eager call waits for the last rank's launch), beside the
                       floor of launching an empty Triton kernel (``null (host)``: Triton's own
                       launch, and ``null bound (host)``: iris's remembered launch, which a
                       repeated collective uses)
@@ -230,8 +232,10 @@ def timed_rows(ctx, args, gpu, point, bus, calls) -> list[dict]:
                          "note": note})
     if args.host and gpu:
         ctx.barrier()
-        rows.append({**point, "impl": "iris (host)", "us": ctx.broadcast(host_us(calls["iris"]), src=0),
-                     "busbw_gbps": "", "note": "host"})
+        per_rank = ctx.comm.all_gather_object(host_us(calls["iris"]))  # every rank's, timed together
+        rows.append({**point, "impl": "iris (host)", "us": per_rank[0], "busbw_gbps": "", "note": "host"})
+        rows.append({**point, "impl": "iris (host, slowest rank)", "us": max(per_rank), "busbw_gbps": "",
+                     "note": "host"})
     return rows
 
 

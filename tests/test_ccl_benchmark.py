@@ -25,7 +25,10 @@ def test_ccl_benchmark_validates_and_writes_every_row(tmp_path):
     assert {r["trace"] for r in rows} == {"1"}  # validated with every collective recording its events
     impls = {r["impl"] for r in rows}
     if any(r["backend"] != "cpu" for r in rows):  # the GPU gate: replayed from a graph, or the row says why
-        assert {"iris+graph", "iris (host)", "null (host)", "null bound (host)"} <= impls, impls
+        assert {"iris+graph", "iris (host)", "iris (host, slowest rank)", "null (host)", "null bound (host)"} <= impls
+        for host, slowest in zip((r for r in rows if r["impl"] == "iris (host)"),
+                                 (r for r in rows if r["impl"] == "iris (host, slowest rank)")):
+            assert float(slowest["us"]) >= float(host["us"]) > 0 and slowest["note"] == "host"
         assert all(r["us"] or r["note"] for r in rows if r["impl"].endswith("+graph"))
     else:
         assert not any(impl.endswith(("+graph", "(host)")) for impl in impls)
