@@ -2,7 +2,7 @@
 
     iris run -n 2 benchmarks/ccl.py [--collectives all_reduce all_gather reduce_scatter all_to_all]
                                     [--dtypes bf16] [--min 1K] [--max 256M] [--iters 50] [--warmup 10]
-                                    [--sample-us 200]
+                                    [--sample-us 200] [--unaligned]
                                     [--csv PATH] [--validate] [--graph] [--host] [--trace]
 
 Sizes are bytes of input per rank, powers of two from --min to --max (all_gather's output is W
@@ -33,7 +33,12 @@ sample is a batch of calls launched back to back from the host between CUDA even
 nccl-tests times (it takes 20 calls per event pair): enough calls for about --sample-us, 200 us,
 at most 100; one for longer calls. The batch spreads the host's cost of recording the two events
 over its calls: a collective whose host path is what limits it would carry a share of that cost
-in each call of a short batch.
+in each call of a short batch. Each eager sample starts after a device barrier (ctx.device_barrier, outside
+its time), as nccl-tests starts its timed loop after a barrier: the ranks' streams meet there, so a rank's
+sample of one implementation does not also wait for the peer to finish issuing the previous implementation's
+calls (a host-bound call's sample otherwise reads that skew: on 2 x H200 at 015fbea, eager iris 7.5-19.7 us per
+call against 4.3-8.3 of the slowest rank's host time). --unaligned takes the samples without it (the figures
+before 015fbea); the CSV's eager_start column says which.
 On the CPU backend it is perf_counter around single calls: a smoke test, not a figure.
 Bus bandwidth follows NCCL: all_reduce moves 2(W-1)/W of the data per rank, the others (W-1)/W.
 --validate first checks every iris row (each variant, copy-in) once per size against NCCL on
@@ -108,6 +113,8 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--iters", type=int, default=50 if gpu else 2, help="timed samples per point")
     parser.add_argument("--sample-us", type=float, default=200.0,
                         help="how long a sample's batch of calls lasts, about (200 us; one call when longer)")
+    parser.add_argument("--unaligned", action="store_true",
+                        help="eager samples without the device barrier before each (the figures before 015fbea)")
     parser.add_argument("--warmup", type=int, default=10 if gpu else 1, help="untimed calls first")
     parser.add_argument("--csv", type=Path, default=None, help="CSV path (default benchmarks/results/ccl_...)")
     parser.add_argument("--validate", action="store_true", help="check iris against NCCL once per size")
@@ -419,7 +426,8 @@ def main() -> int:
     if args.trace:
         ctx.tracing.enable(max_events=1_000_000)  # later events are dropped; the kernels still take the recording path
     base = {"gpu": gpu_name, "backend": iris.runtime.SELECTED, "world_size": world, "version": iris.__version__,
-            "commit": git_commit(), "iters": args.iters, "sample_us": args.sample_us, "trace": int(args.trace),
+            "commit": git_commit(), "iters": args.iters, "sample_us": args.sample_us,
+            "eager_start": "none" if args.unaligned else "barrier", "trace": int(args.trace),
             "graph_replay": int(iris.config.graph_replay()), "ll_pack": int(iris.config.ll_pack())}
     rows, problems = [], []
     if args.host and gpu:
@@ -453,7 +461,8 @@ def main() -> int:
                 runnable = {label: call for label, call in calls.items() if not isinstance(call, str)}
                 ctx.barrier()
                 medians = interleaved_median_us(runnable, args.warmup, args.iters, gpu, args.sample_us,
-                                                agree=lambda batch: ctx.broadcast(batch, src=0))
+                                                agree=lambda batch: ctx.broadcast(batch, src=0),
+                                                before_each=None if args.unaligned else ctx.device_barrier)
                 for label, call in calls.items():
                     if isinstance(call, str):  # this implementation cannot run here: the string says why
                         rows.append({**point, "impl": label, "us": "", "busbw_gbps": "", "note": call})
