@@ -35,10 +35,10 @@ at most 100; one for longer calls. The batch spreads the host's cost of recordin
 over its calls: a collective whose host path is what limits it would carry a share of that cost
 in each call of a short batch. Each eager sample starts after a device barrier (ctx.device_barrier, outside
 its time), as nccl-tests starts its timed loop after a barrier: the ranks' streams meet there, so a rank's
-sample of one implementation does not also wait for the peer to finish issuing the previous implementation's
-calls (a host-bound call's sample otherwise reads that skew: on 2 x H200 at 015fbea, eager iris 7.5-19.7 us per
-call against 4.3-8.3 of the slowest rank's host time). --unaligned takes the samples without it (the figures
-before 015fbea); the CSV's eager_start column says which.
+sample of one implementation does not also wait for the peer to finish the previous implementation's calls
+(on 2 x H200 at 4d67e37 it changed nothing beyond the hosts' noise: docs/benchmarks.md, "issue 21's command
+seven times"). --unaligned takes the samples without it, as before 4d67e37; the CSV's eager_start column
+says which.
 On the CPU backend it is perf_counter around single calls: a smoke test, not a figure.
 Bus bandwidth follows NCCL: all_reduce moves 2(W-1)/W of the data per rank, the others (W-1)/W.
 --validate first checks every iris row (each variant, copy-in) once per size against NCCL on
@@ -114,7 +114,7 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--sample-us", type=float, default=200.0,
                         help="how long a sample's batch of calls lasts, about (200 us; one call when longer)")
     parser.add_argument("--unaligned", action="store_true",
-                        help="eager samples without the device barrier before each (the figures before 015fbea)")
+                        help="eager samples without the device barrier before each (as before 4d67e37)")
     parser.add_argument("--warmup", type=int, default=10 if gpu else 1, help="untimed calls first")
     parser.add_argument("--csv", type=Path, default=None, help="CSV path (default benchmarks/results/ccl_...)")
     parser.add_argument("--validate", action="store_true", help="check iris against NCCL once per size")

@@ -131,7 +131,7 @@ def test_tuning_takes_graph_replay_rows_where_a_run_has_them(tmp_path):
 def test_eager_samples_start_together_on_every_rank_unless_asked_not_to(tmp_path):
     """An eager sample starts after a device barrier (outside its time), as nccl-tests starts its timed loop after
     a barrier: without one, a rank's sample of one implementation also waits for the peer to finish the previous
-    implementation's calls. --unaligned takes the samples back to back (the figures before 015fbea); the CSV's
+    implementation's calls. --unaligned takes the samples back to back (as before 4d67e37); the CSV's
     eager_start column says which."""
     args = ["--collectives", "all_reduce", "--max", "1K", "--iters", "2", "--warmup", "0"]
     (aligned,) = {r["eager_start"] for r in run_benchmark("ccl.py", 2, *args, csv_path=tmp_path / "a.csv")}
