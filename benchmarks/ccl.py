@@ -37,7 +37,7 @@ in each call of a short batch. Each eager sample starts after a device barrier (
 its time), as nccl-tests starts its timed loop after a barrier: the ranks' streams meet there, so a rank's
 sample of one implementation does not also wait for the peer to finish the previous implementation's calls
 (on 2 x H200 at 4d67e37 it changed nothing beyond the hosts' noise: docs/benchmarks.md, "issue 21's command
-seven times"). --unaligned takes the samples without it, as before 4d67e37; the CSV's eager_start column
+eight times"). --unaligned takes the samples without it, as before 4d67e37; the CSV's eager_start column
 says which.
 On the CPU backend it is perf_counter around single calls: a smoke test, not a figure.
 Bus bandwidth follows NCCL: all_reduce moves 2(W-1)/W of the data per rank, the others (W-1)/W.
