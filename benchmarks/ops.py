@@ -404,6 +404,12 @@ def main() -> int:
               f"{'cublas':>9} {'iris gemm':>9} {'nccl':>9} {'iris.ccl':>9} {'speedup':>8} {'vs fused':>8} "
               f"{'overlap':>8}  (us)", flush=True)
 
+    def start_as_a_sample():
+        """What a timed sample does before its first call: a device barrier, then the GPU's head start."""
+        ctx.device_barrier()
+        if gpu:
+            torch.cuda._sleep(int(LEAD_US * SPIN_CYCLES_PER_US))
+
     def profiled(p) -> dict:
         """args.profile traced calls of p's fused op (after one that compiles the traced kernel), each after
         a device barrier and the GPU's head start, as a timed sample starts (one call alone starts when
@@ -415,9 +421,7 @@ def main() -> int:
         calls, call_us = [], []
         for _ in range(args.profile):
             ctx.tracing.reset()
-            ctx.device_barrier()
-            if gpu:
-                torch.cuda._sleep(int(LEAD_US * SPIN_CYCLES_PER_US))
+            start_as_a_sample()
             call_us.append(one_call_us(p.fused, gpu))
             ctx.barrier()
             calls.append(ctx.comm.all_gather_object(ctx.tracing.summary()))
@@ -428,12 +432,8 @@ def main() -> int:
     def timelined(p) -> tuple[dict, list]:
         """args.timeline calls of p's fused op under torch.profiler, each started as a timed sample is: the
         timeline_* columns and the activities of the call of median span (rank 0's)."""
-        def start():
-            ctx.device_barrier()
-            torch.cuda._sleep(int(LEAD_US * SPIN_CYCLES_PER_US))
-
         ctx.barrier()
-        timelines = sorted((call_timeline(p.fused, start) for _ in range(args.timeline)), key=span_us)
+        timelines = sorted((call_timeline(p.fused, start_as_a_sample) for _ in range(args.timeline)), key=span_us)
         middle = timelines[len(timelines) // 2]
         ctx.barrier()
         return {"timeline_span_us": span_us(middle), "timeline_busy_us": busy_us(middle)}, middle
