@@ -13,6 +13,10 @@ IRIS_NODE_MAP               the node of each rank, e.g. ``0,1`` (default: from t
 IRIS_HEAP                   the heap provider, ``ipc`` (default) or ``shmem`` (see iris.memory.providers)
 IRIS_GRAPH_REPLAY           default ``1``: a repeated ccl/ops call replays its launches from a CUDA/HIP
                             graph captured on its second call (see iris.kernel_launch.Plans); ``0``: off
+IRIS_NATIVE_REPLAY          default ``0``: ``1`` finds and launches such a replay from a small C module built on
+                            first use (iris.native_replay; CUDA) instead of Python
+IRIS_NATIVE_CACHE           where that module is built (default ~/.cache/iris/native)
+CC                          the C compiler that builds it (default ``cc``, else ``gcc``)
 IRIS_LL_PACK                default ``0``: ``1`` packs two 16-bit elements into each word of all_reduce's
                             ll variant (iris.ccl.all_reduce_push); the same on every rank
 IRIS_CPU_BIND               default ``0``: ``1`` makes ``iris run`` give each rank cores of its own, as
@@ -34,9 +38,9 @@ RANK, WORLD_SIZE, ...       the launcher's (torchrun, ``iris run``; mpirun's siz
 ==========================  =========================================================================
 
 Values are read when asked for, not cached: a test may change one between contexts. The switches
-(IRIS_SIMULATION, IRIS_DEBUG, IRIS_GRAPH_REPLAY, IRIS_LL_PACK, IRIS_CPU_BIND) take 1, true, yes, on or 0, false,
-no, off (any case); any other word is refused with its name when a context is made (IRIS_CPU_BIND: when ``iris
-run`` starts), before any allocation.
+(IRIS_SIMULATION, IRIS_DEBUG, IRIS_GRAPH_REPLAY, IRIS_NATIVE_REPLAY, IRIS_LL_PACK, IRIS_CPU_BIND) take 1, true,
+yes, on or 0, false, no, off (any case); any other word is refused with its name when a context is made
+(IRIS_CPU_BIND: when ``iris run`` starts), before any allocation.
 
 Example:
     >>> from iris import config
@@ -110,6 +114,16 @@ def cross_compile_cache() -> str:
     return text("IRIS_CROSS_COMPILE_CACHE")
 
 
+def c_compiler() -> str:
+    """CC ("" when unset: cc or gcc from PATH)."""
+    return text("CC")
+
+
+def native_cache() -> str:
+    """IRIS_NATIVE_CACHE ("" when unset: the default place)."""
+    return text("IRIS_NATIVE_CACHE")
+
+
 def engine_cache() -> str:
     """IRIS_ENGINE_CACHE ("" when unset: the default place)."""
     return text("IRIS_ENGINE_CACHE")
@@ -181,6 +195,12 @@ def default_nvshmem_symmetric_size(heap_bytes: int) -> None:
 def graph_replay() -> bool:
     """IRIS_GRAPH_REPLAY (on unless 0): remembered calls replay from a captured graph (one driver call per call)."""
     return switch("IRIS_GRAPH_REPLAY", True)
+
+
+def native_replay() -> bool:
+    """IRIS_NATIVE_REPLAY (off unless 1): a remembered call's graph is found and launched from C
+    (iris.native_replay), not by Python."""
+    return switch("IRIS_NATIVE_REPLAY", False)
 
 
 def ll_pack() -> bool:

@@ -27,6 +27,8 @@ _SWITCHES = {
     "IRIS_NODE_MAP": lambda: config.text("IRIS_NODE_MAP") or "from the ranks' host names",
     "IRIS_GRAPH_REPLAY": lambda: ("on" if config.graph_replay() else "off")
     + (" (default)" if not config.text("IRIS_GRAPH_REPLAY").strip() else "") + _no_graphs_here(),
+    "IRIS_NATIVE_REPLAY": lambda: ("on: repeated calls launched from C" if config.native_replay() else "off")
+    + _no_graphs_here(),
     "IRIS_DEBUG": lambda: "on" if config.debug_requested() else "off",
     "IRIS_LL_PACK": lambda: "two 16-bit elements a word" if config.ll_pack() else "off (one element a word)",
     "IRIS_CPU_BIND": lambda: "iris run binds each rank to cores of its own" if config.cpu_bind_requested() else "off",

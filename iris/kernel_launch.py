@@ -172,7 +172,7 @@ class Plans:
     """
 
     class Plan:
-        __slots__ = ("launches", "result", "launch_graph", "captured", "tensors")
+        __slots__ = ("launches", "result", "launch_graph", "captured", "tensors", "native")
 
         def __init__(self, launches, result):
             self.launches, self.result = tuple(launches), result
@@ -180,6 +180,7 @@ class Plans:
             self.tensors = tuple(ref for launch in self.launches for ref in getattr(launch, "tensors", ()))
             self.captured = False  # whether a capture into a graph was tried
             self.launch_graph = None  # graph_launcher(graph) once captured (it holds the graph)
+            self.native = None  # (graph executable, device) where the driver launches it: iris.native_replay
 
     def __init__(self, ctx):
         self._ctx = ctx  # the context (a weak proxy): its team says whether debug mode is on
@@ -189,6 +190,19 @@ class Plans:
         self._capturing = torch.cuda.is_current_stream_capturing  # whether the current stream is being captured
         if self._graphs:  # torch's own C call, without the Python around it
             self._capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", self._capturing)
+        self._native, self._state = self._native_path() if self._graphs and config.native_replay() else (None, None)
+
+    def _native_path(self):
+        """iris.native_replay's ``replay`` and its state for these plans, or (None, None) (said why, once)."""
+        from iris import native_replay
+
+        driver = _driver_functions() if torch.version.cuda is not None else None
+        module, why = native_replay.load() if driver is not None else (None, "no CUDA driver library here")
+        if module is None:
+            self._ctx.warning(f"IRIS_NATIVE_REPLAY: repeated calls take the Python path ({why})")
+            return None, None
+        return module.replay, (self._plans, self._ctx.team, _RUNTIME_KNOBS, torch.Tensor,
+                               torch._C._cuda_getCurrentRawStream, *driver)
 
     def __len__(self) -> int:
         return len(self._plans)
@@ -196,6 +210,23 @@ class Plans:
     def plans(self) -> list[Plans.Plan]:
         """The remembered plans."""
         return list(self._plans.values())
+
+    def replay_call(self, name, first, second, *rest):
+        """``key = call_key(name, first, second, *rest)`` and :meth:`replay` of it, in one: ``(key, plan or None)``.
+
+        With IRIS_NATIVE_REPLAY on (CUDA), a plan whose graph the driver launches is found and launched in one
+        C call (iris.native_replay); every other case takes :meth:`replay`.
+
+        Example:
+            >>> key, plan = plans.replay_call("all_reduce", out, x, op, group)
+        """
+        if self._native is not None:
+            key, plan = self._native(self._state, name, first, second, rest)
+            if plan is not None:
+                return key, plan
+        else:
+            key = call_key(name, first, second, *rest)
+        return key, self.replay(key)
 
     def replay(self, key) -> Plans.Plan | None:
         """Relaunch the launches remembered for ``key`` (or launch their graph) and return its plan; None
@@ -218,6 +249,7 @@ class Plans:
                 graph = self._captured(plan.launches)
                 launch_graph = plan.launch_graph = None if graph is None else \
                     graph_launcher(graph, torch.cuda.current_device())
+                plan.native = getattr(launch_graph, "native", None)
             if launch_graph is not None:
                 launch_graph()
                 return plan
@@ -288,10 +320,11 @@ def graph_launcher(graph, device: int):
         >>> launch_graph = graph_launcher(graph, torch.cuda.current_device())
         >>> launch_graph()   # the captured work, once more, on the current stream
     """
-    launch = _driver_graph_launch() if torch.version.cuda is not None else None
+    driver = _driver_functions() if torch.version.cuda is not None else None
     executable = getattr(graph, "raw_cuda_graph_exec", None)
-    if launch is None or executable is None:
+    if driver is None or executable is None:
         return graph.replay
+    launch = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(driver[1])
     handle, current_stream = ctypes.c_void_p(executable()), torch._C._cuda_getCurrentRawStream
 
     def launch_graph() -> None:
@@ -300,19 +333,20 @@ def graph_launcher(graph, device: int):
             raise RuntimeError(f"cuGraphLaunch of a remembered call's graph failed: CUresult {result}")
 
     launch_graph.graph = graph  # the executable lives as long as the graph
+    launch_graph.native = (handle.value, device)  # what iris.native_replay launches from C
     return launch_graph
 
 
 @functools.cache
-def _driver_graph_launch():
-    """The CUDA driver's ``cuGraphLaunch(executable, stream)`` as a ctypes function, or None where the
+def _driver_functions():
+    """The addresses of the CUDA driver's ``cuStreamIsCapturing`` and ``cuGraphLaunch``, or None where the
     driver library does not load."""
     try:
-        function = ctypes.CDLL("libcuda.so.1").cuGraphLaunch
+        driver = ctypes.CDLL("libcuda.so.1")
+        return tuple(ctypes.cast(getattr(driver, name), ctypes.c_void_p).value
+                     for name in ("cuStreamIsCapturing", "cuGraphLaunch"))
     except (OSError, AttributeError):
         return None
-    function.argtypes, function.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
-    return function
 
 
 def _no_hook(enter) -> bool:

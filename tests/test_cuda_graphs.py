@@ -132,17 +132,21 @@ def test_collectives_replay_in_a_graph(ranks):
     assert ranks.run(_collectives_replay_on_rank) == [[]] * ranks.world_size
 
 
-def _eager_calls_from_graphs_on_rank(setting):
+def _eager_calls_from_graphs_on_rank(setting, native=None):
     """Repeated eager calls (fresh data each time) replay a graph captured on their second call unless
-    IRIS_GRAPH_REPLAY=0 (``setting``; None: unset); a call inside the user's own capture runs its launches
-    into that capture instead. Returns the wrong calls and how many remembered calls have a graph."""
+    IRIS_GRAPH_REPLAY=0 (``setting``; None: unset), launched from C where IRIS_NATIVE_REPLAY=1 (``native``);
+    a call inside the user's own capture runs its launches into that capture instead. Returns the wrong calls
+    and how many remembered calls have a graph."""
     with pytest.MonkeyPatch.context() as env:
-        if setting is None:
-            env.delenv("IRIS_GRAPH_REPLAY", raising=False)
-        else:
-            env.setenv("IRIS_GRAPH_REPLAY", setting)
+        for name, value in (("IRIS_GRAPH_REPLAY", setting), ("IRIS_NATIVE_REPLAY", native)):
+            if value is None:
+                env.delenv(name, raising=False)
+            else:
+                env.setenv(name, value)
         ctx = iris.iris(1 << 22)
-        ccl = ctx.ccl  # its remembered calls read the switch now
+        ccl = ctx.ccl  # its remembered calls read the switches now
+    if native == "1" and setting != "0":
+        assert ccl._plans._native is not None, "IRIS_NATIVE_REPLAY=1: the C path was not built (see the warning)"
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     x, out = ctx.zeros(N, dtype=torch.float32), ctx.zeros(N, dtype=torch.float32)
     gathered = ctx.zeros(world * N, dtype=torch.float32)
@@ -178,9 +182,11 @@ def _eager_calls_from_graphs_on_rank(setting):
     return wrong, graphs
 
 
-@pytest.mark.parametrize("setting, graphs", [(None, 2), ("1", 2), ("0", 0)], ids=["default", "on", "off"])
-def test_repeated_eager_calls_replay_from_a_graph_unless_turned_off(ranks, setting, graphs):
-    assert ranks.run(_eager_calls_from_graphs_on_rank, setting) == [([], graphs)] * ranks.world_size
+@pytest.mark.parametrize("setting, native, graphs", [(None, None, 2), ("1", None, 2), ("0", None, 0), (None, "1", 2),
+                                                     ("0", "1", 0), (None, "0", 2)],
+                         ids=["default", "on", "off", "native", "native-graphs-off", "python"])
+def test_repeated_eager_calls_replay_from_a_graph_unless_turned_off(ranks, setting, native, graphs):
+    assert ranks.run(_eager_calls_from_graphs_on_rank, setting, native) == [([], graphs)] * ranks.world_size
 
 
 def test_the_fused_ops_side_stream_is_never_the_stream_it_forks_from():

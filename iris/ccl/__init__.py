@@ -25,7 +25,7 @@ Example:
 import weakref
 
 from iris.ccl.config import AUTOTUNE, Config, ReduceOp
-from iris.kernel_launch import Plans, call_key, value_key
+from iris.kernel_launch import Plans, value_key
 from iris.team import check_call
 
 # The collectives, imported once here rather than in every call (an import statement costs about
@@ -49,9 +49,9 @@ class CCL:
 
     def _check(self, name: str, arguments: dict) -> None:
         """Debug mode: every member of the group made this call (:func:`iris.team.check_call`). Called where a
-        call is not replayed (in debug mode no call is), with the method's ``locals()`` (its key and self left
-        out): a replayed call pays nothing for it."""
-        check_call(self._ctx.team, name, {k: v for k, v in arguments.items() if k not in ("self", "key")})
+        call is not replayed (in debug mode no call is), with the method's ``locals()`` (its key, plan and self
+        left out): a replayed call pays nothing for it."""
+        check_call(self._ctx.team, name, {k: v for k, v in arguments.items() if k not in ("self", "key", "plan")})
 
     def kept_workspace(self, key, make):
         """The heap workspace this context keeps for a collective's problem ``key`` (the hierarchical
@@ -61,36 +61,36 @@ class CCL:
 
     def all_gather(self, output_tensor, input_tensor, group=None, async_op=False, config=None):
         """(W*M, N) output from each member's (M, N) input; see :func:`iris.ccl.all_gather.all_gather`."""
-        key = call_key("all_gather", output_tensor, input_tensor, group, async_op, value_key(config, Config),
-                       self._tracing.enabled)
-        if self._plans.replay(key) is None:
+        key, plan = self._plans.replay_call("all_gather", output_tensor, input_tensor, group, async_op,
+                                            value_key(config, Config), self._tracing.enabled)
+        if plan is None:
             self._check("all_gather", locals())
             self._plans.remember(key, _all_gather.all_gather(output_tensor, input_tensor, self._ctx, group=group,
                                                              async_op=async_op, config=config))
 
     def all_to_all(self, output_tensor, input_tensor, group=None, async_op=False, config=None):
         """(M, W*N) chunks exchanged between members; see :func:`iris.ccl.all_to_all.all_to_all`."""
-        key = call_key("all_to_all", output_tensor, input_tensor, group, async_op, value_key(config, Config),
-                       self._tracing.enabled)
-        if self._plans.replay(key) is None:
+        key, plan = self._plans.replay_call("all_to_all", output_tensor, input_tensor, group, async_op,
+                                            value_key(config, Config), self._tracing.enabled)
+        if plan is None:
             self._check("all_to_all", locals())
             self._plans.remember(key, _all_to_all.all_to_all(output_tensor, input_tensor, self._ctx, group=group,
                                                              async_op=async_op, config=config))
 
     def broadcast(self, tensor, src=0, group=None, async_op=False, config=None):
         """Rank ``src``'s tensor into every member's; see :func:`iris.ccl.broadcast.broadcast`."""
-        key = call_key("broadcast", tensor, None, src, group, async_op, value_key(config, Config),
-                       self._tracing.enabled)
-        if self._plans.replay(key) is None:
+        key, plan = self._plans.replay_call("broadcast", tensor, None, src, group, async_op, value_key(config, Config),
+                                            self._tracing.enabled)
+        if plan is None:
             self._check("broadcast", locals())
             self._plans.remember(key, _broadcast.broadcast(tensor, self._ctx, src=src, group=group, async_op=async_op,
                                                            config=config))
 
     def reduce_scatter(self, output_tensor, input_tensor, op=None, group=None, async_op=False, config=None):
         """Each member's part of the reduction over members; see :mod:`iris.ccl.reduce_scatter`."""
-        key = call_key("reduce_scatter", output_tensor, input_tensor, op, group, async_op, value_key(config, Config),
-                       self._tracing.enabled)
-        if self._plans.replay(key) is None:
+        key, plan = self._plans.replay_call("reduce_scatter", output_tensor, input_tensor, op, group, async_op,
+                                            value_key(config, Config), self._tracing.enabled)
+        if plan is None:
             self._check("reduce_scatter", locals())
             op = ReduceOp.SUM if op is None else op
             self._plans.remember(key, _reduce_scatter.reduce_scatter(output_tensor, input_tensor, self._ctx, op=op,
@@ -104,9 +104,9 @@ class CCL:
     def all_reduce(self, output_tensor, input_tensor, op=None, group=None, async_op=False, config=None,
                    workspace=None):
         """Elementwise SUM/MAX/MIN over members, on every member; see :func:`iris.ccl.all_reduce.all_reduce`."""
-        key = call_key("all_reduce", output_tensor, input_tensor, op, group, async_op, value_key(config, Config),
-                       workspace, self._tracing.enabled)
-        if self._plans.replay(key) is None:
+        key, plan = self._plans.replay_call("all_reduce", output_tensor, input_tensor, op, group, async_op,
+                                            value_key(config, Config), workspace, self._tracing.enabled)
+        if plan is None:
             self._check("all_reduce", locals())
             op = ReduceOp.SUM if op is None else op
             self._plans.remember(key, _all_reduce.all_reduce(output_tensor, input_tensor, self._ctx, op=op,

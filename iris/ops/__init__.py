@@ -66,9 +66,8 @@ class Ops:
         the launches, the first time; the same call again (the same tensors, config, workspace and
         tracing switch) only relaunches them."""
         operands = call_key("", B, bias)  # None if either is neither a tensor nor (bias) None
-        key = operands and call_key(op, output, A, operands, async_op, value_key(config, FusedConfig), workspace,
-                                    self._tracing.enabled)
-        plan = self._plans.replay(key)
+        key, plan = (None, None) if operands is None else self._plans.replay_call(
+            op, output, A, operands, async_op, value_key(config, FusedConfig), workspace, self._tracing.enabled)
         if plan is None:
             workspace, launches = run()
             for launch in launches:

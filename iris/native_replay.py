@@ -1,0 +1,80 @@
+"""The host path of a repeated ccl/ops call in C: key, lookup and graph launch in one call (CUDA).
+
+A repeated small collective is host-bound (issue 21): on an H200 host its Python path (the call's key,
+the remembered plan's lookup, the checks, ctypes' ``cuGraphLaunch``) took 7-9 us per call against 3.2-4.8
+us of GPU time. ``native_replay.c`` does the same work in one C call: it makes the key that
+:func:`iris.kernel_launch.call_key` makes, finds the plan and launches its graph by the driver, leaving
+every other case (first call, first replay, debug mode, a launch hook, a user's capture) to the Python path.
+
+It is compiled on first use with the system's C compiler (``$CC``, else ``cc``) against this Python's
+headers, as Triton builds its own launchers, and kept in ``IRIS_NATIVE_CACHE`` (default
+``~/.cache/iris/native``) under a name that holds the source's hash and the Python version. Where that
+fails (no compiler, no headers) the reason is logged once and the Python path is used.
+Switch: ``IRIS_NATIVE_REPLAY`` (see iris.config).
+
+The state tuple ``replay`` takes (made once per :class:`iris.kernel_launch.Plans`):
+``(plans dict, team (its .debug), triton.knobs.runtime, torch.Tensor, current raw stream function,
+cuStreamIsCapturing address, cuGraphLaunch address)``.
+
+Example:
+    >>> module, why = load()
+    >>> key, plan = module.replay(state, "all_reduce", out, x, (None, None, False, None, None, False))
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+
+from iris import config
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native_replay.c")
+MODULE_NAME = "iris_native_replay"  # PyInit_iris_native_replay in the source
+
+
+def build(directory: str) -> str:
+    """Compile the source into ``directory`` (once per source and Python) and return the module's path.
+
+    Raises RuntimeError with the compiler's output where it fails."""
+    with open(SOURCE, "rb") as file:
+        source = file.read()
+    tag = hashlib.sha256(source + sys.version.encode() + sysconfig.get_platform().encode()).hexdigest()[:16]
+    target = os.path.join(directory, f"{MODULE_NAME}_{tag}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}")
+    if os.path.exists(target):
+        return target
+    compiler = config.c_compiler() or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise RuntimeError("no C compiler (cc, gcc, or $CC) on PATH")
+    os.makedirs(directory, exist_ok=True)
+    handle, scratch = tempfile.mkstemp(suffix=".so", dir=directory)  # ranks may build at once: each its own
+    os.close(handle)
+    command = [*compiler.split(), "-O2", "-shared", "-fPIC", "-I", sysconfig.get_paths()["include"], SOURCE, "-o",
+               scratch]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        os.unlink(scratch)
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr.strip()}")
+    os.replace(scratch, target)  # atomic: a rank loading it sees all of it or nothing
+    return target
+
+
+@functools.cache
+def load():
+    """``(module, None)``, the compiled module (built on first use), or ``(None, why)`` where it cannot be
+    built or loaded (the caller says why once and takes the Python path)."""
+    directory = config.native_cache() or os.path.join(os.path.expanduser("~"), ".cache", "iris", "native")
+    try:
+        path = build(directory)
+        spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module, None
+    except (OSError, RuntimeError, ImportError) as error:
+        return None, str(error)

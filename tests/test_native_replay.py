@@ -1,0 +1,170 @@
+"""iris.native_replay: the C host path of a repeated call makes call_key's key, finds the plan and launches
+its graph only where the Python path would launch it as it is.
+
+The C module is built here with the machine's C compiler, as on a GPU host. The CUDA driver's two functions
+(cuStreamIsCapturing, cuGraphLaunch) do not exist without a GPU: ctypes callbacks at their addresses record
+what the C code hands them, so every decision of the module runs here; on a GPU the driver's own functions
+take their place (tests/test_cuda_graphs.py runs the path there).
+"""
+
+import ctypes
+import shutil
+import types
+
+import pytest
+import torch
+from triton import knobs
+
+from iris import native_replay
+from iris.kernel_launch import Plans, call_key
+
+pytestmark = pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="no C compiler here")
+
+IS_CAPTURING = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int))
+GRAPH_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+EXECUTABLE, STREAM, DEVICE = 0x5EED, 0xAB0, 3
+
+
+@pytest.fixture(scope="module")
+def module(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("native")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("IRIS_NATIVE_CACHE", str(cache))
+        native_replay.load.cache_clear()
+        loaded, why = native_replay.load()
+        native_replay.load.cache_clear()
+    assert why is None and loaded is not None
+    return loaded
+
+
+class Driver:
+    """Stand-ins for the driver's functions, at C addresses: what they were handed, and what they answer."""
+
+    def __init__(self, capture_status=0, launch_result=0):
+        self.capturing_asked, self.launched = [], []
+        self.capture_status, self.launch_result = capture_status, launch_result
+
+        def is_capturing(stream, status):
+            self.capturing_asked.append(stream)
+            status[0] = self.capture_status
+            return 0
+
+        def graph_launch(executable, stream):
+            self.launched.append((executable, stream))
+            return self.launch_result
+
+        self._callbacks = IS_CAPTURING(is_capturing), GRAPH_LAUNCH(graph_launch)  # kept alive with the driver
+        self.addresses = tuple(ctypes.cast(c, ctypes.c_void_p).value for c in self._callbacks)
+
+
+def _state(plans, driver, debug=False, runtime=None):
+    team = types.SimpleNamespace(debug=debug)
+    streams = []
+
+    def current_stream(device):
+        streams.append(device)
+        return STREAM
+
+    state = (plans, team, knobs.runtime if runtime is None else runtime, torch.Tensor, current_stream,
+             *driver.addresses)
+    return state, streams
+
+
+def _planned(key, native=(EXECUTABLE, DEVICE), tensors=()):
+    plan = Plans.Plan([lambda: None], "result")
+    plan.native, plan.tensors = native, tensors
+    return {key: plan}, plan
+
+
+X = torch.arange(24, dtype=torch.bfloat16)
+CASES = {
+    "two contiguous": ("all_reduce", torch.zeros(24, dtype=torch.bfloat16), X, (None, None, False, None, None, True)),
+    "one tensor": ("broadcast", X, None, (0, None, False, None, False)),
+    "a transposed view": ("all_gather", torch.zeros(4, 6).t(), torch.zeros(6, 4, dtype=torch.float16), (None,)),
+    "a strided view": ("all_to_all", torch.zeros(10)[::2], torch.zeros(3, 3)[:, :2], ()),
+    "nested operands": ("matmul_all_reduce", X, X, (call_key("", X, None), False, (object, 1, "x"), None, False)),
+    "a parameter": ("all_reduce", torch.nn.Parameter(torch.zeros(2)), X, (None,)),
+    "not a tensor": ("all_reduce", [1, 2], X, (None,)),
+    "second not a tensor": ("all_reduce", X, 3.0, (None,)),
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_the_key_is_call_keys_key(module, case):
+    name, first, second, rest = CASES[case]
+    driver = Driver()
+    state, _ = _state({}, driver)
+    key, plan = module.replay(state, name, first, second, rest)
+    assert key == call_key(name, first, second, *rest)
+    assert plan is None and driver.launched == []
+
+
+def test_a_remembered_plan_launches_its_graph_on_its_devices_current_stream(module):
+    name, first, second, rest = CASES["two contiguous"]
+    plans, plan = _planned(call_key(name, first, second, *rest))
+    driver = Driver()
+    state, streams = _state(plans, driver)
+    for _ in range(3):
+        assert module.replay(state, name, first, second, rest)[1] is plan
+    assert driver.launched == [(EXECUTABLE, STREAM)] * 3
+    assert driver.capturing_asked == [STREAM] * 3 and streams == [DEVICE] * 3
+
+
+REFUSALS = {
+    "not captured yet": dict(native=None),
+    "tensors held weakly": dict(tensors=(lambda: X,)),
+    "debug mode": dict(debug=True),
+    "a launch hook": dict(runtime=types.SimpleNamespace(launch_enter_hook=lambda *a: None)),
+    "a chain of hooks": dict(runtime=types.SimpleNamespace(launch_enter_hook=types.SimpleNamespace(calls=[print]))),
+    "the stream is being captured": dict(capture_status=1),
+}
+
+
+@pytest.mark.parametrize("case", REFUSALS, ids=list(REFUSALS))
+def test_every_other_case_is_left_to_the_python_path(module, case):
+    """Each condition under which Plans.replay would not launch the graph as it is: the C path hands the
+    key back with no plan and launches nothing."""
+    setting = REFUSALS[case]
+    name, first, second, rest = CASES["two contiguous"]
+    key = call_key(name, first, second, *rest)
+    plans, _ = _planned(key, **{k: v for k, v in setting.items() if k in ("native", "tensors")})
+    driver = Driver(capture_status=setting.get("capture_status", 0))
+    state, _ = _state(plans, driver, debug=setting.get("debug", False), runtime=setting.get("runtime"))
+    assert module.replay(state, name, first, second, rest) == (key, None)
+    assert driver.launched == []
+
+
+def test_an_empty_chain_of_hooks_is_no_hook(module):
+    name, first, second, rest = CASES["one tensor"]
+    plans, plan = _planned(call_key(name, first, second, *rest))
+    driver = Driver()
+    state, _ = _state(plans, driver, runtime=types.SimpleNamespace(launch_enter_hook=types.SimpleNamespace(calls=[])))
+    assert module.replay(state, name, first, second, rest)[1] is plan and len(driver.launched) == 1
+
+
+def test_a_failed_launch_raises_with_the_drivers_result(module):
+    name, first, second, rest = CASES["two contiguous"]
+    plans, _ = _planned(call_key(name, first, second, *rest))
+    state, _ = _state(plans, Driver(launch_result=700))
+    with pytest.raises(RuntimeError, match="CUresult 700"):
+        module.replay(state, name, first, second, rest)
+
+
+def test_an_unhashable_argument_is_left_to_the_python_path(module):
+    name, first, second, _ = CASES["two contiguous"]
+    rest = ([1, 2], None)
+    state, _ = _state({}, Driver())
+    key, plan = module.replay(state, name, first, second, rest)
+    assert key == call_key(name, first, second, *rest) and plan is None
+
+
+def test_a_malformed_state_is_refused(module):
+    with pytest.raises(TypeError, match="state tuple"):
+        module.replay((), "all_reduce", X, X, ())
+
+
+def test_a_build_that_fails_says_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("CC", "false")  # a compiler that fails on everything
+    with pytest.raises(RuntimeError, match="failed"):
+        native_replay.build(str(tmp_path))
+    assert list(tmp_path.iterdir()) == []  # no half-written module left for another rank to load
