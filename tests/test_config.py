@@ -7,16 +7,18 @@ from iris import config
 
 @pytest.mark.parametrize("value, on", [(None, True), ("1", True), ("on", True), ("0", False), ("off", False),
                                        ("false", False), ("no", False)])
-def test_graph_replay_is_on_unless_turned_off(monkeypatch, value, on):
+@pytest.mark.parametrize("name, read", [("IRIS_GRAPH_REPLAY", config.graph_replay),
+                                        ("IRIS_NATIVE_REPLAY", config.native_replay)])
+def test_graph_replay_and_its_native_launch_are_on_unless_turned_off(monkeypatch, value, on, name, read):
     if value is None:
-        monkeypatch.delenv("IRIS_GRAPH_REPLAY", raising=False)
+        monkeypatch.delenv(name, raising=False)
     else:
-        monkeypatch.setenv("IRIS_GRAPH_REPLAY", value)
-    assert config.graph_replay() is on
+        monkeypatch.setenv(name, value)
+    assert read() is on
 
 
-SWITCHES = {"IRIS_GRAPH_REPLAY": config.graph_replay, "IRIS_DEBUG": config.debug_requested,
-            "IRIS_SIMULATION": config.simulation, "IRIS_LL_PACK": config.ll_pack}
+SWITCHES = {"IRIS_GRAPH_REPLAY": config.graph_replay, "IRIS_NATIVE_REPLAY": config.native_replay,
+            "IRIS_DEBUG": config.debug_requested, "IRIS_SIMULATION": config.simulation, "IRIS_LL_PACK": config.ll_pack}
 
 
 @pytest.mark.parametrize("name", SWITCHES)

@@ -1,0 +1,81 @@
+"""Probe: what an eager small all_reduce's time per call is made of, host against GPU.
+
+    python -m iris run -n 2 benchmarks/eager_probe.py [--bytes 4096 65536] [--iters 30]
+
+ccl.py's eager figure of a repeated ``ctx.ccl.all_reduce(out, x)`` (issue 21) is at least the slower rank's host
+time per call and at least the GPU's; this times, for the default variant, per call (microseconds, rank 0,
+median of --iters samples, every rank timing alike):
+
+    eager, 200 us samples     as ccl.py: batches of about 200 us after a device barrier
+    eager, 2000 us samples    the same with batches ten times longer (the batch's start spread thinner)
+    queued                    the same 200 us batches, but the GPU spins 1 ms before each batch's clock
+                              starts, so every call of the batch is launched before the GPU reaches it:
+                              the GPU's time per separately launched call (graph launches, or with
+                              IRIS_GRAPH_REPLAY=0 the kernel launches), the host out of the figure
+    graph batch               the batch captured into one CUDA graph and replayed (ccl.py's +graph rows)
+    host                      the host's time per call issued back to back (the slowest rank's)
+
+Run it with IRIS_NATIVE_REPLAY and IRIS_GRAPH_REPLAY set as wanted; the first lines say which.
+"""
+
+import os
+
+for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+                      ("NVSHMEM_DISABLE_NVLS", "1")):
+    os.environ.setdefault(_name, _value)
+
+import argparse
+
+import torch
+from _results import graph_median_us, host_us, interleaved_median_us
+
+import iris
+from iris import config
+
+QUEUE_LEAD_US = 1000.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bytes", type=int, nargs="+", default=[4096, 65536])
+    parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    args = parser.parse_args()
+    ctx = iris.iris(1 << 26)
+    if ctx.backend.name == "cpu":
+        raise SystemExit("a GPU probe: the CPU backend launches nothing to time")
+    rank = ctx.get_rank()
+    if rank == 0:
+        print("torch", torch.__version__, torch.cuda.get_device_name(), "ranks", ctx.get_num_ranks(),
+              "IRIS_GRAPH_REPLAY", config.graph_replay(), "IRIS_NATIVE_REPLAY", config.native_replay(), flush=True)
+    agree = lambda batch: ctx.broadcast(batch, src=0)  # noqa: E731
+    for nbytes in args.bytes:
+        x = ctx.ones(nbytes // 2, dtype=torch.bfloat16)
+        out = ctx.zeros(nbytes // 2, dtype=torch.bfloat16)
+        call = lambda: ctx.ccl.all_reduce(out, x)  # noqa: E731
+        eager = {
+            "eager, 200 us samples": dict(sample_us=200.0),
+            "eager, 2000 us samples": dict(sample_us=2000.0),
+            "queued": dict(sample_us=200.0, lead_us=QUEUE_LEAD_US),
+        }
+        figures = {}
+        for name, how in eager.items():
+            ctx.barrier()
+            figures[name] = interleaved_median_us({name: call}, args.warmup, args.iters, True, agree=agree,
+                                                  before_each=ctx.device_barrier, **how)[name]
+        ctx.barrier()
+        figures["graph batch"] = graph_median_us(call, args.warmup, args.iters, 200.0, agree=agree)
+        ctx.barrier()
+        host = min(host_us(call) for _ in range(5))
+        figures["host (slowest rank)"] = max(ctx.broadcast(host, src=r) for r in range(ctx.get_num_ranks()))
+        for name, us in figures.items():
+            us = ctx.broadcast(us, src=0)
+            if rank == 0:
+                print(f"{nbytes:>8} B  {name:<24} {us:7.2f} us per call", flush=True)
+    ctx.barrier()
+    ctx.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
