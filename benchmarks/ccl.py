@@ -428,7 +428,8 @@ def main() -> int:
     base = {"gpu": gpu_name, "backend": iris.runtime.SELECTED, "world_size": world, "version": iris.__version__,
             "commit": git_commit(), "iters": args.iters, "sample_us": args.sample_us,
             "eager_start": "none" if args.unaligned else "barrier", "trace": int(args.trace),
-            "graph_replay": int(iris.config.graph_replay()), "ll_pack": int(iris.config.ll_pack())}
+            "graph_replay": int(iris.config.graph_replay()), "native_replay": int(iris.config.native_replay()),
+            "ll_pack": int(iris.config.ll_pack())}
     rows, problems = [], []
     if args.host and gpu:
         rows += null_launch_rows(base, buffers.heap)

@@ -395,7 +395,7 @@ def main() -> int:
     gpu_name = torch.cuda.get_device_name(ctx.get_device()) if gpu else "cpu"
     base = {"gpu": gpu_name, "backend": iris.runtime.SELECTED, "world_size": world, "version": iris.__version__,
             "commit": git_commit(), "iters": args.iters, "trace": int(args.trace),
-            "graph_replay": int(iris.config.graph_replay()),
+            "graph_replay": int(iris.config.graph_replay()), "native_replay": int(iris.config.native_replay()),
             "heap_pad_mib": args.heap_pad_mib, "device_pad_mib": args.device_pad_mib,
             "config": " ".join(f"{k}={v}" for k, v in vars(args.config).items())}
     rows, problems, reasons = [], [], set()

@@ -7,6 +7,8 @@ sweep with no slack, so a term missing from that sum runs out of heap here.
 import csv
 import shlex
 
+import pytest
+import torch
 from benchmark_runs import import_benchmark, run_benchmark
 
 OPS = {"matmul_all_reduce", "matmul_reduce_scatter", "all_gather_matmul", "matmul_all_gather", "gemm_all_scatter"}
@@ -172,6 +174,7 @@ def test_a_timeline_is_the_gpus_activities_after_the_lead_spin_with_its_busy_tim
     assert timeline.describe(acts[:1]) == ["+     0.0     30.0  stream 7   nvjet_tst_gemm"]
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal given where there is no GPU")
 def test_the_timeline_needs_a_gpu_and_says_so_before_any_rank_starts(tmp_path):
     result = run_benchmark("ops.py", 2, "--timeline", "--ops", "all_gather_matmul", "--m", "32", "--n", "64",
                            "--k", "64", csv_path=tmp_path / "ops.csv", check=False)
