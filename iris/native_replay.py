@@ -8,8 +8,9 @@ every other case (first call, first replay, debug mode, a launch hook, a user's 
 
 It is compiled on first use with the system's C compiler (``$CC``, else ``cc``) against this Python's
 headers, as Triton builds its own launchers, and kept in ``IRIS_NATIVE_CACHE`` (default
-``~/.cache/iris/native``) under a name that holds the source's hash and the Python version. Where that
-fails (no compiler, no headers) the reason is logged once and the Python path is used.
+``~/.cache/iris/native``; where that cannot be written, a read-only home, in the temporary directory)
+under a name that holds the source's hash and the Python version. Where that fails (no compiler, no
+headers) the context says why once and the Python path is used.
 Switch: ``IRIS_NATIVE_REPLAY`` (see iris.config).
 
 The state tuple ``replay`` takes (made once per :class:`iris.kernel_launch.Plans`):
@@ -69,12 +70,23 @@ def build(directory: str) -> str:
 def load():
     """``(module, None)``, the compiled module (built on first use), or ``(None, why)`` where it cannot be
     built or loaded (the caller says why once and takes the Python path)."""
-    directory = config.native_cache() or os.path.join(os.path.expanduser("~"), ".cache", "iris", "native")
+    places = (config.native_cache() or os.path.join(os.path.expanduser("~"), ".cache", "iris", "native"),
+              os.path.join(tempfile.gettempdir(), f"iris-native-{os.getuid()}"))  # a read-only home: here
     try:
-        path = build(directory)
+        path = _build_in_first_writable(places)
         spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module, None
     except (OSError, RuntimeError, ImportError) as error:
         return None, str(error)
+
+
+def _build_in_first_writable(places) -> str:
+    """:func:`build` in the first of ``places`` where a directory can be made and written."""
+    for place in places[:-1]:
+        try:
+            return build(place)
+        except OSError:
+            continue
+    return build(places[-1])

@@ -9,6 +9,7 @@ take their place (tests/test_cuda_graphs.py runs the path there).
 
 import ctypes
 import shutil
+import tempfile
 import types
 
 import pytest
@@ -168,3 +169,20 @@ def test_a_build_that_fails_says_why(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="failed"):
         native_replay.build(str(tmp_path))
     assert list(tmp_path.iterdir()) == []  # no half-written module left for another rank to load
+
+
+def test_an_unwritable_cache_falls_back_to_a_temporary_directory(tmp_path, monkeypatch):
+    """A read-only home (an apptainer image, a cluster's compute node) must not cost the C path: the module
+    is built under the temporary directory instead."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("IRIS_NATIVE_CACHE", str(blocker / "native"))  # below a file: no directory can be made
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # what gettempdir() answers
+    (tmp_path / "tmp").mkdir()
+    native_replay.load.cache_clear()
+    try:
+        module, why = native_replay.load()
+    finally:
+        native_replay.load.cache_clear()
+    assert why is None and module is not None
+    assert any((tmp_path / "tmp").rglob("iris_native_replay_*"))
