@@ -8,6 +8,10 @@ median of --iters samples, every rank timing alike):
 
     eager, 200 us samples     as ccl.py: batches of about 200 us after a device barrier
     eager, 2000 us samples    the same with batches ten times longer (the batch's start spread thinner)
+    eager, 20 us lead         200 us batches whose clock starts after the GPU has spun 20 us: the host's
+                              first few launches of the batch are out of the figure (how much of the
+                              200 us batches' surplus over 2000 us ones is the batch's start)
+    eager, no barrier         200 us batches without the device barrier before each (ccl.py --unaligned)
     queued                    the same 200 us batches, but the GPU spins 1 ms before each batch's clock
                               starts, so every call of the batch is launched before the GPU reaches it:
                               the GPU's time per separately launched call (graph launches, or with
@@ -56,13 +60,16 @@ def main() -> int:
         eager = {
             "eager, 200 us samples": dict(sample_us=200.0),
             "eager, 2000 us samples": dict(sample_us=2000.0),
+            "eager, 20 us lead": dict(sample_us=200.0, lead_us=20.0),
+            "eager, no barrier": dict(sample_us=200.0, before_each=None),
             "queued": dict(sample_us=200.0, lead_us=QUEUE_LEAD_US),
         }
         figures = {}
         for name, how in eager.items():
             ctx.barrier()
+            how = {"before_each": ctx.device_barrier, **how}
             figures[name] = interleaved_median_us({name: call}, args.warmup, args.iters, True, agree=agree,
-                                                  before_each=ctx.device_barrier, **how)[name]
+                                                  **how)[name]
         ctx.barrier()
         figures["graph batch"] = graph_median_us(call, args.warmup, args.iters, 200.0, agree=agree)
         ctx.barrier()
