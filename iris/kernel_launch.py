@@ -198,15 +198,25 @@ class Plans:
 
     def _native_path(self):
         """iris.native_replay's ``replay`` and its state for these plans, or (None, None) (said why, once)."""
+        driver = _driver_functions()
+        if driver is None:
+            self._ctx.warning("IRIS_NATIVE_REPLAY: repeated calls take the Python path (the CUDA driver library did "
+                              "not load)")
+            return None, None
+        return self._native_state(driver, torch._C._cuda_getCurrentRawStream)
+
+    def _native_state(self, driver, current_stream):
+        """``(replay, state)`` of iris.native_replay for these plans, given the driver's two functions' addresses
+        and the current-stream function, or (None, None) where the module cannot be built (said why). The
+        state holds the team weakly, as these plans hold their context: the heap dies with the context."""
         from iris import native_replay
 
-        driver = _driver_functions()
-        module, why = native_replay.load() if driver is not None else (None, "the CUDA driver library did not load")
+        module, why = native_replay.load()
         if module is None:
             self._ctx.warning(f"IRIS_NATIVE_REPLAY: repeated calls take the Python path ({why})")
             return None, None
-        return module.replay, (self._plans, self._ctx.team, _RUNTIME_KNOBS, torch.Tensor,
-                               torch._C._cuda_getCurrentRawStream, *driver)
+        return module.replay, (self._plans, weakref.proxy(self._ctx.team), _RUNTIME_KNOBS, torch.Tensor,
+                               current_stream, *driver)
 
     def __len__(self) -> int:
         return len(self._plans)

@@ -186,3 +186,28 @@ def test_an_unwritable_cache_falls_back_to_a_temporary_directory(tmp_path, monke
         native_replay.load.cache_clear()
     assert why is None and module is not None
     assert any((tmp_path / "tmp").rglob("iris_native_replay_*"))
+
+
+def test_the_plans_hold_the_team_weakly():
+    """Plans hold their context weakly (the heap dies with the context's last user): the C path's state
+    must not keep the context's team, and with it the heap, alive either."""
+    import gc
+    import weakref
+
+    class Team:
+        debug = False
+
+    class Context:
+        def __init__(self):
+            self.team = Team()
+
+        def warning(self, message):
+            raise AssertionError(message)
+
+    ctx = Context()
+    plans = Plans(weakref.proxy(ctx))
+    plans._native, plans._state = plans._native_state(Driver().addresses, lambda device: STREAM)
+    team = weakref.ref(ctx.team)
+    del ctx
+    gc.collect()
+    assert team() is None
