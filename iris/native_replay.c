@@ -62,7 +62,8 @@ static PyObject *make_key(PyObject *tensor_type, PyObject *name, PyObject *first
 
 /* 1 where the plan's graph may go out from here, 0 where the Python path must decide, -1 on error. */
 static int launchable(PyObject *state, PyObject *plan, PyObject *native) {
-    if (native == Py_None) return 0; /* not captured yet, or launched by graph.replay (HIP) */
+    /* not captured yet, or launched by graph.replay (HIP); anything but (executable, device) is not ours */
+    if (!PyTuple_CheckExact(native) || PyTuple_GET_SIZE(native) != 2) return 0;
     PyObject *tensors = PyObject_GetAttr(plan, s_tensors);
     if (tensors == NULL) return -1;
     Py_ssize_t held = PyObject_Length(tensors);

@@ -113,6 +113,7 @@ def test_a_remembered_plan_launches_its_graph_on_its_devices_current_stream(modu
 
 REFUSALS = {
     "not captured yet": dict(native=None),
+    "not a driver launch": dict(native=("executable",)),
     "tensors held weakly": dict(tensors=(lambda: X,)),
     "debug mode": dict(debug=True),
     "a launch hook": dict(runtime=types.SimpleNamespace(launch_enter_hook=lambda *a: None)),
