@@ -110,8 +110,14 @@ def set_cross_compile_targets(spec: str) -> None:
     os.environ["IRIS_CROSS_COMPILE"] = spec
 
 
+def _cache(variable: str, name: str) -> str:
+    """The directory ``variable`` names, else ``~/.cache/iris/<name>``: where Iris keeps what it builds once."""
+    return text(variable) or os.path.join(os.path.expanduser("~"), ".cache", "iris", name)
+
+
 def cross_compile_cache() -> str:
-    return text("IRIS_CROSS_COMPILE_CACHE")
+    """IRIS_CROSS_COMPILE_CACHE, else ~/.cache/iris/cross-compile."""
+    return _cache("IRIS_CROSS_COMPILE_CACHE", "cross-compile")
 
 
 def c_compiler() -> str:
@@ -120,13 +126,13 @@ def c_compiler() -> str:
 
 
 def native_cache() -> str:
-    """IRIS_NATIVE_CACHE ("" when unset: the default place)."""
-    return text("IRIS_NATIVE_CACHE")
+    """IRIS_NATIVE_CACHE, else ~/.cache/iris/native."""
+    return _cache("IRIS_NATIVE_CACHE", "native")
 
 
 def engine_cache() -> str:
-    """IRIS_ENGINE_CACHE ("" when unset: the default place)."""
-    return text("IRIS_ENGINE_CACHE")
+    """IRIS_ENGINE_CACHE, else ~/.cache/iris/engine."""
+    return _cache("IRIS_ENGINE_CACHE", "engine")
 
 
 def debug_requested() -> bool:

@@ -58,11 +58,14 @@ def build(directory: str) -> str:
     os.close(handle)
     command = [*compiler.split(), "-O2", "-shared", "-fPIC", "-I", sysconfig.get_paths()["include"], SOURCE, "-o",
                scratch]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        os.unlink(scratch)
-        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr.strip()}")
-    os.replace(scratch, target)  # atomic: a rank loading it sees all of it or nothing
+    try:
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr.strip()}")
+        os.replace(scratch, target)  # atomic: a rank loading it sees all of it or nothing
+    finally:
+        if os.path.exists(scratch):  # a failed build (or a compiler that would not start) leaves nothing
+            os.unlink(scratch)
     return target
 
 
@@ -70,7 +73,7 @@ def build(directory: str) -> str:
 def load():
     """``(module, None)``, the compiled module (built on first use), or ``(None, why)`` where it cannot be
     built or loaded (the caller says why once and takes the Python path)."""
-    places = (config.native_cache() or os.path.join(os.path.expanduser("~"), ".cache", "iris", "native"),
+    places = (config.native_cache(),
               os.path.join(tempfile.gettempdir(), f"iris-native-{os.getuid()}"))  # a read-only home: here
     try:
         path = _build_in_first_writable(places)

@@ -172,6 +172,13 @@ def test_a_build_that_fails_says_why(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []  # no half-written module left for another rank to load
 
 
+def test_a_compiler_that_does_not_start_leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    with pytest.raises(OSError):
+        native_replay.build(str(tmp_path / "cache"))
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
 def test_an_unwritable_cache_falls_back_to_a_temporary_directory(tmp_path, monkeypatch):
     """A read-only home (an apptainer image, a cluster's compute node) must not cost the C path: the module
     is built under the temporary directory instead."""

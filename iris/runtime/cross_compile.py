@@ -95,8 +95,7 @@ def parse_targets(spec: str) -> list[Target]:
 
 
 def cache_dir() -> Path:
-    default = Path.home() / ".cache" / "iris" / "cross-compile"
-    return Path(config.cross_compile_cache() or default)
+    return Path(config.cross_compile_cache())
 
 
 # ------------------------------------------------------------------------------- launching side

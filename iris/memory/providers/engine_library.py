@@ -37,7 +37,7 @@ class _Linked(Exception):
 
 
 def _cache_dir() -> Path:
-    return Path(config.engine_cache() or Path.home() / ".cache" / "iris" / "engine")
+    return Path(config.engine_cache())
 
 
 def _key(full: str, target) -> str:
