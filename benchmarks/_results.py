@@ -76,7 +76,7 @@ def median_us(fn, warmup: int, iters: int, gpu: bool, sample_us: float = 50.0, a
 
 def interleaved_median_us(calls: dict, warmup: int, iters: int, gpu: bool, sample_us: float = 50.0, agree=None,
                           before_each=None, settle_ms: float = 0.0, lead_us: float = 0.0,
-                          clock=time.perf_counter) -> dict:
+                          clock=time.perf_counter, calls_per_sample: dict | None = None) -> dict:
     """:func:`median_us` of each of ``calls`` (label -> function), with the samples taken in turns:
     sample i of every call before sample i + 1 of any. Figures that one table compares (a fused op,
     its GEMM alone, its communication alone) then see the same clocks: a GPU held at its power limit
@@ -98,6 +98,7 @@ def interleaved_median_us(calls: dict, warmup: int, iters: int, gpu: bool, sampl
     collective of little data, host-bound) starts on an idle GPU and times its own launch path too:
     a fused op whose kernel took 175.3 us (torch.profiler) measured 214.3 us after iris.ccl.all_gather
     at one rank. ``clock``: the host clock (the CPU path's samples, and the settling time).
+    ``calls_per_sample``: a dict that gets each label's calls per sample (GPU; :func:`batch_size`).
 
     Example:
         >>> interleaved_median_us({"fused": p.fused, "cublas": p.gemm_torch}, 3, 20, gpu=True)
@@ -118,19 +119,13 @@ def interleaved_median_us(calls: dict, warmup: int, iters: int, gpu: bool, sampl
                 fn()
                 samples[label].append((clock() - start) * 1e6)
         return {label: statistics.median(times) for label, times in samples.items()}
-    batches = {label: _batch_size(fn, sample_us, agree) for label, fn in calls.items()}
+    batches = {label: batch_size(sample_us, agree, _gpu_us_per_call(fn, before_each, lead_us))
+               for label, fn in calls.items()}
+    if calls_per_sample is not None:
+        calls_per_sample.update(batches)
     for _ in range(iters):
         for label, fn in calls.items():
-            if before_each is not None:
-                before_each()
-            if lead_us:
-                torch.cuda._sleep(int(lead_us * SPIN_CYCLES_PER_US))
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(batches[label]):
-                fn()
-            end.record()
-            samples[label].append((start, end))
+            samples[label].append(_sample(fn, batches[label], before_each, lead_us))
     torch.cuda.synchronize()
     return {label: statistics.median([start.elapsed_time(end) * 1e3 / batches[label] for start, end in events])
             for label, events in samples.items()}
@@ -154,28 +149,69 @@ def _settle(calls: dict, settle_ms: float, gpu: bool, agree, before_each, clock)
         one_round()
 
 
-def _batch_size(fn, sample_us: float, agree) -> int:
-    """Calls of ``fn`` that last about ``sample_us`` back to back (1 to 100), the same on every rank."""
-    first, last = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    first.record()
-    for _ in range(3):
+def _sample(fn, calls: int, before_each, lead_us: float):
+    """The (start, end) CUDA events around ``calls`` calls of ``fn`` launched back to back, taken as every
+    sample is (see :func:`interleaved_median_us`: ``before_each`` and the GPU's lead outside its time)."""
+    if before_each is not None:
+        before_each()
+    if lead_us:
+        torch.cuda._sleep(int(lead_us * SPIN_CYCLES_PER_US))
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
         fn()
-    last.record()
-    torch.cuda.synchronize()
-    batch = max(1, min(100, math.ceil(sample_us / max(first.elapsed_time(last) * 1e3 / 3, 1e-3))))
-    return batch if agree is None else int(agree(batch))
+    end.record()
+    return start, end
 
 
-def graph_median_us(fn, warmup: int, iters: int, sample_us: float = 50.0, agree=None) -> float:
+def _gpu_us_per_call(fn, before_each=None, lead_us: float = 0.0):
+    """``time_batch(n)`` for :func:`batch_size`: the GPU's microseconds per call of a sample of ``n`` calls."""
+    def time_batch(calls: int) -> float:
+        start, end = _sample(fn, calls, before_each, lead_us)
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3 / calls
+    return time_batch
+
+
+PILOTS = 3  # one of 3 calls, then two of the batch the least time per call so far makes
+
+
+def batch_size(sample_us: float, agree, time_batch) -> int:
+    """Calls of a sample: enough to last about ``sample_us`` back to back (1 to 100), the same on every rank.
+
+    ``time_batch(n)`` times ``n`` calls as a sample is taken and returns microseconds per call. A pilot of
+    3 calls, then two of the batch it makes; the batch comes from the least time per call any pilot saw,
+    since whatever holds a pilot's start (a peer still in the host's broadcast of the last batch size, which
+    rank 0 leaves first; a spell of the host) only adds to its time. Each pilot's size is agreed (``agree``,
+    e.g. ``lambda b: ctx.broadcast(b, src=0)``) before it runs: ranks calling a collective a different number
+    of times would hang. Until this, one 3-call pilot without the device barrier sized the batch: a peer 300
+    us late turned 5 us calls' 40 into 2, and each sample then carried its start's cost over 2 calls.
+    ``sample_us`` 0: one call a sample, no pilot.
+
+    Example:
+        >>> batch_size(200.0, None, lambda n: 5.0)
+        40
+    """
+    if sample_us <= 0:
+        return 1
+    share = int if agree is None else agree
+    batch, least = 3, math.inf
+    for _ in range(PILOTS):
+        least = min(least, time_batch(batch))
+        batch = int(share(max(1, min(100, math.ceil(sample_us / max(least, 1e-3))))))
+    return batch
+
+
+def graph_median_us(fn, warmup: int, iters: int, sample_us: float = 50.0, agree=None, before_each=None) -> float:
     """Median microseconds per call of ``fn`` replayed from a CUDA graph (GPU only).
 
     The graph holds a batch of calls sized as in :func:`median_us`, captured once on a side stream;
     a sample is one replay between two CUDA events. This is how inference engines run small
-    collectives: no host work per call at all.
+    collectives: no host work per call at all. ``before_each``: before each pilot that sizes the batch.
     """
     for _ in range(warmup):
         fn()
-    batch = _batch_size(fn, sample_us, agree)
+    batch = batch_size(sample_us, agree, _gpu_us_per_call(fn, before_each))
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     graph = torch.cuda.CUDAGraph()

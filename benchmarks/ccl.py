@@ -31,8 +31,11 @@ samples of one point are taken in turns (sample i of every implementation before
 ``_results.interleaved_median_us``), so that a spell of host or GPU noise falls on all of them alike. A
 sample is a batch of calls launched back to back from the host between CUDA events, as
 nccl-tests times (it takes 20 calls per event pair): enough calls for about --sample-us, 200 us,
-at most 100; one for longer calls. The batch spreads the host's cost of recording the two events
-over its calls: a collective whose host path is what limits it would carry a share of that cost
+at most 100; one for longer calls (the CSV's calls_per_sample). Its size comes from three pilot samples,
+each taken as a sample is, after the device barrier: the least time per call any of them saw (until now one
+3-call pilot right after the host's broadcast of the last batch size sized it, and a peer still in that
+broadcast could shrink a batch of 40 to 2: _results.batch_size). The batch spreads the host's cost of
+recording the two events over its calls: a collective whose host path is what limits it would carry a share of that cost
 in each call of a short batch. Each eager sample starts after a device barrier (ctx.device_barrier, outside
 its time), as nccl-tests starts its timed loop after a barrier: the ranks' streams meet there, so a rank's
 sample of one implementation does not also wait for the peer to finish the previous implementation's calls
@@ -231,7 +234,8 @@ def timed_rows(ctx, args, gpu, point, bus, calls) -> list[dict]:
                 continue  # captured, and a failed capture leaves torch's allocator mid-capture until exit
             ctx.barrier()
             try:
-                us, note = ctx.broadcast(graph_median_us(call, args.warmup, args.iters, args.sample_us, agree=agree),
+                us, note = ctx.broadcast(graph_median_us(call, args.warmup, args.iters, args.sample_us, agree=agree,
+                                                         before_each=None if args.unaligned else ctx.device_barrier),
                                          src=0), ""
             except Exception as exc:  # a call torch cannot capture: the row says why
                 us, note = "", f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
@@ -429,7 +433,7 @@ def main() -> int:
             "commit": git_commit(), "iters": args.iters, "sample_us": args.sample_us,
             "eager_start": "none" if args.unaligned else "barrier", "trace": int(args.trace),
             "graph_replay": int(iris.config.graph_replay()), "native_replay": int(iris.config.native_replay()),
-            "ll_pack": int(iris.config.ll_pack())}
+            "ll_pack": int(iris.config.ll_pack()), "calls_per_sample": ""}
     rows, problems = [], []
     if args.host and gpu:
         rows += null_launch_rows(base, buffers.heap)
@@ -461,15 +465,18 @@ def main() -> int:
                 bus = bus_bytes(name, nbytes, world) * bus_factor(name, world)  # bytes: us -> GB/s is bus / us / 1e3
                 runnable = {label: call for label, call in calls.items() if not isinstance(call, str)}
                 ctx.barrier()
+                batches = {}
                 medians = interleaved_median_us(runnable, args.warmup, args.iters, gpu, args.sample_us,
                                                 agree=lambda batch: ctx.broadcast(batch, src=0),
-                                                before_each=None if args.unaligned else ctx.device_barrier)
+                                                before_each=None if args.unaligned else ctx.device_barrier,
+                                                calls_per_sample=batches)
                 for label, call in calls.items():
                     if isinstance(call, str):  # this implementation cannot run here: the string says why
                         rows.append({**point, "impl": label, "us": "", "busbw_gbps": "", "note": call})
                         continue
                     us = ctx.broadcast(medians[label], src=0)
-                    rows.append({**point, "impl": label, "us": us, "busbw_gbps": bus / us / 1e3, "note": ""})
+                    rows.append({**point, "impl": label, "us": us, "busbw_gbps": bus / us / 1e3, "note": "",
+                                 "calls_per_sample": batches.get(label, 1)})
                 rows += timed_rows(ctx, args, gpu, point, bus, calls)
                 if rank == 0:
                     print_point(rows[first:])
