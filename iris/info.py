@@ -27,8 +27,7 @@ _SWITCHES = {
     "IRIS_NODE_MAP": lambda: config.text("IRIS_NODE_MAP") or "from the ranks' host names",
     "IRIS_GRAPH_REPLAY": lambda: ("on" if config.graph_replay() else "off")
     + (" (default)" if not config.text("IRIS_GRAPH_REPLAY").strip() else "") + _no_graphs_here(),
-    "IRIS_NATIVE_REPLAY": lambda: ("on: repeated calls launched from C" if config.native_replay() else "off")
-    + _no_graphs_here(),
+    "IRIS_NATIVE_REPLAY": lambda: native_replay_meaning(config.native_replay(), _selected()),
     "IRIS_DEBUG": lambda: "on" if config.debug_requested() else "off",
     "IRIS_LL_PACK": lambda: "two 16-bit elements a word" if config.ll_pack() else "off (one element a word)",
     "IRIS_CPU_BIND": lambda: "iris run binds each rank to cores of its own" if config.cpu_bind_requested() else "off",
@@ -38,12 +37,35 @@ _SWITCHES = {
 }
 
 
+def _selected() -> str:
+    import iris
+
+    return iris.runtime.SELECTED
+
+
 def _no_graphs_here() -> str:
     """What IRIS_GRAPH_REPLAY changes on this backend: nothing where kernels run at once on the host."""
     import iris
 
     backend = iris.runtime.SELECTED
     return f"; no effect on the {backend} backend (no graphs to capture)" if iris.runtime.interpreted() else ""
+
+
+def native_replay_meaning(on: bool, backend: str) -> str:
+    """What IRIS_NATIVE_REPLAY does on ``backend``: the C path launches a repeated call's graph by the CUDA
+    driver, so on HIP (``graph.replay()``) and the CPU (no graphs) it changes nothing.
+
+    Example:
+        >>> native_replay_meaning(True, "hip")
+        'on; no effect on the hip backend (its graphs go out by graph.replay())'
+    """
+    if not on:
+        return "off"
+    if backend == "cpu":
+        return "on; no effect on the cpu backend (no graphs to capture)"
+    if backend == "hip":
+        return "on; no effect on the hip backend (its graphs go out by graph.replay())"
+    return "on: repeated calls launched from C"
 
 
 def collect() -> dict:

@@ -47,3 +47,14 @@ def test_info_reports_a_setting_it_cannot_read_instead_of_failing():
     switches = json.loads(proc.stdout)["switches"]
     assert switches["IRIS_GRAPH_REPLAY"]["value"] == "sometimes" and "refused" in switches["IRIS_GRAPH_REPLAY"]["means"]
     assert switches["IRIS_HEAP"]["value"] == "nvlink" and "not a heap provider" in switches["IRIS_HEAP"]["means"]
+
+
+def test_the_native_replay_says_where_it_changes_nothing():
+    """The C path launches graphs by the CUDA driver: on HIP (graph.replay()) and the CPU (no graphs) it is
+    on in name only, and iris info says so."""
+    from iris.info import native_replay_meaning
+
+    assert native_replay_meaning(True, "cuda") == "on: repeated calls launched from C"
+    assert native_replay_meaning(False, "cuda") == "off"
+    assert "no effect on the hip backend" in native_replay_meaning(True, "hip")
+    assert "no effect on the cpu backend" in native_replay_meaning(True, "cpu")
