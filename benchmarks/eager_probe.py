@@ -28,26 +28,17 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
                       ("NVSHMEM_DISABLE_NVLS", "1")):
     os.environ.setdefault(_name, _value)
 
-import argparse
-
+import _probe
 import torch
 from _results import graph_median_us, host_us, interleaved_median_us
 
-import iris
 from iris import config
 
 QUEUE_LEAD_US = 1000.0
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bytes", type=int, nargs="+", default=[4096, 65536])
-    parser.add_argument("--iters", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=5)
-    args = parser.parse_args()
-    ctx = iris.iris(1 << 26)
-    if ctx.backend.name == "cpu":
-        raise SystemExit("a GPU probe: the CPU backend launches nothing to time")
+    args, ctx = _probe.start(__doc__, "the CPU backend launches nothing to time", iters=30, warmup=5)
     rank = ctx.get_rank()
     if rank == 0:
         print("torch", torch.__version__, torch.cuda.get_device_name(), "ranks", ctx.get_num_ranks(),

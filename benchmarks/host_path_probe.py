@@ -23,25 +23,16 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
                       ("NVSHMEM_DISABLE_NVLS", "1")):
     os.environ.setdefault(_name, _value)
 
-import argparse
-
+import _probe
 import torch
 from _results import host_us_batches
 
-import iris
 from iris.ccl import Config
 from iris.kernel_launch import _current_stream, call_key, value_key
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bytes", type=int, nargs="+", default=[4096, 65536])
-    parser.add_argument("--calls", type=int, default=200)
-    parser.add_argument("--batches", type=int, default=15)
-    args = parser.parse_args()
-    ctx = iris.iris(1 << 26)
-    if ctx.backend.name == "cpu":
-        raise SystemExit("a GPU probe: the CPU backend has no graph launch to time")
+    args, ctx = _probe.start(__doc__, "the CPU backend has no graph launch to time", calls=200, batches=15)
     rank, device = ctx.get_rank(), torch.cuda.current_device()
     if rank == 0:
         print("torch", torch.__version__, torch.cuda.get_device_name(), "ranks", ctx.get_num_ranks())
