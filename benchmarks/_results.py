@@ -173,33 +173,42 @@ def _gpu_us_per_call(fn, before_each=None, lead_us: float = 0.0):
     return time_batch
 
 
-PILOTS = 3  # one of 3 calls, then two of the batch the least time per call so far makes
+SHORT_PILOT, LONG_PILOT = 3, 23  # calls: the batch comes from the difference their times make
 
 
 def batch_size(sample_us: float, agree, time_batch) -> int:
     """Calls of a sample: enough to last about ``sample_us`` back to back (1 to 100), the same on every rank.
 
-    ``time_batch(n)`` times ``n`` calls as a sample is taken and returns microseconds per call. A pilot of
-    3 calls, then two of the batch it makes; the batch comes from the least time per call any pilot saw,
-    since whatever holds a pilot's start (a peer still in the host's broadcast of the last batch size, which
-    rank 0 leaves first; a spell of the host) only adds to its time. Each pilot's size is agreed (``agree``,
-    e.g. ``lambda b: ctx.broadcast(b, src=0)``) before it runs: ranks calling a collective a different number
-    of times would hang. Until this, one 3-call pilot without the device barrier sized the batch: a peer 300
-    us late turned 5 us calls' 40 into 2, and each sample then carried its start's cost over 2 calls.
-    ``sample_us`` 0: one call a sample, no pilot.
+    ``time_batch(n)`` times ``n`` calls as a sample is taken (after ``before_each``, the GPU's lead) and returns
+    microseconds per call. A sample's time is what starting it costs (the first launches on an idle GPU, a
+    peer's first launch) plus its calls; pilots of 3 calls and of 23, each taken twice (the lesser time of
+    each kept: a spell only adds), give the cost of a call as the difference 20 calls make, which no start
+    cost enters. A pilot's own time per call (at most the call's cost plus its start's share) bounds it
+    from above, and a quarter of that from below (where both short pilots fell in a spell). Calls whose short
+    pilot takes more than 4 samples' time per call take no long pilot (one call a sample).
+
+    At 8df51a0 the least time per call of three pilots sized the batch: on 2 x H200 each sample of a 6 us
+    all_reduce then got 10-28 calls, NCCL's 2 (a 100 us start in its figures). Before it, one 3-call pilot
+    right after the host's broadcast of the last batch size (which a peer leaves up to 0.5 ms after rank 0)
+    gave the all_reduce 1-13. ``agree`` (e.g. ``lambda b: ctx.broadcast(b, src=0)``) makes every rank take
+    rank 0's choices: ranks calling a collective a different number of times would hang. ``sample_us`` 0:
+    one call a sample, no pilot.
 
     Example:
-        >>> batch_size(200.0, None, lambda n: 5.0)
+        >>> batch_size(200.0, None, lambda n: 5.0 + 100.0 / n)   # 5 us calls, samples that start 100 us late
         40
     """
     if sample_us <= 0:
         return 1
     share = int if agree is None else agree
-    batch, least = 3, math.inf
-    for _ in range(PILOTS):
-        least = min(least, time_batch(batch))
-        batch = int(share(max(1, min(100, math.ceil(sample_us / max(least, 1e-3))))))
-    return batch
+    short = min(SHORT_PILOT * time_batch(SHORT_PILOT) for _ in range(2))
+    most = short / SHORT_PILOT  # microseconds a call takes at most
+    per_call = most
+    if int(share(LONG_PILOT if most < 4 * sample_us else 0)):
+        long = min(LONG_PILOT * time_batch(LONG_PILOT) for _ in range(2))
+        most = min(most, long / LONG_PILOT)
+        per_call = min(most, max((long - short) / (LONG_PILOT - SHORT_PILOT), most / 4))
+    return int(share(max(1, min(100, math.ceil(sample_us / max(per_call, 1e-3))))))
 
 
 def graph_median_us(fn, warmup: int, iters: int, sample_us: float = 50.0, agree=None, before_each=None) -> float:

@@ -31,10 +31,11 @@ samples of one point are taken in turns (sample i of every implementation before
 ``_results.interleaved_median_us``), so that a spell of host or GPU noise falls on all of them alike. A
 sample is a batch of calls launched back to back from the host between CUDA events, as
 nccl-tests times (it takes 20 calls per event pair): enough calls for about --sample-us, 200 us,
-at most 100; one for longer calls (the CSV's calls_per_sample). Its size comes from three pilot samples,
-each taken as a sample is, after the device barrier: the least time per call any of them saw (until now one
-3-call pilot right after the host's broadcast of the last batch size sized it, and a peer still in that
-broadcast could shrink a batch of 40 to 2: _results.batch_size). The batch spreads the host's cost of
+at most 100; one for longer calls (the CSV's calls_per_sample). Its size comes from pilot samples of 3 and 23
+calls, each taken as a sample is: the difference 20 calls make is a call's cost, which the start of a sample
+(a peer's first launch, an idle GPU) does not enter (_results.batch_size; before 8df51a0 one 3-call pilot
+right after the host's broadcast of the last batch size sized it, and a peer still in that broadcast shrank
+a batch of 40 to as few as 1). The batch spreads the host's cost of
 recording the two events over its calls: a collective whose host path is what limits it would carry a share of that cost
 in each call of a short batch. Each eager sample starts after a device barrier (ctx.device_barrier, outside
 its time), as nccl-tests starts its timed loop after a barrier: the ranks' streams meet there, so a rank's
