@@ -190,7 +190,7 @@ def batch_size(sample_us: float, agree, time_batch) -> int:
     At 8df51a0 the least time per call of three pilots sized the batch: on 2 x H200 each sample of a 6 us
     all_reduce then got 10-28 calls, NCCL's 2 (a 100 us start in its figures). Before it, one 3-call pilot
     right after the host's broadcast of the last batch size (which a peer leaves up to 0.5 ms after rank 0)
-    gave the all_reduce 1-13. ``agree`` (e.g. ``lambda b: ctx.broadcast(b, src=0)``) makes every rank take
+    gave the all_reduce 4-12 and NCCL 1-2. ``agree`` (e.g. ``lambda b: ctx.broadcast(b, src=0)``) makes every rank take
     rank 0's choices: ranks calling a collective a different number of times would hang. ``sample_us`` 0:
     one call a sample, no pilot.
 

@@ -34,8 +34,8 @@ nccl-tests times (it takes 20 calls per event pair): enough calls for about --sa
 at most 100; one for longer calls (the CSV's calls_per_sample). Its size comes from pilot samples of 3 and 23
 calls, each taken as a sample is: the difference 20 calls make is a call's cost, which the start of a sample
 (a peer's first launch, an idle GPU) does not enter (_results.batch_size; before 8df51a0 one 3-call pilot
-right after the host's broadcast of the last batch size sized it, and a peer still in that broadcast shrank
-a batch of 40 to as few as 1). The batch spreads the host's cost of
+right after the host's broadcast of the last batch size sized it, and a peer still in that broadcast gave
+Iris's 6 us all_reduce 4-12 calls a sample on 2 x H200, NCCL 1-2). The batch spreads the host's cost of
 recording the two events over its calls: a collective whose host path is what limits it would carry a share of that cost
 in each call of a short batch. Each eager sample starts after a device barrier (ctx.device_barrier, outside
 its time), as nccl-tests starts its timed loop after a barrier: the ranks' streams meet there, so a rank's
