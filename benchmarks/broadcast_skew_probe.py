@@ -2,14 +2,21 @@
 
     python -m iris run -n 2 benchmarks/broadcast_skew_probe.py [--rounds 200]
 
-ccl.py's ranks agree on each implementation's calls per sample by ``ctx.broadcast(batch, src=0)``. Rank 0, the
-sender, leaves it first; a rank that leaves it later starts its next collective calls later, and rank 0's
-calls wait for them. Until the batch was sized by pilots taken after a device barrier
-(``_results.batch_size``), one 3-call pilot right after that broadcast sized it, and a third of this lag
-went into its time per call. Each round: a host barrier, the broadcast, then every rank reads the
+ccl.py's ranks agree on each implementation's calls per sample by ``ctx.broadcast(batch, src=0)``. A rank that
+leaves it after rank 0 starts its next collective calls later, and rank 0's calls wait for them. Until the
+batch was sized by pilots taken after a device barrier (``_results.batch_size``), one 3-call pilot right
+after that broadcast sized it, and a third of this lag went into its time per call (on an H200 host rank 1
+left 71-104 us after rank 0, median; on a 2-core CPU host either rank may leave first: a negative lag).
+Each round: a host barrier, the broadcast, then every rank reads the
 monotonic clock (one clock for all the processes of a machine); the figure is each rank's lag behind rank 0,
 microseconds, as percentiles over --rounds. Runs on any backend (only the host is timed).
 """
+
+import os
+
+for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+                      ("NVSHMEM_DISABLE_NVLS", "1")):
+    os.environ.setdefault(_name, _value)
 
 import argparse
 import statistics

@@ -47,8 +47,7 @@ def _no_graphs_here() -> str:
     """What IRIS_GRAPH_REPLAY changes on this backend: nothing where kernels run at once on the host."""
     import iris
 
-    backend = iris.runtime.SELECTED
-    return f"; no effect on the {backend} backend (no graphs to capture)" if iris.runtime.interpreted() else ""
+    return f"; no effect on the {_selected()} backend (no graphs to capture)" if iris.runtime.interpreted() else ""
 
 
 def native_replay_meaning(on: bool, backend: str) -> str:
