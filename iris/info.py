@@ -47,7 +47,11 @@ def _no_graphs_here() -> str:
     """What IRIS_GRAPH_REPLAY changes on this backend: nothing where kernels run at once on the host."""
     import iris
 
-    return f"; no effect on the {_selected()} backend (no graphs to capture)" if iris.runtime.interpreted() else ""
+    return _no_graphs_on(_selected()) if iris.runtime.interpreted() else ""
+
+
+def _no_graphs_on(backend: str) -> str:
+    return f"; no effect on the {backend} backend (no graphs to capture)"
 
 
 def native_replay_meaning(on: bool, backend: str) -> str:
@@ -61,7 +65,7 @@ def native_replay_meaning(on: bool, backend: str) -> str:
     if not on:
         return "off"
     if backend == "cpu":
-        return "on; no effect on the cpu backend (no graphs to capture)"
+        return "on" + _no_graphs_on(backend)
     if backend == "hip":
         return "on; no effect on the hip backend (its graphs go out by graph.replay())"
     return "on: repeated calls launched from C"
