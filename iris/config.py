@@ -1,41 +1,7 @@
 """Every environment variable Iris reads or sets, in one place (no other module touches ``os.environ``).
 
-==========================  =========================================================================
-variable                    meaning
-==========================  =========================================================================
-IRIS_BACKEND                ``cuda``, ``hip`` or ``cpu``; default: what torch sees (CPU where no GPU)
-IRIS_SIMULATION             ``1``: several ranks per GPU on purpose, heap bases written to JSON
-IRIS_HEAP_BASES_PREFIX      prefix of those JSON files (default ``iris``)
-IRIS_DEBUG                  ``1``: every context starts in debug mode (bounded waits, checked accesses)
-IRIS_WAIT_TIMEOUT           seconds a wait may last in debug mode (default 10)
-IRIS_LOG_LEVEL              level of the ``[Iris] [rank/world]`` lines (default WARNING)
-IRIS_NODE_MAP               the node of each rank, e.g. ``0,1`` (default: from the ranks' host names)
-IRIS_HEAP                   the heap provider, ``ipc`` (default) or ``shmem`` (see iris.memory.providers)
-IRIS_GRAPH_REPLAY           default ``1``: a repeated ccl/ops call replays its launches from a CUDA/HIP
-                            graph captured on its second call (see iris.kernel_launch.Plans); ``0``: off
-IRIS_NATIVE_REPLAY          default ``1``: such a replay is found and launched by a small C module built on
-                            first use (iris.native_replay; CUDA); ``0``: by Python
-IRIS_NATIVE_CACHE           where that module is built (default ~/.cache/iris/native)
-CC                          the C compiler that builds it (default ``cc``, else ``gcc``)
-IRIS_LL_PACK                default ``0``: ``1`` packs two 16-bit elements into each word of all_reduce's
-                            ll variant (iris.ccl.all_reduce_push); the same on every rank
-IRIS_CPU_BIND               default ``0``: ``1`` makes ``iris run`` give each rank cores of its own, as
-                            ``--cpu-bind`` does (iris.cpu_binding)
-NVSHMEM_SYMMETRIC_SIZE      NVSHMEM's own heap; set by the shmem heap provider when unset, to hold Iris's heap
-CUDA_MPS_ACTIVE_THREAD_PERCENTAGE  CUDA MPS's share of a GPU's threads per process; read by the shmem heap
-IRIS_CROSS_COMPILE          CPU backend: also compile every launched kernel for these GPU targets
-IRIS_CROSS_COMPILE_CACHE    where those compilations are cached (default ~/.cache/iris/cross-compile)
-IRIS_ENGINE_CACHE           where NVSHMEM's device library, cut to the engine path's calls, is kept
-                            (default ~/.cache/iris/engine)
-IRIS_COMPILE_TARGET         set by the cross-compile gate in its workers: the target they compile for
-IRIS_JOB_ID                 set by ``iris run`` and the test harness: names one launch's heap segments
-IRIS_STACKS_ON_SIGUSR1      set by ``iris run``: SIGUSR1 prints the rank's Python stacks
-IRIS_TEST_TIMEOUT           seconds a test's rank may take before the test fails (default 300)
-IRIS_TEST_WORLDS            tests: the world sizes of the ``ranks`` fixture, e.g. ``8`` (default ``2,4``)
-IRIS_FAILURE_LOG            tests: a file where each failing test is named as it fails (iris.testing.failure_log)
-TRITON_INTERPRET            Triton's own switch; the CPU backend sets it to ``1``
-RANK, WORLD_SIZE, ...       the launcher's (torchrun, ``iris run``; mpirun's size variables)
-==========================  =========================================================================
+:data:`VARIABLES` names each one with its default and meaning; the documentation's environment-variable
+page is generated from it, and tests/test_docs.py checks that every name this module reads is there.
 
 Values are read when asked for, not cached: a test may change one between contexts. The switches
 (IRIS_SIMULATION, IRIS_DEBUG, IRIS_GRAPH_REPLAY, IRIS_NATIVE_REPLAY, IRIS_LL_PACK, IRIS_CPU_BIND) take 1, true,
@@ -51,6 +17,79 @@ Example:
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
+
+
+class Variable(NamedTuple):
+    """One environment variable: its ``name``, its ``default`` ("" for none) and what it does."""
+
+    name: str
+    default: str
+    meaning: str
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable("IRIS_BACKEND", "what torch sees",
+             "``cuda``, ``hip`` or ``cpu``: the backend, chosen when iris is imported (CPU where there is no GPU)"),
+    Variable("IRIS_SIMULATION", "0",
+             "switch: several ranks per GPU on purpose (rank r on GPU r % device count), each rank's heap "
+             "bases written to JSON"),
+    Variable("IRIS_HEAP_BASES_PREFIX", "iris",
+             "prefix of those JSON files, ``<prefix>_rank_<r>_heap_bases.json``"),
+    Variable("IRIS_DEBUG", "0",
+             "switch: every context starts in debug mode (bounded waits, checked remote accesses, "
+             "cross-rank argument checks)"),
+    Variable("IRIS_WAIT_TIMEOUT", "10", "seconds a wait may last in debug mode before it gives up"),
+    Variable("IRIS_LOG_LEVEL", "WARNING", "level of the ``[Iris] [rank/world]`` log lines"),
+    Variable("IRIS_NODE_MAP", "from the ranks' host names",
+             "the node of each rank, e.g. ``0,0,1,1``; the ``ipc`` heap refuses ranks on several nodes"),
+    Variable("IRIS_HEAP", "ipc", "the heap provider: ``ipc`` (CUDA/HIP IPC, or shared memory on the CPU) or "
+             "``shmem`` (NVSHMEM/rocSHMEM through torch's symmetric memory)"),
+    Variable("IRIS_GRAPH_REPLAY", "1",
+             "switch: a repeated ``ctx.ccl``/``ctx.ops`` call replays its launches from a CUDA/HIP graph "
+             "captured on its second call"),
+    Variable("IRIS_NATIVE_REPLAY", "1",
+             "switch (CUDA): that replay is found and launched by a small C module built on first use, "
+             "not by Python"),
+    Variable("IRIS_NATIVE_CACHE", "~/.cache/iris/native", "where that C module is built"),
+    Variable("CC", "cc, else gcc", "the C compiler that builds it"),
+    Variable("IRIS_LL_PACK", "0",
+             "switch: all_reduce's ``ll`` variant packs two 16-bit elements into each word; set it the "
+             "same on every rank"),
+    Variable("IRIS_CPU_BIND", "0", "switch: ``iris run`` gives each rank cores of its own, as ``--cpu-bind``"),
+    Variable("NVSHMEM_SYMMETRIC_SIZE", "heap size + 1/8 + 256 MiB",
+             "NVSHMEM's own heap; the ``shmem`` heap provider sets it when unset, to hold Iris's heap"),
+    Variable("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "",
+             "CUDA MPS's share of a GPU per process; read by the ``shmem`` heap provider"),
+    Variable("IRIS_CROSS_COMPILE", "",
+             "CPU backend: also compile every launched kernel for these GPU targets, e.g. "
+             "``cuda:90,hip:gfx942`` (the cross-compile gate)"),
+    Variable("IRIS_CROSS_COMPILE_CACHE", "~/.cache/iris/cross-compile", "where those compilations are cached"),
+    Variable("IRIS_ENGINE_CACHE", "~/.cache/iris/engine",
+             "where NVSHMEM's device library, cut to the calls of the path across nodes, is kept"),
+    Variable("IRIS_COMPILE_TARGET", "", "set by the cross-compile gate in its workers: the target they compile for"),
+    Variable("IRIS_JOB_ID", "", "set by ``iris run`` and the test harness: names one launch's heap segments"),
+    Variable("IRIS_STACKS_ON_SIGUSR1", "", "set by ``iris run``: SIGUSR1 prints the rank's Python stacks"),
+    Variable("IRIS_TEST_TIMEOUT", "300", "tests: seconds a test's rank may take before the test fails"),
+    Variable("IRIS_TEST_WORLDS", "2,4", "tests: the world sizes of the ``ranks`` fixture, e.g. ``8``"),
+    Variable("IRIS_FAILURE_LOG", "",
+             "tests: a file where each failing test is named as it fails (``iris.testing.failure_log``)"),
+    Variable("IRIS_CONFORMANCE_PROFILE", "ci",
+             "conformance suite: the hypothesis profile, ``ci``, ``dev`` or ``thorough`` (read by conformance/; "
+             "``--hypothesis-profile`` wins)"),
+    Variable("IRIS_COMMIT", "", "benchmarks: the commit written into the result CSVs where the tree's .git is "
+             "stale or absent (read by benchmarks/)"),
+    Variable("TRITON_INTERPRET", "", "Triton's own switch; the CPU backend sets it to ``1``"),
+    Variable("RANK", "", "the rank, set by torchrun-style launchers (``iris run``, torchrun, Slurm recipes)"),
+    Variable("WORLD_SIZE", "", "the number of ranks, set by the same launchers"),
+    Variable("MASTER_ADDR", "", "torch.distributed's rendezvous host, set by the same launchers"),
+    Variable("MASTER_PORT", "", "torch.distributed's rendezvous port, set by the same launchers"),
+    Variable("OMPI_COMM_WORLD_SIZE", "", "Open MPI's world size: a job started by mpirun"),
+    Variable("PMI_SIZE", "", "MPICH's (and srun's PMI) world size: a job started by mpirun or srun"),
+    Variable("PMIX_SIZE", "", "PMIx's world size: a job started by a PMIx launcher"),
+    Variable("MPI_LOCALNRANKS", "", "MPICH Hydra's local rank count: a job started by mpirun"),
+    Variable("MV2_COMM_WORLD_SIZE", "", "MVAPICH2's world size: a job started by mpirun"),
+)
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 MPI_SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE")

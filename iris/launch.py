@@ -276,7 +276,12 @@ def run(nprocs: int, command: list[str], timeout: float | None = None, sink=None
     return code
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``iris`` command line: ``iris run``, ``iris info`` and ``iris cleanup``.
+
+    Only argparse here: the documentation's CLI page is rendered from this function without importing
+    iris (or torch).
+    """
     parser = argparse.ArgumentParser(prog="iris", description="Iris command-line tools")
     sub = parser.add_subparsers(dest="command", required=True)
     run_parser = sub.add_parser("run", help="run a script as N ranks on this machine")
@@ -289,6 +294,11 @@ def main(argv=None) -> int:
     sub.add_parser("cleanup", help="remove the shared-memory segments that killed ranks left in /dev/shm")
     info_parser = sub.add_parser("info", help="versions, backend, GPUs, heap providers and switches, for a bug report")
     info_parser.add_argument("--json", action="store_true", help="the same facts as JSON")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "info":
         from iris.info import collect, render  # imported here: `iris run` stays light
