@@ -1,7 +1,7 @@
 """Options shared by the test and conformance suites.
 
 ``--cross-compile cuda:90,hip:gfx942`` (default: IRIS_CROSS_COMPILE) compiles every kernel the CPU
-backend launches for those GPU targets before running it (iris.runtime.cross_compile); the
+backend launches for those GPU targets before running it (iris.testing.cross_compile); the
 session ends with a count of what was compiled per target. Under ``IRIS_HEAP``, a test whose job that
 heap provider refuses is skipped with the refusal (iris.testing.heap_refusals). With ``IRIS_FAILURE_LOG``,
 each failing test is named in that file as it fails (iris.testing.failure_log).
@@ -10,7 +10,7 @@ each failing test is named in that file as it fails (iris.testing.failure_log).
 import time
 
 from iris.config import cross_compile_targets
-from iris.runtime.cross_compile import enable, summary
+from iris.testing.cross_compile import enable, summary
 
 pytest_plugins = ("iris.testing.heap_refusals", "iris.testing.failure_log")
 

@@ -8,8 +8,7 @@ or the same through :class:`iris.DeviceContext`.
 Importing iris picks the backend (IRIS_BACKEND=cuda|hip|cpu, else what torch
 sees) and, on the CPU backend, turns on Triton's interpreter: import iris
 before defining kernels (one defined earlier runs under the interpreter too: it
-is launched through it). That switch (and the cross-compile gate, where
-IRIS_CROSS_COMPILE asks for it) is all an import changes outside iris; the rest
+is launched through it). That switch is all an import changes outside iris; the rest
 (Triton's compile cache, the logger, the launcher's stack dumps) is set up by the
 first ``iris.iris(...)``.
 """

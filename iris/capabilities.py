@@ -7,7 +7,7 @@ Each row has a test (tests/test_capabilities.py) that shows the gap is real and 
 disappears (a newer Triton), so a stale row is found and deleted.
 
 What the interpreter does *not* check, the compilers do: the cross-compile gate
-(:mod:`iris.runtime.cross_compile`) compiles every kernel the CPU backend launches for sm_90
+(:mod:`iris.testing.cross_compile`) compiles every kernel the CPU backend launches for sm_90
 and gfx942, so a kernel the table lets through on the CPU still has to compile for both vendors.
 
 Example:

@@ -13,7 +13,6 @@ from iris.device.context import build_context_tensor
 from iris.device.rma import HEAP_BASES_SLOT
 from iris import debug as debug_mode
 from iris.distributed import init_distributed, node_map
-from iris.launch import enable_stack_dumps
 from iris.logging import log
 from iris.memory.heap import SymmetricHeap
 from iris.memory.providers import HeapProviderRefusal, JobFacts, create_provider, provider_name
@@ -84,7 +83,7 @@ class Iris(TensorFactories):
                  heap: str | None = None):
         _validate(heap_size, allocator_type, debug)
         provider = create_provider(provider_name(heap))
-        enable_stack_dumps()  # under `iris run` only: SIGUSR1 prints the stacks (the launcher's timeout sends it)
+        debug_mode.enable_stack_dumps()  # under `iris run` only: SIGUSR1 prints the stacks (sent at its timeout)
         backend = runtime.get_backend()
         comm = init_distributed(backend.name, backend.device_for)
         sizes = comm.all_gather_object(int(heap_size))

@@ -19,6 +19,9 @@ lanes it will access: a rank outside the world or a pointer outside the heap is 
 lane is pointed at a scratch word instead of faulting, and the host raises
 :class:`DeviceAccessError` with the rank, the program, the ranks asked for and the address.
 
+Hangs under ``iris run``: :func:`enable_stack_dumps` (called by ``iris.iris()``) lets the launcher's
+timeout make every rank print its Python stacks.
+
 Record layout (int64[16], one per process, never freed so its address stays constant):
 
     [0] kind (0 none, 1 wait_until, 2 device_barrier, 3 rank out of range, 4 outside the heap,
@@ -32,6 +35,8 @@ Record layout (int64[16], one per process, never freed so its address stays cons
 
 from __future__ import annotations
 
+import signal
+
 import torch
 import triton.language as tl
 
@@ -39,6 +44,18 @@ from iris import config
 from iris.device import rma, sync
 
 _record: torch.Tensor | None = None
+
+
+def enable_stack_dumps() -> None:
+    """Under ``iris run``, make SIGUSR1 print every thread's Python stack to stderr (called by ``iris.iris()``).
+
+    The launcher sends SIGUSR1 to the ranks still running at its timeout, so a hang says where
+    each rank waits. faulthandler writes from its signal handler, also while the rank blocks in C.
+    """
+    if config.stack_dumps_requested():
+        import faulthandler
+
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 class WaitTimeoutError(RuntimeError):
@@ -73,7 +90,7 @@ def _set_constants(on: bool, record_address: int) -> None:
 
 
 def set_compile_constants(on: bool) -> None:
-    """In a cross-compile worker (iris.runtime.cross_compile): compile kernels as debug mode does
+    """In a cross-compile worker (iris.testing.cross_compile): compile kernels as debug mode does
     (``on``) or as it does not. Nothing launches there, so the record's address is a placeholder."""
     _set_constants(on, 1 << 20)
 

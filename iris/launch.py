@@ -6,7 +6,7 @@ Output lines are prefixed with ``[rank R]``. When a rank fails, the others are
 stopped and the launcher exits with that rank's exit code (128 + N for a rank
 killed by signal N; a segmentation fault prints the rank's Python stack and a hint);
 after ``--timeout`` seconds each rank still running prints every thread's Python
-stack (ranks that made an Iris context: see :func:`enable_stack_dumps`; the launcher
+stack (ranks that made an Iris context: see :func:`iris.debug.enable_stack_dumps`; the launcher
 names the others), then every rank is stopped and the exit code is 124.
 
 With ``--cpu-bind`` (or IRIS_CPU_BIND=1) each rank runs on cores of its own, spread over the
@@ -37,6 +37,7 @@ import uuid
 
 from iris import config
 from iris.cpu_binding import binding, cpu_list
+from iris.runtime import interpreted
 from iris.runtime.shm import remove_stale_segments
 
 TIMEOUT_EXIT_CODE = 124
@@ -46,18 +47,6 @@ STACK_DUMP_QUIET_SECONDS = 0.5  # a dump is over once every signalled rank has s
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 CRASH_SIGNALS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def enable_stack_dumps() -> None:
-    """Under ``iris run``, make SIGUSR1 print every thread's Python stack to stderr (called by ``iris.iris()``).
-
-    The launcher sends SIGUSR1 to the ranks still running at its timeout, so a hang says where
-    each rank waits. faulthandler writes from its signal handler, also while the rank blocks in C.
-    """
-    if config.stack_dumps_requested():
-        import faulthandler
-
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def free_port() -> int:
@@ -76,6 +65,15 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # all taken: any port the system gives
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def rank_command(command: list[str]) -> list[str]:
+    """A rank's command line: ``python *command``; with the cross-compile gate asked for (IRIS_CROSS_COMPILE,
+    an interpreted backend) through the gate's runner, which installs it before the script runs
+    (``python -m iris.testing.cross_compile --run *command``, a testing tool named here, not imported)."""
+    if config.cross_compile_targets() and interpreted():
+        return [sys.executable, "-m", "iris.testing.cross_compile", "--run", *command]
+    return [sys.executable, *command]
 
 
 def rank_environment(rank: int, world: int, port: int, job: str) -> dict[str, str]:
@@ -149,7 +147,7 @@ def _exit_code(returncode: int) -> int:
 
 
 def _dump_stacks(procs, ranks, heard) -> list[int]:
-    """SIGUSR1 to each of ``ranks`` (see :func:`enable_stack_dumps`), then wait for their stacks to arrive;
+    """SIGUSR1 to each of ``ranks`` (see :func:`iris.debug.enable_stack_dumps`), then wait for their stacks to arrive;
     returns the ranks still running that printed nothing (a rank without an Iris context ignores the signal).
 
     A loaded host can take seconds to deliver them: the wait ends once every signalled rank has written a
@@ -251,7 +249,7 @@ def run(nprocs: int, command: list[str], timeout: float | None = None, sink=None
     try:
         hook = _die_with_launcher_hook()
         for rank in range(nprocs):  # every rank before any pump thread: preexec_fn wants no other thread
-            procs.append(subprocess.Popen([sys.executable, *command], env=rank_environment(rank, nprocs, port, job),
+            procs.append(subprocess.Popen(rank_command(command), env=rank_environment(rank, nprocs, port, job),
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                                           preexec_fn=_rank_setup(hook, placed[rank] if placed else None)))
         for rank, p in enumerate(procs):

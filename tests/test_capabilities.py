@@ -12,7 +12,7 @@ import triton.language as tl
 import iris
 from iris.capabilities import LIMITATIONS, limitation
 from iris.runtime import SELECTED
-from iris.runtime.cross_compile import suspended
+from iris.testing.cross_compile import suspended
 
 
 def test_cpu_gaps_have_reasons_and_gpus_have_none():

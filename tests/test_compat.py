@@ -139,10 +139,11 @@ def test_kernels_defined_before_import_iris_run(tmp_path):
     """The original's tests import triton (and define kernels) before iris: on the CPU backend those
     kernels still run (under the interpreter), whatever the import order."""
     import subprocess
-    import sys
+
+    from iris.testing.cross_compile import python_command  # the gate where IRIS_CROSS_COMPILE asks for it
 
     script = tmp_path / "kernels_first.py"
     script.write_text(KERNELS_FIRST)
     env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run(python_command([str(script)]), capture_output=True, text=True, env=env, timeout=300)
     assert "RESULT [1, 1, 1, 1, 1]" in out.stdout, out.stdout + out.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""The cross-compile gate (iris.runtime.cross_compile): real Triton compiles for sm_90 and gfx942 on a CPU.
+"""The cross-compile gate (iris.testing.cross_compile): real Triton compiles for sm_90 and gfx942 on a CPU.
 
 The gate must fail a launch whose kernel a GPU compiler rejects, though the interpreter runs
 it, and pass one that compiles; these tests run the real compilers (no GPU needed).
@@ -11,7 +11,7 @@ import triton.language as tl
 
 import iris
 from iris.runtime import SELECTED
-from iris.runtime.cross_compile import CrossCompileError, Gate, Target, parse_targets, summary
+from iris.testing.cross_compile import CrossCompileError, Gate, Target, parse_targets, summary
 
 pytestmark = pytest.mark.skipif(SELECTED != "cpu", reason="the gate checks the CPU backend's interpreted launches")
 
@@ -105,7 +105,7 @@ def test_specializations_are_told_apart(tmp_path):
 
 def test_a_launched_script_gives_its_definitions_without_running(tmp_path):
     """A kernel in a script (``__main__``) is found by running only the script's definitions."""
-    from iris.runtime.cross_compile import _definitions_of
+    from iris.testing.cross_compile import _definitions_of
 
     script = tmp_path / "script.py"
     script.write_text("import triton.language as tl\nBLOCK = tl.constexpr(64)\n"

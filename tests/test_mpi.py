@@ -3,10 +3,11 @@
 import os
 import shutil
 import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from iris.testing.cross_compile import python_command  # the gate where IRIS_CROSS_COMPILE asks for it
 
 try:
     from mpi4py import MPI  # noqa: F401  (loads the MPI library too, not only the package)
@@ -49,7 +50,7 @@ def test_mpirun_bootstrap(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    proc = subprocess.run([MPIRUN, "-n", "2", sys.executable, str(script)], env=env, capture_output=True, text=True,
+    proc = subprocess.run([MPIRUN, "-n", "2", *python_command([str(script)])], env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for rank in range(2):

@@ -4,7 +4,6 @@ The choice is made once, when ``iris`` is imported, because the CPU backend
 must switch Triton to its interpreter before any kernel is defined.
 """
 
-from iris import config as _config
 from iris.runtime.base import Backend, HeapMemory
 from iris.runtime.select import (BACKENDS, BackendError, backend_name, compile_target, create_backend, interpreted,
                                  prepare_interpreter)
@@ -20,10 +19,6 @@ if compile_target().startswith("hip"):  # a cross-compile worker for an AMD targ
     from iris.runtime.hip import configure_compiler as _configure_hip_compiler
 
     _configure_hip_compiler()
-if interpreted() and _config.cross_compile_targets():
-    from iris.runtime.cross_compile import install_from_environment as _install_cross_compile
-
-    _install_cross_compile()  # compile every interpreted launch for the GPU targets it names first
 
 _instance = None
 

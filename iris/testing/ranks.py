@@ -94,6 +94,9 @@ def _worker(rank: int, world: int, port: int, job: str, conn) -> None:
     stacks = open(_stack_file(job, rank), "a")  # noqa: SIM115  (open for the life of the process)
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     import iris  # noqa: F401  (backend choice and interpreter switch before any test kernel is imported)
+    from iris.testing.cross_compile import install_if_asked
+
+    install_if_asked()  # IRIS_CROSS_COMPILE on the CPU backend: every launch here compiled for GPUs first
 
     while True:
         try:

@@ -11,7 +11,7 @@ Turn it on with ``IRIS_CROSS_COMPILE=cuda:90,hip:gfx942`` (before the ranks star
 pytest's ``--cross-compile cuda:90,hip:gfx942``. A target is ``cuda:<compute capability>`` or
 ``hip:<gfx architecture>``. Results are kept in ``IRIS_CROSS_COMPILE_CACHE`` (default
 ``~/.cache/iris/cross-compile``), so a kernel that compiled once is not compiled again, and
-every rank of a job shares the work; ``python -m iris.runtime.cross_compile --summary`` counts
+every rank of a job shares the work; ``python -m iris.testing.cross_compile --summary`` counts
 what is there.
 
 How: the kernels of this process run under the interpreter, whose ``@triton.jit`` functions
@@ -20,9 +20,22 @@ off) imports the kernel's module as a GPU process would and compiles it; the lau
 works out the specialization with Triton's own binder and sends it over. A kernel that cannot be
 imported by module and name (defined inside a function) is counted as unchecked, not compiled.
 
+Where it is installed: importing iris does not install it (the backend layer knows nothing of it).
+With IRIS_CROSS_COMPILE set and the backend interpreted, each process that launches kernels
+installs it itself, before its first launch:
+
+- the pytest session: the root ``conftest.py`` calls :func:`enable` (``--cross-compile``, default
+  IRIS_CROSS_COMPILE), which also exports the targets to the processes the session starts;
+- the rank pool's workers (:mod:`iris.testing.ranks`) call :func:`install_if_asked` after importing iris;
+- the ranks of ``iris run`` (:mod:`iris.launch`) run under this module's runner,
+  ``python -m iris.testing.cross_compile --run script.py args...`` (or ``--run -m module ...``), which
+  installs the gate and then runs the script as ``python script.py args...`` would;
+- a test that starts a Python process of its own builds its command line with :func:`python_command`
+  (the same runner where the gate is on, a plain ``python`` elsewhere).
+
 Example:
     $ IRIS_CROSS_COMPILE=cuda:90,hip:gfx942 iris run -n 2 examples/00_hello/example.py
-    $ python -m iris.runtime.cross_compile --summary
+    $ python -m iris.testing.cross_compile --summary
     cuda:90: 12 specializations of 5 kernels compiled
 """
 
@@ -115,7 +128,7 @@ class _Worker:
     def __init__(self, target: Target):
         env = config.child_environment(drop=("TRITON_INTERPRET",), IRIS_COMPILE_TARGET=target.name,
                                        PYTHONPATH=os.pathsep.join(p for p in sys.path if p))  # the kernels' modules
-        self.proc = subprocess.Popen([sys.executable, "-m", "iris.runtime.cross_compile", "--worker", target.name],
+        self.proc = subprocess.Popen([sys.executable, "-m", "iris.testing.cross_compile", "--worker", target.name],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
 
     def compile(self, request: dict) -> tuple[str, str]:
@@ -287,6 +300,53 @@ def install_from_environment() -> Gate | None:
     """:func:`install` with the targets ``IRIS_CROSS_COMPILE`` names, if it names any."""
     targets = parse_targets(config.cross_compile_targets())
     return install(targets) if targets else None
+
+
+def asked() -> bool:
+    """Whether this process's launches go through the gate: IRIS_CROSS_COMPILE names targets and the
+    backend is interpreted (a GPU backend compiles every kernel for real)."""
+    from iris.runtime import interpreted
+
+    return bool(config.cross_compile_targets()) and interpreted()
+
+
+def install_if_asked() -> Gate | None:
+    """:func:`install_from_environment` where :func:`asked`, else nothing (None). Idempotent."""
+    if not asked():
+        return None
+    return _gate if _gate is not None else install_from_environment()
+
+
+def python_command(args: list[str]) -> list[str]:
+    """The command line of a Python process that runs ``args`` (``[script, ...]``, ``[-m, module, ...]``
+    or ``[-c, code, ...]``) as ``python *args`` would, with the gate installed first where :func:`asked`."""
+    if asked():
+        return [sys.executable, "-m", __name__, "--run", *args]
+    return [sys.executable, *args]
+
+
+def run_as_python(args: list[str]) -> None:
+    """Install the gate (where asked), then run ``args`` as ``python *args`` would: a script as
+    ``__main__`` with its folder first on sys.path, ``-m module``, or ``-c code``."""
+    import runpy
+
+    install_if_asked()
+    if not args:
+        raise SystemExit("--run: nothing to run (a script, -m module or -c code)")
+    if args[0] == "-m" and len(args) > 1:
+        sys.argv = args[1:]
+        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    elif args[0] == "-c" and len(args) > 1:
+        import types
+
+        sys.argv = ["-c", *args[2:]]
+        sys.path[0] = ""
+        main_module = sys.modules["__main__"] = types.ModuleType("__main__")
+        exec(compile(args[1], "<string>", "exec"), main_module.__dict__)
+    else:
+        sys.argv = list(args)
+        sys.path[0] = os.path.dirname(os.path.realpath(args[0]))
+        runpy.run_path(args[0], run_name="__main__")
 
 
 def enable(spec: str) -> Gate | None:
@@ -470,9 +530,15 @@ def summary(directory: Path | None = None, since: float = 0.0) -> list[str]:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m iris.runtime.cross_compile", description=__doc__.split("\n")[0])
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--run"]:  # everything after it is the process's own command line
+        run_as_python(argv[1:])
+        return
+    parser = argparse.ArgumentParser(prog="python -m iris.testing.cross_compile", description=__doc__.split("\n")[0])
     parser.add_argument("--summary", action="store_true", help="count the compiled kernels in the cache")
     parser.add_argument("--worker", metavar="TARGET", help=argparse.SUPPRESS)
+    parser.add_argument("--run", nargs=argparse.REMAINDER, metavar="ARGS",
+                        help="run a Python script (or -m module, -c code) with the gate installed first")
     args = parser.parse_args(argv)
     if args.worker:
         _worker_main(args.worker)
@@ -481,4 +547,6 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from iris.testing.cross_compile import main as _main  # the imported module's: one gate per process
+
+    _main()
