@@ -1,4 +1,9 @@
-"""What the benchmarks share: sizes on the command line, median timing, the commit, a tidy CSV under results/."""
+"""What the benchmarks share: sizes on the command line, median timing, the commit, a tidy CSV under results/.
+
+A run writes benchmarks/results/<benchmark>_<gpu-kind>_<N>ranks.csv (and its PNG) by default, replacing the
+canonical run there; an A/B arm or a tagged run goes where ``--csv`` names, outside results/ (see
+:func:`add_csv_argument`; benchmarks/summarize_results.py writes the folder's README table).
+"""
 
 import argparse
 import csv
@@ -11,8 +16,8 @@ import time
 from pathlib import Path
 
 import torch
+from summarize_results import RESULTS, canonical_name, parse_name
 
-RESULTS = Path(__file__).resolve().parent / "results"
 # GPU clock cycles per microsecond at the highest clocks of the GPUs we time on (an H200 boosts to 1980
 # MHz): a spin of lead_us * this lasts at least lead_us.
 SPIN_CYCLES_PER_US = 2000
@@ -37,9 +42,51 @@ def git_commit() -> str:
 
 
 def default_csv(family: str, gpu_name: str, world: int) -> Path:
-    """benchmarks/results/<family>_<gpu>_<world>ranks.csv, e.g. ccl_nvidia-h200_2ranks.csv."""
-    slug = re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
-    return RESULTS / f"{family}_{slug}_{world}ranks.csv"
+    """benchmarks/results/<family>_<gpu>_<world>ranks.csv, e.g. ccl_nvidia-h200_2ranks.csv: the canonical run."""
+    return RESULTS / canonical_name(family, gpu_name, world)
+
+
+def add_csv_argument(parser: argparse.ArgumentParser, family: str) -> None:
+    """``--csv PATH`` (default: the canonical benchmarks/results/<family>_<gpu>_<W>ranks.csv, which a run
+    replaces) and ``--force-csv``; check the choice with :func:`check_csv_argument` after parsing."""
+    parser.add_argument("--csv", type=Path, default=None,
+                        help=f"CSV path; the PNG goes beside it (default benchmarks/results/{family}_<gpu>_<W>ranks"
+                             ".csv, the canonical run, replaced). An A/B arm or tagged run: a path outside "
+                             "benchmarks/results/")
+    parser.add_argument("--force-csv", action="store_true",
+                        help="write --csv even where it names another file than a canonical one in "
+                             "benchmarks/results/")
+
+
+def check_csv_argument(parser: argparse.ArgumentParser, args: argparse.Namespace, family: str) -> None:
+    """Refuse a ``--csv`` under benchmarks/results/ whose name is not ``<family>_<gpu>_<W>ranks.csv`` (unless
+    ``--force-csv``): that folder keeps one run per benchmark, GPU kind and world size (tests/test_results.py)."""
+    if args.csv is None or args.force_csv or args.csv.resolve().parent != RESULTS:
+        return
+    parsed = parse_name(args.csv.name)
+    if parsed is None or parsed[0] != family or parsed[3] != ".csv":
+        parser.error(f"--csv {args.csv}: benchmarks/results/ keeps only the canonical runs "
+                     f"({family}_<gpu-kind>_<N>ranks.csv, the default); put an A/B arm or tagged run elsewhere, "
+                     "e.g. --csv /tmp/{family}_try.csv, or insist with --force-csv".replace("{family}", family))
+
+
+TEXT_COLUMNS = ("gpu", "backend", "version", "commit")  # a commit such as 1e10567 is no number
+
+
+def read_csv(path: Path) -> list[dict]:
+    """A results CSV's rows with numbers as numbers (what the benchmarks' plots take), e.g. to redraw a PNG."""
+    def value(key: str, text: str):
+        if key in TEXT_COLUMNS:
+            return text
+        for kind in (int, float):
+            try:
+                return kind(text)
+            except ValueError:
+                pass
+        return text
+
+    with open(path, newline="") as f:
+        return [{key: value(key, text) for key, text in row.items()} for row in csv.DictReader(f)]
 
 
 def write_csv(rows: list[dict], path: Path) -> None:

@@ -62,8 +62,8 @@ default), and a small call issued eagerly costs the host's time whichever varian
 ll's rows count where the run packed ll's words as the tuner's IRIS_LL_PACK does (the CSV's ll_pack column;
 runs without it: one element a word): tune with IRIS_LL_PACK=1 to weigh two 16-bit elements a word.
 Output: a table, printed as each point is measured, with each time's ratio to NCCL (>1: faster
-than NCCL); at the end a CSV and, with matplotlib, one PNG per collective (latency and bus
-bandwidth against size) under benchmarks/results/.
+than NCCL); at the end a CSV and, with matplotlib, a PNG beside it (a row per collective: latency and bus
+bandwidth against size): benchmarks/results/ccl_<gpu>_<W>ranks.csv/.png unless --csv names another place.
 """
 
 import os
@@ -84,8 +84,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import triton
-from _results import (default_csv, git_commit, graph_median_us, host_us, interleaved_median_us, parse_size,
-                      write_csv)
+from _results import (add_csv_argument, check_csv_argument, default_csv, git_commit, graph_median_us, host_us,
+                      interleaved_median_us, parse_size, write_csv)
 
 import iris
 from iris.distributed import job_world_size
@@ -120,7 +120,7 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--unaligned", action="store_true",
                         help="eager samples without the device barrier before each (as before 4d67e37)")
     parser.add_argument("--warmup", type=int, default=10 if gpu else 1, help="untimed calls first")
-    parser.add_argument("--csv", type=Path, default=None, help="CSV path (default benchmarks/results/ccl_...)")
+    add_csv_argument(parser, "ccl")
     parser.add_argument("--validate", action="store_true", help="check iris against NCCL once per size")
     parser.add_argument("--graph", action="store_true", help="also time CUDA-graph replay (GPU only)")
     parser.add_argument("--graph-max", type=parse_size, default=parse_size("1M"),
@@ -136,6 +136,7 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--tune-margin", type=float, default=0.10,
                         help="how much faster one_shot must be than two_shot to be chosen (0.10)")
     args = parser.parse_args()
+    check_csv_argument(parser, args, "ccl")
     if args.tune and args.csv is not None:
         parser.error("--tune builds the table from benchmarks/results/: leave --csv out")
     if args.min < 16 or args.max < args.min or args.iters < 1 or args.warmup < 0 or args.sample_us < 0:
@@ -213,8 +214,8 @@ def _null_kernel(x):
 
 def null_launch_rows(base, x) -> list[dict]:
     """The host's floor for one launch: an empty Triton kernel, launched by Triton and by iris's
-    remembered launch (iris.kernel_launch.bind, what a repeated collective replays)."""
-    from iris.kernel_launch import bind
+    remembered launch (iris.replay.bind, what a repeated collective replays)."""
+    from iris.replay import bind
 
     bound = bind(_null_kernel, (1,), x)
     return [{**base, "collective": "null", "dtype": "", "bytes": 0, "impl": label, "us": host_us(call),
@@ -527,11 +528,14 @@ def plot(rows, path: Path, world: int) -> None:
     except ImportError:
         print("plots skipped: matplotlib is not installed (pip install matplotlib)")
         return
-    for name in dict.fromkeys(r["collective"] for r in rows if r["note"] != "host"):
-        fig, (lat, bw) = plt.subplots(1, 2, figsize=(13, 5))
+    names = list(dict.fromkeys(r["collective"] for r in rows if r["note"] != "host"))
+    if not names:
+        return
+    fig, axes = plt.subplots(len(names), 2, figsize=(13, 5 * len(names)), squeeze=False)
+    for name, (lat, bw) in zip(names, axes):
         timed = [r for r in rows if r["collective"] == name and r["us"] != "" and r["note"] != "host"]
         for key in dict.fromkeys((r["impl"], r["dtype"]) for r in timed):
-            line = [r for r in timed if (r["impl"], r["dtype"]) == key]
+            line = sorted((r for r in timed if (r["impl"], r["dtype"]) == key), key=lambda r: r["bytes"])
             label = f"{key[0]} ({key[1]})"
             lat.plot([r["bytes"] for r in line], [r["us"] for r in line], marker="o", label=label)
             bw.plot([r["bytes"] for r in line], [r["busbw_gbps"] for r in line], marker="o", label=label)
@@ -542,11 +546,15 @@ def plot(rows, path: Path, world: int) -> None:
             ax.grid(True, which="both", alpha=0.3)
         lat.set_yscale("log")
         lat.legend(fontsize=8)
-        fig.suptitle(f"{name}: {rows[0]['gpu']}, {world} ranks, commit {rows[0]['commit']}")
-        out = path.with_name(f"{path.stem}_{name}.png")
-        fig.savefig(out, dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        print(f"PNG: {out}")
+        lat.set_title(name)
+        bw.set_title(name)
+    commits = ", ".join(dict.fromkeys(str(r["commit"]) for r in rows))
+    fig.suptitle(f"iris.ccl: {rows[0]['gpu']}, {world} ranks, commit {commits}")
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.03 / len(names)))
+    out = path.with_suffix(".png")
+    fig.savefig(out, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    print(f"PNG: {out}")
 
 
 if __name__ == "__main__":

@@ -25,10 +25,9 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
 import argparse
 import statistics
 import time
-from pathlib import Path
 
 import torch
-from _results import default_csv, git_commit, write_csv
+from _results import add_csv_argument, check_csv_argument, default_csv, git_commit, write_csv
 
 import iris  # before any kernel: on the CPU backend it turns on Triton's interpreter
 import triton
@@ -55,8 +54,9 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iters", type=int, default=2000 if gpu else 20, help="round trips or barriers per replay")
     parser.add_argument("--replays", type=int, default=20 if gpu else 3, help="timed replays (median reported)")
-    parser.add_argument("--csv", type=Path, default=None, help="CSV path (default benchmarks/results/latency_...)")
+    add_csv_argument(parser, "latency")
     args = parser.parse_args()
+    check_csv_argument(parser, args, "latency")
     for name in ("iters", "replays"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")

@@ -72,7 +72,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from _timeline import busy_us, call_timeline, describe, span_us
-from _results import SPIN_CYCLES_PER_US, default_csv, git_commit, host_us, interleaved_median_us, write_csv
+from _results import (SPIN_CYCLES_PER_US, add_csv_argument, check_csv_argument, default_csv, git_commit, host_us,
+                      interleaved_median_us, write_csv)
 
 import iris
 from iris.distributed import job_world_size
@@ -99,8 +100,7 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=3 if gpu else 1)
     parser.add_argument("--settle-ms", type=float, default=300.0 if gpu else 0.0,
                         help="after the warmup, run a shape's calls in turns for this long before timing them")
-    parser.add_argument("--csv", type=Path, default=None,
-                        help="CSV path (default benchmarks/results/ops_<gpu>_<W>ranks.csv)")
+    add_csv_argument(parser, "ops")
     parser.add_argument("--validate", action="store_true", help="compare each fused output with torch+nccl's")
     parser.add_argument("--trace", action="store_true", help="tracing on (ctx.tracing.enable()) for the whole run: "
                         "the fused ops that record events (matmul_all_reduce, matmul_reduce_scatter) record them, to "
@@ -125,6 +125,7 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--config", default="", help="FusedConfig fields for the fused ops, e.g. "
                         "block_size_n=128,num_stages=4 (default: FusedConfig()); switches as 0/1: tma_loads=1")
     args = parser.parse_args()
+    check_csv_argument(parser, args, "ops")
     if args.profile < 0 or args.timeline < 0:
         parser.error("--profile and --timeline take a number of calls >= 1")
     if args.timeline and not gpu and not args.breakdown:

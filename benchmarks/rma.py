@@ -41,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from _results import default_csv, git_commit, median_us, parse_size, write_csv
+from _results import add_csv_argument, check_csv_argument, default_csv, git_commit, median_us, parse_size, write_csv
 
 import iris  # before any kernel: on the CPU backend it turns on Triton's interpreter
 import triton
@@ -86,14 +86,14 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--dtype", choices=DTYPES, default="bf16", help="element type of the buffers (default bf16)")
     parser.add_argument("--iters", type=int, default=None, help="timed launches per op and size (default 20; 2 on CPU)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed launches first (default 5; 1 on CPU)")
-    parser.add_argument("--csv", type=Path, default=None,
-                        help="CSV path (default benchmarks/results/rma_<gpu>_<world>ranks.csv; the PNG goes beside it)")
+    add_csv_argument(parser, "rma")
     parser.add_argument("--validate", action="store_true", help="check every op once per size; exit 1 on a mismatch")
     parser.add_argument("--pairs", choices=("from-0", "all"), default="from-0",
                         help="from-0: rank 0 against every other rank (default); all: every ordered pair of ranks")
     parser.add_argument("--trace", action="store_true", help="tracing on (ctx.tracing.enable()) and the kernel built "
                         "to record each program's op, to compare with a run without it")
     args = parser.parse_args()
+    check_csv_argument(parser, args, "rma")
     args.sizes = sorted(set(args.sizes or ([MIB << i for i in range(9)] if gpu else [64 << 10, 256 << 10])))
     args.iters = args.iters if args.iters is not None else (20 if gpu else 2)
     args.warmup = args.warmup if args.warmup is not None else (5 if gpu else 1)
@@ -156,6 +156,11 @@ def bandwidth_by_op(rows) -> dict:
 
 def write_outputs(rows, path: Path, world: int) -> None:
     write_csv(rows, path)
+    plot(rows, path, world)
+
+
+def plot(rows, path: Path, world: int) -> None:
+    """``path``'s PNG: GB/s against size per op (a band over the pairs when several were timed)."""
     try:
         import matplotlib
 
@@ -179,6 +184,7 @@ def write_outputs(rows, path: Path, world: int) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.savefig(path.with_suffix(".png"), dpi=120, bbox_inches="tight")
+    plt.close(fig)
     print(f"PNG: {path.with_suffix('.png')}")
 
 
