@@ -142,7 +142,8 @@ def capabilities_page() -> str:
 def _root_page(name: str) -> str:
     """A Markdown file of the repository's root, its ``docs/`` links made relative to the site's root."""
     text = (ROOT / name).read_text()
-    return re.sub(r"\]\(docs/", "](", text)
+    text = re.sub(r"\]\(docs/", "](", text)
+    return text.replace("](CHANGELOG.md)", "](changelog.md)").replace("](CONTRIBUTING.md)", "](contributing.md)")
 
 
 PAGES = {
