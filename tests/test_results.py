@@ -40,8 +40,9 @@ def test_the_committed_summary_is_what_the_command_writes_now():
 
 def test_the_summary_names_each_runs_gpu_ranks_commits_and_figure(tmp_path):
     summary = import_benchmark("summarize_results")
-    (tmp_path / "rma_nvidia-h200_2ranks.csv").write_text(
-        "gpu,backend,world_size,version,commit,op\nNVIDIA H200,cuda,2,0.1,abc1234,put\nNVIDIA H200,cuda,2,0.1,def5678,get\n")
+    (tmp_path / "rma_nvidia-h200_2ranks.csv").write_text("gpu,backend,world_size,version,commit,op\n"
+                                                         "NVIDIA H200,cuda,2,0.1,abc1234,put\n"
+                                                         "NVIDIA H200,cuda,2,0.1,def5678,get\n")
     (tmp_path / "rma_nvidia-h200_2ranks.png").write_bytes(b"")
     (tmp_path / "latency_nvidia-h100_4ranks.csv").write_text(
         "gpu,backend,world_size,version,commit,measure\nNVIDIA H100,cuda,4,0.1,1234567,x\n")
