@@ -1,12 +1,12 @@
 """Probe: all_reduce's one_shot and two_shot by ``Config.block_size``, beside torch symmetric memory.
 
-    iris run -n 2 benchmarks/all_reduce_block_probe.py        (NVIDIA GPUs, one rank per GPU)
+    iris run -n 2 benchmarks/probes/all_reduce_block_probe.py        (NVIDIA GPUs, one rank per GPU)
 
 At 64 KiB-1 MiB of bf16 per rank, each call (every variant/block pair, the default, torch symmetric
 memory's one_shot and two_shot) is timed three times in turns: replayed from a CUDA graph (the GPU's
 time per call, ``_results.graph_median_us``) and eager (``_results.median_us``). The output is
 checked once per size. Rank 0 prints microseconds per call, the three rounds side by side.
-Result on 2 x H100: benchmarks/results/all_reduce_block_probe_nvidia-h100_2ranks.txt.
+Result on 2 x H100: benchmarks/probes/README.md (the output in git history).
 """
 import os
 import sys
@@ -14,7 +14,7 @@ from pathlib import Path
 
 for k, v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
     os.environ.setdefault(k, v)
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _results, ccl
 import torch  # noqa: E402
 
 import iris  # noqa: E402

@@ -1,6 +1,6 @@
 """Probe: where the host's time of a repeated small all_reduce goes, piece by piece.
 
-    python -m iris run -n 2 benchmarks/host_path_probe.py      (GPUs, one rank each)
+    python -m iris run -n 2 benchmarks/probes/host_path_probe.py      (GPUs, one rank each)
 
 A repeated ``ctx.ccl.all_reduce(out, x)`` with the same tensors is host-bound at 1-64 KiB (issue 21): its
 GPU work replayed from a CUDA graph takes 3.6-5 us on 2 x H100, the host 6-10 us per call. This times, on
@@ -23,12 +23,17 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
                       ("NVSHMEM_DISABLE_NVLS", "1")):
     os.environ.setdefault(_name, _value)
 
-import _probe
-import torch
-from _results import host_us_batches
+import sys
+from pathlib import Path
 
-from iris.ccl import Config
-from iris.kernel_launch import _current_stream, call_key, value_key
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _results, ccl
+
+import _probe  # noqa: E402
+import torch  # noqa: E402
+from _results import host_us_batches  # noqa: E402
+
+from iris.ccl import Config  # noqa: E402
+from iris.kernel_launch import _current_stream, call_key, value_key  # noqa: E402
 
 
 def main() -> int:

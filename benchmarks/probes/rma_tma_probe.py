@@ -1,13 +1,13 @@
 """Probe: do Hopper bulk copies (TMA tensor descriptors) move one-way NVLink traffic faster than SM loads/stores?
 
-    iris run -n 2 benchmarks/rma_tma_probe.py        (NVIDIA Hopper, one rank per GPU)
+    iris run -n 2 benchmarks/probes/rma_tma_probe.py        (NVIDIA Hopper, one rank per GPU)
 
 Rank 0 times, in one run, bf16 at 64 and 256 MiB: the copy engine (`dst.copy_(src)` to the peer's GPU),
 iris.put with SM stores, and a persistent kernel whose descriptors point at the peer's heap through
 iris.translate: mode 0 put (TMA load local, TMA store remote), mode 1 put (tl.load local, TMA store
 remote), mode 2 get (TMA load remote, TMA store local), over tile shapes, pipeline depths and grids.
 Rank 1 then checks that a TMA put delivered rank 0's data exactly.
-Result on 2 x H200: benchmarks/results/rma_tma_probe_nvidia-h200_2ranks.txt.
+Result on 2 x H200: benchmarks/probes/README.md (the output in git history).
 """
 import os
 for k, v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):

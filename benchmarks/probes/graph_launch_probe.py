@@ -1,6 +1,6 @@
 """Probe: the host's time to launch one small kernel, four ways, on one GPU.
 
-    python benchmarks/graph_launch_probe.py          (one NVIDIA GPU; PYTHONPATH=. from the repo root)
+    python benchmarks/probes/graph_launch_probe.py          (one NVIDIA GPU; PYTHONPATH=. from the repo root)
 
 A repeated ``ctx.ccl`` / ``ctx.ops`` call replays its launches from a CUDA graph
 (iris.kernel_launch.Plans), so on small collectives the host's cost of that graph launch is most of
@@ -16,6 +16,11 @@ Each figure: median and least of 7 batches of 5000 back-to-back calls, host time
 kernel's GPU time is below the launch rate); then the stream's time per call of the bound launch and
 of the graph replay, from events.
 """
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _results, ccl
 
 import torch
 import triton

@@ -1,6 +1,6 @@
 """Probe: how much later than rank 0 each rank leaves ``ctx.broadcast`` (the host's agreement on a batch size).
 
-    python -m iris run -n 2 benchmarks/broadcast_skew_probe.py [--rounds 200]
+    python -m iris run -n 2 benchmarks/probes/broadcast_skew_probe.py [--rounds 200]
 
 ccl.py's ranks agree on each implementation's calls per sample by ``ctx.broadcast(batch, src=0)``. A rank that
 leaves it after rank 0 starts its next collective calls later, and rank 0's calls wait for them. Until the

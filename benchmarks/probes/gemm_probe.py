@@ -1,6 +1,6 @@
 """Probe: how close can the fused ops' Triton tile loop get to cuBLAS on one Hopper GPU?
 
-    python benchmarks/gemm_probe.py [--m 1024 4096] [--n 8192] [--k 8192]       (one NVIDIA GPU)
+    python benchmarks/probes/gemm_probe.py [--m 1024 4096] [--n 8192] [--k 8192]       (one NVIDIA GPU)
 
 The fused ops reach 0.85-0.91 of cuBLAS at one rank, with no communication at all
 (docs/benchmarks.md, "Where the overlap goes"). This times, in one run and on the same bf16
@@ -25,6 +25,9 @@ import argparse
 import itertools
 import re
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _results, ccl
 
 import torch
 import triton

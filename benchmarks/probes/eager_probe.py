@@ -1,6 +1,6 @@
 """Probe: what an eager small all_reduce's time per call is made of, host against GPU.
 
-    python -m iris run -n 2 benchmarks/eager_probe.py [--bytes 4096 65536] [--iters 30]
+    python -m iris run -n 2 benchmarks/probes/eager_probe.py [--bytes 4096 65536] [--iters 30]
 
 ccl.py's eager figure of a repeated ``ctx.ccl.all_reduce(out, x)`` (issue 21) is at least the slower rank's host
 time per call and at least the GPU's; this times, for the default variant, per call (microseconds, rank 0,
@@ -28,11 +28,16 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
                       ("NVSHMEM_DISABLE_NVLS", "1")):
     os.environ.setdefault(_name, _value)
 
-import _probe
-import torch
-from _results import graph_median_us, host_us, interleaved_median_us
+import sys
+from pathlib import Path
 
-from iris import config
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _results, ccl
+
+import _probe  # noqa: E402
+import torch  # noqa: E402
+from _results import graph_median_us, host_us, interleaved_median_us  # noqa: E402
+
+from iris import config  # noqa: E402
 
 QUEUE_LEAD_US = 1000.0
 
