@@ -10,7 +10,7 @@ import torch
 
 from iris.device.barrier import FUSED_PROGRAMS
 from iris.device.sync import barrier_kernel
-from iris.kernel_launch import BoundLaunch, bind
+from iris.replay import BoundLaunch, bind
 
 
 class DeviceBarrier:
@@ -88,7 +88,7 @@ class DeviceBarrier:
         return self._block
 
     def launch(self, group=None) -> BoundLaunch:
-        """The barrier kernel of ``group``, bound once (see :mod:`iris.kernel_launch`)."""
+        """The barrier kernel of ``group``, bound once (see :mod:`iris.replay`)."""
         launch = self._launches.get(group)
         if launch is None:
             launch = self._launches[group] = bind(barrier_kernel, (1,), *self.arguments(group), self._rank,

@@ -1,4 +1,4 @@
-"""iris.native_replay: the C host path of a repeated call makes call_key's key, finds the plan and launches
+"""iris.replay.native: the C host path of a repeated call makes call_key's key, finds the plan and launches
 its graph only where the Python path would launch it as it is.
 
 The C module is built here with the machine's C compiler, as on a GPU host. The CUDA driver's two functions
@@ -16,8 +16,8 @@ import pytest
 import torch
 from triton import knobs
 
-from iris import native_replay
-from iris.kernel_launch import Plans, call_key
+from iris.replay import native
+from iris.replay import Plans, call_key
 
 pytestmark = pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="no C compiler here")
 
@@ -31,9 +31,9 @@ def module(tmp_path_factory):
     cache = tmp_path_factory.mktemp("native")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("IRIS_NATIVE_CACHE", str(cache))
-        native_replay.load.cache_clear()
-        loaded, why = native_replay.load()
-        native_replay.load.cache_clear()
+        native.load.cache_clear()
+        loaded, why = native.load()
+        native.load.cache_clear()
     assert why is None and loaded is not None
     return loaded
 
@@ -168,14 +168,14 @@ def test_a_malformed_state_is_refused(module):
 def test_a_build_that_fails_says_why(tmp_path, monkeypatch):
     monkeypatch.setenv("CC", "false")  # a compiler that fails on everything
     with pytest.raises(RuntimeError, match="failed"):
-        native_replay.build(str(tmp_path))
+        native.build(str(tmp_path))
     assert list(tmp_path.iterdir()) == []  # no half-written module left for another rank to load
 
 
 def test_a_compiler_that_does_not_start_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     with pytest.raises(OSError):
-        native_replay.build(str(tmp_path / "cache"))
+        native.build(str(tmp_path / "cache"))
     assert list((tmp_path / "cache").iterdir()) == []
 
 
@@ -187,11 +187,11 @@ def test_an_unwritable_cache_falls_back_to_a_temporary_directory(tmp_path, monke
     monkeypatch.setenv("IRIS_NATIVE_CACHE", str(blocker / "native"))  # below a file: no directory can be made
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # what gettempdir() answers
     (tmp_path / "tmp").mkdir()
-    native_replay.load.cache_clear()
+    native.load.cache_clear()
     try:
-        module, why = native_replay.load()
+        module, why = native.load()
     finally:
-        native_replay.load.cache_clear()
+        native.load.cache_clear()
     assert why is None and module is not None
     assert any((tmp_path / "tmp").rglob("iris_native_replay_*"))
 

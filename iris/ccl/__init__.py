@@ -9,7 +9,7 @@ make a heap buffer once (``stage = ctx.empty_like(t)``, or ``ctx.as_symmetric(t)
 allocates a new one on every call) and ``stage.copy_(t)`` before each collective; the benchmark
 (benchmarks/ccl.py) times this path beside the others as ``iris.copy_in``.
 
-A call remembers its launches (see :mod:`iris.kernel_launch`): called again with the same
+A call remembers its launches (see :mod:`iris.replay`): called again with the same
 tensors (address, shape, strides, dtype) and arguments, a collective skips its checks and
 Triton's per-call Python and relaunches them, so small messages cost little more than the
 GPU's time. Debug mode always takes the full path.
@@ -25,7 +25,7 @@ Example:
 import weakref
 
 from iris.ccl.config import AUTOTUNE, Config, ReduceOp
-from iris.kernel_launch import Plans, value_key
+from iris.replay import Plans, value_key
 from iris.team import check_call
 
 # The collectives, imported once here rather than in every call (an import statement costs about

@@ -49,7 +49,7 @@ from iris.device import rma, sync, tracing
 from iris.device.barrier import GROUP_ARGS
 from iris.device.tracing import elements_bytes, tracing_from_context
 from iris.ccl.reduction import combine
-from iris.kernel_launch import bind
+from iris.replay import bind
 from iris import config
 from iris.team import LL_UNPACKED, LL_WORDS, PUSH_BYTES, PUSH_PROGRAMS
 

@@ -19,7 +19,7 @@ gemm_all_scatter are written by peers, so they must be on the heap (``ctx.empty`
 without one, ``ctx.ops`` makes it on first use and keeps it per problem. The original's standalone
 forms (context first) are here too, each in a module of the op's name (``iris.ops.matmul_reduce_scatter``).
 
-A call remembers its launches (see :mod:`iris.kernel_launch`): called again with the same tensors
+A call remembers its launches (see :mod:`iris.replay`): called again with the same tensors
 (address, shape, strides, dtype), bias, config (by value), workspace and tracing switch, a fused op
 skips its checks and Triton's per-call Python and relaunches them (on an H200 host the full path
 cost 80-165 us per call, more than the GPU time of a decode-sized op). Debug mode always takes the
@@ -33,7 +33,7 @@ Example:
 
 import weakref
 
-from iris.kernel_launch import Plans, call_key, value_key
+from iris.replay import Plans, call_key, value_key
 from iris.ops import gather_matmul as _gather_matmul
 from iris.ops import matmul_gather as _matmul_gather
 from iris.ops import matmul_reduce as _matmul_reduce

@@ -53,7 +53,7 @@ import triton.language as tl
 from iris.ccl.all_gather import store_to_members
 from iris.device import sync, tracing
 from iris.device.barrier import GROUP_ARGS, enter
-from iris.kernel_launch import bind
+from iris.replay import bind
 from iris.ops import _fused, gather_blas
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import (accumulate, accumulate_described, add_bias, hand_over, operand, take_over, tile_count,
@@ -362,7 +362,7 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
                       workspace=None) -> tuple:
     """``output = all_gather(A_shard, dim=1) @ B (+ bias)``; every rank calls it (see the module).
 
-    Returns the workspace it uses and its launches, bound (:mod:`iris.kernel_launch`), not yet
+    Returns the workspace it uses and its launches, bound (:mod:`iris.replay`), not yet
     launched: ``ctx.ops`` launches them, and replays them on the same call again.
 
     Args:

@@ -74,7 +74,7 @@ import triton.language as tl
 from iris.ccl.all_gather import store_to_members
 from iris.device import rma, sync, tracing
 from iris.device.barrier import GROUP_ARGS, enter
-from iris.kernel_launch import bind
+from iris.replay import bind
 from iris.ops import _fused, pipelined, scatter_copies
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import add_bias, operand, tile_count, tile_of, tile_product
@@ -387,7 +387,7 @@ def preamble(what: str, scatter: bool, ctx, output, A, B, config=None) -> _fused
 
 def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, workspace=None) -> tuple:
     """One call of ``what`` (see the module): checks; returns the workspace it uses and its
-    launches, bound (:mod:`iris.kernel_launch`), not yet launched: ``ctx.ops`` launches and replays them."""
+    launches, bound (:mod:`iris.replay`), not yet launched: ``ctx.ops`` launches and replays them."""
     config = FusedConfig() if config is None else config
     _check(what, ctx, output, A, B, bias, scatter, config)
     M, N = A.shape[0], B.shape[1]
