@@ -202,7 +202,7 @@ class Iris(TensorFactories):
     @functools.cached_property
     def tracing(self):
         """Device-side event tracing: ``ctx.tracing.enable()``, ``ctx.tracing.export(...)``; see :mod:`iris.tracing`."""
-        from iris.tracing import Tracing
+        from iris.host.tracing import Tracing
 
         return Tracing(self)
 

@@ -26,7 +26,7 @@ import triton.language as tl
 from iris import debug as debug_mode
 from iris.device import engine
 from iris.device.barrier import FUSED_PROGRAMS
-from iris.device_barrier import DeviceBarrier
+from iris.host.barrier import DeviceBarrier
 from iris.memory.reserved import ReservedLayout
 
 # all_reduce's spinlock words (int32) per rank: block b of an output is guarded by word b % LOCK_WORDS
@@ -56,7 +56,7 @@ def reserved_layout(world_size: int, engine_path: bool = False) -> ReservedLayou
         ("engine.staging_locks", engine.STAGING_SLOTS.value, torch.int32),
     ] if engine_path else []
     return ReservedLayout([
-        ("barrier.arrivals", world_size * FUSED_PROGRAMS, torch.int64),  # [slot][rank], see iris.device_barrier
+        ("barrier.arrivals", world_size * FUSED_PROGRAMS, torch.int64),  # [slot][rank], see iris.host.barrier
         ("ccl.locks", LOCK_WORDS.value, torch.int32),
         ("ccl.ring_flags", FUSED_PROGRAMS, torch.int64),  # a program's counter: its left neighbour adds 1 per step
         # all_reduce's push variant (iris.ccl.all_reduce_push): [half][sender] landing zones and flags per program

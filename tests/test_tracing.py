@@ -1,4 +1,4 @@
-"""Device tracing (iris.tracing): what a traced kernel records, the exported timeline, and that a kernel
+"""Device tracing (iris.host.tracing): what a traced kernel records, the exported timeline, and that a kernel
 built without tracing is the kernel it was before tracing existed."""
 
 import os
@@ -14,7 +14,7 @@ import triton.language as tl
 import iris
 from iris.ops import FusedConfig
 from iris.testing.fused_ops import copy_refusal_in
-from iris.tracing import summarize
+from iris.host.tracing import summarize
 
 BLOCK = 64
 
@@ -253,7 +253,7 @@ import triton, triton.language as tl
 from triton.compiler import ASTSource
 from triton.backends.compiler import GPUTarget
 import iris
-from iris.tracing import summarize
+from iris.host.tracing import summarize
 
 
 @triton.jit

@@ -1,6 +1,6 @@
 """Device-side tracing: the records a kernel writes when built with ``DeviceContext.initialize(..., tracing=True)``.
 
-The host side is :mod:`iris.tracing` (``ctx.tracing.enable()``, ``export()``). The context tensor
+The host side is :mod:`iris.host.tracing` (``ctx.tracing.enable()``, ``export()``). The context tensor
 carries, after the heap bases (the original's layout)::
 
     [TRACE_SLOT + 0] tracing enabled (0 or 1)     [TRACE_SLOT + 1] max_events
