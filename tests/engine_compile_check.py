@@ -109,7 +109,7 @@ def all_reduce(dtype, variant, op="sum"):
 
 def matmul_reduce(scatter, owner, comm_programs=0):
     """_matmul_reduce_kernel's signature and constants (bf16 operands, a small tile, no TMA)."""
-    from iris.ops.matmul_reduce import _matmul_reduce_kernel
+    from iris.ops.matmul_all_reduce.kernel import _matmul_reduce_kernel
 
     ints = {"M", "N", "K", "width", "count", "index", "cur"} | {n for n in _matmul_reduce_kernel.arg_names
                                                                   if n.startswith("stride")}

@@ -214,7 +214,7 @@ def test_pipelined_chunks_and_the_fused_kernels_own_exchanges_do_not_mix(other):
 def test_the_pipelines_gemm_leaves_the_sums_fewer_sms_where_its_share_of_k_is_deep():
     """pipeline_comm_sms None: 16 SMs for the sums where this rank's K is shallow (the sums take longer than the
     GEMM), 8 from DEEP_K on (4 x H100: 6-10% faster at K 3584 per rank, 7-10% slower at 2048); given: as given."""
-    from iris.ops.pipelined import DEEP_K, gemm_programs
+    from iris.ops.matmul_all_reduce.pipelined import DEEP_K, gemm_programs
     assert gemm_programs(132, None, 2048) == 116 and gemm_programs(132, None, DEEP_K) == 124
     assert gemm_programs(132, 32, 8192) == 100 and gemm_programs(16, 32, 64) == 1
 

@@ -145,7 +145,7 @@ def test_the_last_round_is_split_where_its_parts_finish_sooner():
     parts of a half-empty last round fill it (a part costing 1 / S of a tile plus SPLIT_COST); set, as set (at most
     one part per member)."""
     from iris.ops._fused import SPLITS, split_last_round
-    from iris.ops.gather_matmul import last_round
+    from iris.ops.all_gather_matmul.kernel import last_round
 
     assert last_round(448, 128, 2, None) == (384, 2)  # M 1024 N 14336: 64 tiles in the 4th round, 128 halves
     assert last_round(224, 128, 2, None) == (224, 1)  # 96 in the last round: halves would take two
@@ -164,7 +164,7 @@ def test_the_last_round_is_split_where_its_parts_finish_sooner():
 
 
 def _ways_of_sending():
-    from iris.ops.gather_matmul import sends_by_copies
+    from iris.ops.all_gather_matmul.kernel import sends_by_copies
 
     ctx = iris.iris(1 << 20)
     device = ctx.get_device()

@@ -140,7 +140,7 @@ def test_matmul_all_reduce_pipelined_at_three_ranks_matches_float64(three_ranks)
 def test_the_pipeline_by_default_from_4_ranks_and_4096_rows():
     """pipeline_chunks None: 4 chunks where measured faster or level (4 x H100: M 16384 4-22%, M 4096 N 8192 11%),
     else the fused kernel."""
-    from iris.ops.pipelined import default_chunks
+    from iris.ops.matmul_all_reduce.pipelined import default_chunks
 
     assert [default_chunks(world, rows) for world, rows in ((2, 16384), (3, 16384), (4, 1024), (4, 4095))] == [0] * 4
     assert [default_chunks(world, rows) for world, rows in ((4, 4096), (4, 16384), (8, 65536))] == [4] * 3
@@ -149,7 +149,7 @@ def test_the_pipeline_by_default_from_4_ranks_and_4096_rows():
 def test_the_fused_kernel_is_kept_where_a_mode_of_it_or_a_variant_without_any_chunk_in_place_is_given():
     """Code written for the original may pass any all_reduce_variant (no effect on the fused kernel): the ones that
     cannot sum every chunk in place keep pipeline_chunks=None on the fused kernel, as its own modes do."""
-    from iris.ops.pipelined import fused_kernel_asked_for
+    from iris.ops.matmul_all_reduce.pipelined import fused_kernel_asked_for
 
     kept = [FusedConfig(reduce_at_owner=True), FusedConfig(reduce_at_owner=False), FusedConfig(comm_programs=1),
             FusedConfig(copy_engine=True), FusedConfig(copy_engine=False)]
@@ -161,7 +161,7 @@ def test_the_fused_kernel_is_kept_where_a_mode_of_it_or_a_variant_without_any_ch
 
 def _pipelines_chosen():
     from iris.ops._fused import copy_refusal
-    from iris.ops.pipelined import chunks
+    from iris.ops.matmul_all_reduce.pipelined import chunks
 
     ctx = iris.iris(1 << 22)
     device, world = ctx.get_device(), ctx.get_num_ranks()
@@ -276,7 +276,7 @@ def test_matmul_all_reduce_by_copies_at_three_ranks_matches_float64(three_ranks)
 
 def _ways_of_reducing():
     from iris.ops._fused import concurrent_programs
-    from iris.ops.matmul_reduce import sends_by_copies
+    from iris.ops.matmul_all_reduce.kernel import sends_by_copies
 
     ctx = iris.iris(1 << 22)
     device, world = ctx.get_device(), ctx.get_num_ranks()

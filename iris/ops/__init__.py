@@ -17,7 +17,8 @@ op                         every rank passes                      every rank get
 gemm_all_scatter are written by peers, so they must be on the heap (``ctx.empty``). Each op has a
 ``*_preamble(output, A, B, config=None)`` that makes its workspace up front (every rank at once);
 without one, ``ctx.ops`` makes it on first use and keeps it per problem. The original's standalone
-forms (context first) are here too, each in a module of the op's name (``iris.ops.matmul_reduce_scatter``).
+forms (context first) are here too, each in a package of the op's name (``iris.ops.matmul_reduce_scatter``),
+which holds the op's kernels (one folder per op).
 
 A call remembers its launches (see :mod:`iris.replay`): called again with the same tensors
 (address, shape, strides, dtype), bias, config (by value), workspace and tracing switch, a fused op
@@ -34,9 +35,9 @@ Example:
 import weakref
 
 from iris.replay import Plans, call_key, value_key
-from iris.ops import gather_matmul as _gather_matmul
-from iris.ops import matmul_gather as _matmul_gather
-from iris.ops import matmul_reduce as _matmul_reduce
+from iris.ops.all_gather_matmul import kernel as _gather_matmul
+from iris.ops.matmul_all_gather import kernel as _matmul_gather
+from iris.ops.matmul_all_reduce import kernel as _matmul_reduce
 from iris.ops._fused import Workspace, sm_share
 from iris.ops.all_gather_matmul import all_gather_matmul, all_gather_matmul_preamble
 from iris.ops.config import FusedConfig
@@ -93,7 +94,7 @@ class Ops:
 
     @checked_across_ranks
     def matmul_all_reduce(self, output, A, B, bias=None, async_op=False, config=None, workspace=None):
-        """``output = sum over ranks of A @ B (+ bias)``; see :mod:`iris.ops.matmul_reduce`.
+        """``output = sum over ranks of A @ B (+ bias)``; see :mod:`iris.ops.matmul_all_reduce.kernel`.
 
         ``async_op`` is accepted for the original API: each rank's output is complete when its kernel
         ends, so nothing waits after it (the same for matmul_reduce_scatter)."""
@@ -107,7 +108,7 @@ class Ops:
     @checked_across_ranks
     def matmul_reduce_scatter(self, output, A, B, bias=None, async_op=False, config=None, workspace=None):
         """This rank's (M, N/W) columns of the sum over ranks of A @ B (+ bias), into an (M, N/W) output or
-        into those columns of an (M, N) one; see :mod:`iris.ops.matmul_reduce`."""
+        into those columns of an (M, N) one; see :mod:`iris.ops.matmul_all_reduce.kernel`."""
         return self._call("matmul_reduce_scatter", lambda: _matmul_reduce.run(
             "matmul_reduce_scatter", True, self._ctx, output, A, B, bias, config, workspace), output, A, B, bias,
             async_op, config, workspace)
@@ -117,7 +118,8 @@ class Ops:
 
     @checked_across_ranks
     def all_gather_matmul(self, output, A_shard, B, bias=None, async_op=False, config=None, workspace=None):
-        """``output = [A_shard of every rank, side by side] @ B (+ bias)``; see :mod:`iris.ops.gather_matmul`."""
+        """``output = [A_shard of every rank, side by side] @ B (+ bias)``; see
+        :mod:`iris.ops.all_gather_matmul.kernel`."""
         return self._call("all_gather_matmul", lambda: _gather_matmul.all_gather_matmul(
             self._ctx, output, A_shard, B, bias, async_op, config, workspace), output, A_shard, B, bias, async_op,
             config, workspace)
@@ -127,7 +129,7 @@ class Ops:
 
     @checked_across_ranks
     def matmul_all_gather(self, output, A, B, bias=None, async_op=False, config=None, workspace=None):
-        """Every rank's ``A @ B (+ bias)`` stacked by rank in rows; see :mod:`iris.ops.matmul_gather`."""
+        """Every rank's ``A @ B (+ bias)`` stacked by rank in rows; see :mod:`iris.ops.matmul_all_gather.kernel`."""
         return self._call("matmul_all_gather", lambda: _matmul_gather.run(
             "matmul_all_gather", True, self._ctx, output, A, B, bias, async_op, config, workspace), output, A, B, bias,
             async_op, config, workspace)
@@ -137,7 +139,7 @@ class Ops:
 
     @checked_across_ranks
     def gemm_all_scatter(self, output, A, B, bias=None, async_op=False, config=None, workspace=None):
-        """Every rank's ``A @ B (+ bias)`` side by side in columns; see :mod:`iris.ops.matmul_gather`."""
+        """Every rank's ``A @ B (+ bias)`` side by side in columns; see :mod:`iris.ops.matmul_all_gather.kernel`."""
         return self._call("gemm_all_scatter", lambda: _matmul_gather.run(
             "gemm_all_scatter", False, self._ctx, output, A, B, bias, async_op, config, workspace), output, A, B, bias,
             async_op, config, workspace)

@@ -79,7 +79,7 @@ SPLIT_MIN_ROWS = 256
 # (gemm_all_scatter 48.0 us against 59.0, matmul_all_gather 64.5 against 68.2; docs/benchmarks.md, "Small tiles
 # in K parts"), and at N 14336 (112 small tiles, 224 parts: two waves) slower (78.3 against 72.1, 106.0 against
 # 100.7), as these costs say.
-# The K splits a kernel that takes them (iris.ops.matmul_gather) is fitted among.
+# The K splits a kernel that takes them (iris.ops.matmul_all_gather.kernel) is fitted among.
 SPLITS = (1, 2, 4)
 _TILE_FIELDS = ("block_size_m", "block_size_n", "block_size_k", "group_size_m", "num_warps", "num_stages")
 
@@ -272,7 +272,8 @@ def copy_refusal(ctx) -> str | None:
 
 def side_stream(device: torch.device):
     """The side stream of a fused op's work beside its kernels on ``device`` (copy_engine's copies, the pipeline's
-    chunk sums: :mod:`iris.ops.pipelined`): one of two streams per process and device, never the current stream.
+    chunk sums: :mod:`iris.ops.matmul_all_reduce.pipelined`): one of two streams per process and device, never the
+    current stream.
 
     torch hands out streams from a pool of 32 per device, round robin, so a graph's capture stream (a new one per
     capture, :func:`iris.replay.captured_graph`) or a user's stream is, every 32 draws, a given pool stream

@@ -43,15 +43,16 @@ class FusedConfig:
             A_shard goes to every member in one copy each, by the copy engine on a side stream (no SM), and
             then that member's arrival flag, while the kernel multiplies this rank's own slice; it needs a
             contiguous A_shard and one GPU per rank inside one node. None (default): by copies where
-            A_shard has at most 1024 rows (``iris.ops.gather_matmul.COPY_ENGINE_AUTO_ROWS``) and the job
+            A_shard has at most 1024 rows (``iris.ops.all_gather_matmul.kernel.COPY_ENGINE_AUTO_ROWS``) and the job
             and A_shard allow it, else by the programs: on 2 x H100 the copies were 3-8% faster at M
             128-1024 and 4-8% slower at M 4096-16384
             (benchmarks/results/ops_agm_nvidia-h100_2ranks_copy_engine.csv).
             matmul_reduce_scatter and matmul_all_reduce: True: one launch computes this rank's partials
             of the other members' N / W columns, copies send them to their owners by row chunks, and a
             second launch computes this rank's own columns and adds the members' partials as their chunks
-            arrive (all_reduce: and stores its sums on every other member) (:mod:`iris.ops.scatter_copies`;
-            N divisible by W); False: the programs push every partial tile (:mod:`iris.ops.matmul_reduce`);
+            arrive (all_reduce: and stores its sums on every other member)
+            (:mod:`iris.ops.matmul_all_reduce.copy_engine`;
+            N divisible by W); False: the programs push every partial tile (:mod:`iris.ops.matmul_all_reduce.kernel`);
             None (default): at 2 ranks, by copies where a member's N / W columns have more tiles than one
             wave of programs and the job allows copies (on 2 x H100 0-8% faster from M 1024 N 14336 on,
             6-27% slower within one wave); beyond 2 ranks (not measured yet) the pushes. The other ops: no
@@ -61,15 +62,18 @@ class FusedConfig:
             member by copies with an arrival flag, as with copy_engine=True, while torch multiplies this rank's
             own slice (and adds the bias); then each member's slice is multiplied and added into output once
             its flag is seen
-            (:mod:`iris.ops.gather_blas`). Needs what the copies need (a contiguous A_shard, one GPU per rank,
+            (:mod:`iris.ops.all_gather_matmul.vendor_gemm`). Needs what the copies need (a contiguous A_shard, one GPU
+            per rank,
             one node) and an output of A's dtype; refused before any launch otherwise (and with
             copy_engine=False). Each member's product is rounded to output's dtype before the next is added; the
             tile fields, tma_loads and split_k have no effect. False: Iris's kernel. None (default): the vendor's
             GEMM where copy_engine, tma_loads and split_k are unset, A is bfloat16 or float16, output has A's dtype
-            and the copies can go, else Iris's kernel (``iris.ops.gather_matmul.takes_vendor_gemm``): on 2 x H100
+            and the copies can go, else Iris's kernel (``iris.ops.all_gather_matmul.kernel.takes_vendor_gemm``): on 2
+            x H100
             it was 1.01x-1.30x of torch's fused op at every shape of the sweep, Iris's kernel 0.96x-1.30x.
             matmul_all_reduce: True: as the pipeline of row chunks (``pipeline_chunks``, 4 where unset), torch's
-            GEMM computing each chunk's partial instead of Iris's (:mod:`iris.ops.pipelined`); an output of A's
+            GEMM computing each chunk's partial instead of Iris's (:mod:`iris.ops.matmul_all_reduce.pipelined`); an
+            output of A's
             dtype; refused where the fused kernel is asked for. None and False: as ``pipeline_chunks`` says,
             with Iris's GEMM (on 2 x H100 the vendor's pipeline was slower than the fused kernel at 9 of 10
             shapes; on 4 x H100 7-26% slower than the pipeline by Iris's GEMM from 8192 rows, and at 4096 rows
@@ -86,19 +90,21 @@ class FusedConfig:
             (``iris.ops._fused.split_last_round``); 1 on the CPU backend.
             all_gather_matmul: the last round's tiles (the last tile on the CPU backend's one program) in
             S parts by member slice, at most one per member. None (default): the parts that finish the
-            last round soonest from 256 rows (``iris.ops.gather_matmul.last_round``: 2 where 64 tiles of the
+            last round soonest from 256 rows (``iris.ops.all_gather_matmul.kernel.last_round``: 2 where 64 tiles of the
             default tile are left for 128 programs); none on the CPU backend.
         pipeline_chunks: matmul_all_reduce only. C >= 1: no fused kernel; Iris's GEMM computes this rank's
             partial product C row chunks at a time, leaving some SMs free, and each chunk is summed over the
             ranks by ``iris.ccl.all_reduce`` on a side stream as soon as it is computed
-            (:mod:`iris.ops.pipelined`). Not with comm_programs, reduce_at_owner=True or copy_engine=True.
+            (:mod:`iris.ops.matmul_all_reduce.pipelined`). Not with comm_programs, reduce_at_owner=True or
+            copy_engine=True.
             0: the fused kernel. None (default): 4 chunks from 4 ranks (one GPU each, one node) and 8192 output
             rows, unless comm_programs, reduce_at_owner or copy_engine is given, or an all_reduce_variant other
             than two_shot or hierarchical (on 4 x H100 4-22% faster than the fused kernel at M 16384, slower
             at M 1024 and at 2 ranks); else the fused kernel. The other ops: no effect.
         pipeline_comm_sms: matmul_all_reduce's pipeline by Iris's GEMM only: the SMs its GEMM leaves free for the
             chunks' sums (N >= 1); None (default): 16, or 8 where this rank's K is 3072 or more (the GEMM about as
-            long as the sums; ``iris.ops.pipelined.gemm_programs``; on 4 x H100 6-10% faster there than 16, which
+            long as the sums; ``iris.ops.matmul_all_reduce.pipelined.gemm_programs``; on 4 x H100 6-10% faster there
+            than 16, which
             was the fastest of 4-48 at K 2048). Not with pipeline_chunks=0.
         all_reduce_variant: the original's choice of the all-reduce inside matmul_all_reduce (None or one
             of iris.ccl's variants): where matmul_all_reduce runs as a pipeline (pipeline_chunks), the

@@ -219,7 +219,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, bi
         bias: optional (N,) added to every row (in float32, before the cast to ``out``'s dtype).
         out_dtype: float32, bfloat16 or float16 (default: ``out``'s dtype, else ``a``'s).
         programs: on a GPU, at most this many persistent programs (default: one per compute unit), to leave
-            the others to a kernel beside it (:mod:`iris.ops.pipelined`).
+            the others to a kernel beside it (:mod:`iris.ops.matmul_all_reduce.pipelined`).
     """
     out_dtype = out_dtype or (out.dtype if out is not None else getattr(a, "dtype", None))
     check_operands("matmul", a, b, out, bias, out_dtype)

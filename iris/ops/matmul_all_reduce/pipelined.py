@@ -1,6 +1,6 @@
 """``matmul_all_reduce`` as a pipeline of row chunks: ``FusedConfig(pipeline_chunks=C)``.
 
-Instead of the fused kernel (:mod:`iris.ops.matmul_reduce`), Iris's GEMM (:func:`iris.ops.gemm.matmul`)
+Instead of the fused kernel (:mod:`iris.ops.matmul_all_reduce.kernel`), Iris's GEMM (:func:`iris.ops.gemm.matmul`)
 computes this rank's partial product C row chunks at a time into a heap buffer, and each chunk, once
 computed, is summed over the ranks in place by ``iris.ccl.all_reduce`` (the variant its size takes) and
 copied into the output, on a side stream, while the next chunks compute. The GEMM leaves

@@ -1,6 +1,6 @@
 """``iris.ops.gemm_all_scatter(ctx, ...)``, at the original's module path.
 
-The kernel is in :mod:`iris.ops.matmul_gather`.
+The kernel is in :mod:`iris.ops.matmul_all_gather.kernel`.
 
 Example:
     >>> from iris.ops.gemm_all_scatter import gemm_all_scatter

@@ -34,7 +34,7 @@ and waits on its own flags; the flags are cleared on the stream after the kernel
 (:func:`iris.ops._fused.sent_by_copies`).
 
 By default, where it can go, the vendor's GEMM multiplies instead of this kernel while copies gather A
-(``FusedConfig.vendor_gemm``, :func:`takes_vendor_gemm`, :mod:`iris.ops.gather_blas`).
+(``FusedConfig.vendor_gemm``, :func:`takes_vendor_gemm`, :mod:`iris.ops.all_gather_matmul.vendor_gemm`).
 
 Example:
     >>> A_shard = torch.randn(M, K // W, dtype=torch.bfloat16, device=ctx.get_device())
@@ -54,7 +54,8 @@ from iris.ccl.all_gather import store_to_members
 from iris.device import sync, tracing
 from iris.device.barrier import GROUP_ARGS, enter
 from iris.replay import bind
-from iris.ops import _fused, gather_blas
+from iris.ops import _fused
+from iris.ops.all_gather_matmul import vendor_gemm
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import (accumulate, accumulate_described, add_bias, hand_over, operand, take_over, tile_count,
                            tile_of)
@@ -288,7 +289,8 @@ def sends_by_copies(ctx, config, A_shard) -> bool:
 
 
 def takes_vendor_gemm(ctx, config, output, A_shard) -> bool:
-    """Whether this call multiplies by the vendor's GEMM (FusedConfig.vendor_gemm, :mod:`iris.ops.gather_blas`).
+    """Whether this call multiplies by the vendor's GEMM (FusedConfig.vendor_gemm,
+    :mod:`iris.ops.all_gather_matmul.vendor_gemm`).
     None: where the call leaves Iris's kernel's own knobs unset (copy_engine, tma_loads, split_k), A is bfloat16
     or float16, output has A's dtype and A_shard can go by copies (:func:`_copy_obstacle`): on 2 x H100 it was
     1.01x-1.30x of torch's fused op at every shape of the sweep and Iris's kernel 0.96x-1.30x (two runs each,
@@ -321,7 +323,7 @@ def problem(ctx, output, A_shard, config):
     """(key, spec, tile) of one call; the tile's launch options with ``PARTS`` and ``whole`` (:func:`last_round`);
     by the vendor's GEMM (FusedConfig.vendor_gemm) its workspace and no tile."""
     if takes_vendor_gemm(ctx, config, output, A_shard):
-        return *gather_blas.problem(ctx, A_shard), None
+        return *vendor_gemm.problem(ctx, A_shard), None
     world = ctx.get_num_ranks()
     M, K_r = A_shard.shape
     N = output.shape[1]
@@ -377,7 +379,7 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
     key, spec, tile = problem(ctx, output, A_shard, config)
     workspace = _fused.workspace_for(ctx, WHAT, key, spec, workspace)
     if tile is None:  # by the vendor's GEMM
-        return workspace, gather_blas.launches(ctx, output, A_shard, B, bias, workspace)
+        return workspace, vendor_gemm.launches(ctx, output, A_shard, B, bias, workspace)
     copied = sends_by_copies(ctx, config, A_shard)
     M, K_r = A_shard.shape
     N = output.shape[1]

@@ -1,6 +1,7 @@
 """``iris.ops.all_gather_matmul(ctx, ...)``, at the original's module path.
 
-The kernel is in :mod:`iris.ops.gather_matmul`.
+One folder, the op and its paths: :mod:`~iris.ops.all_gather_matmul.kernel` (the fused kernel) and
+:mod:`~iris.ops.all_gather_matmul.vendor_gemm` (the gathered shards multiplied by the vendor's GEMM).
 
 Example:
     >>> from iris.ops.all_gather_matmul import all_gather_matmul

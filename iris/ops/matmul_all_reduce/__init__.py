@@ -1,6 +1,8 @@
 """``iris.ops.matmul_all_reduce(ctx, ...)``, at the original's module path.
 
-The kernel is in :mod:`iris.ops.matmul_reduce`.
+One folder, the op and its paths: :mod:`~iris.ops.matmul_all_reduce.kernel` (the fused kernel, also
+matmul_reduce_scatter's), :mod:`~iris.ops.matmul_all_reduce.copy_engine` (the partials sent by copies) and
+:mod:`~iris.ops.matmul_all_reduce.pipelined` (row chunks: a GEMM, then each chunk's all_reduce beside it).
 
 Example:
     >>> from iris.ops.matmul_all_reduce import matmul_all_reduce

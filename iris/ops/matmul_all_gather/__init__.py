@@ -1,6 +1,6 @@
 """``iris.ops.matmul_all_gather(ctx, ...)``, at the original's module path.
 
-The kernel is in :mod:`iris.ops.matmul_gather`.
+The kernel is in :mod:`iris.ops.matmul_all_gather.kernel`.
 
 Example:
     >>> from iris.ops.matmul_all_gather import matmul_all_gather

@@ -1,6 +1,6 @@
 """``iris.ops.matmul_reduce_scatter(ctx, ...)``, at the original's module path.
 
-The kernel is in :mod:`iris.ops.matmul_reduce`.
+The kernel is in :mod:`iris.ops.matmul_all_reduce.kernel`.
 
 Example:
     >>> from iris.ops.matmul_reduce_scatter import matmul_reduce_scatter

@@ -38,10 +38,11 @@ and reads are as above.
 
 With ``FusedConfig(pipeline_chunks=C)`` (by default 4 from 4 ranks and 4096 rows, one GPU per rank on one node),
 matmul_all_reduce runs no fused kernel: Iris's GEMM by row chunks, each chunk summed by ``iris.ccl.all_reduce``
-on a side stream behind it (:mod:`iris.ops.pipelined`).
+on a side stream behind it (:mod:`iris.ops.matmul_all_reduce.pipelined`).
 
 With ``FusedConfig(copy_engine=True)`` (the default at 2 ranks where a member's N / W columns have more than one
-wave of tiles) the partials go by copies instead, in two launches around them (:mod:`iris.ops.scatter_copies`).
+wave of tiles) the partials go by copies instead, in two launches around them
+(:mod:`iris.ops.matmul_all_reduce.copy_engine`).
 
 Before its first store a program passes a barrier with the programs of the same id on the other
 ranks (:func:`iris.device.barrier.enter`): every member's previous call has ended, so nobody still
@@ -75,7 +76,8 @@ from iris.ccl.all_gather import store_to_members
 from iris.device import rma, sync, tracing
 from iris.device.barrier import GROUP_ARGS, enter
 from iris.replay import bind
-from iris.ops import _fused, pipelined, scatter_copies
+from iris.ops import _fused
+from iris.ops.matmul_all_reduce import copy_engine, pipelined
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import add_bias, operand, tile_count, tile_of, tile_product
 
@@ -309,7 +311,7 @@ def problem(what: str, scatter: bool, ctx, output, A, B, config):
     if not scatter and pipelined.chunks(ctx, config, A):
         return pipelined.problem(output, A, B)
     if sends_by_copies(ctx, config, A, B):
-        key, spec, _, _, _ = scatter_copies.problem(ctx, output, A, B, config, gather=not scatter)
+        key, spec, _, _, _ = copy_engine.problem(ctx, output, A, B, config, gather=not scatter)
         return key, spec
     key, spec, _, _ = kernel_problem(what, scatter, ctx, output, A, B, config)
     return key, spec
@@ -340,10 +342,11 @@ def kernel_problem(what: str, scatter: bool, ctx, output, A, B, config):
 
 def sends_by_copies(ctx, config: FusedConfig, A, B) -> bool:
     """Whether this call sends its partials by copies (FusedConfig.copy_engine, see
-    :mod:`iris.ops.scatter_copies`; None: where :func:`iris.ops.scatter_copies.by_default`)."""
+    :mod:`iris.ops.matmul_all_reduce.copy_engine`; None: where
+    :func:`iris.ops.matmul_all_reduce.copy_engine.by_default`)."""
     if config.copy_engine is not None:
         return config.copy_engine
-    return scatter_copies.by_default(ctx, config, A, B)
+    return copy_engine.by_default(ctx, config, A, B)
 
 
 def reduces_at_owner(scatter: bool, ctx, config: FusedConfig) -> bool:
@@ -361,7 +364,7 @@ def _check(what, ctx, output, A, B, bias, scatter: bool, config: FusedConfig) ->
         raise ValueError(f"{what}: FusedConfig(pipeline_chunks={config.pipeline_chunks} and copy_engine=True): the "
                          "chunks' sums go by iris.ccl.all_reduce, not by copies; pass one or the other")
     if config.copy_engine:  # asked for: refused aloud (None takes the pushes where copies cannot go)
-        refusal = scatter_copies.obstacle(ctx, config, B.shape[1])
+        refusal = copy_engine.obstacle(ctx, config, B.shape[1])
         if refusal:
             raise ValueError(f"{what}: {refusal}")
     if config.vendor_gemm and not scatter:
@@ -399,7 +402,7 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
         return pipelined.run(ctx, output, A, B, bias, count, workspace, config.all_reduce_variant,
                              bool(config.vendor_gemm), config.pipeline_comm_sms)
     if sends_by_copies(ctx, config, A, B):
-        return scatter_copies.run(ctx, output, A, B, bias, config, workspace, gather=not scatter)
+        return copy_engine.run(ctx, output, A, B, bias, config, workspace, gather=not scatter)
     key, spec, width, tile = kernel_problem(what, scatter, ctx, output, A, B, config)
     workspace = _fused.workspace_for(ctx, what, key, spec, workspace)
     tiles = tile_count(M, N, tile)

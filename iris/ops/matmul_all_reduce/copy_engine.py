@@ -1,6 +1,6 @@
 """``matmul_reduce_scatter`` and ``matmul_all_reduce`` with the partials sent by copies (``FusedConfig.copy_engine``).
 
-The pushing kernel (:mod:`iris.ops.matmul_reduce`) stores every partial tile to its owner from the
+The pushing kernel (:mod:`iris.ops.matmul_all_reduce.kernel`) stores every partial tile to its owner from the
 programs that compute it, so the transfers take the computing SMs' time. Here they go by copies
 instead (the copy engine on a GPU, no SM), in two launches per rank around them:
 
