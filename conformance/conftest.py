@@ -2,10 +2,11 @@
 
     python -m pytest conformance --ranks 4 --hypothesis-profile thorough
 
-Profiles: ``ci`` (derandomized, few examples: the CPU backend in CI), ``dev``
+Profiles: ``smoke`` (derandomized, one or two examples: the default test tier),
+``ci`` (derandomized, few examples: the CPU backend in CI's slow stage), ``dev``
 (random, more examples) and ``thorough`` (many examples and long litmus runs:
 GPUs). ``--hypothesis-profile`` wins over IRIS_CONFORMANCE_PROFILE; the
-default is ``ci``.
+default is ``smoke``.
 """
 
 import os
@@ -14,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from conformance import harness
-from conformance.profiles import PROFILES
+from conformance.profiles import DEFAULT, PROFILES
 from iris.testing import RankPool
 
 for _name, _profile in PROFILES.items():
@@ -30,7 +31,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    chosen = config.getoption("hypothesis_profile", None) or os.environ.get("IRIS_CONFORMANCE_PROFILE", "ci")
+    chosen = config.getoption("hypothesis_profile", None) or os.environ.get("IRIS_CONFORMANCE_PROFILE", DEFAULT)
     if chosen not in PROFILES:
         raise pytest.UsageError(f"hypothesis profile {chosen!r} is not one of {', '.join(PROFILES)}")
     settings.load_profile(chosen)

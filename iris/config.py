@@ -74,8 +74,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("IRIS_TEST_WORLDS", "2,4", "tests: the world sizes of the ``ranks`` fixture, e.g. ``8``"),
     Variable("IRIS_FAILURE_LOG", "",
              "tests: a file where each failing test is named as it fails (``iris.testing.failure_log``)"),
-    Variable("IRIS_CONFORMANCE_PROFILE", "ci",
-             "conformance suite: the hypothesis profile, ``ci``, ``dev`` or ``thorough`` (read by conformance/; "
+    Variable("IRIS_CONFORMANCE_PROFILE", "smoke",
+             "conformance suite: the hypothesis profile, ``smoke``, ``ci``, ``dev`` or ``thorough`` (read by "
+             "conformance/; "
              "``--hypothesis-profile`` wins)"),
     Variable("IRIS_COMMIT", "", "benchmarks: the commit written into the result CSVs where the tree's .git is "
              "stale or absent (read by benchmarks/)"),
