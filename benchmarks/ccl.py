@@ -47,7 +47,7 @@ On the CPU backend it is perf_counter around single calls: a smoke test, not a f
 Bus bandwidth follows NCCL: all_reduce moves 2(W-1)/W of the data per rank, the others (W-1)/W.
 --validate first checks every iris row (each variant, copy-in) once per size against NCCL on
 small-integer data.
-Tuning: --tune, after a run whose CSV goes to its default place, writes iris/ccl/tuned.py, the
+Tuning: --tune, after a run whose CSV goes to its default place, writes iris/ccl/all_reduce/tuned.py, the
 default all_reduce variant by world size, dtype and size, from every
 benchmarks/results/ccl_<gpu>_<W>ranks.csv of that GPU (this run's among them): the fastest of one_shot,
 push and ll where its median time is at least --tune-margin (10%) below two_shot's, else two_shot. --tune-from CSV...
@@ -90,7 +90,8 @@ from _results import (add_csv_argument, check_csv_argument, default_csv, git_com
 import iris
 from iris.distributed import job_world_size
 from iris.capabilities import find_limitation
-from iris.ccl import Config, all_reduce_push
+from iris.ccl import Config
+from iris.ccl.all_reduce import push as all_reduce_push
 from iris.ccl.config import ALL_REDUCE_VARIANTS
 from iris.memory.collective_free import never_free
 
@@ -98,7 +99,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, 
           "fp8e4m3": torch.float8_e4m3fn, "fp8e5m2": torch.float8_e5m2}
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 REDUCING = ("all_reduce", "reduce_scatter")
-TUNED = Path(__file__).resolve().parents[1] / "iris" / "ccl" / "tuned.py"
+TUNED = Path(__file__).resolve().parents[1] / "iris" / "ccl" / "all_reduce" / "tuned.py"
 # The variants a default may be: each gives every member the same bits in a fixed order (atomic,
 # spinlock and ring sum in arrival order); two_shot is the fallback, its traffic bounded in W.
 TUNED_VARIANTS = ("one_shot", "two_shot", "push", "ll")
@@ -129,10 +130,11 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--trace", action="store_true", help="tracing on (ctx.tracing.enable()) for the whole run: "
                         "iris's collectives record their events, to compare their times with a run without it "
                         "(a traced run is never tuned from)")
-    parser.add_argument("--tune", action="store_true", help="write iris/ccl/tuned.py from this GPU's runs")
+    parser.add_argument("--tune", action="store_true", help="write iris/ccl/all_reduce/tuned.py from this GPU's runs")
     parser.add_argument("--tune-from", nargs="+", type=Path, default=None, metavar="CSV",
                         help="write the tuned table from these runs' CSVs, run nothing")
-    parser.add_argument("--tune-file", type=Path, default=TUNED, help="where the table goes (iris/ccl/tuned.py)")
+    parser.add_argument("--tune-file", type=Path, default=TUNED,
+                        help="where the table goes (iris/ccl/all_reduce/tuned.py)")
     parser.add_argument("--tune-margin", type=float, default=0.10,
                         help="how much faster one_shot must be than two_shot to be chosen (0.10)")
     args = parser.parse_args()
@@ -390,7 +392,7 @@ def tuned_table(rows, margin: float) -> dict:
 
 
 def write_tuned(path: Path, paths, margin: float) -> None:
-    """Write the tuned table module (iris/ccl/tuned.py) from the runs at ``paths``."""
+    """Write the tuned table module (iris/ccl/all_reduce/tuned.py) from the runs at ``paths``."""
     rows, runs = [], []
     for run in paths:
         with open(run) as f:

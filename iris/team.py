@@ -32,7 +32,7 @@ from iris.memory.reserved import ReservedLayout
 # all_reduce's spinlock words (int32) per rank: block b of an output is guarded by word b % LOCK_WORDS
 # of its member.
 LOCK_WORDS = tl.constexpr(4096)
-# all_reduce's push variant (iris.ccl.all_reduce_push): the largest message it takes (bytes per rank), and
+# all_reduce's push variant (iris.ccl.all_reduce.push): the largest message it takes (bytes per rank), and
 # the most programs of one call (each with its own flags and counts per peer). On 2 x H100, replayed from a
 # graph, push with 1 MiB zones and 128 programs beat torch symmetric memory's two_shot at 128 KiB-1 MiB
 # (7.2 against 8.5 us at 256 KiB, 10.0-10.2 against 11.5-11.9 at 1 MiB) where 32 programs trailed it from
@@ -59,7 +59,7 @@ def reserved_layout(world_size: int, engine_path: bool = False) -> ReservedLayou
         ("barrier.arrivals", world_size * FUSED_PROGRAMS, torch.int64),  # [slot][rank], see iris.host.barrier
         ("ccl.locks", LOCK_WORDS.value, torch.int32),
         ("ccl.ring_flags", FUSED_PROGRAMS, torch.int64),  # a program's counter: its left neighbour adds 1 per step
-        # all_reduce's push variant (iris.ccl.all_reduce_push): [half][sender] landing zones and flags per program
+        # all_reduce's push variant (iris.ccl.all_reduce.push): [half][sender] landing zones and flags per program
         ("ccl.push_landing", 2 * world_size * PUSH_BYTES // 8, torch.int64),
         ("ccl.push_flags", 2 * world_size * PUSH_PROGRAMS, torch.int32),
         ("ccl.ll_landing", 2 * world_size * LL_WORDS, torch.int64),  # [half][sender] words: flag | element

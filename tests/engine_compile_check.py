@@ -92,7 +92,7 @@ print("bools compiled for sm_90")
 # slot of the reader's heap): one_shot's, two_shot's and reduce_scatter's.
 from iris.ccl.all_gather import _all_gather_kernel  # noqa: E402
 from iris.ccl.all_reduce import _all_reduce_kernel  # noqa: E402
-from iris.ccl.all_reduce_push import _all_reduce_push_kernel  # noqa: E402
+from iris.ccl.all_reduce.push import _all_reduce_push_kernel  # noqa: E402
 from iris.ccl.reduce_scatter import _reduce_scatter_kernel  # noqa: E402
 
 group = {"members": "*i32", "count": "i32", "index": "i32", "cur": "i32", "heap_bases": "*i64"}
@@ -154,7 +154,7 @@ for symbol, (kernel, signature, constants) in (
     print(kernel.fn.__name__, case, f"compiled for sm_90 with block {way} toward other nodes")
     calls[case] = ptx.count(symbol)
 # all_reduce's ll variant writes each word (an element beside its flag) toward another node as one 8-byte put.
-from iris.ccl.all_reduce_push import _all_reduce_ll_kernel  # noqa: E402
+from iris.ccl.all_reduce.push import _all_reduce_ll_kernel  # noqa: E402
 
 ll_constants = {"WORLD": 2, "PROGRAMS": 32, "CAPACITY": 131072, "OP": "sum", "ACC": tl.float32, "PACK": 2,
                 "BLOCK": 1024, "TRACE": False}

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import iris
-from iris.ccl import Config, ReduceOp, all_reduce_push
+from iris.ccl import Config, ReduceOp
+from iris.ccl.all_reduce import push as all_reduce_push
 from iris.ccl.config import ALL_REDUCE_VARIANTS
 from iris.team import LL_UNPACKED, LL_WORDS, PUSH_BYTES
 from iris.testing import refusals
@@ -125,10 +126,10 @@ def test_broadcast_copies_the_sources_tensor_into_every_members(ranks):
 
 
 def test_default_all_reduce_variant_follows_the_tuned_table():
-    """iris/ccl/tuned.py is written by benchmarks/ccl.py --tune (tests/test_ccl_benchmark.py checks it is
+    """iris/ccl/all_reduce/tuned.py is written by benchmarks/ccl.py --tune (tests/test_ccl_benchmark.py checks it is
     what the committed CSVs give); the default variant is its entry for the size, else two_shot."""
     from iris.ccl.all_reduce import ELEMENT_SIZES, choose_variant
-    from iris.ccl.tuned import ALL_REDUCE
+    from iris.ccl.all_reduce.tuned import ALL_REDUCE
 
     assert {world for world, _ in ALL_REDUCE} <= {2, 4, 8}  # the world sizes measured (benchmarks/results/ccl_*)
     for (world, dtype), entries in ALL_REDUCE.items():
@@ -320,7 +321,7 @@ def test_push_takes_a_mebibyte_per_rank(ranks):
 
 
 def test_a_push_launch_grows_its_blocks_to_one_per_program():
-    from iris.ccl.all_reduce_push import launch_block
+    from iris.ccl.all_reduce.push import launch_block
     from iris.team import PUSH_PROGRAMS
 
     assert PUSH_PROGRAMS == 128
@@ -334,7 +335,7 @@ def test_a_push_launch_grows_its_blocks_to_one_per_program():
 
 
 def test_a_tuned_push_or_ll_entry_is_the_default_in_place_too_and_never_past_its_landing_zones(monkeypatch):
-    from iris.ccl import tuned
+    from iris.ccl.all_reduce import tuned
     from iris.ccl.all_reduce import choose_variant
 
     monkeypatch.setitem(tuned.ALL_REDUCE, (3, "bf16"), ((4096, "push"), (8192, "one_shot"), (1 << 40, "push")))

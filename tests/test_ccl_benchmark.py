@@ -88,7 +88,7 @@ def test_the_committed_table_is_what_the_committed_runs_give(tmp_path):
     """The runs the table names (its docstring's list: any GPU's, e.g. one kind's 2-rank run beside
     another's 4- and 8-rank runs through --tune-from) give that table again. Each is a canonical run in
     benchmarks/results/ or, where a later run replaced it there, kept in benchmarks/tuning/."""
-    from iris.ccl import tuned
+    from iris.ccl.all_reduce import tuned
 
     names = re.findall(r"^    (ccl_\S+\.csv) \(commit", tuned.__doc__, re.MULTILINE)
     folders = (ROOT / "benchmarks" / "results", ROOT / "benchmarks" / "tuning")

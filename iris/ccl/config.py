@@ -47,10 +47,10 @@ class Config:
             reduces one slice and sends it to all), "atomic" (atomic adds into every output),
             "spinlock" (locked read-modify-writes), "ring" (neighbour to neighbour), "push" (no
             barrier: inputs pushed into each member's landing zones, up to 256 KiB per rank; see
-            :mod:`iris.ccl.all_reduce_push`), "ll" (push with each element beside its flag in one
+            :mod:`iris.ccl.all_reduce.push`), "ll" (push with each element beside its flag in one
             8-byte word: no fence, up to 32768 elements per rank; same module), "hierarchical"
             (reduce-scatter inside each node, all_reduce across nodes, all_gather inside the node; see
-            :mod:`iris.ccl.all_reduce_hierarchical`); None picks hierarchical for members on several
+            :mod:`iris.ccl.all_reduce.hierarchical`); None picks hierarchical for members on several
             nodes of the same size, else by size (see :func:`iris.ccl.all_reduce.choose_variant`).
         hierarchy: the node of each member, in the group's member order, for the hierarchical all_reduce,
             all_gather and reduce_scatter (:mod:`iris.ccl.hierarchy`)

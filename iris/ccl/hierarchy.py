@@ -4,7 +4,7 @@ Which node a member is on comes from ``Config.hierarchy`` (one number per member
 the context's node map. A hierarchical collective runs a step among the members of each node (the
 node team) and a step among the members at the same place on their nodes (the cross team: one per
 node), so the network carries only the cross step's traffic (docs/multi-node.md). Used by
-:mod:`iris.ccl.all_reduce_hierarchical`, :func:`iris.ccl.all_gather.all_gather` and
+:mod:`iris.ccl.all_reduce.hierarchical`, :func:`iris.ccl.all_gather.all_gather` and
 :mod:`iris.ccl.reduce_scatter`.
 
 Example:

@@ -192,7 +192,7 @@ def wait_flagged_words(ptr, flag, mask):
     its high half; returns the words (their low halves are the data a peer stored beside the flag).
 
     A word and its flag arrive in one aligned 8-byte store, so a lane that shows the flag shows its data:
-    no fence and no acquire (the low-latency protocol of NCCL's LL, iris.ccl.all_reduce_push's ll). In debug
+    no fence and no acquire (the low-latency protocol of NCCL's LL, iris.ccl.all_reduce.push's ll). In debug
     mode the wait gives up after IRIS_WAIT_TIMEOUT and reports the first lane still without its flag.
 
     Example:

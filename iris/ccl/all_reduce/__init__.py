@@ -14,12 +14,12 @@ Variants (``Config.all_reduce_variant``):
 - push: no barrier; each member pushes its input into every other member's landing zone (in the
   heap's reserved tail) and sums its own input and what landed, in member order: one exchange of
   flags per call instead of two barriers, for messages up to 256 KiB per rank; in place too. See
-  :mod:`iris.ccl.all_reduce_push`.
+  :mod:`iris.ccl.all_reduce.push`.
 - ll: push's low-latency form (as NCCL's LL protocol): each element lands beside the push's number in
   one 8-byte word, and a member sums a block as soon as its words carry the number: no flags, no fence;
   for messages up to 32768 elements per rank; in place too (same module).
 - hierarchical: reduce-scatter inside each node, all_reduce of each member's slice across nodes,
-  all_gather inside the node (:mod:`iris.ccl.all_reduce_hierarchical`): the network carries 1 / G of
+  all_gather inside the node (:mod:`iris.ccl.all_reduce.hierarchical`): the network carries 1 / G of
   the data with G members per node. The default for members on several nodes with as many members
   on each (more than one); any grouping can be given as ``Config.hierarchy``.
 - ring: the members pass chunks around the ring (index i sends to i + 1) in W - 1 reduce steps
@@ -45,7 +45,10 @@ import triton
 import triton.language as tl
 
 from iris.device import atomics, rma, sync, tracing
-from iris.ccl import _common, all_reduce_hierarchical, all_reduce_push, hierarchy, tuned
+from iris.ccl import _common, hierarchy
+from iris.ccl.all_reduce import hierarchical as all_reduce_hierarchical
+from iris.ccl.all_reduce import push as all_reduce_push
+from iris.ccl.all_reduce import tuned
 from iris.ccl.all_gather import store_to_members
 from iris.ccl.reduction import combine, reduce_block
 from iris.team import LOCK_WORDS
@@ -63,7 +66,7 @@ FUSED_ONLY = ("atomic", "spinlock", "ring")
 IN_PLACE = ("two_shot", "push", "ll", "hierarchical")
 # Variants that write only this member's output (it need not be on the heap).
 LOCAL_OUTPUT = ("one_shot", "push", "ll")
-# Variants with their own kernel and landing zones in the heap's reserved tail (iris.ccl.all_reduce_push).
+# Variants with their own kernel and landing zones in the heap's reserved tail (iris.ccl.all_reduce.push).
 BARRIER_FREE = ("push", "ll")
 
 
@@ -214,7 +217,7 @@ def _all_reduce_kernel(src, dst, numel, chunk, members, count, index, cur, heap_
 def choose_variant(nbytes: int, in_place: bool, world_size: int, dtype=torch.bfloat16) -> str:
     """The default variant for ``nbytes`` per rank of ``dtype`` among ``world_size`` members.
 
-    The entry of :data:`iris.ccl.tuned.ALL_REDUCE` for the world size and dtype (a dtype not tuned
+    The entry of :data:`iris.ccl.all_reduce.tuned.ALL_REDUCE` for the world size and dtype (a dtype not tuned
     takes the table of one that is): that table is written by ``benchmarks/ccl.py --tune`` from
     the committed runs, not by hand. In place, where the entry is one_shot: two_shot (one_shot would
     overwrite what other members still read; push, ll and two_shot run in place). Past the landing
