@@ -24,7 +24,7 @@ import torch.distributed as dist
 import triton.language as tl
 
 from iris import debug as debug_mode
-from iris.device import engine
+from iris.device import nvshmem as engine
 from iris.device.barrier import FUSED_PROGRAMS
 from iris.host.barrier import DeviceBarrier
 from iris.memory.reserved import ReservedLayout
@@ -51,7 +51,7 @@ def reserved_layout(world_size: int, engine_path: bool = False) -> ReservedLayou
     """The heap's reserved tail of a team of ``world_size`` ranks (the same on every rank); a heap whose
     provider may compile the engine path (``engine_path``: HeapProvider.reaches_by_engine) adds the engine's
     staging slots for block reads."""
-    staging = [  # just below the scratch word, where iris.device.engine finds them
+    staging = [  # just below the scratch word, where iris.device.nvshmem finds them
         ("engine.staging", engine.STAGING_SLOTS.value * engine.STAGING_BYTES.value // 8, torch.int64),
         ("engine.staging_locks", engine.STAGING_SLOTS.value, torch.int32),
     ] if engine_path else []
@@ -64,7 +64,7 @@ def reserved_layout(world_size: int, engine_path: bool = False) -> ReservedLayou
         ("ccl.push_flags", 2 * world_size * PUSH_PROGRAMS, torch.int32),
         ("ccl.ll_landing", 2 * world_size * LL_WORDS, torch.int64),  # [half][sender] words: flag | element
         *staging,
-        ("engine.scratch", 2, torch.int64),  # what engine calls that move nothing aim at (iris.device.engine)
+        ("engine.scratch", 2, torch.int64),  # what engine calls that move nothing aim at (iris.device.nvshmem)
     ])
 
 

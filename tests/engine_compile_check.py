@@ -1,4 +1,4 @@
-"""Compile Iris's device ops with the engine path on (iris.device.engine), for sm_90, on the CPU: run by
+"""Compile Iris's device ops with the engine path on (iris.device.nvshmem), for sm_90, on the CPU: run by
 tests/test_heap_providers.py in a process of its own (the switch is for the whole process)."""
 
 import os

@@ -1,4 +1,4 @@
-"""iris.device.engine's run analysis (what a put or get toward another node moves as one block-wide call),
+"""iris.device.nvshmem's run analysis (what a put or get toward another node moves as one block-wide call),
 against a model in Python, on the CPU backend: the engine itself runs only on GPUs with NVSHMEM, but which
 lanes form a run, and where each run starts, is arithmetic the interpreter runs as the GPUs do."""
 
@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 import iris  # noqa: F401  (picks the backend: Triton's interpreter on the CPU)
-from iris.device import engine
+from iris.device import nvshmem as engine
 
 pytestmark = pytest.mark.skipif(not iris.runtime.interpreted(), reason="the model is checked in the interpreter")
 

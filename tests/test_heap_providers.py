@@ -16,7 +16,7 @@ import triton.language as tl
 
 import iris
 from iris.capabilities import limitation
-from iris.device import engine
+from iris.device import nvshmem as engine
 from iris.memory.providers import PROVIDERS, JobFacts, create_provider, provider_name
 from iris.runtime import SELECTED
 

@@ -11,7 +11,7 @@ below (the slots are :mod:`iris.device.rma`'s, which finds the current rank ther
 
 and, past the tensor in the same memory, the context's debug word (1: checks on; read only by kernels
 compiled in debug mode; see iris.device.rma.DEBUG), then the address of the heap's engine scratch word
-(read only by kernels of a job across nodes; see iris.device.engine).
+(read only by kernels of a job across nodes; see iris.device.nvshmem).
 
 Example:
     >>> @triton.jit

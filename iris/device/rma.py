@@ -28,7 +28,7 @@ value form.
 import triton
 import triton.language as tl
 
-from iris.device import engine
+from iris.device import nvshmem as engine
 from iris.runtime.select import gpu_vendor
 
 # Whether kernels become AMD code here (a HIP GPU, or a cross-compile worker for a hip target).
@@ -44,7 +44,7 @@ RANK_SLOT = tl.constexpr(0)
 WORLD_SLOT = tl.constexpr(1)
 HEAP_BASES_SLOT = tl.constexpr(2)
 
-# The path toward ranks on another node (iris.device.engine), compiled in by the shmem heap of a job that
+# The path toward ranks on another node (iris.device.nvshmem), compiled in by the shmem heap of a job that
 # spans nodes (before any kernel compiles). Off, no device op carries a trace of it.
 ENGINE = tl.constexpr(False)
 
@@ -200,7 +200,7 @@ def near_lanes(rank, heap_bases, mask):
 @triton.jit
 def far_update(op: tl.constexpr, near_old, pointer, val, cur, rank, heap_bases, mask, sem: tl.constexpr):
     """``near_old`` (an atomic's old values on the pointer path) with the lanes of ``mask`` toward a rank
-    on another node updated through the engine (``op`` and ``val`` as iris.device.engine.update, "cas"
+    on another node updated through the engine (``op`` and ``val`` as iris.device.nvshmem.update, "cas"
     included); only with ENGINE."""
     if ENGINE:
         result = engine.update(op, near_old, pointer, val, rank, cur, heap_bases,

@@ -13,7 +13,7 @@ So the network carries 1 / G of what a flat all_reduce puts on it, and the node'
 cost model: docs/multi-node.md). The S mod G elements past the last whole chunk are reduced by a flat
 all_reduce of the whole group first. Each step is one of Iris's collectives over a team (a tuple of
 global ranks): the step across nodes reaches its peers through the shmem heap's engine when they are
-on other nodes (iris.device.engine), the others by pointers. Floats sum in float32 inside each step
+on other nodes (iris.device.nvshmem), the others by pointers. Floats sum in float32 inside each step
 and are rounded to the data's dtype between steps.
 
 Which node a member is on: ``Config.hierarchy`` (one number per member), else the context's node map.

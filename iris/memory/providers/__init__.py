@@ -74,7 +74,7 @@ class HeapProvider(ABC):
 
     #: the name ``heap=`` and IRIS_HEAP spell
     name: str = ""
-    #: whether its heaps may compile the engine path (:mod:`iris.device.engine`: ranks it maps no pointer
+    #: whether its heaps may compile the engine path (:mod:`iris.device.nvshmem`: ranks it maps no pointer
     #: to), whose block reads need staging slots in the heap's reserved tail (:func:`iris.team.reserved_layout`)
     reaches_by_engine: bool = False
 

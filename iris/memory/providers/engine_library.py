@@ -3,7 +3,7 @@
 NVSHMEM ships its device functions as one LLVM bitcode file of about 31 MB. Triton parses the whole
 file for every kernel it compiles with ``extern_libs`` (measured: 3-4 s per kernel on this CPU, about
 5 s on an H200 host, most of a small kernel's compile), and a job across nodes compiles every kernel
-with it. The engine path calls a score of those functions (:data:`iris.device.engine.SYMBOLS`).
+with it. The engine path calls a score of those functions (:data:`iris.device.nvshmem.SYMBOLS`).
 
 :func:`slim_library` compiles a probe kernel that calls each of them once, with the whole library,
 takes the LLVM module right after Triton linked it (everything the calls need and nothing else: a few
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from iris import config
 
-PROBE = "iris_engine_probe"  # iris.device.engine.iris_engine_probe: its name in the linked module
+PROBE = "iris_engine_probe"  # iris.device.nvshmem.iris_engine_probe: its name in the linked module
 
 
 class _Linked(Exception):
@@ -43,7 +43,7 @@ def _cache_dir() -> Path:
 def _key(full: str, target) -> str:
     import triton
 
-    from iris.device import engine
+    from iris.device import nvshmem as engine
 
     stat = os.stat(full)
     facts = (triton.__version__, os.path.realpath(full), stat.st_size, stat.st_mtime_ns, target.backend,
@@ -57,7 +57,7 @@ def _linked_probe(full: str, target) -> str:
     from triton.backends.nvidia import compiler
     from triton.compiler import ASTSource
 
-    from iris.device import engine
+    from iris.device import nvshmem as engine
 
     link = compiler.llvm.link_extern_libs
     knobs = triton.knobs.compilation
@@ -95,7 +95,7 @@ def _cut(text: str, symbols: tuple[str, ...]) -> str | None:
 def slim_library(full: str, target) -> str:
     """A path to NVSHMEM's device functions that Iris calls, cut from ``full`` for ``target`` (made once,
     then read from the cache); ``full`` itself if it cannot be cut."""
-    from iris.device import engine
+    from iris.device import nvshmem as engine
 
     path = _cache_dir() / f"nvshmem-{_key(full, target)}.ll"
     if path.exists():

@@ -8,7 +8,7 @@ by the pointers the engine maps (the handle's ``buffer_ptrs``, ``nvshmem_ptr``),
 op works on this heap as on the ``ipc`` one. A rank that the node map puts on another node gets
 base 0, and a job that has such ranks compiles the engine path into every kernel
 (:func:`compile_engine_path`): device ops toward those ranks become NVSHMEM's device calls
-(:mod:`iris.device.engine`). ``IRIS_NODE_MAP=0,1`` forces that path between two GPUs of one host.
+(:mod:`iris.device.nvshmem`). ``IRIS_NODE_MAP=0,1`` forces that path between two GPUs of one host.
 
 Several ranks on one GPU (simulation) need CUDA MPS: NVSHMEM refuses them otherwise ("limited
 MPG"), and accepts them when each rank's ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` leaves the GPU's
