@@ -7,7 +7,7 @@ On GPUs, one runtime allocation per rank shared through CUDA/HIP IPC handles
 
 from __future__ import annotations
 
-from iris.memory.providers import HeapProvider, JobFacts
+from iris.memory.providers.base import HeapProvider, JobFacts
 
 
 class IpcHeap(HeapProvider):

@@ -30,7 +30,7 @@ import triton.language as tl
 from iris import config
 from iris.capabilities import limitation
 from iris.memory.collective_free import CollectiveFrees
-from iris.memory.providers import HeapProvider, JobFacts
+from iris.memory.providers.base import HeapProvider, JobFacts
 from iris.runtime.base import HeapMemory, raise_if_any_rank_failed
 
 #: torch names its shmem backend "NVSHMEM" on CUDA and ROCm builds alike (rocSHMEM underneath on ROCm)
