@@ -1,10 +1,13 @@
-"""The import rules of the package, read from the source (module-level imports):
+"""The import rules of the package, read from the source: every import, at module level or inside a
+function (a deferred import still ties two modules together), unless a rule says otherwise:
 
 - no import cycle between Iris's modules;
-- no module imports another package's private module (``iris.ccl._common`` from ``iris.ops``);
+- no module imports a module of a higher layer (:data:`LAYERS`, from the ground up);
+- no module imports another package's private module (``iris.ccl._common`` from ``iris.ops``), but the
+  testing tools (``iris.testing``), which reach what tests reach;
 - plug-ins (``iris.ccl``, ``iris.ops``) import what they use by name, never the ``iris`` root,
-  and the context facade (``iris.context``) imports neither plug-in (``ctx.ccl`` / ``ctx.ops`` are
-  imported when first used);
+  and the context facade (``iris.context``) imports neither plug-in when it is imported (``ctx.ccl`` /
+  ``ctx.ops`` import them when first used);
 - only ``iris.config`` reads or sets environment variables;
 - importing iris changes nothing outside iris but Triton's interpreter switch (on the CPU backend).
 """
@@ -21,6 +24,19 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "iris"
 PLUG_INS = ("iris.ccl", "iris.ops")
 
+#: The layers, from the ground up: a module may import its own layer and those below, never one above.
+#: A module belongs to the layer of the longest prefix it matches.
+LAYERS = (
+    ("configuration", ("iris.config", "iris.capabilities", "iris.logging", "iris.cpu_binding")),
+    ("backends, memory, device code", ("iris.runtime", "iris.memory", "iris.device", "iris.distributed",
+                                       "iris.sim")),
+    ("host-side features", ("iris.replay", "iris.host", "iris.team", "iris.debug")),
+    ("plug-ins", ("iris.ccl", "iris.ops")),
+    ("the context facade", ("iris.context",)),
+    ("the public package", ("iris", "iris.tracing")),
+    ("tools", ("iris.launch", "iris.info", "iris.testing", "iris.__main__")),
+)
+
 
 def _modules() -> dict[str, Path]:
     modules = {}
@@ -35,6 +51,11 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
+def _all_nodes(tree: ast.Module):
+    """Every statement and expression of the module, inside functions and classes too."""
+    return ast.walk(tree)
+
+
 def _module_level_nodes(tree: ast.Module):
     """Statements run at import: the module's body, including inside its if/try blocks (not functions)."""
     pending = list(tree.body)
@@ -47,12 +68,13 @@ def _module_level_nodes(tree: ast.Module):
                 pending.extend(handler.body)
 
 
-def imports_of(name: str) -> set[str]:
-    """The Iris modules ``name`` imports when it is imported."""
+def imports_of(name: str, at_import_only: bool = False) -> set[str]:
+    """The Iris modules ``name`` imports: anywhere in it, or (``at_import_only``) when it is imported."""
     path = MODULES[name]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in _module_level_nodes(ast.parse(path.read_text())):
+    nodes = _module_level_nodes if at_import_only else _all_nodes
+    for node in nodes(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -67,6 +89,17 @@ def imports_of(name: str) -> set[str]:
 
 
 GRAPH = {name: imports_of(name) for name in MODULES}
+AT_IMPORT = {name: imports_of(name, at_import_only=True) for name in MODULES}
+
+
+def layer_of(name: str) -> int:
+    """The index in :data:`LAYERS` of the layer holding module ``name`` (longest matching prefix)."""
+    best, found = -1, None
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (name == prefix or name.startswith(prefix + ".")) and len(prefix) > best:
+                best, found = len(prefix), index
+    return found
 
 
 def _cycles() -> list[list[str]]:
@@ -102,8 +135,21 @@ def _cycles() -> list[list[str]]:
 
 
 def test_the_rules_see_imports():
-    """The reader finds what it must (else the rules below would pass on nothing)."""
+    """The reader finds what it must (else the rules below would pass on nothing): module-level imports,
+    imports inside functions, and only the former at import time."""
     assert "iris.runtime" in GRAPH["iris"] and "iris.device.sync" in GRAPH["iris.host.barrier"]
+    assert "iris.replay.native" in GRAPH["iris.replay.plans"]  # inside a method
+    assert "iris.replay.native" not in AT_IMPORT["iris.replay.plans"]
+
+
+def test_every_module_has_a_layer():
+    assert [name for name in sorted(MODULES) if layer_of(name) is None] == []
+
+
+def test_no_module_imports_a_higher_layer():
+    offences = [f"{name} ({LAYERS[layer_of(name)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
+                for name in sorted(GRAPH) for target in sorted(GRAPH[name]) if layer_of(target) > layer_of(name)]
+    assert offences == []
 
 
 def test_no_import_cycle():
@@ -113,6 +159,8 @@ def test_no_import_cycle():
 def test_no_module_imports_another_packages_private_module():
     offences = []
     for name, imported in GRAPH.items():
+        if name.startswith("iris.testing."):
+            continue
         for target in imported:
             owner, _, leaf = target.rpartition(".")
             if leaf.startswith("_") and not leaf.startswith("__") and not (name == owner or
@@ -124,7 +172,7 @@ def test_no_module_imports_another_packages_private_module():
 def test_plug_ins_import_by_name_and_the_facade_imports_no_plug_in():
     offences = [f"{name} imports the iris root" for name in GRAPH
                 if name.startswith(PLUG_INS) and "iris" in GRAPH[name]]
-    offences += [f"iris.context imports {m}" for m in GRAPH["iris.context"] if m.startswith(PLUG_INS)]
+    offences += [f"iris.context imports {m} at import" for m in AT_IMPORT["iris.context"] if m.startswith(PLUG_INS)]
     assert offences == []
 
 
