@@ -1,0 +1,15 @@
+"""Replaying a repeated call: a kernel launch bound once, a ccl/ops call's launches remembered and relaunched.
+
+- :mod:`iris.replay.plans`: :func:`bind` (a Triton launch for the price of the driver call),
+  :class:`Plans` (a context's remembered calls, by :func:`call_key`), CUDA-graph capture and launch;
+- :mod:`iris.replay.native` and ``native.c``: the host path of a repeated call in one C call (CUDA).
+
+Example:
+    >>> launch = bind(my_kernel, (4,), x, y, n, BLOCK=256)
+    >>> launch()   # my_kernel[(4,)](x, y, n, BLOCK=256), without Triton's per-call Python
+"""
+
+from iris.replay.plans import (BoundLaunch, Plans, bind, call_key, captured_graph, graph_launcher, value_key,
+                               weakly_held)
+
+__all__ = ["BoundLaunch", "Plans", "bind", "call_key", "captured_graph", "graph_launcher", "value_key", "weakly_held"]
