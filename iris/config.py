@@ -246,7 +246,7 @@ def graph_replay() -> bool:
 def native_replay() -> bool:
     """IRIS_NATIVE_REPLAY (on unless 0): a remembered call's graph is found and launched from C
     (iris.replay.native), not by Python. On by default since 2 x H200 measured it: the slowest rank's host
-    time per repeated all_reduce 4.3-5.3 us against 6.9-7.8 by Python (benchmarks/eager_probe.py)."""
+    time per repeated all_reduce 4.3-5.3 us against 6.9-7.8 by Python (benchmarks/probes/eager_probe.py)."""
     return switch("IRIS_NATIVE_REPLAY", True)
 
 

@@ -4,6 +4,10 @@
   (``.ci/run`` runs them);
 - no hand-written page (README.md, CONTRIBUTING.md, docs/**/*.md) carries a run log: no commit
   hashes, no dated entries, no "this session". History belongs in git and CHANGELOG.md;
+- every file of this repository a hand-written page names (``iris/ops/gemm.py``, ``benchmarks/ccl.py``,
+  ``.ci/gpu.sh``, ``docs/api/*.md``) is in the tree, and every module a page names (``iris.ops.gemm``
+  in backticks, ``::: iris.ccl.all_reduce`` for mkdocstrings) imports, or its parent module has that
+  attribute: files move, pages must follow. CHANGELOG.md is history and may name old paths;
 - the environment-variable page is generated from ``iris.config.VARIABLES``, which names every
   variable iris/config.py reads or sets;
 - the CLI page is generated from ``iris.launch.build_parser()`` and shows every subcommand and option;
@@ -16,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib
 import importlib.util
+import os
 import re
 from pathlib import Path
 
@@ -73,6 +79,98 @@ def test_no_run_log_in_a_hand_written_page(page):
     marks = run_log_marks(page.read_text())
     assert marks == [], f"{page.relative_to(ROOT)} reads like a run log ({', '.join(marks[:10])}): " \
                         "keep history in git and CHANGELOG.md"
+
+
+# A path in this repository: one of its top-level folders, then a slash and the rest (``*``, ``{a,b}`` and
+# ``<placeholder>`` allowed). Not inside a URL or another path (``../guides/x.md`` names a page, not a file).
+TOP_FOLDERS = (".ci", "apptainer", "benchmarks", "conformance", "docker", "docs", "examples", "iris", "tests")
+REPO_PATH = re.compile(r"(?<![\w./-])((?:" + "|".join(re.escape(f) for f in TOP_FOLDERS) + r")/[\w./*{},<>-]*)")
+# A dotted module name in backticks (``iris.ops.gemm``, ``iris.ccl.__all__``) or on a mkdocstrings line.
+BACKTICKS = re.compile(r"`([^`\n]+)`")
+DOTTED = re.compile(r"(?<![\w./-])(iris(?:\.[A-Za-z_]\w*)+)")
+MKDOCSTRINGS = re.compile(r"^:::\s*(iris[\w.]*)", re.MULTILINE)
+FILE_NAMES = ("sif", "def")  # iris.sif, apptainer/iris.def: files, not modules
+# Pages the docs build generates (docs/hooks/reference_pages.py): not in the tree, still real.
+GENERATED = ("docs/reference/", "docs/contributing.md", "docs/changelog.md")
+
+
+def repo_paths(text: str) -> list[str]:
+    """The paths of this repository ``text`` names, without a sentence's closing punctuation."""
+    return sorted({m.group(1).rstrip(".,") for m in REPO_PATH.finditer(text)} - {""})
+
+
+def path_exists(path: str) -> bool:
+    """Whether ``path`` names something in the tree: ``{a,b}`` is each of a and b, ``*`` and ``<name>``
+    match any name."""
+    if path.startswith(GENERATED):
+        return True
+    braces = re.search(r"\{([^{}]*)\}", path)
+    if braces:
+        return all(path_exists(path[:braces.start()] + choice + path[braces.end():])
+                   for choice in braces.group(1).split(","))
+    pattern = re.sub(r"<[^<>]*>", "*", path).rstrip("/")
+    if "*" in pattern:
+        return any(ROOT.glob(pattern))
+    return (ROOT / pattern).exists()
+
+
+def module_names(text: str) -> list[str]:
+    """The dotted names under iris that ``text`` gives in backticks or to mkdocstrings (``::: iris.x``)."""
+    names = {m.group(1) for span in BACKTICKS.finditer(text) for m in DOTTED.finditer(span.group(1))}
+    names |= {m.group(1).rstrip(".") for m in MKDOCSTRINGS.finditer(text)}
+    return sorted(name for name in names if name != "iris" and name.rsplit(".", 1)[-1] not in FILE_NAMES)
+
+
+def resolves(name: str) -> bool:
+    """Whether ``name`` is a module, or its longest importable prefix is a module with that chain of
+    attributes (``iris.ccl.__all__``, ``iris.device.context._DeviceContext``)."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        try:
+            found = importlib.util.find_spec(".".join(parts[:end])) is not None
+        except (ImportError, ValueError):  # a parent that is a module, not a package
+            found = False
+        if not found:
+            continue
+        value = importlib.import_module(".".join(parts[:end]))
+        for attribute in parts[end:]:
+            if not hasattr(value, attribute):
+                return False
+            value = getattr(value, attribute)
+        return True
+    return False
+
+
+def test_the_reference_readers_see_what_they_must_and_nothing_else():
+    assert repo_paths("see `iris/ops/gemm.py`, benchmarks/ccl.py. and (.ci/gpu.sh), docs/api/*.md; "
+                      "not https://x.org/iris/a.py nor ../guides/x.md nor a/tests/b.py") == [
+        ".ci/gpu.sh", "benchmarks/ccl.py", "docs/api/*.md", "iris/ops/gemm.py"]
+    assert path_exists("iris/ops/{gemm,config}.py") and path_exists("benchmarks/results/<name>.csv")
+    assert not path_exists("iris/ops/{gemm,gone}.py") and not path_exists("benchmarks/gone.py")
+    assert module_names("`iris.ops.gemm` and `ctx = iris.iris(n)`, `iris.sif`, `x.iris.y`, iris.not_quoted\n"
+                        "::: iris.ccl.all_reduce\n") == ["iris.ccl.all_reduce", "iris.iris", "iris.ops.gemm"]
+
+
+def test_the_module_resolver_sees_modules_and_attributes(monkeypatch):
+    if "IRIS_BACKEND" not in os.environ:
+        monkeypatch.setenv("IRIS_BACKEND", "cpu")
+    assert resolves("iris.ops.gemm") and resolves("iris.ccl.__all__") and resolves("iris.device.context._DeviceContext")
+    assert not resolves("iris.kernel_launch") and not resolves("iris.ccl.no_such_name")
+
+
+@pytest.mark.parametrize("page", hand_written_pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_file_a_page_names_is_in_the_tree(page):
+    stale = [path for path in repo_paths(page.read_text()) if not path_exists(path)]
+    assert stale == [], f"{page.relative_to(ROOT)} names files that are not in the tree: {', '.join(stale)}"
+
+
+@pytest.mark.parametrize("page", hand_written_pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_module_a_page_names_resolves(page, monkeypatch):
+    if "IRIS_BACKEND" not in os.environ:
+        monkeypatch.setenv("IRIS_BACKEND", "cpu")
+    stale = [name for name in module_names(page.read_text()) if not resolves(name)]
+    assert stale == [], f"{page.relative_to(ROOT)} names modules or attributes that do not resolve: " \
+                        f"{', '.join(stale)}"
 
 
 def _names_config_reads() -> set[str]:

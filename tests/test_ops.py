@@ -46,7 +46,7 @@ def test_gather_ops_with_k_split_match_float64(ranks, op, split_k):
 
 @pytest.mark.parametrize("op", ["matmul_all_gather", "gemm_all_scatter", "all_gather_matmul"])
 def test_fused_ops_with_a_fitted_last_round_split_match_float64(ranks, op):
-    """The fitted split of the last round's tiles (whole tiles first, then the parts; K 100: matmul_gather's
+    """The fitted split of the last round's tiles (whole tiles first, then the parts; K 100: matmul_all_gather's
     4 parts of 32, 32, 32 and 4), over calls that reuse the workspace."""
     for rank, (handed, errors) in enumerate(ranks.run(run_op_with_free_parts, op, 72, 80, 100, torch.float32, True,
                                                       seeds=[3, 4])):
@@ -55,7 +55,7 @@ def test_fused_ops_with_a_fitted_last_round_split_match_float64(ranks, op):
 
 
 def test_a_k_split_is_fitted_where_the_default_tile_leaves_most_programs_idle():
-    """fitted_launch() with the K splits matmul_gather takes: from 256 output rows, the default tile cut in 2 or 4
+    """fitted_launch() with the K splits matmul_all_gather takes: from 256 output rows, the default tile cut in 2 or 4
     where its parts fill the programs in fewer waves (at their measured cost) than the half or small tile; set by
     hand, as set."""
     from iris.ops._fused import SPLITS, fitted_launch

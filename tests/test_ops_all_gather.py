@@ -157,7 +157,7 @@ def test_the_last_round_is_split_where_its_parts_finish_sooner():
     assert last_round(5, 1, 2, 2) == (4, 2)  # the interpreter's one program: its last tile, as set
     assert last_round(5, 1, 2, 3) == (4, 2)  # no more parts than slices
     assert last_round(448, 128, 2, 1) == (448, 1)
-    # matmul_gather's choices: 2 or 4 K parts
+    # the matmul_all_gather kernel's choices: 2 or 4 K parts
     assert split_last_round(448, 128, SPLITS) == (384, 2)
     assert split_last_round(224, 128, SPLITS) == (224, 1)
     assert split_last_round(160, 128, SPLITS) == (128, 4)  # 32 tiles left: 128 quarters

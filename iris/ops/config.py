@@ -45,8 +45,8 @@ class FusedConfig:
             contiguous A_shard and one GPU per rank inside one node. None (default): by copies where
             A_shard has at most 1024 rows (``iris.ops.all_gather_matmul.kernel.COPY_ENGINE_AUTO_ROWS``) and the job
             and A_shard allow it, else by the programs: on 2 x H100 the copies were 3-8% faster at M
-            128-1024 and 4-8% slower at M 4096-16384
-            (benchmarks/results/ops_agm_nvidia-h100_2ranks_copy_engine.csv).
+            128-1024 and 4-8% slower at M 4096-16384 (benchmarks/ops.py's all_gather_matmul sweep, run with
+            ``--config copy_engine=1`` and ``copy_engine=0``).
             matmul_reduce_scatter and matmul_all_reduce: True: one launch computes this rank's partials
             of the other members' N / W columns, copies send them to their owners by row chunks, and a
             second launch computes this rank's own columns and adds the members' partials as their chunks

@@ -98,7 +98,7 @@ def tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile
 
     ``a`` and ``b`` are pointers, or with ``TMA`` the descriptors :func:`operand` made (Hopper's
     bulk tile loads: 0.99 of cuBLAS at one rank where masked loads reach 0.92, see
-    benchmarks/gemm_probe.py).
+    benchmarks/probes/gemm_probe.py).
     """
     rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)

@@ -326,7 +326,7 @@ def graph_launcher(graph, device: int):
 
     On CUDA it is one driver call, ``cuGraphLaunch`` of the graph's executable through ctypes: on H100 hosts
     2.1-3.9 us of host time per launch against 2.6-5.1 us for ``graph.replay()``, torch's own launch, which
-    also walks its RNG and device guards (benchmarks/graph_launch_probe.py). Elsewhere (HIP, or a torch
+    also walks its RNG and device guards (benchmarks/probes/graph_launch_probe.py). Elsewhere (HIP, or a torch
     without ``raw_cuda_graph_exec``) it is ``graph.replay``. The launcher keeps ``graph`` (and so its
     executable) alive.
 

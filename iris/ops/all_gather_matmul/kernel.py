@@ -293,8 +293,8 @@ def takes_vendor_gemm(ctx, config, output, A_shard) -> bool:
     :mod:`iris.ops.all_gather_matmul.vendor_gemm`).
     None: where the call leaves Iris's kernel's own knobs unset (copy_engine, tma_loads, split_k), A is bfloat16
     or float16, output has A's dtype and A_shard can go by copies (:func:`_copy_obstacle`): on 2 x H100 it was
-    1.01x-1.30x of torch's fused op at every shape of the sweep and Iris's kernel 0.96x-1.30x (two runs each,
-    benchmarks/results/ops_agm_nvidia-h100_2ranks_{kernel,vendor}_{1,2}.csv)."""
+    1.01x-1.30x of torch's fused op at every shape of the sweep and Iris's kernel 0.96x-1.30x (two runs each
+    of benchmarks/ops.py's all_gather_matmul sweep, with ``--config vendor_gemm=1`` and ``vendor_gemm=0``)."""
     if config.vendor_gemm is not None:
         return config.vendor_gemm
     return (config.copy_engine is None and config.tma_loads is None and config.split_k is None
@@ -329,7 +329,7 @@ def problem(ctx, output, A_shard, config):
     N = output.shape[1]
     tile = _fused.tile(ctx, config, A_shard.dtype, M, N)
     tiles = tile_count(M, N, tile)
-    split_k = 1 if config.split_k is None and M < _fused.SPLIT_MIN_ROWS else config.split_k  # as matmul_gather's
+    split_k = 1 if config.split_k is None and M < _fused.SPLIT_MIN_ROWS else config.split_k  # as matmul_all_gather's
     whole, parts = last_round(tiles, _fused.concurrent_programs(ctx), world, split_k)
     copied = sends_by_copies(ctx, config, A_shard)
     key = (WHAT, M, K_r, N, A_shard.dtype, tuple(tile.values()), copied, whole, parts)
