@@ -266,6 +266,7 @@ def _push_all_reduce_many_times(rounds, variants):
     return failures
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variants", [("push",), ("ll",), ("push", "ll", "ll")], ids="+".join)
 def test_the_barrier_free_variants_reuse_their_landing_zones_correctly(ranks, variants):
     for rank, failures in enumerate(ranks.run(_push_all_reduce_many_times, 12, variants)):
@@ -395,6 +396,7 @@ def _hierarchical_all_reduce():
     return wrong
 
 
+@pytest.mark.slow
 def test_the_hierarchical_all_reduce_reduces_every_element_for_every_node_layout(ranks):
     """Reduce-scatter inside each node, all_reduce of each slice across nodes, all_gather inside the node:
     every layout of members on nodes, ragged sizes, in place and not, every op (the layout forced by

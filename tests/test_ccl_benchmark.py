@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmark_runs import run_benchmark
+
+pytestmark = pytest.mark.slow  # the slow tier (see pyproject.toml)
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -75,6 +75,7 @@ def _launch_and_signal(tmp_path, signum):
     return launcher.returncode, pids, job, "".join(lines) + rest
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
 def test_a_signal_to_the_launcher_stops_every_rank_and_removes_the_jobs_memory(tmp_path, signum):
     code, pids, job, output = _launch_and_signal(tmp_path, signum)
@@ -84,6 +85,7 @@ def test_a_signal_to_the_launcher_stops_every_rank_and_removes_the_jobs_memory(t
     assert _job_segments(job) == [], output
 
 
+@pytest.mark.slow
 def test_ranks_die_with_a_killed_launcher(tmp_path):
     code, pids, job, output = _launch_and_signal(tmp_path, signal.SIGKILL)
     assert code == -signal.SIGKILL
@@ -162,6 +164,7 @@ def _create_fill_close_on_rank(times, heap_bytes):
         gc.enable()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ranks", [2], indirect=True)
 def test_closed_contexts_free_their_heaps_without_the_garbage_collector(ranks):
     heap = 64 << 20

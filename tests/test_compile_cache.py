@@ -3,7 +3,11 @@
 import multiprocessing as mp
 import time
 
+import pytest
+
 from iris.runtime import compile_cache
+
+pytestmark = pytest.mark.slow  # the slow tier (see pyproject.toml)
 
 
 def _miss_then_store(cache_dir: str, started, results) -> None:

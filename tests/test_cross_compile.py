@@ -13,7 +13,8 @@ import iris
 from iris.runtime import SELECTED
 from iris.testing.cross_compile import CrossCompileError, Gate, Target, parse_targets, summary
 
-pytestmark = pytest.mark.skipif(SELECTED != "cpu", reason="the gate checks the CPU backend's interpreted launches")
+pytestmark = [pytest.mark.slow,  # the slow tier (see pyproject.toml)
+              pytest.mark.skipif(SELECTED != "cpu", reason="the gate checks the CPU backend's interpreted launches")]
 
 CUDA, HIP = Target("cuda", 90), Target("hip", "gfx942")
 

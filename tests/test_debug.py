@@ -64,6 +64,7 @@ def _launch(tmp_path, script, env_extra):
                           capture_output=True, text=True, timeout=180, env=env)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["env", "argument"])
 def test_unsignalled_wait_names_rank_program_address_and_values(tmp_path, how):
     script = NEVER_SIGNALLED.format(debug="True" if how == "argument" else "False")
@@ -87,6 +88,7 @@ def test_absent_peer_in_device_barrier_is_named(tmp_path):
     assert "device_barrier" in line and "rank 1" in line and "rank 0 program 0" in line, line
 
 
+@pytest.mark.slow
 def test_landing_words_that_never_carry_the_awaited_number_are_named(tmp_path):
     """all_reduce's ll variant waits on its landing words themselves: bounded like every wait in debug mode."""
     proc = _launch(tmp_path, COUNTS_APART, {"IRIS_DEBUG": "1"})
@@ -135,6 +137,7 @@ print("no error", flush=True)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["rank", "pointer", "neither"])
 def test_debug_reports_rank_out_of_range_and_pointer_outside_the_heap(tmp_path, case):
     proc = _launch(tmp_path, BAD_ACCESS.replace("{case}", case), {})
@@ -169,6 +172,7 @@ except ValueError as exc:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["shape", "op"])
 def test_debug_mode_catches_a_collective_called_differently_on_each_rank(tmp_path, case):
     proc = _launch(tmp_path, MISMATCHED_COLLECTIVE.replace("{case}", case), {})
@@ -230,6 +234,7 @@ print("SEEN", seen, flush=True)
 """
 
 
+@pytest.mark.slow
 def test_debug_mode_is_switched_per_context(tmp_path):
     proc = _launch(tmp_path, PER_CONTEXT, {})
     out = proc.stdout + proc.stderr

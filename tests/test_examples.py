@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the slow tier (see pyproject.toml)
+
 ROOT = Path(__file__).resolve().parent.parent / "examples"
 EXAMPLES = ROOT / "02_gemm_all_scatter"
 

@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the slow tier (see pyproject.toml)
+
 SUITE = '''
 def test_passes():
     assert True

@@ -215,6 +215,7 @@ def test_the_engines_device_calls_reach_the_shmem_heap_beside_iris_ops(tmp_path)
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_the_engine_path_compiles_for_sm_90_with_nvshmem_linked(tmp_path):
     """Every device op with the engine path compiled in (a job across nodes), compiled for an H100/H200 on
     this machine, NVSHMEM's device library linked: what the cross-compile gate cannot see, since it
@@ -480,6 +481,7 @@ def test_a_staging_slot_is_the_first_free_one_from_the_start_and_comes_back_afte
         assert taken[:4] == [7, 8, 9, 10], taken
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(SELECTED != "cpu", reason="needs a backend that refuses heap='shmem' for every job (the CPU's)")
 def test_a_test_the_heap_provider_asked_for_refuses_is_skipped_with_its_reason(tmp_path):
     """`IRIS_HEAP=shmem pytest tests`: a test whose job the provider cannot serve (here: any, on the CPU backend)
@@ -490,13 +492,15 @@ def test_a_test_the_heap_provider_asked_for_refuses_is_skipped_with_its_reason(t
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # (-m "": every tier, so the 4-rank case and the slow example test run too)
     cases = ["tests/test_errors.py::test_out_must_match",                       # in the test's process
              "tests/test_host_api.py::test_identity_and_heap_bases",           # the rank pool, 2 and 4 ranks
              "tests/test_examples.py::test_hello_says_what_each_rank_did"]     # under `iris run`
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
 
     def pytest_run(*args, heap):
-        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *args], cwd=root,
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-m", "", "-p", "no:cacheprovider", *args],
+                              cwd=root,
                               capture_output=True, text=True, timeout=600, env=env | {"IRIS_HEAP": heap})
 
     proc = pytest_run(*cases, heap="shmem")

@@ -1,6 +1,10 @@
 """benchmarks/latency.py runs end to end (on the CPU backend: a smoke test, never a timing assertion)."""
 
+import pytest
+
 from benchmark_runs import run_benchmark
+
+pytestmark = pytest.mark.slow  # the slow tier (see pyproject.toml)
 
 
 def test_latency_benchmark_writes_every_row(tmp_path):

@@ -41,12 +41,14 @@ def test_first_failure_code_is_returned_and_others_stopped(tmp_path):
     assert elapsed < 60
 
 
+@pytest.mark.slow
 def test_timeout_stops_every_rank(tmp_path):
     proc, elapsed = _launch(tmp_path, "import time\ntime.sleep(600)\n", extra=("--timeout", "2"))
     assert proc.returncode == 124 and "timeout after 2 s" in proc.stdout
     assert elapsed < 60
 
 
+@pytest.mark.slow
 def test_timeout_prints_where_each_rank_hangs(tmp_path):
     # 40 s: the GPU gate on a loaded 4-GPU host failed this test at 20 s (the log was cut before the reason;
     # one guess: a rank still making its context, which then printed no stack)
@@ -69,6 +71,7 @@ def test_timeout_prints_where_each_rank_hangs(tmp_path):
                    for line in proc.stdout.splitlines()), proc.stdout
 
 
+@pytest.mark.slow
 def test_timeout_prints_the_stack_of_a_rank_hung_in_making_its_context(tmp_path):
     # rank 1 waits in iris.iris()'s rendezvous for rank 0 (a common hang): its context turned the stack dumps on
     # first. Rank 0 never makes one: it has no stack to print, and the launcher says so (its SIGUSR1 ignored).
@@ -90,6 +93,7 @@ def test_timeout_prints_the_stack_of_a_rank_hung_in_making_its_context(tmp_path)
     assert not any("rank 1 printed no stack" in line for line in lines), proc.stdout
 
 
+@pytest.mark.slow
 def test_timeout_waits_for_a_slow_stack_dump(tmp_path):
     # On a loaded host (the GPU gate runs 8 pytest workers) a rank's stacks can take seconds to arrive:
     # the launcher waits until every signalled rank has spoken and gone quiet, not a fixed moment.
@@ -124,6 +128,7 @@ def test_segments_of_a_crashed_rank_are_removed(tmp_path):
     assert made and not any(os.path.exists(p) for p in made)
 
 
+@pytest.mark.slow
 def test_crash_inside_iris_leaves_no_segments(tmp_path):
     proc, _ = _launch(tmp_path, """
         import os, iris
@@ -155,6 +160,7 @@ def test_job_world_size_reads_the_launchers_variables(monkeypatch):
     assert job_world_size() == 3
 
 
+@pytest.mark.slow
 def test_process_group_iris_created_is_destroyed_before_interpreter_shutdown(tmp_path):
     # Exiting with a live gloo group let its worker threads outlive the interpreter: now and then a
     # rank died with "terminate called without an active exception" (exit 134) after its last line.
@@ -191,6 +197,7 @@ def test_rendezvous_port_is_free_and_outside_the_ephemeral_range():
     assert len(set(drawn)) > 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["--cpu-bind", "IRIS_CPU_BIND=1", "off"])
 def test_cpu_bind_gives_each_rank_cores_of_its_own(tmp_path, how):
     """With --cpu-bind (or IRIS_CPU_BIND=1) every rank runs only on its own CPUs, which the launcher prints;

@@ -22,6 +22,8 @@ SCRIPT = """
 import torch, triton, triton.language as tl
 import iris
 
+pytestmark = pytest.mark.slow  # the slow tier (see pyproject.toml)
+
 @triton.jit
 def ring_store(buf, rank, world, heap_bases):
     iris.store(buf + rank, rank + 10, rank, (rank + 1) % world, heap_bases)

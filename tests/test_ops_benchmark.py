@@ -13,6 +13,8 @@ import torch
 import iris
 from benchmark_runs import import_benchmark, run_benchmark
 
+pytestmark = pytest.mark.slow  # the slow tier (see pyproject.toml)
+
 OPS = {"matmul_all_reduce", "matmul_reduce_scatter", "all_gather_matmul", "matmul_all_gather", "gemm_all_scatter"}
 
 

@@ -71,6 +71,7 @@ def test_an_out_of_memory_failure_says_how_full_the_machine_was(pool):
     assert 1 not in info.value.failures
 
 
+@pytest.mark.slow
 def test_exit_code_reaches_the_runner_and_the_pool_restarts(pool):
     with pytest.raises(RankFailure) as info:
         pool.run(_exit_on_rank_0)
@@ -78,6 +79,7 @@ def test_exit_code_reaches_the_runner_and_the_pool_restarts(pool):
     assert len(pool.run(_pid)) == 2
 
 
+@pytest.mark.slow
 def test_hang_fails_after_the_timeout_and_the_pool_restarts(pool):
     pool.run(_pid)  # every rank up (a restarted rank still importing torch under load would eat the 3 s)
     started = time.monotonic()
@@ -134,6 +136,7 @@ def _hang_when_large(case):
     return Verdict([])
 
 
+@pytest.mark.slow
 def test_a_hung_case_is_reported_at_once_not_shrunk(pool):
     """hypothesis shrinks a failing example by running smaller ones; for a hang each would wait out the whole
     time limit and restart the pool (ten minutes or more before any report). A hang ends the property at

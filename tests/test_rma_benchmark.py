@@ -1,6 +1,10 @@
 """benchmarks/rma.py --pairs all measures and validates every ordered pair of ranks (CPU: a smoke test)."""
 
+import pytest
+
 from benchmark_runs import import_benchmark, run_benchmark
+
+pytestmark = pytest.mark.slow  # the slow tier (see pyproject.toml)
 
 
 def test_rma_benchmark_covers_every_ordered_pair(tmp_path):

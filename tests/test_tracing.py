@@ -305,6 +305,7 @@ print("on", "IDENTICAL" if ttir(through_context, target, True) == plain else "DI
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["cuda:90", "hip:gfx942"])
 def test_without_tracing_the_kernel_compiles_to_what_it_was(tmp_path, target):
     """A DeviceContext kernel built without tracing has the Triton IR of the same kernel written with the
