@@ -39,7 +39,6 @@ step() {  # step NAME COMMAND...: run, log, remember failure, print one summary 
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | sed "s/^/[$tag] gpu: /"
 python -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
 python -m iris info >"$logs/$tag-info.txt" 2>&1  # versions, GPUs and peer access, switches: beside every log
-ENGINE_COMPILE=tests/test_heap_providers.py::test_the_engine_path_compiles_for_sm_90_with_nvshmem_linked
 if [ "${1:-}" = --quick ]; then
   # Compiling the kernels (a fresh machine has no Triton cache) is most of the time: pytest-xdist spreads
   # the tests over workers (each with its own ranks), so kernels compile side by side on the host's cores.
@@ -56,10 +55,9 @@ if [ "${1:-}" = --quick ]; then
   node_env=$([ "$gpus" -ge 2 ] && echo "IRIS_SIMULATION=0" || echo "IRIS_SIMULATION=1")
   # Each session names its failures in quick-<name>-failures.txt as they happen (a killed gate still tells).
   rm -f "$logs"/quick-*-failures.txt
-  # Both test tiers (-m ""), but the NVSHMEM engine's compile (two minutes alone), which the full run below makes.
+  # The default tier (every device op, collective and fused op at 2 ranks); the full run below adds the slow one.
   env "$node_env" IRIS_FAILURE_LOG="$logs/quick-tests-failures.txt" \
-    python -m pytest tests -q -p no:cacheprovider -m "" --deselect "$ENGINE_COMPILE" \
-    -n "$test_workers" --dist loadfile --durations=25 \
+    python -m pytest tests -q -p no:cacheprovider -n "$test_workers" --dist loadfile --durations=25 \
     --junitxml="$logs/quick-tests.xml" >"$logs/quick-tests.log" 2>&1 &
   tests_pid=$!
   env "$node_env" IRIS_FAILURE_LOG="$logs/quick-conformance-failures.txt" \

@@ -9,6 +9,8 @@ import pytest
 
 from iris.testing.cross_compile import python_command  # the gate where IRIS_CROSS_COMPILE asks for it
 
+pytestmark = pytest.mark.slow  # the slow tier (see pyproject.toml)
+
 try:
     from mpi4py import MPI  # noqa: F401  (loads the MPI library too, not only the package)
 
@@ -21,8 +23,6 @@ MPIRUN = shutil.which("mpirun") or shutil.which("mpiexec")
 SCRIPT = """
 import torch, triton, triton.language as tl
 import iris
-
-pytestmark = pytest.mark.slow  # the slow tier (see pyproject.toml)
 
 @triton.jit
 def ring_store(buf, rank, world, heap_bases):
