@@ -2,7 +2,7 @@
 
 ``kernel[grid](*args)`` binds every argument, works out what the compiler specializes on and
 looks the compiled kernel up, on every call. On an H200 host that costs 13.6 us for an empty
-kernel with 11 arguments (scratch/probe_launch.py, 2026-11-22): more than the GPU time of a small
+kernel with 11 arguments (benchmarks/probes/graph_launch_probe.py measures the like): more than the GPU time of a small
 collective. :func:`bind` does that work once and returns a :class:`BoundLaunch`. Calling it
 launches the compiled kernel on the current stream, with the arguments fixed at bind time.
 Pointers are kept as addresses, so the bound launch holds no tensor alive.
