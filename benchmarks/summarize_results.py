@@ -4,14 +4,18 @@
     python benchmarks/summarize_results.py --check   # exit 1 if the committed README.md is stale
 
 benchmarks/results/ keeps one run per benchmark, GPU kind and world size: ``<benchmark>_<gpu-kind>_<N>ranks.csv``
-and its ``.png`` (the names benchmarks/_results.default_csv gives, so a rerun replaces them). Needs neither torch
-nor a GPU: the docs' hook (docs/hooks/benchmark_results.py) draws its tables with these functions too.
+and its ``.png`` (the names benchmarks/_results.default_csv gives, so a rerun replaces them). After the table of
+files come the figures of the reference platform (2 x H200): per benchmark, a table of numbers read from its
+canonical CSV (:func:`figures`; :func:`ccl_figures`, :func:`latency_figures`, :func:`ops_figures`,
+:func:`rma_figures`). Needs neither torch nor a GPU: the docs' hook (docs/hooks/benchmark_results.py) draws its
+tables with these functions too.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import math
 import re
 import sys
 from dataclasses import dataclass
@@ -75,6 +79,164 @@ def table(runs: list[Run], link=lambda name: name) -> str:
     return "\n".join(lines)
 
 
+# --- Figures: the numbers of the reference platform's runs, one table (or two) per benchmark ----------------
+
+REFERENCE_GPU = "nvidia-h200"  # the GPU kind and world size whose canonical CSVs the figures read
+REFERENCE_RANKS = 2
+CCL_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+CCL_SIZES = (1 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20)  # bytes per rank, where the CSV has them
+RMA_SIZES = (1 << 20, 8 << 20, 64 << 20, 256 << 20)
+OPS_SHAPES = ((128, 8192), (1024, 8192), (16384, 8192))  # (M, N); K as the CSV says
+_NONE = "–"
+
+
+def _float(text) -> float | None:
+    """A CSV cell as a number; None where it is empty or not a number (nan)."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value
+
+
+def _size(nbytes: int) -> str:
+    """``1024`` -> ``1 KiB``, ``16777216`` -> ``16 MiB``."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift and nbytes % (1 << shift) == 0:
+            return f"{nbytes >> shift} {unit}"
+    return f"{nbytes} B"
+
+
+def _us(value: float | None) -> str:
+    if value is None:
+        return _NONE
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 1000 else f"{value:.0f}"
+
+
+def _gbps(value: float) -> str:
+    return f"{value:.1f}" if value < 100 else f"{value:.0f}"
+
+
+def _ratio(value: float | None) -> str:
+    return _NONE if value is None else f"{value:.2f}×"
+
+
+def _markdown(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _ccl_table(times: dict, graph: bool) -> str | None:
+    """One mode's table (eager, or graph-replayed: the impls named ``...+graph``) of :func:`ccl_figures`."""
+    suffix = "+graph" if graph else ""
+
+    def best(prefix, collective, nbytes):
+        found = [(us, impl[len(prefix):len(impl) - len(suffix)]) for (c, b, impl), us in times.items()
+                 if c == collective and b == nbytes and impl.startswith(prefix) and impl.endswith(suffix)
+                 and (graph or "+" not in impl)]
+        return f"{_us(min(found)[0])} ({min(found)[1]})" if found else _NONE
+
+    rows = []
+    for collective in CCL_COLLECTIVES:
+        first = True
+        for nbytes in CCL_SIZES:
+            iris = times.get((collective, nbytes, "iris" + suffix))
+            nccl = times.get((collective, nbytes, "nccl" + suffix))
+            if iris is None and nccl is None:
+                continue
+            rows.append([collective if first else "", _size(nbytes), _us(iris), best("iris.", collective, nbytes),
+                         _us(nccl), best("symm_mem.", collective, nbytes),
+                         _ratio(nccl / iris if iris and nccl else None)])
+            first = False
+    header = ["collective", "size per rank", "Iris (µs)", "best Iris variant (µs)", "NCCL (µs)",
+              "symm_mem best (µs)", "NCCL / Iris"]
+    return _markdown(header, rows) if rows else None
+
+
+def ccl_figures(rows: list[dict]) -> str:
+    """Each collective at :data:`CCL_SIZES`: Iris's default, its best variant, NCCL, torch symmetric memory's best
+    (µs per call, medians) and NCCL / Iris (above 1: Iris is faster); eager calls, then graph replays where the
+    CSV has them. Host-time rows (note "host") are left out."""
+    times = {}
+    for r in rows:
+        us = _float(r.get("us"))
+        if us is not None and r.get("note") != "host" and r.get("bytes", "").isdigit():
+            times[(r["collective"], int(r["bytes"]), r["impl"])] = us
+    parts = []
+    for graph, title in ((False, "Eager calls"), (True, "CUDA graph replays")):
+        text = _ccl_table(times, graph)
+        if text:
+            parts.append(f"{title}, µs per call (median; NCCL / Iris above 1: Iris is faster):\n\n{text}")
+    return "\n\n".join(parts)
+
+
+def rma_figures(rows: list[dict]) -> str:
+    """GB/s of each op at :data:`RMA_SIZES` and its ratio to the copy engine in the same run (the first pair the
+    CSV lists for each op and size)."""
+    cells: dict[tuple[str, int], dict] = {}
+    for r in rows:
+        if _float(r.get("gbps")) is not None and r.get("bytes", "").isdigit():
+            cells.setdefault((r["op"], int(r["bytes"])), r)
+    ops = list(dict.fromkeys(op for op, _ in cells))
+    sizes = [n for n in RMA_SIZES if any((op, n) in cells for op in ops)]
+
+    def cell(op, nbytes):
+        r = cells.get((op, nbytes))
+        if r is None:
+            return _NONE
+        ratio = _float(r.get("ratio_to_copy_engine"))
+        return _gbps(float(r["gbps"])) + ("" if op == "copy_engine" or ratio is None else f" ({ratio:.2f}×)")
+
+    table = _markdown(["op"] + [_size(n) for n in sizes], [[op] + [cell(op, n) for n in sizes] for op in ops])
+    return f"GB/s (ratio to the copy engine):\n\n{table}" if ops else ""
+
+
+def latency_figures(rows: list[dict]) -> str:
+    """Each measure and impl's median time in µs."""
+    data = [[r["measure"], r["impl"], r.get("pair", ""), _us(_float(r["us"]))] for r in rows
+            if _float(r.get("us")) is not None]
+    return _markdown(["measure", "impl", "pair", "µs"], data) if data else ""
+
+
+def ops_figures(rows: list[dict]) -> str:
+    """Each fused op at :data:`OPS_SHAPES`: its time, ``torch.matmul`` then NCCL's, the speedup (torch + NCCL
+    over fused) and torch's own fused op where it has one, in µs."""
+    chosen: dict[str, dict[tuple[int, int], dict]] = {}  # op -> (M, N) -> the CSV's first row of that shape
+    for r in rows:
+        shape = (int(r["M"]), int(r["N"]))
+        if shape in OPS_SHAPES and _float(r.get("fused_us")) is not None:
+            chosen.setdefault(r["op"], {}).setdefault(shape, r)
+    data = []
+    for op, shapes in chosen.items():
+        for i, r in enumerate(shapes[shape] for shape in OPS_SHAPES if shape in shapes):
+            data.append([op if i == 0 else "", f"{r['M']} × {r['N']} × {r['K']}", _us(_float(r["fused_us"])),
+                         _us(_float(r.get("torch+nccl_us"))), _ratio(_float(r.get("speedup"))),
+                         _us(_float(r.get("torch fused_us")))])
+    header = ["op", "M × N × K", "fused (µs)", "torch + NCCL (µs)", "speedup", "torch fused (µs)"]
+    return _markdown(header, data) if data else ""
+
+
+FIGURES = {"ccl": ccl_figures, "latency": latency_figures, "ops": ops_figures, "rma": rma_figures}
+
+
+def figures(benchmark: str, results: Path = RESULTS, link=lambda name: name) -> str | None:
+    """The figures of ``benchmark`` on the reference platform, after a line naming the CSV (linked with
+    ``link``), GPU, ranks and commits; None where results/ holds no such run or it gives no table."""
+    path = results / f"{benchmark}_{REFERENCE_GPU}_{REFERENCE_RANKS}ranks.csv"
+    if benchmark not in FIGURES or not path.exists():
+        return None
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    text = FIGURES[benchmark](rows)
+    if not rows or not text:
+        return None
+    commits = ", ".join(dict.fromkeys(r.get("commit") or "unknown" for r in rows))
+    gpu = rows[0].get("gpu") or REFERENCE_GPU
+    return (f"From [{path.name}]({link(path.name)}): {gpu}, {REFERENCE_RANKS} ranks, "
+            f"commit{'s' if ',' in commits else ''} {commits}.\n\n{text}")
+
+
 def readme(results: Path = RESULTS) -> str:
     """benchmarks/results/README.md as the command writes it."""
     return (f"<!-- Generated by `{COMMAND}` from the CSVs beside it: do not edit by hand. -->\n\n"
@@ -84,7 +246,11 @@ def readme(results: Path = RESULTS) -> str:
             "version and commit) and its plot. A run of `benchmarks/<benchmark>.py` without `--csv` replaces "
             "its file here; A/B arms and one-off runs go to a path named with `--csv`, outside this folder. "
             "A file with several commits holds rows of several runs (each row says its commit).\n\n"
-            f"{table(table_rows(results))}\n")
+            f"{table(table_rows(results))}\n\n"
+            f"## Figures of the reference platform (`{REFERENCE_GPU}`, {REFERENCE_RANKS} ranks)\n\n"
+            "Read from each benchmark's canonical CSV by the same command; the benchmarks page shows them too.\n"
+            + "".join(f"\n### {benchmark}\n\n{text}\n" for benchmark in BENCHMARKS
+                      if (text := figures(benchmark, results)) is not None))
 
 
 def main() -> int:

@@ -53,3 +53,106 @@ def test_the_summary_names_each_runs_gpu_ranks_commits_and_figure(tmp_path):
     assert "[rma_nvidia-h200_2ranks.png](results/rma_nvidia-h200_2ranks.png)" in table
     assert "[latency_nvidia-h100_4ranks.csv](results/latency_nvidia-h100_4ranks.csv)" in table
     assert summary.table(summary.table_rows(tmp_path, benchmark="rma"), link=str).count("\n") == 2  # header + 1 row
+
+
+# The benchmarks page's figures: one table per benchmark, drawn from the reference platform's canonical CSV
+# (<benchmark>_nvidia-h200_2ranks.csv), so the numbers a user reads cannot drift from the data.
+
+def _reference_rows(benchmark):
+    import csv
+    with open(RESULTS / f"{benchmark}_nvidia-h200_2ranks.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _cells(markdown):
+    """The data rows of every Markdown table in ``markdown``, as lists of stripped cells."""
+    rows = []
+    for line in markdown.splitlines():
+        if line.startswith("|") and not set(line) <= set("|-: "):
+            rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def _number(cell):
+    return float(cell.split()[0].rstrip("×"))
+
+
+def _close(cell, value):
+    return abs(_number(cell) - value) <= 0.005 * value + 0.05
+
+
+def test_the_ccl_figures_read_the_reference_csv():
+    summary = import_benchmark("summarize_results")
+    rows = _reference_rows("ccl")
+    text = summary.ccl_figures(rows)
+    header, *data = _cells(text)
+    assert header[:2] == ["collective", "size per rank"] and len(data) >= 4
+    nccl = next(float(r["us"]) for r in rows if (r["collective"], r["bytes"], r["impl"]) ==
+                ("all_reduce", "1048576", "nccl") and r["note"] != "host")
+    iris = next(float(r["us"]) for r in rows if (r["collective"], r["bytes"], r["impl"]) ==
+                ("all_reduce", "1048576", "iris") and r["note"] != "host")
+    collective, found = None, None
+    for cells in data:
+        if cells[0] == "collective":  # the graph-replayed table's header: the eager one's rows are done
+            break
+        collective = cells[0] or collective
+        if collective == "all_reduce" and cells[1] == "1 MiB":
+            found = dict(zip(header, cells))
+    assert found is not None, text
+    assert _close(found["NCCL (µs)"], nccl) and _close(found["Iris (µs)"], iris)
+    assert _close(found["NCCL / Iris"], nccl / iris)
+    assert "(host)" not in text and "graph" in text.lower()
+
+
+def test_the_rma_figures_read_the_reference_csv():
+    summary = import_benchmark("summarize_results")
+    rows = _reference_rows("rma")
+    header, *data = _cells(summary.rma_figures(rows))
+    put = next(r for r in rows if r["op"] == "put" and r["bytes"] == str(256 << 20))
+    cells = dict(zip(header, next(c for c in data if c[0] == "put")))
+    assert _close(cells["256 MiB"], float(put["gbps"]))
+    assert cells["256 MiB"].endswith(f"({float(put['ratio_to_copy_engine']):.2f}×)")
+
+
+def test_the_latency_figures_read_the_reference_csv():
+    summary = import_benchmark("summarize_results")
+    rows = _reference_rows("latency")
+    header, *data = _cells(summary.latency_figures(rows))
+    assert len(data) == len(rows)
+    flag = next(r for r in rows if r["measure"] == "one_way_flag")
+    cells = dict(zip(header, next(c for c in data if c[0] == "one_way_flag")))
+    assert _close(cells["µs"], float(flag["us"]))
+
+
+def test_the_ops_figures_read_the_reference_csv():
+    summary = import_benchmark("summarize_results")
+    rows = _reference_rows("ops")
+    header, *data = _cells(summary.ops_figures(rows))
+    assert len(data) >= 5
+    row = next(r for r in rows if (r["op"], r["M"], r["N"]) == ("matmul_all_reduce", "128", "8192"))
+    cells = dict(zip(header, next(c for c in data if c[:2] == ["matmul_all_reduce", "128 × 8192 × 8192"])))
+    assert _close(cells["fused (µs)"], float(row["fused_us"]))
+    assert _close(cells["torch + NCCL (µs)"], float(row["torch+nccl_us"]))
+    assert _close(cells["speedup"], float(row["speedup"]))
+
+
+def test_the_figures_name_their_data_and_appear_in_the_summary():
+    summary = import_benchmark("summarize_results")
+    for benchmark in summary.BENCHMARKS:
+        text = summary.figures(benchmark)
+        assert text and f"[{benchmark}_nvidia-h200_2ranks.csv]" in text and "NVIDIA H200, 2 ranks" in text
+        assert text in summary.readme(RESULTS)
+    assert summary.figures("ccl", RESULTS.parent / "no-such-folder") is None
+
+
+def test_the_docs_hook_draws_figures_and_warns_of_a_marker_matching_nothing(caplog):
+    import importlib.util
+    import types
+    spec = importlib.util.spec_from_file_location("benchmark_results_hook",
+                                                  ROOT / "docs" / "hooks" / "benchmark_results.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    page = types.SimpleNamespace(file=types.SimpleNamespace(src_uri="benchmarks.md"))
+    out = hook.on_page_markdown("<!-- figures rma -->\n\n<!-- figures nothing -->\n", page, None, None)
+    assert "| op |" in out and "(results/rma_nvidia-h200_2ranks.csv)" in out and "<!--" not in out
+    assert any("nothing" in record.getMessage() for record in caplog.records)

@@ -9,6 +9,9 @@ and world size) to the site under ``results/``, and replaces these lines of a pa
                                         commit, file), as benchmarks/summarize_results.py writes it
     <!-- results table BENCHMARK -->    the rows of one benchmark (ccl, latency, ops, rma)
     <!-- plots PREFIX -->               every plot whose file name starts with PREFIX
+    <!-- figures BENCHMARK -->          the figures of one benchmark on the reference platform (2 x H200),
+                                        a table read from its canonical CSV, after a line naming the CSV,
+                                        GPU, ranks and commits (summarize_results.figures)
 
 so a new run appears without editing the page. Links are relative to the page. A marker that
 matches nothing is a warning, which ``mkdocs build --strict`` turns into a failure.
@@ -28,6 +31,7 @@ from mkdocs.structure.files import File
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 SITE_FOLDER = "results"
 PLOTS = re.compile(r"^<!-- plots (\S+) -->$", re.MULTILINE)
+FIGURES = re.compile(r"^<!-- figures (\S+) -->$", re.MULTILINE)
 TABLE = re.compile(r"^<!-- results table(?: (\S+))? -->$", re.MULTILINE)
 
 log = logging.getLogger("mkdocs.hooks.benchmark_results")
@@ -84,4 +88,15 @@ def on_page_markdown(markdown, page, config, files):
             return ""
         return summary.table(runs, link=link)
 
-    return PLOTS.sub(plots, TABLE.sub(table, markdown))
+    def figures(match):
+        benchmark = match.group(1)
+        text = summary.figures(benchmark, summary.RESULTS, link=link)
+        if text is None:
+            why = (f"benchmarks/results/ holds no {benchmark}_{summary.REFERENCE_GPU}_{summary.REFERENCE_RANKS}"
+                   "ranks.csv with figures" if benchmark in summary.BENCHMARKS
+                   else f"it names no benchmark ({', '.join(summary.BENCHMARKS)})")
+            log.warning(f"{page.file.src_uri}: '<!-- figures {benchmark} -->' matches no data: {why}")
+            return ""
+        return text
+
+    return PLOTS.sub(plots, FIGURES.sub(figures, TABLE.sub(table, markdown)))
