@@ -41,6 +41,7 @@ from iris.device import (
     wait_until,
 )
 from iris.debug import DeviceAccessError, WaitTimeoutError
+from iris.host.bench import do_bench, memset_tensor
 from iris.logging import DEBUG, ERROR, INFO, WARNING, set_logger_level
 from iris.memory.providers import HeapProviderRefusal
 
@@ -50,6 +51,6 @@ __all__ = [
     "DEBUG", "ERROR", "INFO", "WARNING", "DeviceAccessError", "DeviceContext", "DeviceTracing", "HeapProviderRefusal",
     "Iris", "TraceEvent", "TritonContext", "WaitTimeoutError",
     "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or", "atomic_sub", "atomic_xchg",
-    "atomic_xor", "ccl", "copy", "current_rank", "get",
-    "iris", "load", "ops", "put", "set_logger_level", "signal", "store", "translate", "wait_until",
+    "atomic_xor", "ccl", "copy", "current_rank", "do_bench", "get",
+    "iris", "load", "memset_tensor", "ops", "put", "set_logger_level", "signal", "store", "translate", "wait_until",
 ]

@@ -335,6 +335,61 @@ class Iris(TensorFactories):
         log(_logging.ERROR, message, self.cur_rank, self.num_ranks)
 
 
+    # the original's July-2025 names: log (shown like info), log_debug, log_stats. It printed log and
+    # log_stats unconditionally; here every line follows the logger's level (IRIS_LOG_LEVEL).
+
+    def log(self, message: str) -> None:
+        """Log at info level as ``[Iris] [rank/world] message`` (the original's ``log``).
+
+        Example:
+            >>> ctx.log(f"validated {n} elements")
+        """
+        log(_logging.INFO, message, self.cur_rank, self.num_ranks)
+
+    def log_debug(self, message: str) -> None:
+        """Log at debug level (the original's ``log_debug``; the same as :meth:`debug`).
+
+        Example:
+            >>> ctx.log_debug(f"heap base {hex(ctx.get_heap_bases()[0].item())}")
+        """
+        log(_logging.DEBUG, message, self.cur_rank, self.num_ranks)
+
+    def log_stats(self, message: str) -> None:
+        """Log a measurement at info level (the original's ``log_stats``).
+
+        Example:
+            >>> ctx.log_stats(f"bandwidth {gbps:.1f} GB/s")
+        """
+        log(_logging.INFO, message, self.cur_rank, self.num_ranks)
+
+    # -- clocks ------------------------------------------------------------------------------
+
+    def wall_clock_rate(self, rank: int | None = None) -> int:
+        """Ticks per millisecond (kHz) of the clock Iris's device timestamps read, on ``rank``'s device.
+
+        Divide a difference of timestamps by it to get milliseconds. AMD: ``s_memrealtime``, 100 MHz
+        (100000); NVIDIA: the global timer, in nanoseconds (1000000); CPU backend: the host's monotonic
+        clock in nanoseconds (1000000). The original's ``wall_clock_rate(rank)`` asks the device whose
+        index is ``rank``; here any rank of the job may be given, default this one.
+
+        Args:
+            rank: a rank of the job (default: this rank).
+
+        Returns:
+            int: the clock's rate in kHz.
+
+        Raises:
+            ValueError: ``rank`` is not a rank of the job.
+
+        Example:
+            >>> ms = (end_ticks - start_ticks) / ctx.wall_clock_rate(ctx.get_rank())
+        """
+        rank = self.cur_rank if rank is None else rank
+        if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or not 0 <= rank < self.num_ranks:
+            raise ValueError(f"wall_clock_rate(rank={rank!r}): give a rank in 0..{self.num_ranks - 1}")
+        return self.backend.wall_clock_rate_khz(self.backend.device_for(int(rank)))
+
+
 def iris(heap_size: int = 1 << 30, allocator_type: str = "torch", debug: bool = False,
          heap: str | None = None) -> Iris:
     """Create this rank's Iris context (collective; see :class:`Iris`).

@@ -73,6 +73,10 @@ class Backend(ABC):
     def compute_unit_count(self, device: torch.device) -> int:
         """Streaming multiprocessors, compute units or CPU cores of ``device``."""
 
+    def wall_clock_rate_khz(self, device: torch.device) -> int:
+        """kHz of the clock device timestamps read (iris.device.sync's clock): nanoseconds by default."""
+        return 1_000_000
+
     @abstractmethod
     def copy(self, dst: int, src: int, nbytes: int, stream=None) -> None:
         """Copy ``nbytes`` from address ``src`` to ``dst`` (either in any heap this process maps, or pinned host

@@ -27,6 +27,10 @@ class HipBackend(IpcBackend):
     library_fragment = "libamdhip64.so"
     fallback_libraries = ("libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so")
 
+    def wall_clock_rate_khz(self, device) -> int:
+        """s_memrealtime counts at a constant 100 MHz on AMD Instinct GPUs (iris.device.sync)."""
+        return 100_000
+
     def __init__(self):
         super().__init__()
         configure_compiler()  # made with the backend: before the first kernel compiles
