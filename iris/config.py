@@ -61,6 +61,9 @@ VARIABLES: tuple[Variable, ...] = (
              "NVSHMEM's own heap; the ``shmem`` heap provider sets it when unset, to hold Iris's heap"),
     Variable("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "",
              "CUDA MPS's share of a GPU per process; read by the ``shmem`` heap provider"),
+    Variable("IRIS_QUIET_AMD_OPTIONS", "0",
+             "switch: no warning when an AMD-only launch option (``waves_per_eu``, ``matrix_instr_nonkdim``, "
+             "``kpack``, ...) is dropped on a target that does not know it (iris.runtime.launch_options)"),
     Variable("IRIS_CROSS_COMPILE", "",
              "CPU backend: also compile every launched kernel for these GPU targets, e.g. "
              "``cuda:90,hip:gfx942`` (the cross-compile gate)"),
@@ -173,6 +176,11 @@ def native_cache() -> str:
 def engine_cache() -> str:
     """IRIS_ENGINE_CACHE, else ~/.cache/iris/engine."""
     return _cache("IRIS_ENGINE_CACHE", "engine")
+
+
+def quiet_amd_options() -> bool:
+    """IRIS_QUIET_AMD_OPTIONS: AMD-only launch options are dropped off AMD without a warning."""
+    return switch("IRIS_QUIET_AMD_OPTIONS", False)
 
 
 def debug_requested() -> bool:

@@ -17,6 +17,7 @@ from iris.logging import log
 from iris.memory.heap import SymmetricHeap
 from iris.memory.providers import HeapProviderRefusal, JobFacts, create_provider, provider_name
 from iris.memory.tensors import TensorFactories
+from iris.runtime import launch_options
 from iris.team import Team, reserved_layout
 
 ALLOCATORS = ("torch",)
@@ -86,6 +87,7 @@ class Iris(TensorFactories):
         debug_mode.enable_stack_dumps()  # under `iris run` only: SIGUSR1 prints the stacks (sent at its timeout)
         backend = runtime.get_backend()
         comm = init_distributed(backend.name, backend.device_for)
+        launch_options.install(backend.name, comm.rank, comm.world_size)  # the original's AMD options run anywhere
         sizes = comm.all_gather_object(int(heap_size))
         if len(set(sizes)) != 1:
             raise ValueError(f"every rank must pass the same heap_size; got {sizes} (by rank)")

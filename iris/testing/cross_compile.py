@@ -177,8 +177,11 @@ class Gate:
         from triton import knobs
         from triton.runtime.jit import create_function_from_signature
 
+        from iris.runtime.launch_options import for_target
+
         state = _state(interpreted_fn)
         jit, backend = state.jit, self._backends[target]
+        kwargs = for_target(target.backend, kwargs, jit.arg_names)  # AMD-only options: for hip targets only
         if target not in state.binders:
             state.binders[target] = create_function_from_signature(jit.signature, jit.params, backend)
         kwargs = dict(kwargs, debug=kwargs.get("debug", jit.debug) or knobs.runtime.debug,
