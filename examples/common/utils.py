@@ -1,0 +1,147 @@
+"""Helpers of the numbered examples: start the ranks (with or without a launcher), datatypes, the
+rank-dependent data the examples move and check, and the bandwidth table of 00-05."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import iris
+from iris.runtime import interpreted
+
+DTYPES = {"int8": torch.int8, "fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def on_cpu() -> bool:
+    """True on the CPU backend (Triton's interpreter): the examples pick small default sizes there."""
+    return interpreted()
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a ``--datatype`` name (int8, fp16, bf16, fp32)."""
+    if name not in DTYPES:
+        raise SystemExit(f"unknown --datatype {name!r}: choose one of {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The flags every example has: -r/--num_ranks (ranks to spawn when no launcher started them)."""
+    parser.add_argument("-r", "--num_ranks", type=int, default=2,
+                        help="ranks to spawn when no launcher (iris run, torchrun, mpirun) started the script")
+    return parser
+
+
+def bandwidth_args(doc: str, datatype: str = "fp16") -> argparse.Namespace:
+    """The flags of the data-movement examples (00-05), with the original's short names; small defaults
+    on the CPU backend."""
+    cpu = on_cpu()
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("-t", "--datatype", default=datatype, choices=list(DTYPES), help="element type")
+    parser.add_argument("-z", "--buffer_size", type=int, default=1 << 14 if cpu else 1 << 30, help="bytes per buffer")
+    parser.add_argument("-b", "--block_size", type=int, default=1024 if cpu else 512, help="elements per program")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log every measurement")
+    parser.add_argument("-d", "--validate", action="store_true", help="check every result; exit non-zero if wrong")
+    parser.add_argument("-p", "--heap_size", type=int, default=None, help="heap bytes (default: what the buffers need)")
+    parser.add_argument("-o", "--output_file", default="", help="write the bandwidth matrix to this .json file")
+    parser.add_argument("-n", "--num_experiments", type=int, default=2 if cpu else 10, help="timed runs")
+    parser.add_argument("-w", "--num_warmup", type=int, default=1, help="untimed runs before them")
+    return add_common_args(parser).parse_args()
+
+
+def all_passed(ctx, ok: bool) -> bool:
+    """True on every rank when ``ok`` is true on every rank."""
+    return all(ctx.broadcast(bool(ok), r) for r in range(ctx.get_num_ranks()))
+
+
+def pattern(n: int, rank: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """``n`` values that say which rank they came from, exact in every dtype (int8 included):
+    ``i % 61 + 3 * rank + 1``, never zero."""
+    return (torch.arange(n, device=device) % 61 + 3 * rank + 1).to(dtype)
+
+
+def check(ctx, what: str, got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Compare exactly (data movement and integer atomics are exact); log the first mismatch."""
+    wrong = (got != want).nonzero()
+    if len(wrong) == 0:
+        return True
+    first = tuple(wrong[0].tolist())
+    ctx.error(f"{what}: {len(wrong)} of {got.numel()} elements wrong; first at {first}: "
+              f"got {got[first].item()}, expected {want[first].item()}")
+    return False
+
+
+def bytes_to_elements(buffer_size: int, dtype: torch.dtype) -> int:
+    return max(1, buffer_size // torch.tensor([], dtype=dtype).element_size())
+
+
+def print_bandwidth_matrix(ctx, matrix: torch.Tensor, label: str, output_file: str = "") -> None:
+    """Rank 0 prints the (source, destination) matrix in GiB/s and, with ``-o x.json``, writes it as JSON."""
+    if ctx.get_rank() != 0:
+        return
+    world = matrix.shape[0]
+    lines = [label, "SRC\\DST ".ljust(10) + "".join(f"rank {d:02d}".rjust(10) for d in range(world))]
+    lines += [f"rank {s:02d} ->".ljust(10) + "".join(f"{matrix[s, d]:10.4g}" for d in range(world))
+              for s in range(world)]
+    if on_cpu():
+        lines.append("(the CPU backend: Triton's interpreter; these figures say nothing about a GPU)")
+    ctx.log_stats("\n".join(lines))
+    if output_file:
+        if not output_file.endswith(".json"):
+            raise SystemExit(f"-o/--output_file {output_file!r}: only .json is written")
+        rows = [{"source_rank": s, "destination_rank": d, "bandwidth_gbps": float(matrix[s, d])}
+                for s in range(world) for d in range(world)]
+        with open(output_file, "w") as f:
+            json.dump(rows, f, indent=2)
+
+
+def print_bandwidth_vector(ctx, gbps: float, label: str, output_file: str = "") -> None:
+    """Every rank's figure, gathered on rank 0, which prints them (and writes them as JSON with ``-o``)."""
+    figures = [ctx.broadcast(gbps, r) for r in range(ctx.get_num_ranks())]
+    if ctx.get_rank() != 0:
+        return
+    lines = [label] + [f"rank {r:02d}: {g:10.4g}" for r, g in enumerate(figures)]
+    if on_cpu():
+        lines.append("(the CPU backend: Triton's interpreter; these figures say nothing about a GPU)")
+    ctx.log_stats("\n".join(lines))
+    if output_file:
+        if not output_file.endswith(".json"):
+            raise SystemExit(f"-o/--output_file {output_file!r}: only .json is written")
+        with open(output_file, "w") as f:
+            json.dump([{"rank": r, "bandwidth_gbps": g} for r, g in enumerate(figures)], f, indent=2)
+
+
+def launched() -> bool:
+    """True when a launcher started this process as one rank of a job (iris run, torchrun, mpirun, srun)."""
+    return any(v in os.environ for v in ("RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"))
+
+
+def _spawned(rank: int, world: int, port: int, main, args, statuses) -> None:
+    # The original's examples start their ranks this way: one process each, then init_process_group.
+    iris.set_logger_level(iris.INFO)  # a spawned process starts afresh
+    backend = "gloo" if iris.runtime.SELECTED == "cpu" else "nccl"
+    kwargs = {} if backend == "gloo" else {"device_id": torch.device("cuda", rank % torch.cuda.device_count())}
+    dist.init_process_group(backend=backend, rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
+                            **kwargs)
+    try:
+        statuses[rank] = main(args)
+    finally:
+        dist.destroy_process_group()
+
+
+def run(main, args) -> int:
+    """Run ``main(args)`` (its exit status) on every rank: directly under a launcher, else in
+    ``args.num_ranks`` processes spawned here. Returns the worst status."""
+    iris.set_logger_level(iris.INFO)  # ctx.log and ctx.log_stats lines are the examples' output
+    if launched():
+        return main(args)
+    from iris.launch import free_port
+
+    statuses = mp.Manager().list([1] * args.num_ranks)
+    mp.spawn(_spawned, args=(args.num_ranks, free_port(), main, args, statuses), nprocs=args.num_ranks, join=True)
+    return max(statuses)
