@@ -14,7 +14,8 @@ import torch.multiprocessing as mp
 import iris
 from iris.runtime import interpreted
 
-DTYPES = {"int8": torch.int8, "fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+DTYPES = {"int8": torch.int8, "fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
+          "int32": torch.int32}
 
 
 def on_cpu() -> bool:
@@ -36,13 +37,13 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
-def bandwidth_args(doc: str, datatype: str = "fp16") -> argparse.Namespace:
+def bandwidth_args(doc: str, datatype: str = "fp16", choices=("int8", "fp16", "bf16", "fp32")) -> argparse.Namespace:
     """The flags of the data-movement examples (00-05), with the original's short names; small defaults
     on the CPU backend."""
     cpu = on_cpu()
     parser = argparse.ArgumentParser(description=doc.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("-t", "--datatype", default=datatype, choices=list(DTYPES), help="element type")
+    parser.add_argument("-t", "--datatype", default=datatype, choices=list(choices), help="element type")
     parser.add_argument("-z", "--buffer_size", type=int, default=1 << 14 if cpu else 1 << 30, help="bytes per buffer")
     parser.add_argument("-b", "--block_size", type=int, default=1024 if cpu else 512, help="elements per program")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every measurement")
