@@ -33,6 +33,7 @@ from iris.team import check_call
 from iris.ccl import all_gather as _all_gather
 from iris.ccl import all_reduce as _all_reduce
 from iris.ccl import all_to_all as _all_to_all
+from iris.ccl import barrier as _barrier
 from iris.ccl import broadcast as _broadcast
 from iris.ccl import reduce_scatter as _reduce_scatter
 
@@ -95,6 +96,12 @@ class CCL:
             op = ReduceOp.SUM if op is None else op
             self._plans.remember(key, _reduce_scatter.reduce_scatter(output_tensor, input_tensor, self._ctx, op=op,
                                                                      group=group, async_op=async_op, config=config))
+
+    def barrier(self, group=None, async_op=False, config=None):
+        """Every member of ``group`` waits for every other, on the device; see :func:`iris.ccl.barrier.barrier`."""
+        if self._ctx.team.debug:  # every member made this call (the others are checked where not replayed)
+            self._check("barrier", locals())
+        _barrier.barrier(self._ctx, group=group, async_op=async_op, config=config)
 
     def all_reduce_preamble(self, output_tensor, input_tensor, config=None, workspace=None, group=None):
         """Checks and variant choice done once, for repeated all_reduce calls; see :mod:`iris.ccl.all_reduce`."""

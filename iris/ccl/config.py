@@ -7,9 +7,14 @@ import enum
 from dataclasses import dataclass
 
 ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "atomic", "spinlock", "ring", "push", "ll", "hierarchical")
-# The original's variants, all run by Iris's one kernel per collective (see Config's docstring for why).
-ALL_GATHER_VARIANTS = ("persistent", "partitioned")
+# The original's variants: "ring" and "persistent_inline" have their own paths (see iris.ccl.all_gather).
+ALL_GATHER_VARIANTS = ("persistent", "partitioned", "ring", "persistent_inline")
 REDUCE_SCATTER_VARIANTS = ("two_shot", "ring_chunked")
+# Triton's cache modifiers: a load takes the first, a store the second ("" or None: the default).
+LOAD_CACHE_MODIFIERS = (".ca", ".cg", ".cv")
+STORE_CACHE_MODIFIERS = (".wb", ".cg", ".cs", ".wt")
+CACHE_MODIFIERS = (None, "") + LOAD_CACHE_MODIFIERS + tuple(m for m in STORE_CACHE_MODIFIERS
+                                                             if m not in LOAD_CACHE_MODIFIERS)
 
 
 class _Autotune:
@@ -42,7 +47,8 @@ class Config:
 
     Args:
         block_size: elements per program for the flat collectives (all_gather, broadcast, all_reduce).
-        block_size_m, block_size_n: the tile of all_to_all, over (rows, columns of one rank's chunk).
+        block_size_m, block_size_n: the tile of all_to_all, over (rows, columns of one rank's chunk), and of
+            reduce_scatter's same-shape layout.
         all_reduce_variant: "one_shot" (each rank reads every input), "two_shot" (each rank
             reduces one slice and sends it to all), "atomic" (atomic adds into every output),
             "spinlock" (locked read-modify-writes), "ring" (neighbour to neighbour), "push" (no
@@ -56,18 +62,28 @@ class Config:
             all_gather and reduce_scatter (:mod:`iris.ccl.hierarchy`)
             (e.g. ``(0, 0, 1, 1)``); None: the context's node map (``ctx.get_node_map()``). Any
             grouping may be given, e.g. pairs of GPUs on one switch.
-        all_reduce_distribution: accepted for compatibility with the original API (0 or 1); unused.
+        all_reduce_distribution: which member owns which tile in reduce_scatter's same-shape layout (see
+            :mod:`iris.ccl.reduce_scatter`): 0 striding (tiles i, i + W, ...), 1 blocks of consecutive
+            tiles (the original's newest default); all_reduce does not use it.
         fused_bytes: a collective of at most this many bytes per rank (4 MiB) runs as one launch
             whose programs run the group's barriers themselves, instead of three launches (0:
             never). Measured on 2 x H200: fused is ahead up to 4 MiB, three launches from 64 MiB.
         reduce_scatter_variant: "two_shot", or the original's "ring_chunked", run as two_shot
             (every member reads its part from every other directly: one step on NVLink's all-to-all
-            links, where a ring takes W - 1).
+            links, where a ring takes W - 1); "ring_chunked" still makes and checks the original's
+            workspace (:class:`iris.ccl.reduce_scatter.ReduceScatterWorkspace`).
+        all_gather_variant: "persistent" (default) and "partitioned" run Iris's all_gather kernel,
+            whose programs each write their piece to every member (so both are it); "ring" passes
+            each member's blocks neighbour to neighbour (W - 1 steps, flags on the heap);
+            "persistent_inline" is one launch that runs the group's barriers itself, whatever the size.
+        cache_modifier: Triton's cache modifier for the all_gather stores (".wb", ".cg", ".cs",
+            ".wt") and the reduce_scatter loads (".ca", ".cg", ".cv"); one that the access does not
+            take is left out there (a hint, as in the original). None or "": the default.
+        swizzle_size: the tile rows grouped together in reduce_scatter's tile numbering (the
+            original's swizzle).
 
     Accepted for code written for the original, with no effect on how Iris runs (each says why):
-        all_gather_variant: "persistent" (default) or "partitioned"; Iris's all_gather has one
-            kernel, whose programs each write their piece to every member (so both are it).
-        swizzle_size, chunk_size: the original's tile grouping; Iris's pieces are 1-D blocks.
+        chunk_size: the original's grouping of programs per die; Iris's pieces are blocks.
             ``chunk_size`` None becomes ``min(swizzle_size ** 2, comm_sms // num_xcds)`` as there.
         comm_sms: the original's communication grid; Iris sizes each launch by the message.
         num_xcds: AMD's accelerator dies, for the original's swizzle; None becomes 1.
@@ -89,7 +105,7 @@ class Config:
     block_size_n: int = 64
     all_reduce_variant: str | None = None
     hierarchy: tuple[int, ...] | None = None
-    all_reduce_distribution: int = 0
+    all_reduce_distribution: int = 1
     reduce_scatter_variant: str = "two_shot"
     fused_bytes: int = 4 << 20
     all_gather_variant: str = "persistent"
@@ -104,6 +120,7 @@ class Config:
     num_warps: int = 4
     threads_per_warp: int = 64
     waves_per_eu: int = 0
+    cache_modifier: str | None = None
 
     @classmethod
     def autotune(cls, **fixed) -> Config:
@@ -141,6 +158,9 @@ class Config:
         if self.all_gather_variant not in ALL_GATHER_VARIANTS:
             raise ValueError(f"Config.all_gather_variant={self.all_gather_variant!r}: use one of "
                              f"{', '.join(ALL_GATHER_VARIANTS)}")
+        if self.cache_modifier not in CACHE_MODIFIERS:
+            raise ValueError(f"Config.cache_modifier={self.cache_modifier!r}: use one of "
+                             f"{', '.join(repr(m) for m in CACHE_MODIFIERS)}")
         if self.threads_per_warp not in (32, 64):
             raise ValueError(f"Config.threads_per_warp={self.threads_per_warp!r}: must be 32 or 64")
 
