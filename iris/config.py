@@ -64,6 +64,11 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("IRIS_QUIET_AMD_OPTIONS", "0",
              "switch: no warning when an AMD-only launch option (``waves_per_eu``, ``matrix_instr_nonkdim``, "
              "``kpack``, ...) is dropped on a target that does not know it (iris.runtime.launch_options)"),
+    Variable("IRIS_CPU_CUDA", "1",
+             "switch (CPU backend without a GPU): code written for CUDA runs on the host: ``device=\"cuda\"`` "
+             "means the CPU, ``torch.cuda``'s device, stream, event and synchronize calls are served there and "
+             "``init_process_group(backend=\"nccl\")`` runs on gloo (iris.runtime.cuda_on_cpu); ``0`` "
+             "leaves torch as it is"),
     Variable("IRIS_CROSS_COMPILE", "",
              "CPU backend: also compile every launched kernel for these GPU targets, e.g. "
              "``cuda:90,hip:gfx942`` (the cross-compile gate)"),
@@ -181,6 +186,12 @@ def engine_cache() -> str:
 def quiet_amd_options() -> bool:
     """IRIS_QUIET_AMD_OPTIONS: AMD-only launch options are dropped off AMD without a warning."""
     return switch("IRIS_QUIET_AMD_OPTIONS", False)
+
+
+def cpu_cuda() -> bool:
+    """IRIS_CPU_CUDA: on the CPU backend without a GPU, ``device="cuda"`` and ``torch.cuda``'s calls are served
+    by the host (iris.runtime.cuda_on_cpu)."""
+    return switch("IRIS_CPU_CUDA", True)
 
 
 def debug_requested() -> bool:

@@ -15,6 +15,10 @@ except (ValueError, BackendError) as exc:  # reported when a context is created,
     SELECTED, _SELECTION_ERROR = None, exc
 if SELECTED:
     prepare_interpreter(SELECTED)
+if SELECTED == "cpu" and not compile_target():  # device="cuda" and torch.cuda's calls served by the host
+    from iris.runtime.cuda_on_cpu import install as _serve_cuda_on_the_host
+
+    _serve_cuda_on_the_host()
 if compile_target().startswith("hip"):  # a cross-compile worker for an AMD target (it makes no backend)
     from iris.runtime.hip import configure_compiler as _configure_hip_compiler
 
