@@ -14,8 +14,9 @@ first ``iris.iris(...)``.
 """
 
 from iris import runtime as _runtime  # noqa: F401  (must come first: may enable the interpreter)
+from iris import iris as _iris_module  # the original's module iris.iris: loaded before the name becomes the factory
 from iris.context import Iris, iris
-from iris import ccl, ops
+from iris import ccl, mem, ops, tensor_creation
 from iris.device import (
     DeviceContext,
     DeviceTracing,
@@ -41,16 +42,29 @@ from iris.device import (
     wait_until,
 )
 from iris.debug import DeviceAccessError, WaitTimeoutError
+from iris.device.ordering import Scope, Semantic
 from iris.host.bench import do_bench, memset_tensor
-from iris.logging import DEBUG, ERROR, INFO, WARNING, set_logger_level
+from iris.host.devices import get_device_id_for_rank, get_num_xcc
+from iris.host.pointers import CUDAArrayInterface, tensor_from_ptr
+from iris.logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level
 from iris.memory.providers import HeapProviderRefusal
+
+Context = DeviceContext  # the original's newest name of the device context (iris.mem.triton.context.Context)
+
+# ``import iris.iris as m`` reads the attribute (the factory): it carries the module's names too.
+for _name in _iris_module.__all__:
+    if _name != "iris":
+        setattr(iris, _name, getattr(_iris_module, _name))
+del _name
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DEBUG", "ERROR", "INFO", "WARNING", "DeviceAccessError", "DeviceContext", "DeviceTracing", "HeapProviderRefusal",
-    "Iris", "TraceEvent", "TritonContext", "WaitTimeoutError",
+    "CUDAArrayInterface", "Context", "DEBUG", "ERROR", "INFO", "WARNING", "DeviceAccessError", "DeviceContext",
+    "DeviceTracing", "HeapProviderRefusal", "Iris", "Scope", "Semantic", "TraceEvent", "TritonContext",
+    "WaitTimeoutError",
     "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or", "atomic_sub", "atomic_xchg",
-    "atomic_xor", "ccl", "copy", "current_rank", "do_bench", "get",
-    "iris", "load", "memset_tensor", "ops", "put", "set_logger_level", "signal", "store", "translate", "wait_until",
+    "atomic_xor", "ccl", "copy", "current_rank", "do_bench", "get", "get_device_id_for_rank", "get_num_xcc",
+    "iris", "load", "logger", "mem", "memset_tensor", "ops", "put", "set_logger_level", "signal", "store",
+    "tensor_creation", "tensor_from_ptr", "translate", "wait_until",
 ]

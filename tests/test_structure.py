@@ -29,11 +29,11 @@ PLUG_INS = ("iris.ccl", "iris.ops")
 LAYERS = (
     ("configuration", ("iris.config", "iris.capabilities", "iris.logging", "iris.cpu_binding")),
     ("backends, memory, device code", ("iris.runtime", "iris.memory", "iris.device", "iris.distributed",
-                                       "iris.sim")),
+                                       "iris.sim", "iris.mem")),
     ("host-side features", ("iris.replay", "iris.host", "iris.team", "iris.debug")),
     ("plug-ins", ("iris.ccl", "iris.ops")),
     ("the context facade", ("iris.context",)),
-    ("the public package", ("iris", "iris.tracing")),
+    ("the public package", ("iris", "iris.tracing", "iris.iris", "iris.tensor_creation")),
     ("tools", ("iris.launch", "iris.info", "iris.testing", "iris.__main__")),
 )
 

@@ -1,0 +1,59 @@
+"""``Semantic`` and ``Scope``: named memory orderings and scopes for the device ops' ``sem`` and ``scope``.
+
+Each member *is* the string Triton and Iris's device ops take (``Semantic.ACQUIRE == "acquire"``), so
+the two spellings mix freely: pass a member as a ``tl.constexpr`` argument, or read it from the
+module inside a kernel (``iris.Semantic.RELEASE``; Triton resolves attributes of an imported module at
+compile time, though not a bare global class).
+
+A flag or counter that another GPU observes needs ``Scope.SYS`` with release/acquire ordering.
+
+Example:
+    >>> @triton.jit
+    ... def kernel(flag, heap_bases, peer, SEM: tl.constexpr):
+    ...     rank = iris.current_rank(heap_bases)
+    ...     iris.atomic_add(flag, 1, rank, peer, heap_bases, sem=SEM, scope=iris.Scope.SYS)
+    >>> kernel[(1,)](flag, ctx.get_heap_bases(), 1, iris.Semantic.RELEASE)
+"""
+
+import enum
+
+
+class _Word(str, enum.Enum):
+    """A str enum whose ``str()`` and f-string are the word itself, on every Python version."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class Semantic(_Word):
+    """The memory ordering of an atomic (its ``sem``): relaxed, acquire, release or acq_rel.
+
+    Example:
+        >>> iris.atomic_cas(lock, 0, 1, rank, peer, heap_bases, sem=iris.Semantic.ACQUIRE, scope=iris.Scope.SYS)
+    """
+
+    RELAXED = "relaxed"
+    ACQUIRE = "acquire"
+    RELEASE = "release"
+    ACQ_REL = "acq_rel"
+
+
+class Scope(_Word):
+    """Which threads an atomic's ordering covers (its ``scope``): one program (``CTA``, also ``WORKGROUP``),
+    one GPU (``GPU``, also ``DEVICE`` and AMD's ``AGENT``) or the whole system, peers included (``SYS``,
+    also ``SYSTEM``).
+
+    Example:
+        >>> iris.signal(flag, 1, rank, peer, heap_bases, scope=iris.Scope.SYS)
+    """
+
+    CTA = "cta"
+    WORKGROUP = "cta"
+    GPU = "gpu"
+    DEVICE = "gpu"
+    AGENT = "gpu"
+    SYS = "sys"
+    SYSTEM = "sys"
