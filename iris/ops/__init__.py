@@ -48,7 +48,8 @@ from iris.ops.matmul_all_reduce import matmul_all_reduce, matmul_all_reduce_prea
 from iris.ops.matmul_reduce_scatter import matmul_reduce_scatter, matmul_reduce_scatter_preamble
 from iris.team import checked_across_ranks
 
-__all__ = ["FusedConfig", "Ops", "Workspace", "all_gather_matmul", "all_gather_matmul_preamble", "gemm_all_scatter",
+__all__ = ["FusedConfig", "FusedWorkspace", "Ops", "OpsNamespace", "Workspace",
+           "all_gather_matmul", "all_gather_matmul_preamble", "gemm_all_scatter",
            "gemm_all_scatter_preamble", "matmul", "matmul_all_gather", "matmul_all_gather_preamble",
            "matmul_all_reduce", "matmul_all_reduce_preamble", "matmul_reduce_scatter",
            "matmul_reduce_scatter_preamble", "sm_share"]
@@ -147,3 +148,9 @@ class Ops:
     def gemm_all_scatter_preamble(self, output, A, B, config=None) -> Workspace:
         return _matmul_gather.preamble("gemm_all_scatter", False, self._ctx, output, A, B, config)
 
+
+
+#: The original's newest names: its ``FusedWorkspace`` is :class:`Workspace`, its ``OpsNamespace`` (what
+#: ``ctx.ops`` is) :class:`Ops`.
+FusedWorkspace = Workspace
+OpsNamespace = Ops

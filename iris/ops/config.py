@@ -6,6 +6,9 @@ from dataclasses import dataclass
 
 from iris.ccl.config import ALL_REDUCE_VARIANTS
 
+#: The cache modifiers Triton's loads take (the original's cache_modifier_a and cache_modifier_b).
+LOAD_CACHE_MODIFIERS = (None, "", ".ca", ".cg", ".cv")
+
 
 @dataclass
 class FusedConfig:
@@ -112,6 +115,21 @@ class FusedConfig:
             ValueError before any launch); None: iris.ccl's choice by size. Iris's fused kernel exchanges
             its tiles itself: there it has no effect.
 
+    The original's newest fields, accepted so that code written for it runs; they tune the original's
+    AMD kernels and change nothing in Iris's (each is checked, and kept on the config):
+
+        num_sms: the persistent programs of the original's GEMM (None: one per SM). Iris sizes its grid
+            itself, one program per SM of this rank's share (``iris.ops._fused.concurrent_programs``).
+        num_xcds, chunk_size: the XCD count and chunk of the original's chiplet-aware tile order
+            (>= 1; 1 and 1 by default). ``iris.get_num_xcc()`` gives a device's count.
+        cache_modifier_a, cache_modifier_b: the cache modifier of the original's loads of A and B
+            (None, "", ".ca", ".cg" or ".cv"; ".ca" by default).
+        allow_tf32: whether the original's float32 GEMM may use TF32 (True by default; Iris's float32
+            ``tl.dot`` takes Triton's default precision).
+        all_reduce_num_rings: rings of the original's ring all-reduce (>= 1; 1 by default).
+        reduce_num_sms: programs of the original's reduce-scatter communication kernels (>= 1; 64).
+        ksplit: the original's K-split partitioning (False by default).
+
     Example:
         >>> from iris.ops import FusedConfig
         >>> ctx.ops.matmul_all_reduce(out, a, b, config=FusedConfig(block_size_n=128))
@@ -132,8 +150,34 @@ class FusedConfig:
     pipeline_chunks: int | None = None
     vendor_gemm: bool | None = None
     pipeline_comm_sms: int | None = None
+    num_sms: int | None = None
+    num_xcds: int = 1
+    chunk_size: int = 1
+    cache_modifier_a: str | None = ".ca"
+    cache_modifier_b: str | None = ".ca"
+    allow_tf32: bool = True
+    all_reduce_num_rings: int = 1
+    reduce_num_sms: int = 64
+    ksplit: bool = False
+
+    def validate(self, world_size: int | None = None) -> None:
+        """Check the fields again (they were checked when the config was made; a field changed since is
+        checked now), and with ``world_size``, that the original's ring all-reduce can split a tile's
+        ``block_size_n`` columns over the ranks.
+
+        Raises:
+            ValueError: naming the field and its value.
+
+        Example:
+            >>> FusedConfig(all_reduce_variant="ring").validate(world_size=ctx.get_num_ranks())
+        """
+        self.__post_init__()
+        if self.all_reduce_variant == "ring" and world_size and self.block_size_n % world_size:
+            raise ValueError(f"FusedConfig(all_reduce_variant='ring', block_size_n={self.block_size_n}): the ring "
+                             f"splits a tile's columns over {world_size} ranks; give a multiple of {world_size}")
 
     def __post_init__(self):
+        self._check_original_fields()
         if self.all_reduce_variant is not None and self.all_reduce_variant not in ALL_REDUCE_VARIANTS:
             raise ValueError(f"FusedConfig.all_reduce_variant={self.all_reduce_variant!r}: use None or one of "
                              f"{', '.join(ALL_REDUCE_VARIANTS)}")
@@ -177,3 +221,22 @@ class FusedConfig:
         if self.reduce_at_owner and self.comm_programs:
             raise ValueError(f"FusedConfig(reduce_at_owner=True and comm_programs={self.comm_programs}): "
                              "communication programs push every tile to every member; pass one or the other")
+
+    def _check_original_fields(self) -> None:
+        """The original's newest fields (hints here): the types and ranges it allows."""
+        for name, low, optional in (("num_sms", 1, True), ("num_xcds", 1, False), ("chunk_size", 1, False),
+                                    ("all_reduce_num_rings", 1, False), ("reduce_num_sms", 1, False)):
+            value = getattr(self, name)
+            if optional and value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                either = "None or " if optional else ""
+                raise ValueError(f"FusedConfig.{name}={value!r}: must be {either}an int >= {low}")
+        for name in ("cache_modifier_a", "cache_modifier_b"):
+            value = getattr(self, name)
+            if value not in LOAD_CACHE_MODIFIERS:
+                raise ValueError(f"FusedConfig.{name}={value!r}: must be one of "
+                                 f"{', '.join(map(repr, LOAD_CACHE_MODIFIERS))}")
+        for name in ("allow_tf32", "ksplit"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"FusedConfig.{name}={getattr(self, name)!r}: must be True or False")
