@@ -1,5 +1,9 @@
-"""The original's July-2025 host names that its examples call: ``iris.do_bench``, ``iris.memset_tensor``,
-``ctx.log`` / ``log_debug`` / ``log_stats``, ``ctx.parse_size``, ``ctx.deallocate``, ``ctx.wall_clock_rate``."""
+"""The original's host names: those of July 2025 that its examples call (``iris.do_bench``,
+``iris.memset_tensor``, ``ctx.log`` / ``log_debug`` / ``log_stats``, ``ctx.parse_size``, ``ctx.deallocate``,
+``ctx.wall_clock_rate``) and its newest (the module ``iris.iris``, ``iris.mem``, ``iris.Context``,
+``iris.tensor_creation``, ``iris.Semantic`` / ``iris.Scope``, ``iris.get_num_xcc``, ``iris.get_device_id_for_rank``,
+``iris.logger``, ``iris.tensor_from_ptr``, ``iris.CUDAArrayInterface``, ``iris.ops.FusedWorkspace`` /
+``OpsNamespace`` and FusedConfig's newest fields)."""
 
 import logging
 import subprocess
