@@ -3,19 +3,22 @@
 Programs below ``gemm`` compute tiles, store each locally and raise its flag (release); the last
 ``--comm-programs`` programs wait for each flag (acquire) and store the tile into every rank's C.
 One launch, no second stream; the communication programs are the highest ids, so they are
-dispatched after the compute programs (and, on the CPU backend, run after them). See common.py.
+dispatched after the compute programs (and, on the CPU backend, run after them). See examples/common/all_scatter.py.
 
-    iris run -n 2 examples/02_gemm_all_scatter/workgroup_specialization.py --validate --benchmark
+    iris run -n 2 examples/10_gemm_all_scatter_wg_specialization/example.py --validate --benchmark
 """
 
 import sys
+from pathlib import Path
 
-import common
 import triton
 import triton.language as tl
 
 import iris
 from iris.runtime import interpreted
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for examples/common
+from common import all_scatter as common  # noqa: E402
 
 
 @triton.jit

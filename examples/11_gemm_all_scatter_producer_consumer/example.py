@@ -3,21 +3,24 @@
 The GEMM kernel (most SMs) stores each finished tile locally and raises the tile's flag (release);
 the scatter kernel (``--comm-programs`` SMs, another stream) waits for each flag (acquire) and
 stores the tile into every rank's C while the GEMM goes on. Flags hold the call number, so they
-need no reset between calls. See common.py for the taxonomy.
+need no reset between calls. See examples/common/all_scatter.py for the taxonomy.
 
-    iris run -n 2 examples/02_gemm_all_scatter/producer_consumer.py --validate --benchmark
+    iris run -n 2 examples/11_gemm_all_scatter_producer_consumer/example.py --validate --benchmark
 """
 
 import contextlib
 import sys
+from pathlib import Path
 
-import common
 import torch
 import triton
 import triton.language as tl
 
 import iris
 from iris.runtime import interpreted
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for examples/common
+from common import all_scatter as common  # noqa: E402
 
 
 @triton.jit

@@ -1,18 +1,21 @@
 """Bulk-synchronous GEMM + all-scatter: the whole GEMM, then the whole scatter, then a barrier.
 
-No overlap: the baseline of the taxonomy (see common.py). Every rank computes A @ B_r with
+No overlap: the baseline of the taxonomy (see examples/common/all_scatter.py). Every rank computes A @ B_r with
 iris.ops.matmul into a local buffer, then a scatter kernel stores each tile into every rank's C.
 
-    iris run -n 2 examples/02_gemm_all_scatter/bulk_synchronous.py --validate --benchmark
+    iris run -n 2 examples/12_gemm_all_scatter_bulk_synchronous/example.py --validate --benchmark
 """
 
 import sys
+from pathlib import Path
 
-import common
 import triton
 import triton.language as tl
 
 from iris.ops import matmul
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for examples/common
+from common import all_scatter as common  # noqa: E402
 
 
 @triton.jit

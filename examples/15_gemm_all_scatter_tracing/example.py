@@ -4,17 +4,20 @@ recorded by Iris's device tracing: a ``compute`` span per tile and a ``store`` p
 Open the timeline (``--trace``, all ranks merged on rank 0) at https://ui.perfetto.dev; render it to
 a PNG with ``python benchmarks/plot_trace.py trace.json trace.png`` (needs matplotlib).
 
-    iris run -n 2 examples/02_gemm_all_scatter/traced.py --validate --trace trace.json
+    iris run -n 2 examples/15_gemm_all_scatter_tracing/example.py --validate --trace trace.json
 """
 
 import sys
+from pathlib import Path
 
-import common
 import triton
 import triton.language as tl
 
 import iris
 from iris.runtime import interpreted
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for examples/common
+from common import all_scatter as common  # noqa: E402
 
 
 @triton.jit
@@ -53,7 +56,7 @@ def traced(p, args) -> None:
         merged = p.ctx.tracing.export(args.trace, merge=True)
         if p.rank == 0:
             count = sum(1 for e in merged["traceEvents"] if e.get("ph") in ("X", "i"))
-            print(f"trace: {count} events of {p.world} ranks in {args.trace} (open it at https://ui.perfetto.dev)")
+            p.ctx.log(f"trace: {count} events of {p.world} ranks in {args.trace} (open it at https://ui.perfetto.dev)")
 
 
 if __name__ == "__main__":

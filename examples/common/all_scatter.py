@@ -1,4 +1,4 @@
-"""What the three GEMM + all-scatter examples share: the problem, the Triton pieces, --validate, --benchmark.
+"""What the GEMM + all-scatter variants (10, 11, 12, 15) share: the problem, the Triton pieces, --validate, --benchmark.
 
 The problem (a column-parallel layer whose outputs every rank needs): every rank holds the same
 A (M, K) and its own column shard B_r (K, N / W); every rank must end with C = [A @ B_0 | ... |
@@ -6,16 +6,17 @@ A @ B_{W-1}] (M, N) in its heap. Each example computes A @ B_r tile by tile with
 GEMM pieces (iris.ops.gemm) and *scatters* every tile into every rank's C with ``iris.store``;
 they differ in how the scatter overlaps the GEMM:
 
-    bulk_synchronous.py          GEMM kernel, then scatter kernel, then barrier: no overlap
-    producer_consumer.py         a GEMM kernel and a scatter kernel on two streams, at once,
-                                 tile flags between them
-    workgroup_specialization.py  one kernel: some programs compute tiles, the others scatter them
+    12_gemm_all_scatter_bulk_synchronous    GEMM kernel, then scatter kernel, then barrier: no overlap
+    11_gemm_all_scatter_producer_consumer   a GEMM kernel and a scatter kernel on two streams, at once,
+                                            tile flags between them
+    10_gemm_all_scatter_wg_specialization   one kernel: some programs compute tiles, the others scatter them
 
-(``ctx.ops.gemm_all_scatter`` is a fourth: every program scatters the tile it just computed.)
+(07_gemm_all_scatter and ``ctx.ops.gemm_all_scatter`` are a fourth: every program scatters the tile
+it just computed; 15_gemm_all_scatter_tracing records that one's timeline.)
 """
 
 import argparse
-import statistics
+import functools
 
 import torch
 import torch.distributed as dist
@@ -27,12 +28,16 @@ from iris.ops import FusedConfig, sm_share
 from iris.ops.gemm import INTERPRETED_TILE, tile_count, tile_of, tile_product
 from iris.runtime import interpreted
 
+from common.utils import add_common_args, all_passed, run as run_ranks
+
 # The fused ops' default tile and launch (FusedConfig), or the interpreter's small tile on the CPU backend.
 _FUSED = FusedConfig()
 TILE = dict(INTERPRETED_TILE) if interpreted() else \
     dict(BLOCK_M=_FUSED.block_size_m, BLOCK_N=_FUSED.block_size_n, BLOCK_K=_FUSED.block_size_k,
          GROUP_M=_FUSED.group_size_m)
-LAUNCH = {} if interpreted() else dict(num_warps=_FUSED.num_warps, num_stages=_FUSED.num_stages)
+# The original's launch options, AMD's included: Iris drops those with one warning on NVIDIA and the CPU backend.
+LAUNCH = dict(num_warps=_FUSED.num_warps, num_stages=_FUSED.num_stages, waves_per_eu=0, matrix_instr_nonkdim=16,
+              kpack=1)
 
 
 @triton.jit
@@ -65,18 +70,20 @@ def local_tile(local, tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, 
 
 def parse_args(doc: str) -> argparse.Namespace:
     gpu = not interpreted()
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--m", type=int, default=8192 if gpu else 64)
-    parser.add_argument("--n", type=int, default=8192 if gpu else 64, help="C's columns, all ranks together")
-    parser.add_argument("--k", type=int, default=8192 if gpu else 32)
-    parser.add_argument("--comm-programs", type=int, default=16 if gpu else 2,
-                        help="programs that scatter (producer_consumer, workgroup_specialization)")
-    parser.add_argument("--validate", action="store_true", help="exit non-zero when C is wrong")
-    parser.add_argument("--benchmark", action="store_true", help="time it beside torch.matmul + NCCL all_gather")
-    parser.add_argument("--iters", type=int, default=20 if gpu else 2)
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("-m", "--m", type=int, default=8192 if gpu else 64, help="rows of A and C")
+    parser.add_argument("-n", "--n", type=int, default=8192 if gpu else 64, help="C's columns, all ranks together")
+    parser.add_argument("-k", "--k", type=int, default=8192 if gpu else 32, help="columns of A, rows of B")
+    parser.add_argument("--comm-programs", "--comm_sms", type=int, default=16 if gpu else 2,
+                        help="programs that scatter (10 and 11)")
+    parser.add_argument("-v", "--validate", action="store_true", help="check C against torch; exit non-zero if wrong")
+    parser.add_argument("-b", "--benchmark", action="store_true",
+                        help="time it with iris.do_bench beside torch.matmul + NCCL all_gather")
+    parser.add_argument("--iters", "--num_experiments", type=int, default=20 if gpu else 2, help="timed runs")
     parser.add_argument("--trace", default=None, metavar="FILE",
-                        help="traced.py: write the first call's timeline, all ranks, to FILE (Chrome trace JSON)")
-    return parser.parse_args()
+                        help="15: write the first call's timeline, all ranks, to FILE (Chrome trace JSON)")
+    return add_common_args(parser).parse_args()
 
 
 class Problem:
@@ -115,51 +122,45 @@ class Problem:
                 self.ctx.get_heap_bases())
 
 
+# torch 2.11 renamed all_gather_into_tensor (a deprecation warning); older releases have only that name.
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
 def run(doc: str, pattern) -> int:
-    """Parse the arguments, run ``pattern(problem, args)`` once, then --validate and --benchmark it."""
-    args = parse_args(doc)
+    """Parse the arguments, then on every rank (spawned here without a launcher) run ``pattern(problem,
+    args)`` once, --validate and --benchmark it."""
+    return run_ranks(functools.partial(_main, doc, pattern), parse_args(doc))
+
+
+def _main(doc: str, pattern, args) -> int:
     ctx = iris.iris(heap_size=max(1 << 26, 4 * args.m * args.n + (1 << 24)))
     p = Problem(ctx, args)
     pattern(p, args)
     ctx.barrier()
-    status = 0
+    ok = True
     if args.validate:
         blocks = [torch.empty_like(p.B[:1, :1].expand(p.M, p.N)) for _ in range(p.world)]
         dist.all_gather(blocks, (p.A.float() @ p.B.float()).to(torch.bfloat16).contiguous())
-        want = torch.cat(blocks, dim=1).float()
-        error = ((p.C.float() - want).norm() / want.norm()).item()
+        want = torch.cat(blocks, dim=1).double()
+        error = ((p.C.double() - want).norm() / want.norm()).item()
         ok = error < 1e-2
-        print(f"rank {p.rank}: C is {p.M} x {p.N * p.world}; relative error {error:.2e} against torch: "
-              f"{'ok' if ok else 'WRONG'}")
-        status = 0 if ok else 1
-    if args.benchmark and interpreted():
-        if p.rank == 0:
-            print("--benchmark: skipped on the CPU backend (the interpreter's times say nothing about overlap)")
-    elif args.benchmark:
-        iris_us = _median_us(lambda: pattern(p, args), args.iters, ctx)
+        (ctx.log if ok else ctx.error)(f"C is {p.M} x {p.N * p.world}; relative error {error:.2e} against torch: "
+                                       f"{'passed' if ok else 'FAILED'}")
+        ok = all_passed(ctx, ok)
+    if args.benchmark:
+        iris_ms = iris.do_bench(lambda: pattern(p, args), ctx.barrier, n_warmup=2, n_repeat=args.iters)
         gathered = torch.empty(p.world * p.M, p.N, dtype=torch.bfloat16, device=ctx.get_device())
 
         def torch_nccl():
-            dist.all_gather_into_tensor(gathered, torch.matmul(p.A, p.B))
+            _all_gather(gathered, torch.matmul(p.A, p.B))
             return gathered.view(p.world, p.M, p.N).permute(1, 0, 2).reshape(p.M, -1)
 
-        torch_us = _median_us(torch_nccl, args.iters, ctx)
+        torch_ms = iris.do_bench(torch_nccl, ctx.barrier, n_warmup=2, n_repeat=args.iters)
         if p.rank == 0:
-            print(f"{doc.splitlines()[0].split(':')[0]}: {iris_us:.1f} us; torch.matmul + NCCL all_gather "
-                  f"{torch_us:.1f} us ({torch_us / iris_us:.2f}x); M={p.M} N={p.N * p.world} K={p.K}")
+            note = " (the CPU backend: Triton's interpreter; nothing about overlap)" if interpreted() else ""
+            ctx.log_stats(f"{doc.splitlines()[0].split(':')[0]}: {iris_ms * 1e3:.1f} us; torch.matmul + "
+                          f"{dist.get_backend()} all_gather {torch_ms * 1e3:.1f} us ({torch_ms / iris_ms:.2f}x); "
+                          f"M={p.M} N={p.N * p.world} K={p.K}{note}")
     ctx.barrier()
     ctx.close()
-    return status
-
-
-def _median_us(fn, iters: int, ctx) -> float:
-    for _ in range(2):
-        fn()
-    ctx.barrier()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return ctx.broadcast(statistics.median(s.elapsed_time(e) * 1e3 for s, e in events), src=0)
+    return 0 if ok else 1
