@@ -162,6 +162,8 @@ def test_what_the_cpu_cannot_give_names_the_call():
         torch.cuda.graph(None)
     with pytest.raises(RuntimeError, match=r"torch\.cuda\.get_device_capability\(\).*CPU backend"):
         torch.cuda.get_device_capability()
+    with pytest.raises((RuntimeError, AssertionError), match=r"torch\.cuda\.get_rng_state\(\): it needs a GPU"):
+        torch.cuda.get_rng_state()  # not served: torch's own refusal (its exception type), naming the call
 
 
 @needs_stand_in
