@@ -32,6 +32,7 @@ REDUCING = ("all_reduce", "reduce_scatter")
 # all_reduce variants that round partial sums in the output's dtype (atomic, spinlock: in any order)
 STEPWISE = ("atomic", "spinlock", "ring")
 POISON = 0xA5  # the bytes of reduce_scatter's output that the original layout leaves alone
+TILE, SWIZZLE = (16, 32), 4  # the Config's tile (block_size_m, block_size_n) and its default swizzle_size
 ALIGN = 256
 
 def _input(case, rank: int) -> torch.Tensor:
@@ -69,11 +70,17 @@ def _expected(case, rank: int) -> torch.Tensor:
     me, width = members.index(rank), len(members)
     if case["layout"] == "torch":
         return reduced[me * case["m"]:(me + 1) * case["m"]]
-    # original layout: blocks me, me + width, ... of the flat tensor; the rest keeps the poison
-    mine = (torch.arange(reduced.numel()) // case["block"]) % width == me
+    # the original's layout: this member's tiles of TILE (block distribution, tile rows in bands of SWIZZLE,
+    # column by column inside a band); the rest keeps the poison
     out = torch.full((reduced.numel() * element_size(case["dtype"]),), POISON, dtype=torch.uint8)
     out = out.view(case["dtype"]).view(reduced.shape).clone()
-    out.view(-1)[mine] = reduced.view(-1)[mine]
+    (bm, bn), rows, cols = TILE, -(-case["m"] // TILE[0]), -(-case["n"] // TILE[1])
+    per = -(-rows * cols // width)
+    for tile in range(me * per, min(rows * cols, (me + 1) * per)):
+        band, inside = divmod(tile, SWIZZLE * cols)
+        height = min(rows - band * SWIZZLE, SWIZZLE)
+        tm, tn = band * SWIZZLE + inside % height, inside // height
+        out[tm * bm:(tm + 1) * bm, tn * bn:(tn + 1) * bn] = reduced[tm * bm:(tm + 1) * bm, tn * bn:(tn + 1) * bn]
     return out
 
 
@@ -87,7 +94,7 @@ def _collective_on_rank(case):
         return harness.Verdict([])
     mine = _input(case, rank)
     expected = _expected(case, rank)
-    config = Config(block_size=case["block"], block_size_m=16, block_size_n=32,
+    config = Config(block_size=case["block"], block_size_m=TILE[0], block_size_n=TILE[1],
                     all_reduce_variant=case.get("variant"), fused_bytes=case["fused_bytes"])
     out = harness.region(0, expected.numel(), dtype).view(expected.shape)
     src_offset = (expected.numel() * element_size(dtype) // ALIGN + 1) * ALIGN
@@ -179,7 +186,7 @@ def _replayed_on_rank(case):
     ctx = harness.context()
     rank, device, op, dtype = ctx.get_rank(), ctx.get_device(), case["op"], case["dtype"]
     harness.fill_arena(case["seed"])
-    config = Config(block_size=case["block"], block_size_m=16, block_size_n=32,
+    config = Config(block_size=case["block"], block_size_m=TILE[0], block_size_n=TILE[1],
                     all_reduce_variant=case.get("variant"), fused_bytes=case["fused_bytes"])
     mine, expected = _input(case, rank), _expected(case, rank)
     out = harness.region(0, expected.numel(), dtype).view(expected.shape)

@@ -60,14 +60,20 @@ class CCL:
         same problems in the same order)."""
         return self._plans.kept(key, make)
 
-    def all_gather(self, output_tensor, input_tensor, group=None, async_op=False, config=None):
+    def all_gather(self, output_tensor, input_tensor, group=None, async_op=False, config=None, workspace=None):
         """(W*M, N) output from each member's (M, N) input; see :func:`iris.ccl.all_gather.all_gather`."""
         key, plan = self._plans.replay_call("all_gather", output_tensor, input_tensor, group, async_op,
-                                            value_key(config, Config), self._tracing.enabled)
+                                            value_key(config, Config), workspace, self._tracing.enabled)
         if plan is None:
             self._check("all_gather", locals())
             self._plans.remember(key, _all_gather.all_gather(output_tensor, input_tensor, self._ctx, group=group,
-                                                             async_op=async_op, config=config))
+                                                             async_op=async_op, config=config, workspace=workspace))
+
+    def all_gather_preamble(self, output_tensor, input_tensor, config=None, workspace=None, group=None):
+        """The workspace of repeated all_gather calls (the ring's flags); see
+        :func:`iris.ccl.all_gather.all_gather_preamble`."""
+        return _all_gather.all_gather_preamble(output_tensor, input_tensor, self._ctx, config=config,
+                                               workspace=workspace, group=group)
 
     def all_to_all(self, output_tensor, input_tensor, group=None, async_op=False, config=None):
         """(M, W*N) chunks exchanged between members; see :func:`iris.ccl.all_to_all.all_to_all`."""
@@ -87,15 +93,17 @@ class CCL:
             self._plans.remember(key, _broadcast.broadcast(tensor, self._ctx, src=src, group=group, async_op=async_op,
                                                            config=config))
 
-    def reduce_scatter(self, output_tensor, input_tensor, op=None, group=None, async_op=False, config=None):
+    def reduce_scatter(self, output_tensor, input_tensor, op=None, group=None, async_op=False, config=None,
+                       workspace=None):
         """Each member's part of the reduction over members; see :mod:`iris.ccl.reduce_scatter`."""
         key, plan = self._plans.replay_call("reduce_scatter", output_tensor, input_tensor, op, group, async_op,
-                                            value_key(config, Config), self._tracing.enabled)
+                                            value_key(config, Config), workspace, self._tracing.enabled)
         if plan is None:
             self._check("reduce_scatter", locals())
             op = ReduceOp.SUM if op is None else op
             self._plans.remember(key, _reduce_scatter.reduce_scatter(output_tensor, input_tensor, self._ctx, op=op,
-                                                                     group=group, async_op=async_op, config=config))
+                                                                     group=group, async_op=async_op, config=config,
+                                                                     workspace=workspace))
 
     def barrier(self, group=None, async_op=False, config=None):
         """Every member of ``group`` waits for every other, on the device; see :func:`iris.ccl.barrier.barrier`."""

@@ -33,4 +33,4 @@ def broadcast(tensor, ctx, src=0, group=None, async_op=False, config=None):
     return _common.run(ctx, group, async_op, _common.fuse(config, tensor.nbytes), _all_gather_kernel,
                        pieces if ctx.get_rank() == src else 0, tensor, tensor, numel, numel, 0, 0, members.tensor,
                        members.size, 0, ctx.get_rank(), ctx.get_heap_bases(), fused_programs=pieces,
-                       BLOCK=config.block_size)
+                       CACHE="", BLOCK=config.block_size)

@@ -28,16 +28,20 @@ def combine(acc, x, OP: tl.constexpr):
 
 
 @triton.jit
-def reduce_block(src, offs, mask, members, count, first, cur, heap_bases, OP: tl.constexpr, ACC: tl.constexpr):
+def reduce_block(src, offs, mask, members, count, first, cur, heap_bases, OP: tl.constexpr, ACC: tl.constexpr,
+                 cache_modifier=None):
     """The reduction of ``src + offs`` over every member, in member order from position ``first`` on.
 
     Where one member alone reduces a block (two_shot, reduce_scatter) it starts at its own
     position: the readers then start on different members, where all starting on member 0 would
     queue every reader on one member's links at a time. Where every member reduces the block
-    itself (one_shot) they all pass 0, so every member gets the same bits.
+    itself (one_shot) they all pass 0, so every member gets the same bits. ``cache_modifier``: Triton's, for
+    the loads (None or "": the default).
     """
-    acc = rma.load(src + offs, cur, tl.load(members + first), heap_bases, mask=mask).to(ACC)
+    acc = rma.load(src + offs, cur, tl.load(members + first), heap_bases, mask=mask,
+                   cache_modifier=cache_modifier).to(ACC)
     for i in range(1, count):
-        x = rma.load(src + offs, cur, tl.load(members + (first + i) % count), heap_bases, mask=mask).to(ACC)
+        x = rma.load(src + offs, cur, tl.load(members + (first + i) % count), heap_bases, mask=mask,
+                     cache_modifier=cache_modifier).to(ACC)
         acc = combine(acc, x, OP)
     return acc
