@@ -229,7 +229,7 @@ def run(nprocs: int, command: list[str], timeout: float | None = None, sink=None
     ``cpu_bind``: each rank on cores of its own (:mod:`iris.cpu_binding`); None: as IRIS_CPU_BIND says (off).
 
     Example:
-        >>> run(2, ["examples/00_hello/example.py", "--validate"], timeout=300)
+        >>> run(2, ["examples/01_store/example.py", "--validate"], timeout=300)
         0
     """
     if nprocs < 1:

@@ -30,7 +30,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK_START = (
-    'pip install -e . && iris run -n 2 examples/00_hello/example.py --validate',
+    'pip install -e . && iris run -n 2 examples/01_store/example.py --validate',
     'pip install -e ".[test]" && python -m pytest tests conformance -q',
 )
 # A commit-like word: 7 to 40 hex digits with at least one letter and one digit (gfx942, sm_90 and

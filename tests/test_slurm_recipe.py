@@ -150,7 +150,7 @@ def test_every_rank_gets_its_own_environment_and_the_default_program(tmp_path):
         assert task_env["PYTHONPATH"] == str(ROOT), rank
         for name, value in MULTICAST_OFF.items():
             assert task_env.get(name) == value, f"rank {rank}: {name}={task_env.get(name)}"
-        assert argv == ["iris.sif", "python", "examples/00_hello/example.py", "--validate"], argv
+        assert argv == ["iris.sif", "python", "examples/01_store/example.py", "--validate"], argv
     srun_arguments = (tmp_path / "out" / "srun-arguments").read_text().split()
     assert not any(a.startswith(("--gpus-per-task", "--gpu-bind=map", "--gpu-bind=single")) for a in srun_arguments)
     assert "2 nodes, 16 tasks, heap shmem, transport ibrc" in result.stdout, result.stdout

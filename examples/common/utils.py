@@ -86,8 +86,8 @@ def print_bandwidth_matrix(ctx, matrix: torch.Tensor, label: str, output_file: s
     if ctx.get_rank() != 0:
         return
     world = matrix.shape[0]
-    lines = [label, "SRC\\DST ".ljust(10) + "".join(f"rank {d:02d}".rjust(10) for d in range(world))]
-    lines += [f"rank {s:02d} ->".ljust(10) + "".join(f"{matrix[s, d]:10.4g}" for d in range(world))
+    lines = [label, "SRC\\DST".ljust(11) + "".join(f"rank {d:02d}".rjust(11) for d in range(world))]
+    lines += [f"rank {s:02d} ->".ljust(11) + "".join(f"{matrix[s, d]:11.4g}" for d in range(world))
               for s in range(world)]
     if on_cpu():
         lines.append("(the CPU backend: Triton's interpreter; these figures say nothing about a GPU)")
@@ -119,7 +119,8 @@ def print_bandwidth_vector(ctx, gbps: float, label: str, output_file: str = "") 
 
 def launched() -> bool:
     """True when a launcher started this process as one rank of a job (iris run, torchrun, mpirun, srun)."""
-    return any(v in os.environ for v in ("RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"))
+    return any(v in os.environ for v in ("RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS",
+                                         "MV2_COMM_WORLD_SIZE"))
 
 
 def _spawned(rank: int, world: int, port: int, main, args, statuses) -> None:

@@ -34,7 +34,7 @@ installs it itself, before its first launch:
   (the same runner where the gate is on, a plain ``python`` elsewhere).
 
 Example:
-    $ IRIS_CROSS_COMPILE=cuda:90,hip:gfx942 iris run -n 2 examples/00_hello/example.py
+    $ IRIS_CROSS_COMPILE=cuda:90,hip:gfx942 iris run -n 2 examples/01_store/example.py
     $ python -m iris.testing.cross_compile --summary
     cuda:90: 12 specializations of 5 kernels compiled
 """
