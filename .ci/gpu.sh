@@ -109,11 +109,16 @@ if [ "$tag" = sim ]; then
 else
   step conformance python -m pytest conformance -q -p no:cacheprovider --ranks "$ranks" --hypothesis-profile thorough
 fi
-step hello python -m iris run -n "$ranks" --timeout 300 examples/00_hello/example.py --validate
-step message_passing python -m iris run -n "$ranks" --timeout 300 examples/01_message_passing/example.py --validate
-for pattern in bulk_synchronous producer_consumer workgroup_specialization; do
-  step "$pattern" python -m iris run -n "$ranks" --timeout 300 "examples/02_gemm_all_scatter/$pattern.py" --validate \
-    --benchmark
+# The example catalogue (examples/README.md) at its GPU sizes, each checked; those with --benchmark timed too.
+for example in examples/[0-9][0-9]_*/example.py; do
+  name=$(basename "$(dirname "$example")")
+  extra=()
+  case "$name" in
+    0[0-6]_*) ;;  # the data-movement examples always time themselves
+    15_*) extra=(--benchmark --trace "$logs/$tag-trace.json") ;;
+    *) extra=(--benchmark) ;;
+  esac
+  step "$name" python -m iris run -n "$ranks" --timeout 300 "$example" --validate "${extra[@]}"
 done
 if [ "$tag" = gpu ]; then
   step rma python -m iris run -n "$ranks" --timeout 580 benchmarks/rma.py --validate --pairs all --csv "$logs/rma.csv"
