@@ -126,10 +126,13 @@ def launched() -> bool:
 def _spawned(rank: int, world: int, port: int, main, args, statuses) -> None:
     # The original's examples start their ranks this way: one process each, then init_process_group.
     iris.set_logger_level(iris.INFO)  # a spawned process starts afresh
-    backend = "gloo" if iris.runtime.SELECTED == "cpu" else "nccl"
-    kwargs = {} if backend == "gloo" else {"device_id": torch.device("cuda", rank % torch.cuda.device_count())}
-    dist.init_process_group(backend=backend, rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
-                            **kwargs)
+    # NCCL refuses two ranks on one GPU (IRIS_SIMULATION=1): gloo there and on the CPU, as Iris's own bootstrap.
+    gpus = 0 if iris.runtime.SELECTED == "cpu" else torch.cuda.device_count()
+    if gpus < world:
+        dist.init_process_group(backend="gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
+    else:
+        dist.init_process_group(backend="cpu:gloo,cuda:nccl", rank=rank, world_size=world,
+                                init_method=f"tcp://127.0.0.1:{port}", device_id=torch.device("cuda", rank))
     try:
         statuses[rank] = main(args)
     finally:
