@@ -8,9 +8,10 @@ or the same through :class:`iris.DeviceContext`.
 Importing iris picks the backend (IRIS_BACKEND=cuda|hip|cpu, else what torch
 sees) and, on the CPU backend, turns on Triton's interpreter: import iris
 before defining kernels (one defined earlier runs under the interpreter too: it
-is launched through it). That switch is all an import changes outside iris; the rest
-(Triton's compile cache, the logger, the launcher's stack dumps) is set up by the
-first ``iris.iris(...)``.
+is launched through it). Where torch sees no GPU it also maps code written for CUDA
+onto the CPU (``device="cuda"``, ``torch.cuda.*``, NCCL: ``IRIS_CPU_CUDA=0`` turns it
+off). That is all an import changes outside iris; the rest (Triton's compile cache,
+the logger, the launcher's stack dumps) is set up by the first ``iris.iris(...)``.
 """
 
 from iris import runtime as _runtime  # noqa: F401  (must come first: may enable the interpreter)

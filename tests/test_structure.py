@@ -9,7 +9,8 @@ function (a deferred import still ties two modules together), unless a rule says
   and the context facade (``iris.context``) imports neither plug-in when it is imported (``ctx.ccl`` /
   ``ctx.ops`` import them when first used);
 - only ``iris.config`` reads or sets environment variables;
-- importing iris changes nothing outside iris but Triton's interpreter switch (on the CPU backend).
+- importing iris changes nothing outside iris but, on the CPU backend, Triton's interpreter switch and the
+  CUDA stand-in (iris.runtime.cuda_on_cpu, where torch sees no GPU).
 """
 
 from __future__ import annotations
