@@ -147,3 +147,23 @@ def test_kernels_defined_before_import_iris_run(tmp_path):
     env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run(python_command([str(script)]), capture_output=True, text=True, env=env, timeout=300)
     assert "RESULT [1, 1, 1, 1, 1]" in out.stdout, out.stdout + out.stderr[-3000:]
+
+
+def test_heap_allocate_takes_an_element_count_and_arange_raises_value_errors():
+    """The original's tests allocate with ``ctx.heap.allocate(num_elements, dtype)`` and expect ``arange``'s
+    bad steps and ranges to raise ValueError ("step must be non-zero"), not torch's RuntimeError."""
+    ctx = iris.iris(1 << 20)
+    try:
+        flat = ctx.heap.allocate(6, torch.float32)
+        assert tuple(flat.shape) == (6,) and flat.dtype == torch.float32 and ctx.is_symmetric(flat)
+        assert ctx.ones(2, 3, out=flat).data_ptr() == flat.data_ptr()
+        assert tuple(ctx.heap.allocate((2, 3), torch.int32).shape) == (2, 3)
+        with pytest.raises(ValueError, match="step must be non-zero"):
+            ctx.arange(1, 5, 0)
+        with pytest.raises(ValueError):
+            ctx.arange(5, 1)
+        with pytest.raises(ValueError):
+            ctx.arange(1, 5, -1)
+        assert ctx.arange(3, 3).numel() == 0 and ctx.arange(5, 0, -1).tolist() == [5, 4, 3, 2, 1]
+    finally:
+        ctx.close()

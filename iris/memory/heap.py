@@ -61,14 +61,19 @@ class SymmetricHeap:
     def base(self) -> int:
         return self._memory.bases[self._comm.rank]
 
-    def allocate(self, shape: tuple[int, ...], dtype: torch.dtype, alignment: int = MIN_ALIGNMENT) -> torch.Tensor:
+    def allocate(self, shape: int | tuple[int, ...], dtype: torch.dtype, alignment: int = MIN_ALIGNMENT) -> torch.Tensor:
         """A new uninitialized tensor of ``shape`` and ``dtype`` on the heap.
+
+        ``shape`` may be a number of elements, as the original's ``heap.allocate(num_elements, dtype)``
+        takes: the tensor is then one-dimensional.
 
         Raises:
             MemoryError: the heap has not enough free bytes left.
         """
         if self._memory is None:
             raise RuntimeError("this Iris context is closed; create a new one with iris.iris()")
+        if isinstance(shape, int):
+            shape = (shape,)
         nbytes = math.prod(shape) * _element_size(dtype)
         start = -(-self._offset // alignment) * alignment
         if start + nbytes > self.size:

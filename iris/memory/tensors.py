@@ -174,6 +174,11 @@ class TensorFactories:
         """
         if end is None:
             start, end = 0, start
+        if step == 0:  # ValueError, as the original raises (torch raises RuntimeError)
+            raise ValueError("arange: step must be non-zero")
+        if (end - start) * step < 0:
+            raise ValueError(f"arange: upper bound and lower bound inconsistent with step sign "
+                             f"(start={start}, end={end}, step={step})")
         values = torch.arange(start, end, step, dtype=dtype)
         return self._copy_in(values, out, device, requires_grad, layout)
 
