@@ -1,9 +1,10 @@
 """``Semantic`` and ``Scope``: named memory orderings and scopes for the device ops' ``sem`` and ``scope``.
 
 Each member *is* the string Triton and Iris's device ops take (``Semantic.ACQUIRE == "acquire"``), so
-the two spellings mix freely: pass a member as a ``tl.constexpr`` argument, or read it from the
-module inside a kernel (``iris.Semantic.RELEASE``; Triton resolves attributes of an imported module at
-compile time, though not a bare global class).
+the two spellings mix freely: pass a member as a ``tl.constexpr`` argument (as the original's tests
+do), or write the word inside the kernel (``sem="release"``). Reading a member inside a kernel
+(``sem=iris.Semantic.RELEASE`` in the kernel's body) compiles with the newest Triton but not with
+Triton 3.6, whose code generator passes it on as a value rather than a constant: pass it in.
 
 A flag or counter that another GPU observes needs ``Scope.SYS`` with release/acquire ordering.
 
@@ -11,7 +12,7 @@ Example:
     >>> @triton.jit
     ... def kernel(flag, heap_bases, peer, SEM: tl.constexpr):
     ...     rank = iris.current_rank(heap_bases)
-    ...     iris.atomic_add(flag, 1, rank, peer, heap_bases, sem=SEM, scope=iris.Scope.SYS)
+    ...     iris.atomic_add(flag, 1, rank, peer, heap_bases, sem=SEM, scope="sys")
     >>> kernel[(1,)](flag, ctx.get_heap_bases(), 1, iris.Semantic.RELEASE)
 """
 
