@@ -17,11 +17,19 @@ DEBUG, INFO, WARNING, ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logg
 logger = logging.getLogger("iris")
 
 
-class _RankFormatter(logging.Formatter):
+class IrisFormatter(logging.Formatter):
+    """``[Iris] [rank/world] message``, or ``[Iris] message`` for a record that carries no rank
+    (``iris_rank`` / ``iris_num_ranks`` attributes), as the original's formatter."""
+
     def format(self, record):
-        rank = getattr(record, "iris_rank", "?")
-        world = getattr(record, "iris_num_ranks", "?")
+        rank = getattr(record, "iris_rank", None)
+        world = getattr(record, "iris_num_ranks", None)
+        if rank is None or world is None:
+            return f"[Iris] {record.getMessage()}"
         return f"[Iris] [{rank}/{world}] {record.getMessage()}"
+
+
+_RankFormatter = IrisFormatter
 
 
 def _level_from_env() -> int:

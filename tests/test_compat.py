@@ -167,3 +167,33 @@ def test_heap_allocate_takes_an_element_count_and_arange_raises_value_errors():
         assert ctx.arange(3, 3).numel() == 0 and ctx.arange(5, 0, -1).tolist() == [5, 4, 3, 2, 1]
     finally:
         ctx.close()
+
+
+def test_out_is_returned_itself_and_a_bad_out_raises_runtime_error():
+    """The original returns ``out`` itself and raises RuntimeError for a wrong ``out=`` (its test_ones,
+    test_arange and test_is_symmetric); ValueError still catches it, as Iris raised before."""
+    ctx = iris.iris(1 << 20)
+    try:
+        out = ctx.heap.allocate(3, torch.int64)
+        assert ctx.arange(3, out=out) is out
+        flat = ctx.zeros(100)
+        assert ctx.zeros(100, out=flat) is flat
+        for bad in (ctx.heap.allocate(4, torch.float32), ctx.heap.allocate(9, torch.int32), torch.ones(3, 3)):
+            with pytest.raises(RuntimeError):
+                ctx.ones(3, 3, dtype=torch.float32, out=bad)
+            with pytest.raises(ValueError):
+                ctx.ones(3, 3, dtype=torch.float32, out=bad)
+    finally:
+        ctx.close()
+
+
+def test_iris_formatter_of_the_original():
+    import logging
+
+    from iris.logging import IrisFormatter
+
+    record = logging.LogRecord("iris", logging.INFO, "", 0, "no rank", (), None)
+    assert IrisFormatter().format(record) == "[Iris] no rank"
+    record = logging.LogRecord("iris", logging.INFO, "", 0, "with rank", (), None)
+    record.iris_rank, record.iris_num_ranks = 2, 4
+    assert IrisFormatter().format(record) == "[Iris] [2/4] with rank"

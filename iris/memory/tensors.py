@@ -33,6 +33,11 @@ def normalize_size(size) -> tuple[int, ...]:
     return tuple(dims)
 
 
+class OutTensorError(ValueError, RuntimeError):
+    """A factory's ``out=`` tensor that cannot hold the result: RuntimeError, as the original raises
+    (and torch for a bad ``out=``), and ValueError, as Iris raised before."""
+
+
 class TensorFactories:
     """Mixin of the Iris context: needs ``self.heap`` (a SymmetricHeap)."""
 
@@ -58,13 +63,13 @@ class TensorFactories:
         if out is None:
             return self.heap.allocate(shape, dtype)
         if not self.is_symmetric(out):
-            raise ValueError("out= must be a tensor on the symmetric heap (made by this Iris context)")
+            raise OutTensorError("out= must be a tensor on the symmetric heap (made by this Iris context)")
         if out.dtype != dtype:
-            raise ValueError(f"out= has dtype {out.dtype}, the result needs {dtype}")
+            raise OutTensorError(f"out= has dtype {out.dtype}, the result needs {dtype}")
         if out.numel() != torch.Size(shape).numel() or not out.is_contiguous():
-            raise ValueError(f"out= has shape {tuple(out.shape)}; it must be contiguous with "
-                             f"{torch.Size(shape).numel()} elements")
-        return out.view(shape)
+            raise OutTensorError(f"out= has shape {tuple(out.shape)}; it must be contiguous with "
+                                 f"{torch.Size(shape).numel()} elements")
+        return out if tuple(out.shape) == tuple(shape) else out.view(shape)  # out itself, as the original
 
     @staticmethod
     def _finish(tensor: torch.Tensor, requires_grad: bool) -> torch.Tensor:
