@@ -61,7 +61,8 @@ class SymmetricHeap:
     def base(self) -> int:
         return self._memory.bases[self._comm.rank]
 
-    def allocate(self, shape: int | tuple[int, ...], dtype: torch.dtype, alignment: int = MIN_ALIGNMENT) -> torch.Tensor:
+    def allocate(self, shape: int | tuple[int, ...], dtype: torch.dtype,
+                 alignment: int = MIN_ALIGNMENT) -> torch.Tensor:
         """A new uninitialized tensor of ``shape`` and ``dtype`` on the heap.
 
         ``shape`` may be a number of elements, as the original's ``heap.allocate(num_elements, dtype)``
