@@ -169,6 +169,7 @@ def _every_all_reduce_variant():
     return seen
 
 
+@pytest.mark.slow  # every variant x dtype x op: the default tier's all_reduce cases are the others here
 def test_every_all_reduce_variant_reduces_every_element(ranks):
     w = ranks.world_size
     for seen in ranks.run(_every_all_reduce_variant):
