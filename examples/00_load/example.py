@@ -12,8 +12,6 @@ rank fills its buffer with values that name the rank, so the result says whose m
 import sys
 from pathlib import Path
 
-import torch
-
 import iris  # before any kernel: on the CPU backend it turns on Triton's interpreter
 import triton
 import triton.language as tl
@@ -79,26 +77,15 @@ def main(args) -> int:
     dtype = utils.torch_dtype(args.datatype)
     n = utils.bytes_to_elements(args.buffer_size, dtype)
     ctx = iris.iris(args.heap_size or 2 * args.buffer_size + (1 << 24))
-    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    rank = ctx.get_rank()
     source_buffer = ctx.zeros(n, dtype=dtype)
     source_buffer.copy_(utils.pattern(n, rank, dtype, source_buffer.device))  # says which rank it is on
     result_buffer = ctx.zeros_like(source_buffer)
     ctx.barrier()
-    matrix = torch.zeros(world, world)
-    ok = True
-    for source_rank in range(world):
-        for destination_rank in range(world):
-            matrix[source_rank, destination_rank], pair_ok = bench_pair(
-                ctx, args, source_rank, destination_rank, source_buffer, result_buffer)
-            ok &= pair_ok
-    utils.print_bandwidth_matrix(ctx, matrix, "load bandwidth, GiB/s (source rank reads destination rank)",
-                                 args.output_file)
-    if args.validate:
-        ok = utils.all_passed(ctx, ok)
-        ctx.log(f"validation {'passed' if ok else 'FAILED'}: every pair of {world} ranks, {n} {args.datatype}")
-    ctx.barrier()
-    ctx.close()
-    return 0 if ok or not args.validate else 1
+    return utils.every_pair(ctx, args, "load bandwidth, GiB/s (source rank reads destination rank)",
+                            lambda source, destination: bench_pair(ctx, args, source, destination,
+                                                                   source_buffer, result_buffer),
+                            f"{n} {args.datatype}")
 
 
 if __name__ == "__main__":

@@ -67,24 +67,12 @@ def main(args) -> int:
     dtype = utils.torch_dtype(args.datatype)
     n = utils.bytes_to_elements(args.buffer_size, dtype)
     ctx = iris.iris(args.heap_size or args.buffer_size + (1 << 24))
-    world = ctx.get_num_ranks()
     result_buffer = ctx.zeros(n, dtype=dtype)
     ctx.barrier()
-    matrix = torch.zeros(world, world)
-    ok = True
-    for source_rank in range(world):
-        for destination_rank in range(world):
-            matrix[source_rank, destination_rank], pair_ok = bench_pair(ctx, args, source_rank, destination_rank,
-                                                                        result_buffer)
-            ok &= pair_ok
-    utils.print_bandwidth_matrix(ctx, matrix, "atomic_add bandwidth, GiB/s (source rank adds into destination rank)",
-                                 args.output_file)
-    if args.validate:
-        ok = utils.all_passed(ctx, ok)
-        ctx.log(f"validation {'passed' if ok else 'FAILED'}: every pair of {world} ranks, {n} {args.datatype}")
-    ctx.barrier()
-    ctx.close()
-    return 0 if ok or not args.validate else 1
+    return utils.every_pair(ctx, args, "atomic_add bandwidth, GiB/s (source rank adds into destination rank)",
+                            lambda source, destination: bench_pair(ctx, args, source, destination,
+                                                                   result_buffer),
+                            f"{n} {args.datatype}")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,25 @@ def all_passed(ctx, ok: bool) -> bool:
     return all(ctx.broadcast(bool(ok), r) for r in range(ctx.get_num_ranks()))
 
 
+def every_pair(ctx, args, label: str, bench_pair, what: str) -> int:
+    """Run ``bench_pair(source_rank, destination_rank) -> (GiB/s, ok)`` for every ordered pair of ranks, print
+    the bandwidth matrix under ``label``, report the validation of ``what`` and close ``ctx``; the exit code."""
+    world = ctx.get_num_ranks()
+    matrix = torch.zeros(world, world)
+    ok = True
+    for source_rank in range(world):
+        for destination_rank in range(world):
+            matrix[source_rank, destination_rank], pair_ok = bench_pair(source_rank, destination_rank)
+            ok &= pair_ok
+    print_bandwidth_matrix(ctx, matrix, label, args.output_file)
+    if args.validate:
+        ok = all_passed(ctx, ok)
+        ctx.log(f"validation {'passed' if ok else 'FAILED'}: every pair of {world} ranks, {what}")
+    ctx.barrier()
+    ctx.close()
+    return 0 if ok or not args.validate else 1
+
+
 def pattern(n: int, rank: int, dtype: torch.dtype, device) -> torch.Tensor:
     """``n`` values that say which rank they came from, exact in every dtype (int8 included):
     ``i % 61 + 3 * rank + 1``, never zero."""
