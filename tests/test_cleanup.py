@@ -95,7 +95,7 @@ def test_ranks_die_with_a_killed_launcher(tmp_path):
         os.unlink(f"/dev/shm/{name}")
 
 
-@pytest.mark.parametrize("timeout", ["0", "-1"])
+@pytest.mark.parametrize("timeout", ["0", pytest.param("-1", marks=pytest.mark.slow)])
 def test_a_timeout_that_is_not_positive_is_refused(timeout):
     proc = subprocess.run([sys.executable, "-m", "iris", "run", "-n", "2", "--timeout", timeout, "x.py"],
                           capture_output=True, text=True)
@@ -246,12 +246,14 @@ def _iris_cleanup() -> str:
     return proc.stdout
 
 
+@pytest.mark.slow
 def test_iris_cleanup_removes_what_dead_ranks_left():
     stale = f"/{shm.SEGMENT_PREFIX}testcleanup_x_1"
     report = _swept_by(_iris_cleanup, stale)
     assert "stale segment(s) removed" in report and not os.path.exists(f"/dev/shm{stale}")
 
 
+@pytest.mark.slow
 def test_a_segfaulting_rank_prints_its_python_stack_and_a_hint(tmp_path):
     script = tmp_path / "crash.py"
     script.write_text(textwrap.dedent("""

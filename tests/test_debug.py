@@ -80,6 +80,7 @@ def test_unsignalled_wait_names_rank_program_address_and_values(tmp_path, how):
     assert "== 1" in line and "last saw 0" in line and "gave up after" in line
 
 
+@pytest.mark.slow
 def test_absent_peer_in_device_barrier_is_named(tmp_path):
     proc = _launch(tmp_path, ABSENT_PEER, {"IRIS_DEBUG": "1"})
     out = proc.stdout + proc.stderr

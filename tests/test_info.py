@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 import triton
 
@@ -41,6 +42,7 @@ def test_info_as_json_holds_the_same_facts():
         assert any(gap["feature"] == "cuda_graph" for gap in facts["gaps"])
 
 
+@pytest.mark.slow
 def test_info_reports_a_setting_it_cannot_read_instead_of_failing():
     proc = _info("--json", IRIS_GRAPH_REPLAY="sometimes", IRIS_HEAP="nvlink")
     assert proc.returncode == 0, proc.stdout + proc.stderr

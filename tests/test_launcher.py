@@ -29,6 +29,7 @@ def test_ranks_get_environment_and_prefixed_output(tmp_path):
         assert f"[rank {r}] world 3 rank {r} job" in proc.stdout
 
 
+@pytest.mark.slow
 def test_first_failure_code_is_returned_and_others_stopped(tmp_path):
     proc, elapsed = _launch(tmp_path, """
         import os, sys, time
@@ -115,6 +116,7 @@ def test_timeout_waits_for_a_slow_stack_dump(tmp_path):
     assert elapsed < 60
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm to look for leftover segments")
 def test_segments_of_a_crashed_rank_are_removed(tmp_path):
     proc, _ = _launch(tmp_path, """
@@ -222,6 +224,7 @@ def test_cpu_bind_gives_each_rank_cores_of_its_own(tmp_path, how):
     assert "[iris run] CPUs: rank 0 " in proc.stdout and ", rank 1 " in proc.stdout, proc.stdout
 
 
+@pytest.mark.slow
 def test_a_bad_cpu_bind_switch_is_refused_by_name(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "iris", "run", "-n", "1", "x.py"],
                           env=dict(os.environ, IRIS_CPU_BIND="sometimes"), capture_output=True, text=True)
