@@ -197,9 +197,8 @@ def test_reduce_ops_at_three_ranks_match_float64(three_ranks, op):
 
 
 def _scatter_by_copies(m, n, k, seeds):
-    """matmul_reduce_scatter with FusedConfig(copy_engine=True), into an (M, N / W) output and into this rank's
-    columns of an (M, N) one (the original's layout): the errors of each call, and the chunks' flags all clear
-    after the last call (the finish clears them for the next call)."""
+    """matmul_reduce_scatter with FusedConfig(copy_engine=True) into an (M, N / W) output: the errors of each
+    call, and the chunks' flags all clear after the last call (the finish clears them for the next call)."""
     ctx = iris.iris(1 << 24)
     rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     config = FusedConfig(copy_engine=True)
@@ -208,19 +207,54 @@ def _scatter_by_copies(m, n, k, seeds):
     for seed in seeds:
         a, b = (t.to(device) for t in shards_of(seed, rank, a_shape, b_shape))
         bias = torch.randn(b_shape[1], generator=torch.Generator().manual_seed(seed))
-        for full in (False, True):
-            width = b_shape[1] // world
-            out = torch.full((m, b_shape[1]) if full else out_shape, float("nan"), device=device)
-            workspace = ctx.ops.matmul_reduce_scatter(out, a, b, bias=bias.to(device), config=config)
-            ctx.barrier()
-            got = out[:, rank * width:(rank + 1) * width] if full else out
-            errors.append(relative_error("matmul_reduce_scatter", got, seed, rank, world, a_shape, b_shape, bias))
-            if full:  # the other columns are left as they were
-                errors.append(0.0 if out[:, :rank * width].isnan().all() and out[:, (rank + 1) * width:].isnan().all()
-                              else float("inf"))
+        out = torch.full(out_shape, float("nan"), device=device)
+        workspace = ctx.ops.matmul_reduce_scatter(out, a, b, bias=bias.to(device), config=config)
+        ctx.barrier()
+        errors.append(relative_error("matmul_reduce_scatter", out, seed, rank, world, a_shape, b_shape, bias))
     clear = not workspace.flags.any().item()
     ctx.close()
     return errors, clear
+
+
+def _in_the_originals_layout(m, n, k, block, seeds, comm_programs):
+    """matmul_reduce_scatter into an (M, N) output: per call, the largest difference from the float64 sum over
+    the ranks at this rank's run of block x block blocks (row-major, blocks // W each, the last rank the rest)
+    and the largest magnitude anywhere else (the original Iris zeroes it)."""
+    ctx = iris.iris(1 << 24)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    config = FusedConfig(block_size_m=block, block_size_n=block, comm_programs=comm_programs)
+    blocks_n = -(-n // block)
+    blocks = -(-m // block) * blocks_n
+    first, count = rank * (blocks // world), blocks // world
+    if rank == world - 1:
+        count = blocks - first
+    mine = torch.zeros(m, n, dtype=torch.bool)
+    for index in range(first, first + count):
+        row, col = divmod(index, blocks_n)
+        mine[row * block:(row + 1) * block, col * block:(col + 1) * block] = True
+    results = []
+    for seed in seeds:
+        shards = [shards_of(seed, r, (m, k), (k, n), torch.float32) for r in range(world)]
+        out = torch.full((m, n), float("nan"), device=device)
+        ctx.ops.matmul_reduce_scatter(out, shards[rank][0].to(device), shards[rank][1].to(device), config=config)
+        ctx.barrier()
+        want = sum(a.double() @ b.double() for a, b in shards)
+        got = out.cpu().double()
+        results.append(((got - want)[mine].abs().max().item() if mine.any() else 0.0,
+                        got[~mine].abs().max().item() if (~mine).any() else 0.0))
+    ctx.close()
+    return results
+
+
+@pytest.mark.parametrize("m,n,block,comm_programs", [(90, 70, 32, 0), (40, 24, 16, 2), (20, 20, 32, 0)])
+def test_matmul_reduce_scatter_into_an_m_by_n_output_gives_each_rank_its_run_of_blocks(ranks, m, n, block,
+                                                                                        comm_programs):
+    """The original Iris's layout (its tests index it by FusedConfig's block sizes, not the kernel's tile): 9
+    blocks of 32 over 2 ranks (4 and 5), 6 of 16 by the communication programs, one block (all to the last
+    rank); zeros outside a rank's run; over calls that reuse the workspace."""
+    for rank, results in enumerate(ranks.run(_in_the_originals_layout, m, n, 24, block, [1, 2], comm_programs)):
+        for inside, outside in results:
+            assert inside <= 1e-3 and outside == 0.0, f"rank {rank}: off by {inside} in its run, {outside} outside"
 
 
 @pytest.mark.parametrize("shape", [(40, 70, 24), (200, 64, 48)])

@@ -3,8 +3,10 @@
 The tensor-parallel row-split layer: every rank holds its K-shard, ``A`` (M, K_r) and ``B``
 (K_r, N), and the result is the sum over ranks of ``A_r @ B_r`` (+ ``bias`` once).
 ``matmul_all_reduce`` gives every rank the whole (M, N) sum; ``matmul_reduce_scatter`` gives rank
-``r`` columns ``[r * N / W, (r + 1) * N / W)``, an (M, N / W) output, or, as the original Iris,
-those columns of a full (M, N) output (the other columns are left as they are).
+``r`` columns ``[r * N / W, (r + 1) * N / W)``, an (M, N / W) output, or, given a full (M, N) output, the
+original Iris's layout: the output cut in ``FusedConfig.block_size_m`` x ``block_size_n`` blocks numbered
+row-major, rank ``r`` gets blocks ``[r * B / W, (r + 1) * B / W)`` of the B blocks (the last rank also the
+rest) and zeros elsewhere.
 
 One persistent kernel per rank; every rank walks the same tiles in the same order, and program
 ``p`` of every rank computes the same tiles, so a program only ever waits for the program of the
@@ -103,6 +105,19 @@ def _owner(tile, programs, count):
 
 
 @triton.jit
+def _in_run(rows, cols, position, count, run_m, run_n, runs_n, per_rank, RUNS: tl.constexpr):
+    """Which elements of a tile belong to the member at ``position`` in the original Iris's reduce_scatter
+    layout (``RUNS``): the (M, N) output cut in ``run_m`` x ``run_n`` blocks numbered row-major, ``per_rank``
+    consecutive blocks to each member, the last member also taking the rest (all of them when there are fewer
+    blocks than members). Without ``RUNS`` every element."""
+    if RUNS:
+        run = (rows[:, None] // run_m) * runs_n + cols[None, :] // run_n
+        owner = tl.where(per_rank > 0, tl.minimum(run // tl.maximum(per_rank, 1), count - 1), count - 1)
+        return owner == position
+    return (rows[:, None] >= 0) & (cols[None, :] >= 0)
+
+
+@triton.jit
 def _receives(tile, tile_n, position, lo, own, programs, count, OWNER: tl.constexpr, BLOCK_N: tl.constexpr):
     """Whether the member at ``position`` (owning columns ``[lo, lo + own)``) gets partials of ``tile``."""
     meets = _meets(tile_n, lo, own, BLOCK_N)
@@ -126,11 +141,14 @@ def _announce(tile, tiles_m, tiles_n, flags, N, width, members, count, index, cu
 
 @triton.jit
 def _finish(tile, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om, stride_on, members,
-            count, index, cur, heap_bases, programs, SCATTER: tl.constexpr, OWNER: tl.constexpr,
-            HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+            count, index, cur, heap_bases, programs, runs, SCATTER: tl.constexpr, OWNER: tl.constexpr,
+            RUNS: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+            GROUP_M: tl.constexpr):
     """If this rank gets partials of ``tile``: wait for every member's slot, sum them in member order,
     write. Under owner-reduce the owner also keeps the sum in its own slot and counts the tile on every
-    other member (:func:`_collect` reads it from there)."""
+    other member (:func:`_collect` reads it from there). In the original's layout (``RUNS``) every member
+    gets the tile's flag; this rank sums its own elements and writes zeros at the others, as the original
+    leaves them."""
     tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
     lo, own = _owned(index, N, width, SCATTER)
     if _receives(tile, tile_n, index, lo, own, programs, count, OWNER, BLOCK_N):
@@ -141,13 +159,17 @@ def _finish(tile, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, widt
         rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
         cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
         mask = (rows[:, None] < M) & (cols[None, :] >= lo) & (cols[None, :] < lo + own)
+        mine = _in_run(rows, cols, index, count, runs[0], runs[1], runs[2], runs[3], RUNS)
         place = rows[:, None].to(tl.int64) * own + (cols[None, :] - lo)
         slot = tl.cast(M, tl.int64) * own
-        total = tl.load(partials + place, mask=mask, volatile=True).to(tl.float32)
+        total = tl.load(partials + place, mask=mask & mine, volatile=True).to(tl.float32)
         for j in range(1, count):
-            total += tl.load(partials + j * slot + place, mask=mask, volatile=True).to(tl.float32)
-        total = add_bias(total, bias, cols, N, HAS_BIAS).to(out.dtype.element_ty)
-        tl.store(out + rows[:, None].to(tl.int64) * stride_om + (cols[None, :] - lo) * stride_on, total, mask=mask)
+            total += tl.load(partials + j * slot + place, mask=mask & mine, volatile=True).to(tl.float32)
+        total = add_bias(total, bias, cols, N, HAS_BIAS)
+        if RUNS:
+            total = tl.where(mine, total, 0.0)
+        tl.store(out + rows[:, None].to(tl.int64) * stride_om + (cols[None, :] - lo) * stride_on,
+                 total.to(out.dtype.element_ty), mask=mask)
         if OWNER:  # every member gets the same bits: the owner's sum, kept in its own slot, read from there
             if rma.ENGINE:  # across nodes the sum goes out instead, as block puts (the reads would not be blocks)
                 store_to_members(partials + index * slot + place, total.to(partials.dtype.element_ty), members,
@@ -185,7 +207,7 @@ def _collect(tile, tiles_m, tiles_n, out, partials, flags, seen, M, N, stride_om
 
 @triton.jit
 def _push(part, tile, rows, cols, tile_n, partials, outbox, M, N, width, members, count, index, cur, heap_bases,
-          programs, SCATTER: tl.constexpr, OWNER: tl.constexpr, BLOCK_N: tl.constexpr):
+          programs, runs, SCATTER: tl.constexpr, OWNER: tl.constexpr, RUNS: tl.constexpr, BLOCK_N: tl.constexpr):
     """Store this rank's partial tile into slot ``index`` of every member that gets partials of it. In a job
     across nodes (the engine path) the tile is stored in this rank's ``outbox`` (an (M, N) heap tensor) first
     and put from there: one block transfer per tile row toward a member on another node, not one engine
@@ -198,6 +220,7 @@ def _push(part, tile, rows, cols, tile_n, partials, outbox, M, N, width, members
         lo, own = _owned(position, N, width, SCATTER)
         if _receives(tile, tile_n, position, lo, own, programs, count, OWNER, BLOCK_N):
             mask = (rows[:, None] < M) & (cols[None, :] >= lo) & (cols[None, :] < lo + own)
+            mask = mask & _in_run(rows, cols, position, count, runs[0], runs[1], runs[2], runs[3], RUNS)
             place = index * (tl.cast(M, tl.int64) * own) + rows[:, None].to(tl.int64) * own + (cols[None, :] - lo)
             if rma.ENGINE:
                 rma.put(mine, partials + place, cur, tl.load(members + position), heap_bases, mask=mask)
@@ -208,13 +231,15 @@ def _push(part, tile, rows, cols, tile_n, partials, outbox, M, N, width, members
 @triton.jit(do_not_specialize=GROUP_ARGS)
 def _matmul_reduce_kernel(a, b, out, bias, partials, outbox, flags, seen, stage, ready, calls, M, N, K, width,
                           stride_am, stride_ak, stride_bk, stride_bn, stride_om, stride_on, members, count, index, cur,
-                          heap_bases, arrivals, expected, SCATTER: tl.constexpr, OWNER: tl.constexpr,
+                          heap_bases, arrivals, expected, run_m, run_n, runs_n, per_rank, SCATTER: tl.constexpr,
+                          OWNER: tl.constexpr, RUNS: tl.constexpr,
                           TRACE: tl.constexpr, TMA: tl.constexpr, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr,
                           WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr, COMM_PROGRAMS: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     tiles = tiles_m * tiles_n
+    runs = (run_m, run_n, runs_n, per_rank)
     pid = tl.program_id(0)
     compute = tl.num_programs(0) - COMM_PROGRAMS  # programs that compute tiles; the rest communicate
     a_tiles = operand(a, M, K, stride_am, TMA, BLOCK_M, BLOCK_K)
@@ -246,13 +271,13 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, outbox, flags, seen, stage,
                 span = trace.start(tracing.PUT, cur, cur, partials, tile_m, tile_n,
                                    BLOCK_M * BLOCK_N * (partials.dtype.element_ty.primitive_bitwidth // 8))
                 _push(acc.to(partials.dtype.element_ty), tile, rows, cols, tile_n, partials, outbox, M, N, width,
-                      members, count, index, cur, heap_bases, compute, SCATTER, OWNER, BLOCK_N)
+                      members, count, index, cur, heap_bases, compute, runs, SCATTER, OWNER, RUNS, BLOCK_N)
                 trace.end(span)
                 if previous >= 0:
                     span = trace.start(tracing.REDUCE, cur, cur, flags + previous, -1, -1, 0)
                     _finish(previous, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om,
-                            stride_on, members, count, index, cur, heap_bases, compute, SCATTER, OWNER, HAS_BIAS,
-                            BLOCK_M, BLOCK_N, GROUP_M)
+                            stride_on, members, count, index, cur, heap_bases, compute, runs, SCATTER, OWNER, RUNS,
+                            HAS_BIAS, BLOCK_M, BLOCK_N, GROUP_M)
                     trace.end(span)
                 if OWNER:
                     if older >= 0:
@@ -267,8 +292,8 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, outbox, flags, seen, stage,
                           compute, SCATTER, OWNER, BLOCK_N, GROUP_M)
                 span = trace.start(tracing.REDUCE, cur, cur, flags + previous, -1, -1, 0)
                 _finish(previous, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om,
-                        stride_on, members, count, index, cur, heap_bases, compute, SCATTER, OWNER, HAS_BIAS,
-                        BLOCK_M, BLOCK_N, GROUP_M)
+                        stride_on, members, count, index, cur, heap_bases, compute, runs, SCATTER, OWNER, RUNS,
+                        HAS_BIAS, BLOCK_M, BLOCK_N, GROUP_M)
                 trace.end(span)
             if OWNER:
                 span = trace.start(tracing.WAIT, cur, cur, flags, -1, -1, 0)
@@ -292,25 +317,32 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, outbox, flags, seen, stage,
             part = tl.load(stage + rows[:, None].to(tl.int64) * N + cols[None, :],
                            mask=(rows[:, None] < M) & (cols[None, :] < N))
             _push(part, tile, rows, cols, tile_n, partials, outbox, M, N, width, members, count, index, cur,
-                  heap_bases, COMM_PROGRAMS, SCATTER, False, BLOCK_N)
+                  heap_bases, COMM_PROGRAMS, runs, SCATTER, False, RUNS, BLOCK_N)
             _announce(tile, tiles_m, tiles_n, flags, N, width, members, count, index, cur, heap_bases, COMM_PROGRAMS,
                       SCATTER, False, BLOCK_N, GROUP_M)
             if previous >= 0:
                 _finish(previous, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om,
-                        stride_on, members, count, index, cur, heap_bases, COMM_PROGRAMS, SCATTER, False, HAS_BIAS,
-                        BLOCK_M, BLOCK_N, GROUP_M)
+                        stride_on, members, count, index, cur, heap_bases, COMM_PROGRAMS, runs, SCATTER, False, RUNS,
+                        HAS_BIAS, BLOCK_M, BLOCK_N, GROUP_M)
             previous = tile
         if previous >= 0:
             _finish(previous, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, width, stride_om, stride_on,
-                    members, count, index, cur, heap_bases, COMM_PROGRAMS, SCATTER, False, HAS_BIAS, BLOCK_M,
-                    BLOCK_N, GROUP_M)
+                    members, count, index, cur, heap_bases, COMM_PROGRAMS, runs, SCATTER, False, RUNS, HAS_BIAS,
+                    BLOCK_M, BLOCK_N, GROUP_M)
+
+
+def in_runs(scatter: bool, output, A, B) -> bool:
+    """Whether a reduce_scatter call asks for the original Iris's layout: an (M, N) output, of which this rank
+    gets its run of ``block_size_m`` x ``block_size_n`` blocks (see :func:`_in_run`) and zeros elsewhere."""
+    shapes = [tuple(getattr(t, "shape", ())) for t in (output, A, B)]
+    return scatter and len(shapes[1]) == len(shapes[2]) == 2 and shapes[0] == (shapes[1][0], shapes[2][1])
 
 
 def problem(what: str, scatter: bool, ctx, output, A, B, config):
     """(key, spec) of one call, whichever way it goes (the pipeline, copies or the fused kernel)."""
     if not scatter and pipelined.chunks(ctx, config, A):
         return pipelined.problem(output, A, B)
-    if sends_by_copies(ctx, config, A, B):
+    if sends_by_copies(ctx, config, A, B) and not in_runs(scatter, output, A, B):
         key, spec, _, _, _ = copy_engine.problem(ctx, output, A, B, config, gather=not scatter)
         return key, spec
     key, spec, _, _ = kernel_problem(what, scatter, ctx, output, A, B, config)
@@ -322,11 +354,12 @@ def kernel_problem(what: str, scatter: bool, ctx, output, A, B, config):
     owns."""
     world = ctx.get_num_ranks()
     M, N = A.shape[0], B.shape[1]
-    width = N // world if scatter else N
+    runs = in_runs(scatter, output, A, B)  # every member's slot holds whole tiles: this rank's elements of them
+    width = N // world if scatter and not runs else N
     tile = _fused.tile(ctx, config, A.dtype, M, N)
     owner = reduces_at_owner(scatter, ctx, config)  # its flags count differently: a workspace of its own
     engine = bool(rma.ENGINE.value)  # the engine path compiled in (a shmem heap): the pushes need an outbox
-    key = (what, M, N, output.dtype, tuple(tile.values()), config.comm_programs, owner, engine)
+    key = (what, M, N, output.dtype, tuple(tile.values()), config.comm_programs, owner, engine, runs)
     tiles = tile_count(M, N, tile)
     spec = {"partials": _fused.Buffer(world * M * width, output.dtype, heap=True),
             "flags": _fused.Buffer(tiles, torch.int64, heap=True, zeroed=True),
@@ -338,6 +371,13 @@ def kernel_problem(what: str, scatter: bool, ctx, output, A, B, config):
                     ready=_fused.Buffer(tiles, torch.int32, heap=False, zeroed=True),
                     calls=_fused.Buffer(1, torch.int64, heap=False, zeroed=True))
     return key, spec, width, tile
+
+
+def _runs_of(ctx, config: FusedConfig, M: int, N: int) -> tuple[int, int, int, int]:
+    """The original's layout (:func:`_in_run`): its block height and width, blocks per row, blocks per rank."""
+    run_m, run_n = config.block_size_m, config.block_size_n
+    runs_n = -(-N // run_n)
+    return run_m, run_n, runs_n, (-(-M // run_m) * runs_n) // ctx.get_num_ranks()
 
 
 def sends_by_copies(ctx, config: FusedConfig, A, B) -> bool:
@@ -363,6 +403,10 @@ def _check(what, ctx, output, A, B, bias, scatter: bool, config: FusedConfig) ->
     if config.pipeline_chunks and config.copy_engine and not scatter:
         raise ValueError(f"{what}: FusedConfig(pipeline_chunks={config.pipeline_chunks} and copy_engine=True): the "
                          "chunks' sums go by iris.ccl.all_reduce, not by copies; pass one or the other")
+    if config.copy_engine and in_runs(scatter, output, A, B):
+        raise ValueError(f"{what}: FusedConfig(copy_engine=True) sends each rank its N / {world} columns, but an "
+                         f"({A.shape[0]}, {B.shape[1]}) output asks for the original Iris's layout (each rank its run "
+                         "of block_size_m x block_size_n blocks): pass an (M, N / W) output, or copy_engine=None")
     if config.copy_engine:  # asked for: refused aloud (None takes the pushes where copies cannot go)
         refusal = copy_engine.obstacle(ctx, config, B.shape[1])
         if refusal:
@@ -373,10 +417,11 @@ def _check(what, ctx, output, A, B, bias, scatter: bool, config: FusedConfig) ->
             raise ValueError(f"{what}: {refusal}")
 
     def output_shape(M, K, N):
+        if in_runs(scatter, output, A, B):
+            return (M, N)
         if scatter and N % world:
             raise ValueError(f"{what}: B has {N} columns, not divisible by the {world} ranks")
-        full = tuple(getattr(output, "shape", ())) == (M, N)  # the original's layout: this rank's columns in place
-        return (M, N // world if scatter and not full else N)
+        return (M, N // world if scatter else N)
 
     _fused.check(what, ctx, output, A, B, bias, output_shape, symmetric_output=False)
 
@@ -394,14 +439,12 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
     config = FusedConfig() if config is None else config
     _check(what, ctx, output, A, B, bias, scatter, config)
     M, N = A.shape[0], B.shape[1]
-    if scatter and output.shape[1] == N:  # a full (M, N) output: write this rank's columns of it
-        width = N // ctx.get_num_ranks()
-        output = output[:, ctx.get_rank() * width:(ctx.get_rank() + 1) * width]
+    runs = in_runs(scatter, output, A, B)
     count = 0 if scatter else pipelined.chunks(ctx, config, A)
     if count:
         return pipelined.run(ctx, output, A, B, bias, count, workspace, config.all_reduce_variant,
                              bool(config.vendor_gemm), config.pipeline_comm_sms)
-    if sends_by_copies(ctx, config, A, B):
+    if sends_by_copies(ctx, config, A, B) and not runs:
         return copy_engine.run(ctx, output, A, B, bias, config, workspace, gather=not scatter)
     key, spec, width, tile = kernel_problem(what, scatter, ctx, output, A, B, config)
     workspace = _fused.workspace_for(ctx, what, key, spec, workspace)
@@ -419,8 +462,8 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
         A, B, output, bias if bias is not None else output, workspace.partials,
         getattr(workspace, "outbox", workspace.partials), workspace.flags, workspace.seen,
         stage, ready, calls, M, N, A.shape[1], width, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
-        output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), SCATTER=scatter,
-        OWNER=reduces_at_owner(scatter, ctx, config), TRACE=ctx.tracing.enabled,
+        output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), *_runs_of(ctx, config, M, N),
+        SCATTER=scatter and not runs, OWNER=reduces_at_owner(scatter, ctx, config), RUNS=runs, TRACE=ctx.tracing.enabled,
         TMA=_fused.tma_loads(ctx, config, A, B), HAS_BIAS=bias is not None,
         UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block,
         COMM_PROGRAMS=comm, **tile)]
