@@ -69,3 +69,12 @@ __all__ = [
     "iris", "load", "logger", "mem", "memset_tensor", "ops", "put", "set_logger_level", "signal", "store",
     "tensor_creation", "tensor_from_ptr", "translate", "wait_until",
 ]
+
+
+def __getattr__(name: str):
+    """``iris.compile`` (the torch.compile ops) is imported on first use: registering them costs an import."""
+    if name == "compile":
+        import importlib
+
+        return importlib.import_module("iris.compile")
+    raise AttributeError(f"module 'iris' has no attribute {name!r}")

@@ -32,8 +32,8 @@ def _has(owner: str, name: str, ctx) -> bool:
         return hasattr(iris.Iris, name) or hasattr(ctx, name)
     if owner == "iris.ccl.CCL":
         return hasattr(iris.ccl.CCL, name)
-    if owner in ("iris.ccl", "iris.ops"):
-        return hasattr(iris.ccl if owner == "iris.ccl" else iris.ops, name)
+    if owner in ("iris.ccl", "iris.ops", "iris.compile"):
+        return hasattr({"iris.ccl": iris.ccl, "iris.ops": iris.ops, "iris.compile": iris.compile}[owner], name)
     config = {"iris.ccl.Config": iris.ccl.Config, "iris.ops.FusedConfig": iris.ops.FusedConfig}[owner]
     return name in {field.name for field in dataclasses.fields(config)}
 
