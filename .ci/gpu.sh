@@ -102,7 +102,7 @@ if [ "${1:-}" = --quick ]; then
     "($gpus GPU(s), $node_ranks ranks on the node, 4 simulated ranks on GPU 0)"
   exit $status
 fi
-step tests python -m pytest tests -q -p no:cacheprovider -m ""
+step tests env IRIS_TEST_WORLDS="${IRIS_TEST_WORLDS:-2,4}" python -m pytest tests -q -p no:cacheprovider -m ""
 if [ "$tag" = sim ]; then
   step conformance4 python -m pytest conformance -q -p no:cacheprovider --ranks 4 --hypothesis-profile thorough
   step conformance8 python -m pytest conformance -q -p no:cacheprovider --ranks 8 --hypothesis-profile thorough

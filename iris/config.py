@@ -79,7 +79,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("IRIS_JOB_ID", "", "set by ``iris run`` and the test harness: names one launch's heap segments"),
     Variable("IRIS_STACKS_ON_SIGUSR1", "", "set by ``iris run``: SIGUSR1 prints the rank's Python stacks"),
     Variable("IRIS_TEST_TIMEOUT", "300", "tests: seconds a test's rank may take before the test fails"),
-    Variable("IRIS_TEST_WORLDS", "2,4", "tests: the world sizes of the ``ranks`` fixture, e.g. ``8``"),
+    Variable("IRIS_TEST_WORLDS", "2", "tests: the world sizes of the ``ranks`` fixture, e.g. ``2,4`` (the 4-rank "
+             "repeats: a core per rank, or simulation on one GPU)"),
     Variable("IRIS_FAILURE_LOG", "",
              "tests: a file where each failing test is named as it fails (``iris.testing.failure_log``)"),
     Variable("IRIS_CONFORMANCE_PROFILE", "smoke",
@@ -299,12 +300,14 @@ def test_timeout_s() -> float:
 
 
 def test_worlds() -> tuple[int, ...]:
-    """IRIS_TEST_WORLDS: the world sizes tests/ runs its rank pools at (default 2 and 4).
+    """IRIS_TEST_WORLDS: the world sizes tests/ runs its rank pools at (default 2; 2 ranks are the default tier's,
+    every other size the slow tier's).
 
-    Example: ``IRIS_SIMULATION=1 IRIS_TEST_WORLDS=8 pytest tests/test_ops.py`` runs the fused ops' tests at
-    8 ranks on one GPU.
+    Example: ``IRIS_TEST_WORLDS=2,4 pytest tests -m ""`` repeats every pooled test at 4 ranks too (on a machine
+    with a core per rank, or ``IRIS_SIMULATION=1`` on one GPU); ``IRIS_SIMULATION=1 IRIS_TEST_WORLDS=8 pytest
+    tests/test_ops.py -m ""`` runs the fused ops' tests at 8 ranks.
     """
-    value = text("IRIS_TEST_WORLDS", "2,4")
+    value = text("IRIS_TEST_WORLDS", "2")
     try:
         worlds = tuple(int(part) for part in value.split(","))
     except ValueError:

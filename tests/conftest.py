@@ -13,7 +13,9 @@ def _world(n: int):
 
 @pytest.fixture(scope="session", params=[_world(n) for n in config.test_worlds()])
 def ranks(request):
-    """A persistent pool of rank processes, one per world size (2 and 4, or IRIS_TEST_WORLDS); the default
+    """A persistent pool of rank processes, one per world size (IRIS_TEST_WORLDS, 2 unless set: 2,4 repeats every
+    pooled test at 4 ranks, a slow-tier run for a machine with a core per rank or a GPU in simulation, not
+    for CI's two cores, where conformance at 4 ranks and the 3-rank pool cover other worlds); the default
     tier runs at 2 ranks only."""
     pool = RankPool(request.param)
     yield pool

@@ -463,8 +463,8 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
         getattr(workspace, "outbox", workspace.partials), workspace.flags, workspace.seen,
         stage, ready, calls, M, N, A.shape[1], width, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
         output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), *_runs_of(ctx, config, M, N),
-        SCATTER=scatter and not runs, OWNER=reduces_at_owner(scatter, ctx, config), RUNS=runs, TRACE=ctx.tracing.enabled,
-        TMA=_fused.tma_loads(ctx, config, A, B), HAS_BIAS=bias is not None,
+        SCATTER=scatter and not runs, OWNER=reduces_at_owner(scatter, ctx, config), RUNS=runs,
+        TRACE=ctx.tracing.enabled, TMA=_fused.tma_loads(ctx, config, A, B), HAS_BIAS=bias is not None,
         UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block,
         COMM_PROGRAMS=comm, **tile)]
     if comm:  # on the stream, after the launch: the next call's tiles carry the next epoch
