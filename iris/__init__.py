@@ -72,9 +72,10 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """``iris.compile`` (the torch.compile ops) is imported on first use: registering them costs an import."""
-    if name == "compile":
+    """``iris.compile`` (the torch.compile ops) and ``iris.inference`` (the engines' all-reduce) are imported on
+    first use: registering the ops costs an import."""
+    if name in ("compile", "inference"):
         import importlib
 
-        return importlib.import_module("iris.compile")
+        return importlib.import_module(f"iris.{name}")
     raise AttributeError(f"module 'iris' has no attribute {name!r}")
