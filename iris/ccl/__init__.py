@@ -24,6 +24,8 @@ Example:
 
 import weakref
 
+import torch
+
 from iris.ccl.config import AUTOTUNE, Config, ReduceOp
 from iris.replay import Plans, value_key
 from iris.team import check_call
@@ -35,6 +37,7 @@ from iris.ccl import all_reduce as _all_reduce
 from iris.ccl import all_to_all as _all_to_all
 from iris.ccl import barrier as _barrier
 from iris.ccl import broadcast as _broadcast
+from iris.ccl import fused_ar_rmsnorm as _fused_ar_rmsnorm
 from iris.ccl import reduce_scatter as _reduce_scatter
 
 __all__ = ["AUTOTUNE", "CCL", "Config", "ReduceOp"]
@@ -110,6 +113,23 @@ class CCL:
         if self._ctx.team.debug:  # every member made this call (the others are checked where not replayed)
             self._check("barrier", locals())
         _barrier.barrier(self._ctx, group=group, async_op=async_op, config=config)
+
+    def all_reduce_rmsnorm(self, partial, residual, weight, eps=1e-6, group=None, async_op=False, config=None,
+                           out=None):
+        """``residual += `` the sum over members of ``partial``; returns ``rmsnorm(residual) * weight``, in one
+        kernel; see :mod:`iris.ccl.fused_ar_rmsnorm`. Given ``out``, repeated calls relaunch their kernel."""
+        key = None
+        if out is not None:
+            key, plan = self._plans.replay_call("all_reduce_rmsnorm", out, partial, residual.data_ptr(),
+                                                residual.shape, residual.dtype, weight.data_ptr(), weight.shape,
+                                                weight.dtype, float(eps), group, async_op, self._tracing.enabled)
+            if plan is not None:
+                return out
+        self._check("all_reduce_rmsnorm", locals())
+        out = torch.empty_like(partial) if out is None else out
+        self._plans.remember(key, _fused_ar_rmsnorm.launch(self._ctx, partial, residual, weight, eps, group,
+                                                           async_op, out))
+        return out
 
     def all_reduce_preamble(self, output_tensor, input_tensor, config=None, workspace=None, group=None):
         """Checks and variant choice done once, for repeated all_reduce calls; see :mod:`iris.ccl.all_reduce`."""

@@ -1,0 +1,107 @@
+"""All-reduce, residual add and RMSNorm in one kernel: ``ctx.ccl.all_reduce_rmsnorm(partial, residual, weight)``.
+
+The step that ends every tensor-parallel transformer block: each rank holds its partial (tokens, hidden) output
+of a row-parallel layer; the sum over ranks is added to the residual stream (in place), and the result is
+normalised, ``out = residual * rsqrt(mean(residual ** 2) + eps) * weight``, row by row.
+
+One launch: its programs pass the group's barrier (every member's partial is ready), then each takes rows:
+reads the row's partial from every member in member order (every rank gets the same bits, as with the
+one_shot all_reduce), rounds the sum to the partial's dtype, adds it to the residual row (stored back in the
+residual's dtype), and writes the normalised row, all in float32 in between; the rows need no second pass over
+memory. Unless ``async_op``, the programs pass the barrier again at the end: no member overwrites its partial
+while another still reads it. Only ``partial`` must be on the symmetric heap.
+
+The original Iris's name and signature (its ``iris/ccl/fused_ar_rmsnorm.py``); it runs an all_reduce and then a
+local kernel, and returns a heap tensor; here the result is a new tensor, or ``out``.
+
+Example:
+    >>> partial = ctx.empty(tokens, hidden, dtype=torch.bfloat16)   # a row-parallel GEMM writes it
+    >>> out = ctx.ccl.all_reduce_rmsnorm(partial, residual, weight, eps=1e-6)   # residual updated in place
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from iris.ccl import _common
+from iris.ccl.reduction import reduce_block
+from iris.device import tracing
+from iris.device.barrier import GROUP_ARGS, enter, leave
+from iris.device.tracing import elements_bytes
+
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@triton.jit(do_not_specialize=GROUP_ARGS)
+def _all_reduce_rmsnorm_kernel(partial, residual, weight, out, tokens, hidden, eps, members, count, index, cur,
+                               heap_bases, arrivals, expected, programs, FUSED: tl.constexpr,
+                               EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr,
+                               TRACE: tl.constexpr, BLOCK_H: tl.constexpr):
+    trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, TRACE)
+    cols = tl.arange(0, BLOCK_H)
+    inside = cols < hidden
+    w = tl.load(weight + cols, mask=inside, other=0.0).to(tl.float32)
+    for row in range(tl.program_id(0), programs, tl.num_programs(0)):
+        span = trace.start(tracing.REDUCE, cur, -1, partial, row, -1, elements_bytes(partial, count * BLOCK_H))
+        offs = tl.cast(row, tl.int64) * hidden + cols
+        reduced = reduce_block(partial, offs, inside, members, count, 0, cur, heap_bases, "sum", tl.float32)
+        reduced = reduced.to(partial.dtype.element_ty).to(tl.float32)  # the all_reduce's own rounding
+        total = tl.load(residual + offs, mask=inside, other=0.0).to(tl.float32) + reduced
+        total = total.to(residual.dtype.element_ty)
+        tl.store(residual + offs, total, mask=inside)
+        total = total.to(tl.float32)
+        scale = tl.rsqrt(tl.sum(total * total, axis=0) / hidden + eps)
+        tl.store(out + offs, (total * scale * w).to(out.dtype.element_ty), mask=inside)
+        trace.end(span)
+    leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
+
+
+def _check(ctx, partial, residual, weight, out, group) -> None:
+    what = "all_reduce_rmsnorm"
+    ctx.team.check_tensor(what, "partial", partial, DTYPES, symmetric=True)
+    if partial.dim() != 2:
+        raise ValueError(f"{what}: partial must be 2-D (tokens, hidden); got shape {tuple(partial.shape)}")
+    ctx.team.check_tensor(what, "residual", residual, DTYPES, symmetric=False)
+    if residual.shape != partial.shape:
+        raise ValueError(f"{what}: residual has shape {tuple(residual.shape)}, partial {tuple(partial.shape)}")
+    ctx.team.check_tensor(what, "weight", weight, DTYPES, symmetric=False)
+    if weight.shape != (partial.shape[1],):
+        raise ValueError(f"{what}: weight must have shape ({partial.shape[1]},) (hidden); got {tuple(weight.shape)}")
+    ctx.team.check_tensor(what, "out", out, DTYPES, symmetric=False)
+    if out.shape != partial.shape:
+        raise ValueError(f"{what}: out has shape {tuple(out.shape)}, partial {tuple(partial.shape)}")
+    ctx.team.participants(group)  # membership, checked
+
+
+def launch(ctx, partial, residual, weight, eps: float, group, async_op: bool, out) -> list:
+    """Check, then launch the kernel (see the module); returns its launches, bound (:mod:`iris.replay`)."""
+    _check(ctx, partial, residual, weight, out, group)
+    members = ctx.team.participants(group)
+    tokens, hidden = partial.shape
+    return _common.run(ctx, group, async_op, True, _all_reduce_rmsnorm_kernel, tokens, partial, residual, weight,
+                       out, tokens, hidden, float(eps), members.tensor, members.size, members.index, ctx.get_rank(),
+                       ctx.get_heap_bases(), BLOCK_H=triton.next_power_of_2(hidden))
+
+
+def all_reduce_rmsnorm(partial, residual, weight, ctx, eps: float = 1e-6, group=None, async_op: bool = False,
+                       config=None, out=None):
+    """``residual += sum over members of partial``; returns ``rmsnorm(residual) * weight`` (see the module).
+
+    Args:
+        partial: (tokens, hidden), bf16/fp16/fp32, on the symmetric heap: this rank's part of the sum.
+        residual: (tokens, hidden), updated in place (need not be on the heap).
+        weight: (hidden,), the RMSNorm scale.
+        ctx: the Iris context.
+        eps: added to the mean square before the reciprocal square root.
+        group: a torch.distributed group (None: every rank).
+        async_op: True leaves out the closing barrier: barrier before writing ``partial`` again.
+        config: accepted for the original's signature (its tile sizes tune its AMD kernels); unused.
+        out: where to write the result (None: a new tensor like ``partial``).
+
+    Example:
+        >>> out = all_reduce_rmsnorm(partial, residual, weight, ctx)   # or ctx.ccl.all_reduce_rmsnorm(...)
+    """
+    return ctx.ccl.all_reduce_rmsnorm(partial, residual, weight, eps=eps, group=group, async_op=async_op,
+                                      config=config, out=out)

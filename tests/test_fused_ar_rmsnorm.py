@@ -1,0 +1,108 @@
+"""ctx.ccl.all_reduce_rmsnorm: all-reduce, residual add and RMSNorm in one kernel, against torch."""
+
+import pytest
+import torch
+
+import iris
+
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 5e-3}
+# The residual: within two units in the last place of its terms, as Triton's interpreter converts float32 to
+# bf16 otherwise than torch (toward zero in the cases seen, where torch rounds to nearest).
+ULP = {torch.float32: 0.0, torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}
+
+
+def _data(seed, rank, tokens, hidden, dtype):
+    g = torch.Generator().manual_seed(seed * 100 + rank)
+    partial = torch.randn(tokens, hidden, generator=g).to(dtype)
+    shared = torch.Generator().manual_seed(seed)  # the residual stream and the weight: the same on every rank
+    residual = torch.randn(tokens, hidden, generator=shared).to(dtype)
+    weight = (1 + 0.1 * torch.randn(hidden, generator=shared)).to(dtype)
+    return partial, residual, weight
+
+
+def _reference(seed, world, tokens, hidden, dtype, eps):
+    """torch: the sum over ranks (rounded to dtype, as an all_reduce returns it), added to the residual in
+    dtype, then RMSNorm in float32 (torch.nn.functional.rms_norm) times the weight; and the magnitude of the
+    two terms of the residual's sum (a rounding of either moves the result by units of its own size)."""
+    parts = [_data(seed, r, tokens, hidden, dtype) for r in range(world)]
+    reduced = sum(p.float() for p, _, _ in parts).to(dtype)
+    residual = parts[0][1] + reduced
+    weight = parts[0][2]
+    out = torch.nn.functional.rms_norm(residual.float(), (hidden,), eps=eps) * weight.float()
+    return residual, out, parts[0][1].float().abs() + reduced.float().abs()
+
+
+def _run(tokens, hidden, dtype, seeds, eps=1e-6, keep_out=False):
+    """Per seed: (residual after the call, output), this rank's; the same heap partial and out for every seed
+    when ``keep_out`` (the replayed path)."""
+    ctx = iris.iris(1 << 24)
+    rank = ctx.get_rank()
+    partial = ctx.empty(tokens, hidden, dtype=dtype)
+    out = torch.empty(tokens, hidden, dtype=dtype) if keep_out else None
+    results = []
+    for seed in seeds:
+        p, residual, weight = _data(seed, rank, tokens, hidden, dtype)
+        ctx.barrier()  # the previous call's readers are done (async_op=False ends with a barrier anyway)
+        partial.copy_(p)
+        got = ctx.ccl.all_reduce_rmsnorm(partial, residual, weight, eps=eps, out=out)
+        results.append((residual.clone(), got.clone()))
+    ctx.close()
+    return results
+
+
+def _check(per_rank, tokens, hidden, dtype, seeds, eps=1e-6):
+    for seed_index, seed in enumerate(seeds):
+        want_residual, want_out, scale = _reference(seed, len(per_rank), tokens, hidden, dtype, eps)
+        for rank, results in enumerate(per_rank):
+            residual, out = results[seed_index]
+            off = (residual.float() - want_residual.float()).abs()
+            assert (off <= 2 * ULP[dtype] * scale).all(), f"rank {rank}, seed {seed}: the residual, off by {off.max()}"
+            error = ((out.double() - want_out.double()).norm() / want_out.double().norm()).item()
+            assert error <= TOLERANCE[dtype], f"rank {rank}, seed {seed}: relative error {error}"
+        assert all(torch.equal(results[seed_index][1], per_rank[0][seed_index][1]) for results in per_rank), \
+            "ranks differ"
+
+
+def test_all_reduce_rmsnorm_matches_torch(ranks):
+    """5 tokens of a hidden size that is not a power of two (masked columns), bf16."""
+    seeds = [1, 2]
+    _check(ranks.run(_run, 5, 100, torch.bfloat16, seeds), 5, 100, torch.bfloat16, seeds)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("tokens,hidden", [(1, 64), (3, 256), (70, 48)])
+def test_all_reduce_rmsnorm_matches_torch_for_every_dtype_and_shape(ranks, dtype, tokens, hidden):
+    """1 token (decode), 3, and 70 (more rows than the interpreter's programs), repeated into the same output
+    (the replayed launch)."""
+    seeds = [3, 4, 5]
+    _check(ranks.run(_run, tokens, hidden, dtype, seeds, keep_out=True), tokens, hidden, dtype, seeds)
+
+
+def _refusals():
+    ctx = iris.iris(1 << 20)
+    partial = ctx.zeros(4, 8)
+    residual, weight = torch.zeros(4, 8), torch.ones(8)
+    calls = {
+        "off the heap": lambda: ctx.ccl.all_reduce_rmsnorm(torch.zeros(4, 8), residual, weight),
+        "weight": lambda: ctx.ccl.all_reduce_rmsnorm(partial, residual, torch.ones(7)),
+        "residual": lambda: ctx.ccl.all_reduce_rmsnorm(partial, torch.zeros(4, 9), weight),
+        "dtype": lambda: ctx.ccl.all_reduce_rmsnorm(ctx.zeros(4, 8, dtype=torch.int32), residual, weight),
+    }
+    messages = {}
+    for name, call in calls.items():
+        try:
+            call()
+            messages[name] = None
+        except (TypeError, ValueError) as exc:
+            messages[name] = str(exc)
+    ctx.close()
+    return messages
+
+
+def test_bad_arguments_are_refused_before_any_launch(ranks):
+    for messages in ranks.run(_refusals):
+        assert "symmetric heap" in messages["off the heap"], messages
+        assert "weight must have shape (8,)" in messages["weight"], messages
+        assert "residual has shape (4, 9)" in messages["residual"], messages
+        assert "dtype int32" in messages["dtype"], messages
