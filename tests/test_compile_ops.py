@@ -25,6 +25,8 @@ def _references(world: int, rank: int) -> dict:
     return {
         "all_reduce": total,
         "all_reduce_max": torch.stack([x.double() for x in xs]).amax(0),
+        "residual": xs[rank].double() * 0.5 + total,
+        "rmsnorm": torch.nn.functional.rms_norm(xs[rank].double() * 0.5 + total, (N,), eps=1e-6),
         "all_gather": torch.cat([x.double() for x in xs]),
         "reduce_scatter_tensor": total[rank * rows:(rank + 1) * rows],
         "all_to_all": torch.cat(chunks, dim=1).double(),
@@ -38,7 +40,10 @@ def _program(x, a, b_own, b_shared):
     """Every functional op once; returns their results by name (the in-place one acts on a copy)."""
     inplace = x.clone()
     torch.ops.iris.all_reduce_(inplace)
+    normed, residual = torch.ops.iris.all_reduce_rmsnorm(x, x * 0.5, torch.ones(x.shape[1], device=x.device))
     return {
+        "rmsnorm": normed,
+        "residual": residual,
         "all_reduce": torch.ops.iris.all_reduce(x),
         "all_reduce_max": torch.ops.iris.all_reduce(x, "max"),
         "all_reduce_": inplace,

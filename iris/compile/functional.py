@@ -16,6 +16,8 @@ CUDA-graph capture (``mode="reduce-overhead"``) records its launches. The ops ac
 ``all_to_all(input)``                      (M, W * N) in and out: chunk ``j`` of rank ``i`` to chunk ``i``
                                            of rank ``j``
 ``broadcast(input, src=0)``                rank ``src``'s ``input`` on every rank
+``all_reduce_rmsnorm(partial, residual,    ``(out, residual + the sum of partial)``, out its RMSNorm times
+weight, eps=1e-6)``                        ``weight`` (``ctx.ccl.all_reduce_rmsnorm``, functional)
 ``matmul_all_reduce(A, B, bias=None)``     and the other fused ops of ``ctx.ops`` (``matmul_reduce_scatter``,
                                            ``all_gather_matmul``, ``matmul_all_gather``,
                                            ``gemm_all_scatter``): their output, in A's dtype
@@ -217,6 +219,21 @@ def _(input, src=0):
     return torch.empty_like(input)
 
 
+@torch.library.custom_op("iris::all_reduce_rmsnorm", mutates_args=())
+def all_reduce_rmsnorm(partial: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                       eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    ctx = get_context()
+    source = _on_heap(ctx, "all_reduce_rmsnorm.partial", partial.contiguous())
+    updated = residual.clone(memory_format=torch.contiguous_format)
+    out = ctx.ccl.all_reduce_rmsnorm(source, updated, weight.contiguous(), eps=eps)
+    return out, updated
+
+
+@all_reduce_rmsnorm.register_fake
+def _(partial, residual, weight, eps=1e-6):
+    return torch.empty_like(partial), torch.empty_like(residual)
+
+
 # The fused ops: (output shape from A (M, K), B (K, N) and the world size W, whether peers write the output).
 _FUSED = {
     "matmul_all_reduce": (lambda M, N, W: (M, N), False),
@@ -255,4 +272,4 @@ for _name in _FUSED:
 del _name
 
 OPS = ("all_reduce", "all_reduce_", "all_gather", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
-       "broadcast", *_FUSED)
+       "broadcast", "all_reduce_rmsnorm", *_FUSED)
