@@ -1,0 +1,141 @@
+"""All-reduce + residual add + RMSNorm, the end of a tensor-parallel transformer block, three ways in one run.
+
+    iris run -n 2 benchmarks/rmsnorm.py [--tokens 1 2 4 ... 512] [--hidden 4096 8192] [--dtype bf16]
+                                        [--iters 50] [--warmup 10] [--validate] [--csv PATH]
+
+For every (tokens, hidden), with the same partial, residual and weight:
+
+    iris.fused        ctx.ccl.all_reduce_rmsnorm: one kernel (iris.ccl.fused_ar_rmsnorm)
+    iris+torch        ctx.ccl.all_reduce of the partial, then torch's residual add and rms_norm
+    nccl+torch        torch.distributed.all_reduce (NCCL; gloo on the CPU backend), then the same torch ops
+
+Each figure is the median per call over --iters samples taken in turns (benchmarks/_results.py); every
+sample starts after a device barrier. --validate first checks that the three give the same output (the
+fused kernel's bits may differ from torch's RMSNorm by its rounding). On the CPU backend it is a smoke
+test, not a figure. Results: a table and a CSV (benchmarks/results/rmsnorm_<gpu>_<W>ranks.csv).
+"""
+
+import os
+
+# NVLink multicast stays off (CONTRIBUTING.md, "On GPUs"); these must be set before torch is imported.
+for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+                      ("NVSHMEM_DISABLE_NVLS", "1")):
+    os.environ.setdefault(_name, _value)
+
+import argparse
+
+import torch
+import torch.distributed as dist
+from _results import (add_csv_argument, check_csv_argument, default_csv, git_commit, interleaved_median_us,
+                      write_csv)
+
+import iris
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def parse_args(gpu: bool) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+                        if gpu else [1, 3])
+    parser.add_argument("--hidden", type=int, nargs="+", default=[4096, 8192] if gpu else [64])
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
+    parser.add_argument("--iters", type=int, default=50 if gpu else 2)
+    parser.add_argument("--warmup", type=int, default=10 if gpu else 1)
+    parser.add_argument("--validate", action="store_true", help="check the three agree before timing")
+    add_csv_argument(parser, "rmsnorm")
+    args = parser.parse_args()
+    check_csv_argument(parser, args, "rmsnorm")
+    if min(args.tokens) < 1 or min(args.hidden) < 1 or args.iters < 1 or args.warmup < 0:
+        parser.error("--tokens, --hidden and --iters must be at least 1, --warmup at least 0")
+    return args
+
+
+class Point:
+    """The buffers of one (tokens, hidden) and the three ways to run the step on them."""
+
+    def __init__(self, ctx, tokens: int, hidden: int, dtype: torch.dtype, eps: float = 1e-6):
+        device, rank = ctx.get_device(), ctx.get_rank()
+        g = torch.Generator().manual_seed(rank)
+        self.ctx, self.eps, self.hidden = ctx, eps, hidden
+        self.partial = ctx.empty(tokens, hidden, dtype=dtype)
+        self.partial.copy_(torch.randn(tokens, hidden, generator=g).to(dtype))
+        self.plain = self.partial.clone()  # NCCL's input: a copy, all_reduced in place
+        shared = torch.Generator().manual_seed(1234)
+        self.residual = torch.randn(tokens, hidden, generator=shared).to(dtype).to(device)
+        self.start = self.residual.clone()
+        self.weight = (1 + 0.1 * torch.randn(hidden, generator=shared)).to(dtype).to(device)
+        self.reduced = ctx.empty(tokens, hidden, dtype=dtype)
+        self.out = torch.empty(tokens, hidden, dtype=dtype, device=device)
+
+    def fused(self):
+        self.ctx.ccl.all_reduce_rmsnorm(self.partial, self.residual, self.weight, eps=self.eps, out=self.out)
+
+    def iris_then_torch(self):
+        self.ctx.ccl.all_reduce(self.reduced, self.partial)
+        self.residual.add_(self.reduced)
+        self.out = torch.nn.functional.rms_norm(self.residual, (self.hidden,), self.weight, self.eps)
+
+    def nccl_then_torch(self):
+        self.plain.copy_(self.partial)
+        dist.all_reduce(self.plain)
+        self.residual.add_(self.plain)
+        self.out = torch.nn.functional.rms_norm(self.residual, (self.hidden,), self.weight, self.eps)
+
+    def check(self) -> list[str]:
+        """One call of each from the same residual: their outputs' relative differences from the first."""
+        outputs = []
+        for fn in (self.fused, self.iris_then_torch, self.nccl_then_torch):
+            self.residual.copy_(self.start)
+            self.ctx.barrier()
+            fn()
+            self.ctx.barrier()
+            outputs.append(self.out.double().clone())
+        problems = []
+        for name, other in zip(("iris+torch", "nccl+torch"), outputs[1:]):
+            error = ((other - outputs[0]).norm() / outputs[0].norm().clamp_min(1e-30)).item()
+            if error > 2e-2:
+                problems.append(f"{name} differs from iris.fused by {error:.3g} (relative)")
+        self.residual.copy_(self.start)
+        return problems
+
+
+def main() -> int:
+    ctx = iris.iris(1 << 30)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    gpu = ctx.backend.name != "cpu"
+    args = parse_args(gpu)
+    dtype = DTYPES[args.dtype]
+    base = {"gpu": torch.cuda.get_device_name(ctx.get_device()) if gpu else "cpu", "backend": ctx.backend.name,
+            "world_size": world, "version": iris.__version__, "commit": git_commit(), "iters": args.iters,
+            "dtype": args.dtype}
+    rows, failed = [], False
+    for hidden in args.hidden:
+        for tokens in args.tokens:
+            point = Point(ctx, tokens, hidden, dtype)
+            if args.validate:
+                problems = point.check()
+                failed |= bool(problems)
+                for problem in problems:
+                    print(f"[rank {rank}] VALIDATION FAILED: tokens {tokens} hidden {hidden}: {problem}")
+            calls = {"iris.fused": point.fused, "iris+torch": point.iris_then_torch,
+                     "nccl+torch": point.nccl_then_torch}
+            times = interleaved_median_us(calls, args.warmup, args.iters, gpu, before_each=ctx.device_barrier,
+                                          agree=lambda b: ctx.broadcast(b, src=0))
+            times = ctx.broadcast(times, src=0)
+            for impl, us in times.items():
+                rows.append({**base, "tokens": tokens, "hidden": hidden, "impl": impl, "us": us})
+            if rank == 0:
+                line = "  ".join(f"{impl} {us:9.2f} us" for impl, us in times.items())
+                print(f"tokens {tokens:4} hidden {hidden:5}  {line}", flush=True)
+    ctx.barrier()
+    if rank == 0:
+        if not gpu:
+            print("note: CPU backend (Triton's interpreter): a smoke test, not a figure")
+        write_csv(rows, args.csv or default_csv("rmsnorm", base["gpu"], world))
+    ctx.close()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

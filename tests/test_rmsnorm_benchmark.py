@@ -1,0 +1,15 @@
+"""benchmarks/rmsnorm.py runs end to end (on the CPU backend: a smoke test, never a timing assertion)."""
+
+import pytest
+
+from benchmark_runs import run_benchmark
+
+pytestmark = pytest.mark.slow  # the slow tier (see pyproject.toml)
+
+
+def test_rmsnorm_benchmark_validates_and_writes_every_row(tmp_path):
+    rows = run_benchmark("rmsnorm.py", 2, "--tokens", "1", "3", "--hidden", "48", "--iters", "1", "--validate",
+                         csv_path=tmp_path / "rmsnorm.csv")
+    assert [(int(r["tokens"]), r["impl"]) for r in rows] == [
+        (tokens, impl) for tokens in (1, 3) for impl in ("iris.fused", "iris+torch", "nccl+torch")]
+    assert all(float(r["us"]) > 0 for r in rows)
