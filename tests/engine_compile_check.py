@@ -111,11 +111,11 @@ def matmul_reduce(scatter, owner, comm_programs=0):
     """_matmul_reduce_kernel's signature and constants (bf16 operands, a small tile, no TMA)."""
     from iris.ops.matmul_all_reduce.kernel import _matmul_reduce_kernel
 
-    ints = {"M", "N", "K", "width", "count", "index", "cur"} | {n for n in _matmul_reduce_kernel.arg_names
-                                                                  if n.startswith("stride")}
+    ints = {"M", "N", "K", "width", "count", "index", "cur", "run_m", "run_n", "runs_n", "per_rank"} | {
+        n for n in _matmul_reduce_kernel.arg_names if n.startswith("stride")}
     kinds = {"flags": "*i64", "seen": "*i64", "ready": "*i32", "calls": "*i64", "members": "*i32",
              "heap_bases": "*i64", "arrivals": "*i64", "expected": "*i64"}
-    constants = {"SCATTER": scatter, "OWNER": owner, "TRACE": False, "TMA": False, "HAS_BIAS": False,
+    constants = {"SCATTER": scatter, "OWNER": owner, "RUNS": False, "TRACE": False, "TMA": False, "HAS_BIAS": False,
                  "UPCAST": False, "WORLD": 2, "BARRIER_BLOCK": 16, "COMM_PROGRAMS": comm_programs, "BLOCK_M": 64,
                  "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 4}
     signature = {n: "i32" if n in ints else kinds.get(n, "*bf16") for n in _matmul_reduce_kernel.arg_names

@@ -492,11 +492,11 @@ def test_a_test_the_heap_provider_asked_for_refuses_is_skipped_with_its_reason(t
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    # (-m "": every tier, so the 4-rank case and the slow example test run too)
+    # (-m "" and IRIS_TEST_WORLDS=2,4: every tier, so the 4-rank case and the slow example test run too)
     cases = ["tests/test_errors.py::test_out_must_match",                       # in the test's process
              "tests/test_host_api.py::test_identity_and_heap_bases",           # the rank pool, 2 and 4 ranks
              "tests/test_examples.py::test_example_validates_on_two_ranks[01_store]"]  # under `iris run`
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"IRIS_TEST_WORLDS": "2,4"}
 
     def pytest_run(*args, heap):
         return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-m", "", "-p", "no:cacheprovider", *args],
