@@ -58,7 +58,7 @@ def _all_reduce_rmsnorm_kernel(partial, residual, weight, out, tokens, hidden, e
     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 
 
-def _check(ctx, partial, residual, weight, out, group) -> None:
+def _check(ctx, partial, residual, weight, out) -> None:
     what = "all_reduce_rmsnorm"
     ctx.team.check_tensor(what, "partial", partial, DTYPES, symmetric=True)
     if partial.dim() != 2:
@@ -72,13 +72,12 @@ def _check(ctx, partial, residual, weight, out, group) -> None:
     ctx.team.check_tensor(what, "out", out, DTYPES, symmetric=False)
     if out.shape != partial.shape:
         raise ValueError(f"{what}: out has shape {tuple(out.shape)}, partial {tuple(partial.shape)}")
-    ctx.team.participants(group)  # membership, checked
 
 
 def launch(ctx, partial, residual, weight, eps: float, group, async_op: bool, out) -> list:
     """Check, then launch the kernel (see the module); returns its launches, bound (:mod:`iris.replay`)."""
-    _check(ctx, partial, residual, weight, out, group)
-    members = ctx.team.participants(group)
+    _check(ctx, partial, residual, weight, out)
+    members = ctx.team.participants(group)  # checks membership too, before any launch
     tokens, hidden = partial.shape
     return _common.run(ctx, group, async_op, True, _all_reduce_rmsnorm_kernel, tokens, partial, residual, weight,
                        out, tokens, hidden, float(eps), members.tensor, members.size, members.index, ctx.get_rank(),

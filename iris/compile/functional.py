@@ -84,11 +84,16 @@ def _kept_buffer(ctx, name: str, shape, dtype: torch.dtype) -> torch.Tensor:
     return buffers[key]
 
 
+def _staged(ctx, name: str, tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s copy in the heap buffer kept for ``name``, its shape and dtype."""
+    return _kept_buffer(ctx, name, tensor.shape, tensor.dtype).copy_(tensor)
+
+
 def _on_heap(ctx, name: str, tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` itself if it is on the heap and contiguous; else its copy in the buffer kept for ``name``."""
+    """``tensor`` itself if it is on the heap and contiguous; else :func:`_staged`."""
     if tensor.is_contiguous() and ctx.is_symmetric(tensor):
         return tensor
-    return _kept_buffer(ctx, name, tensor.shape, tensor.dtype).copy_(tensor)
+    return _staged(ctx, name, tensor)
 
 
 def _reduce_op(name: str, op: str) -> ReduceOp:
@@ -105,10 +110,8 @@ def _world() -> int:
 @torch.library.custom_op("iris::all_reduce", mutates_args=())
 def all_reduce(input: torch.Tensor, op: str = "sum") -> torch.Tensor:
     ctx = get_context()
-    reduce = _reduce_op("all_reduce", op)
-    work = _kept_buffer(ctx, "all_reduce", input.shape, input.dtype)
-    work.copy_(input)
-    ctx.ccl.all_reduce(work, work, op=reduce)
+    work = _staged(ctx, "all_reduce", input)
+    ctx.ccl.all_reduce(work, work, op=_reduce_op("all_reduce", op))
     return work.clone()
 
 
@@ -124,8 +127,7 @@ def all_reduce_(input: torch.Tensor, op: str = "sum") -> None:
     if input.is_contiguous() and ctx.is_symmetric(input):
         ctx.ccl.all_reduce(input, input, op=reduce)
         return
-    work = _kept_buffer(ctx, "all_reduce", input.shape, input.dtype)
-    work.copy_(input)
+    work = _staged(ctx, "all_reduce", input)
     ctx.ccl.all_reduce(work, work, op=reduce)
     input.copy_(work)
 
@@ -208,8 +210,7 @@ def _(input):
 @torch.library.custom_op("iris::broadcast", mutates_args=())
 def broadcast(input: torch.Tensor, src: int = 0) -> torch.Tensor:
     ctx = get_context()
-    work = _kept_buffer(ctx, "broadcast", input.shape, input.dtype)
-    work.copy_(input)
+    work = _staged(ctx, "broadcast", input)
     ctx.ccl.broadcast(work, src=src)
     return work.clone()
 
