@@ -131,8 +131,11 @@ class _Worker:
         self.proc = subprocess.Popen([sys.executable, "-m", "iris.testing.cross_compile", "--worker", target.name],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
 
-    def compile(self, request: dict) -> tuple[str, str]:
+    def send(self, request: dict) -> None:
         _write_frame(self.proc.stdin, request)
+
+    def receive(self, request: dict) -> tuple[str, str]:
+        """The reply to the request sent last."""
         reply = _read_frame(self.proc.stdout)
         if reply is None:
             raise CrossCompileError(f"the cross-compile worker for {request['target']} exited "
@@ -164,16 +167,39 @@ class Gate:
         self._version = hashlib.sha256((triton.__version__ + _digest_files(iris_root.rglob("*.py"))).encode())
 
     def check(self, interpreted_fn, args: tuple, kwargs: dict) -> None:
-        """Compile ``interpreted_fn`` for every target with these launch arguments (cached).
+        """Compile ``interpreted_fn`` for every target with these launch arguments (cached). The targets' compilers
+        (one worker process each) run at once: a launch waits for the slower, not for their sum.
 
         Raises:
             CrossCompileError: it does not compile for a target.
         """
         with self._lock:
-            for target in self.targets:
-                self._check_one(target, interpreted_fn, args, kwargs)
+            compiling = []  # (key, state, job) of the targets sent to their workers, in target order
+            errors = []
+            try:
+                for target in self.targets:
+                    state, work, found = self._look_up(target, interpreted_fn, args, kwargs)
+                    if found is not None:  # compiled before, here or in another process (or refused)
+                        errors.append(found[0])
+                        continue
+                    key, request, marker = work
+                    job = self._start(target, request, marker)
+                    if job is None:  # another process compiled it while this one waited for the lock
+                        state.done[key] = None
+                    else:
+                        compiling.append((key, state, job))
+            finally:  # every job sent is finished and its lock released, whatever went wrong
+                for key, state, job in compiling:
+                    state.done[key] = error = self._finish(job)
+                    errors.append(error)
+        error = next((e for e in errors if e is not None), None)
+        if error is not None:
+            raise CrossCompileError(error)
 
-    def _check_one(self, target: Target, interpreted_fn, args, kwargs) -> None:
+    def _look_up(self, target: Target, interpreted_fn, args, kwargs):
+        """(state, work, found) of one launch for ``target``: ``found`` is ``(error or None,)`` when the launch's
+        specialization was checked already (this process or the cache); else None, and ``work`` is
+        ``(key, request, marker)``: what compiling it takes."""
         from triton import knobs
         from triton.runtime.jit import create_function_from_signature
 
@@ -189,43 +215,60 @@ class Gate:
         bound, specialization, options = state.binders[target](*args, **kwargs)
         key = (target, str(specialization), str(options), _debug_on(), str(self.directory))
         if key in state.done:
-            error = state.done[key]
-        else:
-            options, signature, constexprs, attrs = jit._pack_args(backend, kwargs, bound, specialization, options)
-            fn = interpreted_fn.fn
-            request = dict(target=target.name, module=fn.__module__, qualname=fn.__qualname__,
-                           path=inspect.getsourcefile(fn), signature=signature, constexprs=constexprs, attrs=attrs,
-                           options=options.__dict__, debug=_debug_on())
-            error = self._compile_once(target, request, key[1:4])
-            state.done[key] = error
-        if error is not None:
-            raise CrossCompileError(error)
+            return state, None, (state.done[key],)
+        options, signature, constexprs, attrs = jit._pack_args(backend, kwargs, bound, specialization, options)
+        fn = interpreted_fn.fn
+        request = dict(target=target.name, module=fn.__module__, qualname=fn.__qualname__,
+                       path=inspect.getsourcefile(fn), signature=signature, constexprs=constexprs, attrs=attrs,
+                       options=options.__dict__, debug=_debug_on())
+        marker = self._marker(target, request, key[1:4])
+        if marker.exists():
+            marker.touch()  # checked again now: summary(since=...) counts it
+            state.done[key] = None
+            return state, None, (None,)
+        return state, (key, request, marker), None
 
-    def _compile_once(self, target: Target, request: dict, specialization) -> str | None:
-        """Compile unless this or another process already did; None when it compiles, else the error."""
+    def _marker(self, target: Target, request: dict, specialization) -> Path:
+        """The cache file that says this specialization compiled for ``target`` (any process, any run)."""
         h = self._version.copy()
         h.update(repr((request["module"], request["qualname"], specialization, request["debug"])).encode())
         with contextlib.suppress(OSError, TypeError):
             h.update(Path(request["path"]).read_bytes())
         folder = self.directory / target.name.replace(":", "-")
         folder.mkdir(parents=True, exist_ok=True)
-        marker = folder / f"{h.hexdigest()[:32]}.json"
-        if marker.exists():
-            marker.touch()  # checked again now: summary(since=...) counts it
-            return None
-        with open(marker.with_suffix(".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # one process compiles; the others wait and find the marker
+        return folder / f"{h.hexdigest()[:32]}.json"
+
+    def _start(self, target: Target, request: dict, marker: Path):
+        """Take the specialization's lock (one process compiles it; the others wait and find the marker) and send
+        it to the target's worker; None where the marker appeared meanwhile."""
+        lock = open(marker.with_suffix(".lock"), "w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
             if marker.exists():
+                lock.close()
                 return None
             worker = self._workers.get(target) or self._workers.setdefault(target, _Worker(target))
-            status, message = worker.compile(request)
+            worker.send(request)
+        except BaseException:
+            lock.close()
+            raise
+        return dict(target=target, request=request, marker=marker, lock=lock, worker=worker)
+
+    def _finish(self, job: dict) -> str | None:
+        """The worker's answer to a job :meth:`_start` sent: the marker written (None) or the error; the lock
+        released either way."""
+        try:
+            status, message = job["worker"].receive(job["request"])
+            request, target = job["request"], job["target"]
             kernel = f"{request['module']}.{request['qualname']}"
             if status == "error":
                 return (f"kernel {kernel} does not compile for {target.name} (cross-compile gate, "
                         f"{TARGETS_ENV}):\n{message}")
             record = dict(kernel=kernel, status=status, detail=message, signature=request["signature"])
-            _write_atomically(marker, json.dumps(record, default=str))
-        return None
+            _write_atomically(job["marker"], json.dumps(record, default=str))
+            return None
+        finally:
+            job["lock"].close()
 
     def close(self) -> None:
         for worker in self._workers.values():
