@@ -3,9 +3,10 @@
 Each case draws a collective, a dtype, a shape that the group size and block sizes need not
 divide, and the participating ranks (all, or a torch.distributed group of some of them). Every
 rank knows every rank's input (seeded), so each member checks its own result:
-- all_gather, all_to_all, broadcast move bytes: the result is bit-exact;
-- all_reduce, reduce_scatter: inputs are small multiples of 1/4, so the float32 (int32) accumulation is exact and
-  the result must equal the float64 reference rounded once to the dtype, bit for bit, on every
+- all_gather, all_to_all, broadcast, gather, scatter move bytes: the result is bit-exact (gather's output off
+  its root, like reduce's, keeps the poison it held);
+- all_reduce, reduce_scatter, reduce: inputs are small multiples of 1/4, so the float32 (int32) accumulation
+  is exact and the result must equal the float64 reference rounded once to the dtype, bit for bit, on every
   member (so every member also holds the same bits). all_reduce's atomic, spinlock and ring variants
   keep partial sums in the output's dtype (atomic and spinlock in whatever order members'
   updates land): their inputs are smaller (within +-4), so that every partial sum of up to 8
@@ -28,7 +29,7 @@ from iris.runtime import SELECTED
 
 REDUCE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32)
 MOVE_DTYPES = REDUCE_DTYPES + (torch.float8_e4m3fn, torch.float8_e5m2)
-REDUCING = ("all_reduce", "reduce_scatter")
+REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 # all_reduce variants that round partial sums in the output's dtype (atomic, spinlock: in any order)
 STEPWISE = ("atomic", "spinlock", "ring")
 POISON = 0xA5  # the bytes of reduce_scatter's output that the original layout leaves alone
@@ -39,7 +40,7 @@ def _input(case, rank: int) -> torch.Tensor:
     """Rank ``rank``'s input (CPU): small multiples of 1/4 for reductions, any bit pattern for moves."""
     width = len(case["members"])
     shape = (case["m"], case["n"] * (width if case["op"] == "all_to_all" else 1))
-    if case["op"] == "reduce_scatter" and case["layout"] == "torch":
+    if case["op"] == "scatter" or case["op"] == "reduce_scatter" and case["layout"] == "torch":
         shape = (case["m"] * width, case["n"])
     g = harness.generator(case["seed"], rank, 11)
     count = shape[0] * shape[1]
@@ -52,11 +53,22 @@ def _input(case, rank: int) -> torch.Tensor:
     return data.view(shape)
 
 
+def _poison(shape, dtype) -> torch.Tensor:
+    count = torch.Size(shape).numel()
+    return torch.full((count * element_size(dtype),), POISON, dtype=torch.uint8).view(dtype).view(shape)
+
+
 def _expected(case, rank: int) -> torch.Tensor:
     members, op = case["members"], case["op"]
     inputs = [_input(case, r) for r in members]
     if op == "all_gather":
         return torch.cat(inputs)
+    if op == "gather":
+        gathered = torch.cat(inputs)
+        return gathered if rank == case["root"] else _poison(gathered.shape, case["dtype"])
+    if op == "scatter":
+        me, m = members.index(rank), case["m"]
+        return _input(case, case["root"])[me * m:(me + 1) * m]
     if op == "broadcast":
         return inputs[members.index(case["src"])]
     if op == "all_to_all":
@@ -67,6 +79,8 @@ def _expected(case, rank: int) -> torch.Tensor:
     reduced = reduced.to(case["dtype"])
     if op == "all_reduce":
         return reduced
+    if op == "reduce":
+        return reduced if rank == case["root"] else _poison(reduced.shape, case["dtype"])
     me, width = members.index(rank), len(members)
     if case["layout"] == "torch":
         return reduced[me * case["m"]:(me + 1) * case["m"]]
@@ -116,6 +130,18 @@ def _collective_on_rank(case):
         violations += harness.attempt(ctx.ccl.all_reduce, target, x, op=ReduceOp(case["reduce"]), group=group,
                                       config=config)
         out = target
+    elif op == "reduce":
+        x = harness.region(src_offset, mine.numel(), dtype).view(mine.shape)
+        x.copy_(harness.to_device(mine, device))
+        out = harness.device_poison(expected.numel(), dtype, device).view(expected.shape)
+        violations += harness.attempt(ctx.ccl.reduce, out, x, dst=case["root"], op=ReduceOp(case["reduce"]),
+                                      group=group, config=config)
+    elif op in ("gather", "scatter"):
+        harness.byte_view(out).fill_(POISON)
+        launch = ctx.ccl.gather if op == "gather" else ctx.ccl.scatter
+        root = {"dst" if op == "gather" else "src": case["root"]}
+        violations += harness.attempt(launch, out, harness.to_device(mine, device), group=group, config=config,
+                                      **root)
     elif op == "broadcast":
         out.copy_(harness.to_device(mine, device))
         violations += harness.attempt(ctx.ccl.broadcast, out, src=case["src"], group=group, config=config)
@@ -154,7 +180,8 @@ def _expect_refusal(call, *args, **kwargs) -> list[str]:
 
 @st.composite
 def collective_cases(draw, world_size: int):
-    op = draw(st.sampled_from(("all_gather", "all_to_all", "broadcast", "all_reduce", "reduce_scatter")))
+    op = draw(st.sampled_from(("all_gather", "all_to_all", "broadcast", "all_reduce", "reduce_scatter", "reduce",
+                               "gather", "scatter")))
     dtype = draw(st.sampled_from(REDUCE_DTYPES if op in REDUCING else MOVE_DTYPES))
     everyone = tuple(range(world_size))
     subset = st.lists(st.sampled_from(everyone), min_size=1, unique=True).map(lambda r: tuple(sorted(r)))
@@ -164,6 +191,10 @@ def collective_cases(draw, world_size: int):
                 fused_bytes=draw(st.sampled_from((0, 1 << 20))))  # three launches, or one fused launch
     if op == "broadcast":
         case["src"] = draw(st.sampled_from(members))
+    if op in ("reduce", "gather", "scatter"):
+        case["root"] = draw(st.sampled_from(members))
+    if op == "reduce":
+        case["reduce"] = draw(st.sampled_from(("sum", "max", "min")))
     if op == "all_reduce":
         case.update(reduce=draw(st.sampled_from(("sum", "max", "min"))), in_place=draw(st.booleans()))
         variants = ("two_shot", "push", "ll") if case["in_place"] else ("one_shot", "two_shot", "push", "ll") + STEPWISE
@@ -177,7 +208,8 @@ def collective_cases(draw, world_size: int):
 @settings(max_examples=current().examples(2))
 @given(data=st.data())
 def test_collectives_match_the_float64_reference(world, data):
-    """all_gather, all_to_all, broadcast, all_reduce and reduce_scatter (sum, max, min): any group and shape."""
+    """all_gather, all_to_all, broadcast, gather, scatter, all_reduce, reduce_scatter and reduce (sum, max, min):
+    any group and shape."""
     world.check(_collective_on_rank, data.draw(collective_cases(world.size), label="case"))
 
 
@@ -228,7 +260,8 @@ def _replayed_on_rank(case):
 
 @st.composite
 def replayed_cases(draw, world_size: int):
-    op = draw(st.sampled_from(("all_gather", "all_to_all", "broadcast", "all_reduce", "reduce_scatter")))
+    op = draw(st.sampled_from(("all_gather", "all_to_all", "broadcast", "all_reduce", "reduce_scatter", "reduce",
+                               "gather", "scatter")))
     case = dict(op=op, dtype=draw(st.sampled_from(REDUCE_DTYPES)), members=tuple(range(world_size)),
                 m=draw(st.integers(1, 40)), n=draw(st.integers(1, 70)), block=draw(st.sampled_from((64, 256))),
                 seed=draw(harness.seeds()), fused_bytes=draw(st.sampled_from((0, 1 << 20))),

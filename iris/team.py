@@ -45,6 +45,8 @@ PUSH_PROGRAMS = 128
 # measured with on GPUs).
 LL_WORDS = 128 << 10
 LL_UNPACKED = 32 << 10
+# send/recv's mailbox words per peer (iris.ccl.p2p: posted, offset, bytes, done)
+P2P_WORDS = 4
 
 
 def reserved_layout(world_size: int, engine_path: bool = False) -> ReservedLayout:
@@ -63,6 +65,7 @@ def reserved_layout(world_size: int, engine_path: bool = False) -> ReservedLayou
         ("ccl.push_landing", 2 * world_size * PUSH_BYTES // 8, torch.int64),
         ("ccl.push_flags", 2 * world_size * PUSH_PROGRAMS, torch.int32),
         ("ccl.ll_landing", 2 * world_size * LL_WORDS, torch.int64),  # [half][sender] words: flag | element
+        ("ccl.p2p_mail", world_size * P2P_WORDS, torch.int64),  # [peer][word], see iris.ccl.p2p
         *staging,
         ("engine.scratch", 2, torch.int64),  # what engine calls that move nothing aim at (iris.device.nvshmem)
     ])
@@ -118,6 +121,14 @@ class Team:
         self.ll_landing = heap.region("ccl.ll_landing")
         self.ll_landing.zero_()  # flag 0: no push of the ll variant ever carries it
         self.ll_counts = torch.zeros_like(self.push_counts)
+        # send/recv (iris.ccl.p2p): the mailbox, and local counts of the messages sent to and received from each
+        # peer, and of a send's programs done; the heap's first byte, to address a posted tensor from its offset
+        self.p2p_mail = heap.region("ccl.p2p_mail")
+        self.p2p_mail.zero_()
+        self.p2p_sent = torch.zeros(world_size, dtype=torch.int64, device=heap.device)
+        self.p2p_received = torch.zeros_like(self.p2p_sent)
+        self.p2p_finished = torch.zeros(world_size, dtype=torch.int32, device=heap.device)
+        self.heap_start = heap.start
         self._participants: dict[tuple[int, ...], Participants] = {}
         self.debug = False  # this context's debug mode (ctx.set_debug): cross-rank checks and diagnoses
 

@@ -35,12 +35,22 @@ from iris.team import check_call
 from iris.ccl import all_gather as _all_gather
 from iris.ccl import all_reduce as _all_reduce
 from iris.ccl import all_to_all as _all_to_all
+from iris.ccl import all_to_all_v as _all_to_all_v
 from iris.ccl import barrier as _barrier
 from iris.ccl import broadcast as _broadcast
 from iris.ccl import fused_ar_rmsnorm as _fused_ar_rmsnorm
+from iris.ccl import p2p as _p2p
 from iris.ccl import reduce_scatter as _reduce_scatter
+from iris.ccl import rooted as _rooted
 
 __all__ = ["AUTOTUNE", "CCL", "Config", "ReduceOp"]
+
+
+def _address(value):
+    """A device tensor argument read by the kernels, by address (a list or other value: unhashable, never replayed)."""
+    if type(value) is torch.Tensor:
+        return value.data_ptr(), value.shape, value.dtype, str(value.device)
+    return None if value is None else [value]
 
 
 class CCL:
@@ -87,6 +97,19 @@ class CCL:
             self._plans.remember(key, _all_to_all.all_to_all(output_tensor, input_tensor, self._ctx, group=group,
                                                              async_op=async_op, config=config))
 
+    def all_to_all_v(self, output_tensor, input_tensor, input_splits, output_splits=None, group=None, async_op=False,
+                     config=None):
+        """Rows of ``input_tensor`` to each member by the device counts ``input_splits``; see
+        :func:`iris.ccl.all_to_all_v.all_to_all_v`."""
+        key, plan = self._plans.replay_call("all_to_all_v", output_tensor, input_tensor, _address(input_splits),
+                                            _address(output_splits), group, async_op, value_key(config, Config),
+                                            self._tracing.enabled)
+        if plan is None:
+            self._check("all_to_all_v", locals())
+            self._plans.remember(key, _all_to_all_v.all_to_all_v(output_tensor, input_tensor, self._ctx, input_splits,
+                                                                 output_splits, group=group, async_op=async_op,
+                                                                 config=config))
+
     def broadcast(self, tensor, src=0, group=None, async_op=False, config=None):
         """Rank ``src``'s tensor into every member's; see :func:`iris.ccl.broadcast.broadcast`."""
         key, plan = self._plans.replay_call("broadcast", tensor, None, src, group, async_op, value_key(config, Config),
@@ -107,6 +130,58 @@ class CCL:
             self._plans.remember(key, _reduce_scatter.reduce_scatter(output_tensor, input_tensor, self._ctx, op=op,
                                                                      group=group, async_op=async_op, config=config,
                                                                      workspace=workspace))
+
+    def reduce(self, output_tensor, input_tensor=None, dst=0, op=None, group=None, async_op=False, config=None):
+        """Rank ``dst``'s ``output_tensor`` = ``input_tensor`` (None: ``output_tensor``, in place) reduced over
+        members; see :func:`iris.ccl.rooted.reduce`."""
+        input_tensor = output_tensor if input_tensor is None else input_tensor
+        key, plan = self._plans.replay_call("reduce", output_tensor, input_tensor, dst, op, group, async_op,
+                                            value_key(config, Config), self._tracing.enabled)
+        if plan is None:
+            self._check("reduce", locals())
+            op = ReduceOp.SUM if op is None else op
+            self._plans.remember(key, _rooted.reduce(output_tensor, input_tensor, self._ctx, dst=dst, op=op,
+                                                     group=group, async_op=async_op, config=config))
+
+    def gather(self, output_tensor, input_tensor, dst=0, group=None, async_op=False, config=None):
+        """Each member's (M, N) input into rank ``dst``'s (W*M, N) output; see :func:`iris.ccl.rooted.gather`."""
+        key, plan = self._plans.replay_call("gather", output_tensor, input_tensor, dst, group, async_op,
+                                            value_key(config, Config), self._tracing.enabled)
+        if plan is None:
+            self._check("gather", locals())
+            self._plans.remember(key, _rooted.gather(output_tensor, input_tensor, self._ctx, dst=dst, group=group,
+                                                     async_op=async_op, config=config))
+
+    def scatter(self, output_tensor, input_tensor, src=0, group=None, async_op=False, config=None):
+        """Block i of rank ``src``'s (W*M, N) input into member i's (M, N) output; see
+        :func:`iris.ccl.rooted.scatter`."""
+        key, plan = self._plans.replay_call("scatter", output_tensor, input_tensor, src, group, async_op,
+                                            value_key(config, Config), self._tracing.enabled)
+        if plan is None:
+            self._check("scatter", locals())
+            self._plans.remember(key, _rooted.scatter(output_tensor, input_tensor, self._ctx, src=src, group=group,
+                                                      async_op=async_op, config=config))
+
+    def send(self, tensor, dst, group=None, tag=0, config=None):
+        """Store ``tensor`` into the tensor rank ``dst`` receives into; see :func:`iris.ccl.p2p.send`."""
+        key, plan = self._plans.replay_call("send", tensor, None, dst, group, tag, value_key(config, Config))
+        if plan is None:
+            self._plans.remember(key, _p2p.send(tensor, self._ctx, dst, group=group, tag=tag, config=config))
+
+    def recv(self, tensor, src, group=None, tag=0, config=None):
+        """Receive rank ``src``'s next send into ``tensor`` (on the heap); see :func:`iris.ccl.p2p.recv`."""
+        key, plan = self._plans.replay_call("recv", tensor, None, src, group, tag, value_key(config, Config))
+        if plan is None:
+            self._plans.remember(key, _p2p.recv(tensor, self._ctx, src, group=group, tag=tag, config=config))
+
+    def sendrecv(self, send_tensor, recv_tensor, dst, src, group=None, tag=0, config=None):
+        """Send to ``dst`` and receive from ``src`` at once (the receive posted first); see
+        :func:`iris.ccl.p2p.sendrecv`."""
+        key, plan = self._plans.replay_call("sendrecv", send_tensor, recv_tensor, dst, src, group, tag,
+                                            value_key(config, Config))
+        if plan is None:
+            self._plans.remember(key, _p2p.sendrecv(send_tensor, recv_tensor, self._ctx, dst, src, group=group,
+                                                    tag=tag, config=config))
 
     def barrier(self, group=None, async_op=False, config=None):
         """Every member of ``group`` waits for every other, on the device; see :func:`iris.ccl.barrier.barrier`."""

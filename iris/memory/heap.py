@@ -61,6 +61,11 @@ class SymmetricHeap:
     def base(self) -> int:
         return self._memory.bases[self._comm.rank]
 
+    @property
+    def start(self) -> torch.Tensor:
+        """The heap's first byte (int8, one element): a kernel addresses any heap offset from its pointer."""
+        return self._memory.local[:1]
+
     def allocate(self, shape: int | tuple[int, ...], dtype: torch.dtype,
                  alignment: int = MIN_ALIGNMENT) -> torch.Tensor:
         """A new uninitialized tensor of ``shape`` and ``dtype`` on the heap.

@@ -1,0 +1,115 @@
+"""all_to_all_v (iris.ccl.all_to_all_v): device counts, checked against torch.distributed's all_to_all_single
+with splits on the same data (gloo on the CPU backend); empty and lopsided splits, rows wider than a block,
+replayed calls, fused and not; misuse refused before any launch."""
+
+import pytest
+import torch
+
+import iris
+from iris.ccl import Config
+
+
+def _exchanges(steps):
+    import torch.distributed as dist
+
+    ctx = iris.iris(4 << 20)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    generator = torch.Generator().manual_seed(7)
+    # every rank draws every rank's counts alike, so each knows what it will receive (for torch's call)
+    failures = []
+    for step in range(6):
+        counts = torch.randint(0, 9, (world, world), generator=generator)
+        if step not in steps:
+            continue
+        if step == 1:
+            counts.zero_()  # nothing at all
+        if step == 2:
+            counts[:, 0] = 0  # nobody sends to rank 0
+        if step == 3:
+            counts[:, :] = 0
+            counts[:, world - 1] = 40  # every row to the last rank
+        width = (1, 5, 130)[step % 3]
+        config = Config(block_size=64, fused_bytes=(1 << 20) if step % 2 else 0)
+        rows_in = int(counts[rank].sum())
+        rows_out = int(counts[:, rank].sum())
+        capacity = max(1, int(counts.sum(1).max()))  # the input is allocated alike on every rank (symmetric)
+        x = ctx.empty((capacity, width), dtype=torch.float32)
+        x.copy_(torch.randn(x.shape, generator=generator))
+        out = torch.full((rows_out + 3, width), -5.0, device=device)  # room to spare: the rest stays
+        received = torch.full((world,), -1, dtype=torch.int32, device=device)
+        splits = counts[rank].to(device)
+        ctx.ccl.all_to_all_v(out, x, splits, received, config=config)
+        want = torch.empty(rows_out, width)
+        dist.all_to_all_single(want, x[:rows_in].clone(), counts[:, rank].tolist(), counts[rank].tolist())
+        if not torch.equal(out[:rows_out].cpu(), want) or not bool((out[rows_out:] == -5).all()):
+            failures.append(("rows", step))
+        if received.tolist() != counts[:, rank].tolist():
+            failures.append(("received", step, received.tolist()))
+    ctx.close()
+    return failures
+
+
+def test_all_to_all_v_matches_torchs_all_to_all_single(ranks):
+    for failures in ranks.run(_exchanges, (0,)):
+        assert failures == []
+
+
+@pytest.mark.slow
+def test_all_to_all_v_with_empty_lopsided_and_wide_splits_fused_or_not(ranks):
+    for failures in ranks.run(_exchanges, range(6)):
+        assert failures == []
+
+
+def _replayed_with_new_counts():
+    """The same tensors called again with new counts written into the splits tensor on the device: the replayed
+    launches read the new counts (nothing of them was read on the host)."""
+    ctx = iris.iris(1 << 20)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    x = ctx.empty((4 * world, 2))
+    out = torch.zeros(4 * world, 2, device=device)
+    splits = torch.zeros(world, dtype=torch.int64, device=device)
+    received = torch.zeros(world, dtype=torch.int64, device=device)
+    seen = []
+    for step in range(1, 4):
+        x.copy_((100 * rank + torch.arange(4 * world * 2).reshape(4 * world, 2)).float())
+        splits.fill_(step)  # step rows to every member
+        ctx.ccl.all_to_all_v(out, x, splits, received)
+        seen.append((received.tolist(), out[:step * world].tolist()))
+    ctx.close()
+    return seen
+
+
+def test_replayed_calls_read_the_counts_on_the_device(ranks):
+    results = ranks.run(_replayed_with_new_counts)
+    world = len(results)
+    for rank, seen in enumerate(results):
+        for step, (received, rows) in enumerate(seen, start=1):
+            assert received == [step] * world
+            want = [[float(100 * src + 2 * (rank * step + r)), float(100 * src + 2 * (rank * step + r) + 1)]
+                    for src in range(world) for r in range(step)]
+            assert rows == want, (rank, step)
+
+
+def _misuse():
+    from iris.testing import refusals
+
+    ctx = iris.iris(1 << 20)
+    world, device = ctx.get_num_ranks(), ctx.get_device()
+    x = ctx.zeros(8, 4)
+    splits = torch.ones(world, dtype=torch.int64, device=device)
+    errors = refusals([
+        lambda: ctx.ccl.all_to_all_v(torch.zeros(8, 4, device=device), x.clone(), splits),           # off the heap
+        lambda: ctx.ccl.all_to_all_v(torch.zeros(8, 3, device=device), x, splits),                   # row shape
+        lambda: ctx.ccl.all_to_all_v(torch.zeros(8, 4, device=device), x, splits[:1] if world > 1 else splits[:0]),
+        lambda: ctx.ccl.all_to_all_v(torch.zeros(8, 4, device=device), x, splits.float()),           # dtype
+    ])
+    ctx.close()
+    return errors
+
+
+def test_misuse_is_refused_before_any_launch(ranks):
+    for errors in ranks.run(_misuse):
+        assert "input is not on the symmetric heap" in errors[0], errors
+        assert "rows of one shape and dtype" in errors[1], errors
+        assert "one count per member" in errors[2], errors
+        assert "one count per member" in errors[3], errors
