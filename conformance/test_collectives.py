@@ -260,8 +260,7 @@ def _replayed_on_rank(case):
 
 @st.composite
 def replayed_cases(draw, world_size: int):
-    op = draw(st.sampled_from(("all_gather", "all_to_all", "broadcast", "all_reduce", "reduce_scatter", "reduce",
-                               "gather", "scatter")))
+    op = draw(st.sampled_from(("all_gather", "all_to_all", "broadcast", "all_reduce", "reduce_scatter")))
     case = dict(op=op, dtype=draw(st.sampled_from(REDUCE_DTYPES)), members=tuple(range(world_size)),
                 m=draw(st.integers(1, 40)), n=draw(st.integers(1, 70)), block=draw(st.sampled_from((64, 256))),
                 seed=draw(harness.seeds()), fused_bytes=draw(st.sampled_from((0, 1 << 20))),

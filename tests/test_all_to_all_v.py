@@ -39,8 +39,10 @@ def _exchanges(steps):
         received = torch.full((world,), -1, dtype=torch.int32, device=device)
         splits = counts[rank].to(device)
         ctx.ccl.all_to_all_v(out, x, splits, received, config=config)
-        want = torch.empty(rows_out, width)
-        dist.all_to_all_single(want, x[:rows_in].clone(), counts[:, rank].tolist(), counts[rank].tolist())
+        on = device if dist.get_backend() == "nccl" else "cpu"  # where torch's backend takes tensors
+        want = torch.empty(rows_out, width, device=on)
+        dist.all_to_all_single(want, x[:rows_in].to(on), counts[:, rank].tolist(), counts[rank].tolist())
+        want = want.cpu()
         if not torch.equal(out[:rows_out].cpu(), want) or not bool((out[rows_out:] == -5).all()):
             failures.append(("rows", step))
         if received.tolist() != counts[:, rank].tolist():

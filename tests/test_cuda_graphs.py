@@ -201,3 +201,68 @@ def test_the_fused_ops_side_stream_is_never_the_stream_it_forks_from():
         with torch.cuda.stream(stream):
             assert side_stream(device) != stream
             assert side_stream(device) == side_stream(device)  # the fork's and the join's: one stream
+
+
+def _new_collectives_replayed():
+    """sendrecv around the ring, all_to_all_v with counts rewritten on the device, reduce and gather, captured
+    once and replayed: each replay moves the data written before it (the counts included)."""
+    ctx = iris.iris(1 << 22)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    mine, theirs = ctx.zeros(4096), ctx.zeros(4096)
+    x = ctx.zeros((8 * world, 16))
+    out = torch.zeros(8 * world, 16, device=device)
+    splits = torch.zeros(world, dtype=torch.int64, device=device)
+    received = torch.zeros(world, dtype=torch.int64, device=device)
+    total = ctx.zeros(4096)
+    gathered = ctx.zeros(world * 4096)
+    stream = torch.cuda.Stream()
+
+    def step():
+        ctx.ccl.sendrecv(mine, theirs, dst=(rank + 1) % world, src=(rank - 1) % world)
+        ctx.ccl.all_to_all_v(out, x, splits, received)
+        ctx.ccl.reduce(total, mine, dst=0)
+        ctx.ccl.gather(gathered, mine, dst=world - 1)
+
+    def fill(replay):
+        mine.fill_(100 * replay + rank)
+        splits.fill_(1 + replay % 8)
+        x.copy_((1000 * replay + 100 * rank + torch.arange(8 * world * 16, device=device)).float().view(8 * world, 16))
+
+    ctx.barrier()
+    with torch.cuda.stream(stream):
+        fill(0)
+        step()  # uncaptured: compiles, allocates the kept workspaces
+    stream.synchronize()
+    ctx.barrier()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        step()
+    torch.cuda.synchronize()
+    ctx.barrier()
+    wrong = []
+    for replay in range(1, 6):
+        fill(replay)
+        torch.cuda.synchronize()
+        ctx.barrier()
+        graph.replay()
+        torch.cuda.synchronize()
+        if theirs.unique().tolist() != [float(100 * replay + (rank - 1) % world)]:
+            wrong.append(("sendrecv", replay))
+        k = 1 + replay % 8
+        if received.tolist() != [k] * world:
+            wrong.append(("all_to_all_v counts", replay, received.tolist()))
+        want = torch.cat([1000 * replay + 100 * src + torch.arange(rank * k * 16, (rank + 1) * k * 16).float()
+                          for src in range(world)]).view(-1, 16)
+        if not torch.equal(out[:k * world].cpu(), want):
+            wrong.append(("all_to_all_v rows", replay))
+        if rank == 0 and total.unique().tolist() != [float(sum(100 * replay + r for r in range(world)))]:
+            wrong.append(("reduce", replay))
+        if rank == world - 1 and gathered.view(world, -1)[:, 0].tolist() != [100.0 * replay + r for r in range(world)]:
+            wrong.append(("gather", replay))
+        ctx.barrier()
+    ctx.close()
+    return wrong
+
+
+def test_send_recv_all_to_all_v_reduce_and_gather_replay_from_a_graph(ranks):
+    assert ranks.run(_new_collectives_replayed) == [[]] * ranks.world_size

@@ -37,15 +37,16 @@ def _run(tokens, hidden, dtype, seeds, eps=1e-6, keep_out=False):
     when ``keep_out`` (the replayed path)."""
     ctx = iris.iris(1 << 24)
     rank = ctx.get_rank()
+    device = ctx.get_device()
     partial = ctx.empty(tokens, hidden, dtype=dtype)
-    out = torch.empty(tokens, hidden, dtype=dtype) if keep_out else None
+    out = torch.empty(tokens, hidden, dtype=dtype, device=device) if keep_out else None
     results = []
     for seed in seeds:
-        p, residual, weight = _data(seed, rank, tokens, hidden, dtype)
+        p, residual, weight = (t.to(device) for t in _data(seed, rank, tokens, hidden, dtype))
         ctx.barrier()  # the previous call's readers are done (async_op=False ends with a barrier anyway)
         partial.copy_(p)
         got = ctx.ccl.all_reduce_rmsnorm(partial, residual, weight, eps=eps, out=out)
-        results.append((residual.clone(), got.clone()))
+        results.append((residual.cpu(), got.cpu()))
     ctx.close()
     return results
 
@@ -81,12 +82,13 @@ def test_all_reduce_rmsnorm_matches_torch_for_every_dtype_and_shape(ranks, dtype
 
 def _refusals():
     ctx = iris.iris(1 << 20)
+    device = ctx.get_device()
     partial = ctx.zeros(4, 8)
-    residual, weight = torch.zeros(4, 8), torch.ones(8)
+    residual, weight = torch.zeros(4, 8, device=device), torch.ones(8, device=device)
     calls = {
-        "off the heap": lambda: ctx.ccl.all_reduce_rmsnorm(torch.zeros(4, 8), residual, weight),
-        "weight": lambda: ctx.ccl.all_reduce_rmsnorm(partial, residual, torch.ones(7)),
-        "residual": lambda: ctx.ccl.all_reduce_rmsnorm(partial, torch.zeros(4, 9), weight),
+        "off the heap": lambda: ctx.ccl.all_reduce_rmsnorm(torch.zeros(4, 8, device=device), residual, weight),
+        "weight": lambda: ctx.ccl.all_reduce_rmsnorm(partial, residual, torch.ones(7, device=device)),
+        "residual": lambda: ctx.ccl.all_reduce_rmsnorm(partial, torch.zeros(4, 9, device=device), weight),
         "dtype": lambda: ctx.ccl.all_reduce_rmsnorm(ctx.zeros(4, 8, dtype=torch.int32), residual, weight),
     }
     messages = {}
