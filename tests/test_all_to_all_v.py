@@ -38,7 +38,7 @@ def _exchanges(steps):
         out = torch.full((rows_out + 3, width), -5.0, device=device)  # room to spare: the rest stays
         received = torch.full((world,), -1, dtype=torch.int32, device=device)
         splits = counts[rank].to(device)
-        ctx.ccl.all_to_all_v(out, x, splits, received, config=config)
+        ctx.ccl.all_to_all_v(out, x, splits, recv_counts=received, config=config)
         on = device if dist.get_backend() == "nccl" else "cpu"  # where torch's backend takes tensors
         want = torch.empty(rows_out, width, device=on)
         dist.all_to_all_single(want, x[:rows_in].to(on), counts[:, rank].tolist(), counts[rank].tolist())
@@ -75,7 +75,7 @@ def _replayed_with_new_counts():
     for step in range(1, 4):
         x.copy_((100 * rank + torch.arange(4 * world * 2).reshape(4 * world, 2)).float())
         splits.fill_(step)  # step rows to every member
-        ctx.ccl.all_to_all_v(out, x, splits, received)
+        ctx.ccl.all_to_all_v(out, x, splits, recv_counts=received)
         seen.append((received.tolist(), out[:step * world].tolist()))
     ctx.close()
     return seen
@@ -104,6 +104,9 @@ def _misuse():
         lambda: ctx.ccl.all_to_all_v(torch.zeros(8, 3, device=device), x, splits),                   # row shape
         lambda: ctx.ccl.all_to_all_v(torch.zeros(8, 4, device=device), x, splits[:1] if world > 1 else splits[:0]),
         lambda: ctx.ccl.all_to_all_v(torch.zeros(8, 4, device=device), x, splits.float()),           # dtype
+        lambda: ctx.ccl.all_to_all_v(torch.zeros(8, 4, device=device), x, [9] * world),               # too many
+        lambda: ctx.ccl.all_to_all_v(torch.zeros(8, 4, device=device), x, [1] * world, None, [1] * world,
+                                     [8] * world),                                                     # past output
     ])
     ctx.close()
     return errors
@@ -115,3 +118,5 @@ def test_misuse_is_refused_before_any_launch(ranks):
         assert "rows of one shape and dtype" in errors[1], errors
         assert "one count per member" in errors[2], errors
         assert "one count per member" in errors[3], errors
+        assert "input holds 8" in errors[4], errors
+        assert "output holds 8" in errors[5], errors

@@ -219,7 +219,7 @@ def _new_collectives_replayed():
 
     def step():
         ctx.ccl.sendrecv(mine, theirs, dst=(rank + 1) % world, src=(rank - 1) % world)
-        ctx.ccl.all_to_all_v(out, x, splits, received)
+        ctx.ccl.all_to_all_v(out, x, splits, recv_counts=received)
         ctx.ccl.reduce(total, mine, dst=0)
         ctx.ccl.gather(gathered, mine, dst=world - 1)
 

@@ -97,18 +97,18 @@ class CCL:
             self._plans.remember(key, _all_to_all.all_to_all(output_tensor, input_tensor, self._ctx, group=group,
                                                              async_op=async_op, config=config))
 
-    def all_to_all_v(self, output_tensor, input_tensor, input_splits, output_splits=None, group=None, async_op=False,
-                     config=None):
-        """Rows of ``input_tensor`` to each member by the device counts ``input_splits``; see
+    def all_to_all_v(self, output_tensor, input_tensor, send_counts, send_displs=None, recv_counts=None,
+                     recv_displs=None, group=None, async_op=False, config=None):
+        """Rows of ``input_tensor`` to each member by ``send_counts`` (device tensors or lists); see
         :func:`iris.ccl.all_to_all_v.all_to_all_v`."""
-        key, plan = self._plans.replay_call("all_to_all_v", output_tensor, input_tensor, _address(input_splits),
-                                            _address(output_splits), group, async_op, value_key(config, Config),
-                                            self._tracing.enabled)
+        key, plan = self._plans.replay_call("all_to_all_v", output_tensor, input_tensor, _address(send_counts),
+                                            _address(send_displs), _address(recv_counts), _address(recv_displs),
+                                            group, async_op, value_key(config, Config), self._tracing.enabled)
         if plan is None:
             self._check("all_to_all_v", locals())
-            self._plans.remember(key, _all_to_all_v.all_to_all_v(output_tensor, input_tensor, self._ctx, input_splits,
-                                                                 output_splits, group=group, async_op=async_op,
-                                                                 config=config))
+            self._plans.remember(key, _all_to_all_v.all_to_all_v(output_tensor, input_tensor, self._ctx, send_counts,
+                                                                 send_displs, recv_counts, recv_displs, group=group,
+                                                                 async_op=async_op, config=config))
 
     def broadcast(self, tensor, src=0, group=None, async_op=False, config=None):
         """Rank ``src``'s tensor into every member's; see :func:`iris.ccl.broadcast.broadcast`."""

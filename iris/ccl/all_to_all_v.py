@@ -1,10 +1,11 @@
-"""all_to_all_v: all_to_all with per-member row counts held on the device (no host synchronisation).
+"""all_to_all_v: all_to_all with per-member row counts, which may be held on the device (no host synchronisation).
 
-Like ``torch.distributed.all_to_all_single`` with ``input_split_sizes``, except that the counts are a
-device tensor, so a kernel (a router) can decide them and nothing waits on the host: each member sends
-``input_splits[j]`` rows of its input to member j, the rows for member 0 first, then member 1's, and so on;
-member j's output holds the rows from member 0, then member 1's, and so on, packed; ``output_splits[i]``
-receives how many came from member i. torch symmetric memory's ``all_to_all_vdev`` does the same.
+The original's call, MPI's Alltoallv: ``all_to_all_v(output, input, send_counts, send_displs, recv_counts,
+recv_displs)``; each member sends ``send_counts[j]`` rows of its input (from row ``send_displs[j]``, or packed
+in member order) to member j, which places them at its ``recv_displs[i]`` (or packed in member order). Unlike
+the original, the counts may be a device tensor, so a kernel (a router) can decide them and nothing waits on the
+host: the receivers learn them on the device, and ``recv_counts`` given as a device tensor receives them (as
+torch symmetric memory's ``all_to_all_vdev`` returns its output splits).
 
 How: a first launch publishes this member's counts and where each member's rows start into a small table on
 every member's heap; after the group's barrier each member reads its table and pulls its rows from every
@@ -12,16 +13,17 @@ member's input. So ``input`` is on the symmetric heap; ``output`` may be any dev
 members' sizes differ, so the launch's shape follows the config alone: one launch of PROGRAMS programs that
 runs the group's barriers itself, or (``Config.fused_bytes`` 0) three launches.
 
-Rows that would land past the end of ``output`` are not written (``output_splits`` still says what was
-sent, so a caller can check that their sum fits); counts past the end of ``input`` are cut to what it holds.
+Counts given as lists are checked against the tensors before any launch. Counts on the device cannot be:
+rows that would land past the end of ``output`` are not written (the received counts still say what was
+sent, so a caller can check), and counts past the end of ``input`` are cut to what it holds.
 
 Example:
     >>> world, rank = ctx.get_num_ranks(), ctx.get_rank()
-    >>> splits = torch.full((world,), 2, dtype=torch.int64, device=ctx.get_device())  # 2 rows to each member
+    >>> counts = torch.full((world,), 2, dtype=torch.int64, device=ctx.get_device())  # 2 rows to each member
     >>> x = ctx.full((2 * world, 8), float(rank))
     >>> out = torch.empty(2 * world, 8, device=ctx.get_device())
     >>> received = torch.empty(world, dtype=torch.int64, device=ctx.get_device())
-    >>> ctx.ccl.all_to_all_v(out, x, splits, received)   # out rows 2i, 2i+1 hold i; received == 2 everywhere
+    >>> ctx.ccl.all_to_all_v(out, x, counts, recv_counts=received)   # rows 2i, 2i+1 of out hold i; received: 2s
 """
 
 from __future__ import annotations
@@ -44,13 +46,18 @@ PROGRAMS = 16
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
-def _publish_kernel(splits, rows, table, members, count, index, cur, heap_bases, WORLD: tl.constexpr):
-    """One program: (rows for member j, where they start in this member's input) into slot ``index`` of member
-    j's table, for every member j; counts cut to the ``rows`` the input holds."""
+def _publish_kernel(counts, displs, rows, table, members, count, index, cur, heap_bases, WORLD: tl.constexpr,
+                    DISPLS: tl.constexpr):
+    """One program: (rows for member j, where they start in this member's input: ``displs[j]`` with DISPLS, else
+    packed in member order) into slot ``index`` of member j's table, for every member j; counts cut to the
+    ``rows`` the input holds."""
     j = tl.arange(0, WORLD)
     inside = j < count
-    wanted = tl.maximum(tl.load(splits + j, mask=inside, other=0).to(tl.int64), 0)
-    start = tl.cumsum(wanted, 0) - wanted
+    wanted = tl.maximum(tl.load(counts + j, mask=inside, other=0).to(tl.int64), 0)
+    if DISPLS:
+        start = tl.maximum(tl.load(displs + j, mask=inside, other=0).to(tl.int64), 0)
+    else:
+        start = tl.cumsum(wanted, 0) - wanted
     sent = tl.minimum(wanted, tl.maximum(rows - start, 0))
     for i in range(0, count):
         peer = tl.load(members + i)
@@ -62,75 +69,110 @@ def _publish_kernel(splits, rows, table, members, count, index, cur, heap_bases,
 
 
 @triton.jit
-def _pull(v, programs, trace, src, dst, width, capacity, table, received, members, count, cur, heap_bases,
-          BLOCK: tl.constexpr):
+def _pull(v, programs, trace, src, dst, width, capacity, table, received, caps, displs, members, count, cur,
+          heap_bases, RECEIVED: tl.constexpr, CAPS: tl.constexpr, DISPLS: tl.constexpr, BLOCK: tl.constexpr):
     """Virtual program ``v`` of ``programs``: its share of every member's rows for this member, pulled from
-    that member's ``src`` into their place in ``dst`` (``width`` elements a row, ``capacity`` rows)."""
+    that member's ``src`` into their place in ``dst`` (``width`` elements a row, ``capacity`` rows): at
+    ``displs[i]`` with DISPLS, else packed in member order; at most ``caps[i]`` rows with CAPS. With RECEIVED,
+    ``received[i]`` = the rows member i sent."""
     landed = tl.cast(0, tl.int64)
     for i in range(0, count):
         peer = tl.load(members + i)
         rows = tl.load(table + 2 * i)
         first = tl.load(table + 2 * i + 1)
-        if v == 0:
-            tl.store(received + i, rows.to(received.dtype.element_ty))
-        n = tl.minimum(rows, tl.maximum(capacity - landed, 0)) * width
+        if RECEIVED:
+            if v == 0:
+                tl.store(received + i, rows.to(received.dtype.element_ty))
+        if CAPS:
+            rows = tl.minimum(rows, tl.maximum(tl.load(caps + i).to(tl.int64), 0))
+        if DISPLS:
+            at = tl.maximum(tl.load(displs + i).to(tl.int64), 0)
+        else:
+            at = landed
+        n = tl.minimum(rows, tl.maximum(capacity - at, 0)) * width
         span = trace.start(tracing.GET, cur, peer, src, v, i, elements_bytes(src, n))
         for b in range(v, tl.cdiv(n, BLOCK), programs):
             offs = tl.cast(b, tl.int64) * BLOCK + tl.arange(0, BLOCK)
             mask = offs < n
             data = rma.load(src + first * width + offs, cur, peer, heap_bases, mask=mask)
-            tl.store(dst + landed * width + offs, data, mask=mask)
+            tl.store(dst + at * width + offs, data, mask=mask)
         trace.end(span)
         landed += rows
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
-def _all_to_all_v_kernel(src, dst, width, capacity, table, received, members, count, index, cur, heap_bases,
-                         arrivals, expected, programs, FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr,
-                         WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr, BLOCK: tl.constexpr):
+def _all_to_all_v_kernel(src, dst, width, capacity, table, received, caps, displs, members, count, index, cur,
+                         heap_bases, arrivals, expected, programs, FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr,
+                         WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr,
+                         RECEIVED: tl.constexpr, CAPS: tl.constexpr, DISPLS: tl.constexpr, BLOCK: tl.constexpr):
     trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, TRACE)
     for v in range(tl.program_id(0), programs, tl.num_programs(0)):  # skeleton: iris.device.barrier
-        _pull(v, programs, trace, src, dst, width, capacity, table, received, members, count, cur, heap_bases,
-              BLOCK)
+        _pull(v, programs, trace, src, dst, width, capacity, table, received, caps, displs, members, count, cur,
+              heap_bases, RECEIVED, CAPS, DISPLS, BLOCK)
     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 
 
-def _splits(what: str, name: str, splits, size: int, device) -> torch.Tensor:
-    if not isinstance(splits, torch.Tensor):
+def _counts(what: str, name: str, values, size: int, device) -> torch.Tensor:
+    """``values`` as a (size,) int64/int32 device tensor (a list or tuple of ints is copied there)."""
+    if not isinstance(values, torch.Tensor):
         try:
-            splits = torch.tensor(list(splits), dtype=torch.int64, device=device)
+            values = torch.tensor(list(values), dtype=torch.int64, device=device)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"{what}: {name} must be a device tensor of {size} counts (int64 or int32) or a list of "
-                            f"ints; got {type(splits).__name__}") from exc
-    if splits.dtype not in SPLIT_DTYPES or splits.shape != (size,) or splits.device != device \
-            or not splits.is_contiguous():
+                            f"ints; got {type(values).__name__}") from exc
+    if values.dtype not in SPLIT_DTYPES or values.shape != (size,) or values.device != device \
+            or not values.is_contiguous():
         raise ValueError(f"{what}: {name} must be a contiguous ({size},) int64 or int32 tensor on {device}, one count "
-                         f"per member; got {tuple(splits.shape)} {splits.dtype} on {splits.device}")
-    return splits
+                         f"per member; got {tuple(values.shape)} {values.dtype} on {values.device}")
+    return values
 
 
-def all_to_all_v(output, input, ctx, input_splits, output_splits=None, group=None, async_op=False, config=None):
-    """Rows of ``input`` to each member by ``input_splits`` (device counts); see :mod:`iris.ccl.all_to_all_v`.
+def _host_extent(what: str, counts, displs, rows: int, tensor: str) -> None:
+    """Counts (and displacements) given as host lists: checked against the rows ``tensor`` holds."""
+    if not all(isinstance(v, (list, tuple)) for v in (counts, displs if displs is not None else counts)):
+        return
+    if not all(isinstance(c, int) for c in counts):
+        return
+    starts = list(displs) if displs is not None else [sum(counts[:i]) for i in range(len(counts))]
+    if len(starts) == len(counts) and all(isinstance(d, int) for d in starts):
+        end = max((d + c for d, c in zip(starts, counts) if c > 0), default=0)
+        if end > rows:
+            raise ValueError(f"{what}: the counts {list(counts)} at {starts} reach row {end}; {tensor} holds {rows}")
+
+
+def all_to_all_v(output, input, ctx, send_counts, send_displs=None, recv_counts=None, recv_displs=None, group=None,
+                 async_op=False, config=None):
+    """Rows of ``input`` to each member by ``send_counts`` (the original's signature, MPI's Alltoallv); see
+    :mod:`iris.ccl.all_to_all_v`.
+
+    Counts and displacements count rows of dim 0 (elements of a 1-D tensor). Each may be a device tensor of W
+    int64/int32 values, read on the device (nothing waits on the host, and a graph replays the values current
+    at the replay), or a list of ints (copied to the device on every call, and checked against the tensors
+    first).
 
     Args:
         output: (R_out, ...) any device tensor of this rank, rows of ``input``'s shape and dtype.
         input: (R_in, ...) on the symmetric heap, allocated alike on every member (the same shape: a capacity of
-            rows, of which ``input_splits`` says how many go where); the members read their rows from it.
+            rows, of which the counts say how many go where); the members read their rows from it.
         ctx: the Iris context.
-        input_splits: (W,) int64 or int32 device tensor: rows for each member, in member order (a list of ints
-            is copied to the device first, on every call).
-        output_splits: None, or a (W,) int64/int32 device tensor that receives the rows from each member.
+        send_counts: rows for each member, in member order.
+        send_displs: where each member's rows start in ``input``; None: packed in member order.
+        recv_counts: a device tensor: receives the rows each member sent (written); a list: the most rows to
+            take from each member (the original's expected counts); None: neither.
+        recv_displs: where each member's rows land in ``output``; None: packed in member order.
         group: a torch.distributed group of the participating ranks, or None for all.
         async_op: False: ends with the group's device barrier; True: none (call ``ctx.device_barrier(group)``
             before the next all_to_all_v, or before changing ``input``).
-        config: an :class:`iris.ccl.Config` (``block_size``).
+        config: an :class:`iris.ccl.Config` (``block_size``; ``fused_bytes`` 0: three launches).
 
     Returns:
         The launches, bound (``ctx.ccl`` keeps them to replay the call).
 
     Example:
-        >>> splits = torch.tensor([1, 3], device=ctx.get_device())          # at 2 ranks
-        >>> ctx.ccl.all_to_all_v(out, x, splits, received)
+        >>> counts = torch.tensor([1, 3], device=ctx.get_device())          # at 2 ranks
+        >>> received = torch.empty(2, dtype=torch.int64, device=ctx.get_device())
+        >>> ctx.ccl.all_to_all_v(out, x, counts, recv_counts=received)
+        >>> ctx.ccl.all_to_all_v(out, x, [4, 4], [0, 4], [4, 4], [0, 4])     # the original's call
     """
     config = _common.config_or_default(config)
     what = "all_to_all_v"
@@ -142,20 +184,28 @@ def all_to_all_v(output, input, ctx, input_splits, output_splits=None, group=Non
             or output.dtype != input.dtype:
         raise ValueError(f"{what}: output and input must be (R, ...) rows of one shape and dtype; got output "
                          f"{tuple(output.shape)} {output.dtype}, input {tuple(input.shape)} {input.dtype}")
-    input_splits = _splits(what, "input_splits", input_splits, members.size, team.device)
-    if output_splits is None:
-        output_splits = ctx.ccl.kept_workspace((what, "counts", members.size, str(team.device)),
-                                               lambda: torch.empty(members.size, dtype=torch.int64,
-                                                                   device=team.device))
-    output_splits = _splits(what, "output_splits", output_splits, members.size, team.device)
+    _host_extent(what, send_counts, send_displs, input.shape[0], "input")
+    if recv_counts is not None and not isinstance(recv_counts, torch.Tensor):
+        _host_extent(what, recv_counts, recv_displs, output.shape[0], "output")
+    device, size = team.device, members.size
+    counts = _counts(what, "send_counts", send_counts, size, device)
+    send_at = None if send_displs is None else _counts(what, "send_displs", send_displs, size, device)
+    received = recv_counts if isinstance(recv_counts, torch.Tensor) else None
+    caps = None if recv_counts is None or received is not None else _counts(what, "recv_counts", recv_counts, size,
+                                                                            device)
+    if received is not None:
+        received = _counts(what, "recv_counts", received, size, device)
+    land_at = None if recv_displs is None else _counts(what, "recv_displs", recv_displs, size, device)
     # the table: (rows, first row) from each member; allocated alike on every member (collective calls)
-    table = ctx.ccl.kept_workspace((what, "table", members.size), lambda: ctx.zeros(2 * members.size,
-                                                                                   dtype=torch.int64))
-    width = input[0].numel() if input.shape[0] else max(1, output[0].numel() if output.shape[0] else 1)
-    publish = bind(_publish_kernel, (1,), input_splits, input.shape[0], table, members.tensor, members.size,
-                   members.index, ctx.get_rank(), ctx.get_heap_bases(), WORLD=triton.next_power_of_2(members.size))
+    table = ctx.ccl.kept_workspace((what, "table", size), lambda: ctx.zeros(2 * size, dtype=torch.int64))
+    width = input[0].numel() if input.shape[0] else (output[0].numel() if output.shape[0] else 1)
+    publish = bind(_publish_kernel, (1,), counts, counts if send_at is None else send_at, input.shape[0], table,
+                   members.tensor, size, members.index, ctx.get_rank(), ctx.get_heap_bases(),
+                   WORLD=triton.next_power_of_2(size), DISPLS=send_at is not None)
     publish()
-    return [publish] + _common.run(ctx, group, async_op, config.fused_bytes > 0, _all_to_all_v_kernel,
-                                   PROGRAMS, input, output, width, output.shape[0], table, output_splits,
-                                   members.tensor, members.size, members.index, ctx.get_rank(), ctx.get_heap_bases(),
-                                   BLOCK=config.block_size)
+    return [publish] + _common.run(ctx, group, async_op, config.fused_bytes > 0, _all_to_all_v_kernel, PROGRAMS,
+                                   input, output, width, output.shape[0], table,
+                                   table if received is None else received, table if caps is None else caps,
+                                   table if land_at is None else land_at, members.tensor, size, members.index,
+                                   ctx.get_rank(), ctx.get_heap_bases(), RECEIVED=received is not None,
+                                   CAPS=caps is not None, DISPLS=land_at is not None, BLOCK=config.block_size)
