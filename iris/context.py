@@ -21,7 +21,9 @@ from iris.memory.tensors import TensorFactories
 from iris.runtime import launch_options
 from iris.team import Team, reserved_layout
 
-ALLOCATORS = ("torch",)
+# "vmem" is the original's virtual-memory allocator, which maps an imported tensor into the heap; here it is the
+# same heap as "torch", and as_symmetric copies an imported tensor into it
+ALLOCATORS = ("torch", "vmem")
 
 
 def _job_facts(backend, comm, nodes, device, provider) -> JobFacts:
@@ -63,7 +65,9 @@ class Iris(TensorFactories):
     Args:
         heap_size: bytes of symmetric heap per rank (default 1 GiB).
         allocator_type: ``"torch"``: the heap is one device allocation exposed
-            as a torch tensor (the only allocator of this port).
+            as a torch tensor. ``"vmem"`` (the original's virtual-memory allocator) is accepted and
+            gives the same heap: ``as_symmetric`` then copies an imported tensor into it rather
+            than mapping its memory.
         debug: bound every device wait by IRIS_WAIT_TIMEOUT seconds and raise
             :class:`iris.WaitTimeoutError` naming what was awaited, and check every remote
             access's ranks and pointers (:class:`iris.DeviceAccessError`); also IRIS_DEBUG=1,

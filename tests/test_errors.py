@@ -30,8 +30,8 @@ def test_heap_size_must_be_an_integer(size):
 
 
 def test_unknown_allocator():
-    with pytest.raises(ValueError, match="allocator_type='vmem'.*torch"):
-        iris.iris(1 << 16, allocator_type="vmem")
+    with pytest.raises(ValueError, match="allocator_type='cuda_malloc'.*torch, vmem"):
+        iris.iris(1 << 16, allocator_type="cuda_malloc")
 
 
 def test_heap_overflow_names_requested_and_free_bytes(ctx):
