@@ -72,9 +72,9 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """``iris.compile`` (the torch.compile ops) and ``iris.inference`` (the engines' all-reduce) are imported on
-    first use: registering the ops costs an import."""
-    if name in ("compile", "inference"):
+    """``iris.compile`` (the torch.compile ops), ``iris.inference`` (the engines' all-reduce) and ``iris.x`` (tile
+    collectives for user kernels) are imported on first use: registering the ops costs an import."""
+    if name in ("compile", "inference", "x"):
         import importlib
 
         return importlib.import_module(f"iris.{name}")

@@ -231,7 +231,7 @@ class _InterpretedMethod:
         return self.fn if instance is None else functools.partial(self.fn, instance)
 
 
-def _bind_methods(aggregate_class, source_class) -> None:
+def bind_methods(aggregate_class, source_class) -> None:
     """Give the aggregate its source class's jit methods (bound by hand under the interpreter)."""
     for name, member in vars(source_class).items():
         if not name.startswith("__") and callable(member):
@@ -241,7 +241,7 @@ def _bind_methods(aggregate_class, source_class) -> None:
                 setattr(aggregate_class, name, member)
 
 
-_bind_methods(DeviceContext, _DeviceContext)
-_bind_methods(DeviceTracing, _DeviceTracing)
+bind_methods(DeviceContext, _DeviceContext)
+bind_methods(DeviceTracing, _DeviceTracing)
 
 TritonContext = DeviceContext  # the original's earlier name for it
