@@ -1,0 +1,119 @@
+"""Tile collectives in your own kernel: a GEMM whose epilogue all-reduces each tile with ``iris.x``.
+
+Every rank holds a slice of K (A: M x K_local, B: K_local x N) and computes partial C tiles with ``tl.dot``;
+in the same kernel each tile is published on the symmetric heap (``iris.x.publish_tile``: stored, then its
+flag set with release) and summed with the other ranks' published tiles (``iris.x.all_reduce_one_shot``:
+each peer's tile read once its flag says so), so every rank ends with C = sum of the partial products
+without a separate collective launch. The grid is one program per tile; each waits only on the same tile of
+its peers, which every rank publishes before it waits.
+
+    iris run -n 2 examples/17_gemm_all_reduce_epilogue/example.py --validate
+    python examples/17_gemm_all_reduce_epilogue/example.py --validate --benchmark -r 2
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+import iris
+import iris.x
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for examples/common
+from common import utils  # noqa: E402
+
+
+@triton.jit
+def gemm_all_reduce(a, b, partial, c, locks, context, M, N, K, call, RANK: tl.constexpr, WORLD: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    ctx = iris.DeviceContext.initialize(context, RANK, WORLD)
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        rk = k * BLOCK_K + tl.arange(0, BLOCK_K)
+        x = tl.load(a + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        y = tl.load(b + rk[:, None] * N + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(x, y)
+    # the epilogue: this tile's partial, summed over the ranks
+    tile = iris.x.Tile(pid_m, pid_n, BLOCK_M, BLOCK_N, acc)
+    partials = iris.x.make_tensor_view(partial, M, N, N, 1)
+    output = iris.x.make_tensor_view(c, M, N, N, 1)
+    iris.x.publish_tile(tile, partials, locks, ctx, call)  # flags hold the call's number: nothing to reset
+    iris.x.all_reduce_one_shot(tile, partials, output, locks, ctx, call)
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    cpu = utils.on_cpu()
+    parser.add_argument("-m", type=int, default=64 if cpu else 4096, help="rows of A and C")
+    parser.add_argument("-n", type=int, default=64 if cpu else 4096, help="columns of B and C")
+    parser.add_argument("-k", type=int, default=64 if cpu else 8192, help="K of each rank (its slice)")
+    parser.add_argument("--block", type=int, default=32 if cpu else 128, help="BLOCK_M = BLOCK_N")
+    parser.add_argument("--datatype", default="fp32" if cpu else "bf16", choices=["fp16", "bf16", "fp32"],
+                        help="element type of A, B and C")
+    parser.add_argument("-v", "--validate", action="store_true", help="check C against torch; exit non-zero if wrong")
+    parser.add_argument("--benchmark", action="store_true", help="time it beside torch.matmul + ctx.ccl.all_reduce")
+    parser.add_argument("--num_experiments", type=int, default=2 if cpu else 50, help="timed runs")
+    parser.add_argument("--num_warmup", type=int, default=1 if cpu else 10, help="untimed runs first")
+    return utils.add_common_args(parser).parse_args()
+
+
+def main(args) -> int:
+    dtype, m, n, k = utils.torch_dtype(args.datatype), args.m, args.n, args.k
+    ctx = iris.iris(4 * (m * k + k * n + 3 * m * n) * 4 + (1 << 24))
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    g = torch.Generator().manual_seed(1234 + rank)
+    a = ctx.empty(m, k, dtype=dtype)
+    b = ctx.empty(k, n, dtype=dtype)
+    a.copy_(torch.randn(m, k, generator=g).to(dtype))
+    b.copy_(torch.randn(k, n, generator=g).to(dtype))
+    partial, c = ctx.zeros(m, n, dtype=dtype), ctx.zeros(m, n, dtype=dtype)
+    grid = (triton.cdiv(m, args.block), triton.cdiv(n, args.block))
+    locks = ctx.zeros(grid[0] * grid[1], dtype=torch.int32)
+    calls = [0]
+
+    def fused():
+        calls[0] += 1
+        gemm_all_reduce[grid](a, b, partial, c, locks, ctx.get_device_context(), m, n, k, calls[0], RANK=rank,
+                              WORLD=world, BLOCK_M=args.block, BLOCK_N=args.block, BLOCK_K=32)
+        ctx.device_barrier()  # no rank reuses partial before every peer has read it
+
+    ok = True
+    if args.validate:
+        ctx.barrier()
+        fused()
+        ctx.barrier()
+        products = torch.zeros(m, n, dtype=torch.float64)
+        for r in range(world):  # every rank's partial product, from its seed
+            gr = torch.Generator().manual_seed(1234 + r)
+            ar, br = torch.randn(m, k, generator=gr).to(dtype), torch.randn(k, n, generator=gr).to(dtype)
+            products += ar.double() @ br.double()
+        error = ((c.cpu().double() - products).norm() / products.norm()).item()
+        ok = utils.all_passed(ctx, error < (1e-5 if dtype == torch.float32 else 2e-2))
+        ctx.log(f"GEMM + tile all-reduce of {m} x {n} x {k} per rank: relative error {error:.2e}, validation "
+                f"{'passed' if ok else 'FAILED'}")
+    if args.benchmark:
+        fused_ms = iris.do_bench(fused, ctx.barrier, n_warmup=args.num_warmup, n_repeat=args.num_experiments)
+        out = ctx.empty(m, n, dtype=dtype)
+
+        def separate():
+            torch.matmul(a, b, out=partial)
+            ctx.ccl.all_reduce(out, partial)
+
+        separate_ms = iris.do_bench(separate, ctx.barrier, n_warmup=args.num_warmup, n_repeat=args.num_experiments)
+        if rank == 0:
+            ctx.log_stats(f"GEMM + iris.x epilogue {fused_ms * 1e3:.1f} us, torch.matmul + ctx.ccl.all_reduce "
+                          f"{separate_ms * 1e3:.1f} us ({world} ranks, {m} x {n} x {k} {args.datatype})")
+    ctx.barrier()
+    ctx.close()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(utils.run(main, parse_args()))
