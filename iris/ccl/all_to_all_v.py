@@ -196,8 +196,10 @@ def all_to_all_v(output, input, ctx, send_counts, send_displs=None, recv_counts=
     if received is not None:
         received = _counts(what, "recv_counts", received, size, device)
     land_at = None if recv_displs is None else _counts(what, "recv_displs", recv_displs, size, device)
-    # the table: (rows, first row) from each member; allocated alike on every member (collective calls)
-    table = ctx.ccl.kept_workspace((what, "table", size), lambda: ctx.zeros(2 * size, dtype=torch.int64))
+    # the table: (rows, first row) from each member; allocated alike on every member (collective calls). Left
+    # unset: every member writes its slot on every member before the barrier that the reads follow (zeroing it
+    # here would race with a faster member's first writes, which nothing orders before this rank's fill)
+    table = ctx.ccl.kept_workspace((what, "table", size), lambda: ctx.empty(2 * size, dtype=torch.int64))
     width = input[0].numel() if input.shape[0] else (output[0].numel() if output.shape[0] else 1)
     publish = bind(_publish_kernel, (1,), counts, counts if send_at is None else send_at, input.shape[0], table,
                    members.tensor, size, members.index, ctx.get_rank(), ctx.get_heap_bases(),
