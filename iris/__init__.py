@@ -74,8 +74,10 @@ __all__ = [
 def __getattr__(name: str):
     """``iris.compile`` (the torch.compile ops), ``iris.inference`` (the engines' all-reduce) and ``iris.x`` (tile
     collectives for user kernels) are imported on first use: registering the ops costs an import."""
-    if name in ("compile", "inference", "x"):
-        import importlib
+    import importlib
 
+    if name in ("compile", "inference", "x"):
         return importlib.import_module(f"iris.{name}")
+    if name in ("Tile", "TileView", "TensorView", "make_tensor_view"):  # the original exports iris.x's types here too
+        return getattr(importlib.import_module("iris.x"), name)
     raise AttributeError(f"module 'iris' has no attribute {name!r}")

@@ -9,9 +9,9 @@ torch symmetric memory's ``all_to_all_vdev`` returns its output splits).
 
 How: a first launch publishes this member's counts and where each member's rows start into a small table on
 every member's heap; after the group's barrier each member reads its table and pulls its rows from every
-member's input. So ``input`` is on the symmetric heap; ``output`` may be any device tensor of the rank. The
-members' sizes differ, so the launch's shape follows the config alone: one launch of PROGRAMS programs that
-runs the group's barriers itself, or (``Config.fused_bytes`` 0) three launches.
+member's input. So ``input`` is on the symmetric heap, allocated alike on every member; ``output`` may be any
+device tensor of the rank. The launch's shape follows ``input``, the same on every member: one launch that
+runs the group's barriers itself up to ``Config.fused_bytes``, three above.
 
 Counts given as lists are checked against the tensors before any launch. Counts on the device cannot be:
 rows that would land past the end of ``output`` are not written (the received counts still say what was
@@ -39,10 +39,10 @@ from iris.device.tracing import elements_bytes
 from iris.replay import bind
 
 SPLIT_DTYPES = (torch.int64, torch.int32)
-# The programs of the pulling launch. Every member must launch the same grid and make the same choice of one
-# fused launch or three (iris.device.barrier), and here the sizes differ between members: both follow the
-# config alone (one launch unless Config.fused_bytes is 0).
-PROGRAMS = 16
+# The most programs of the pulling launch. Every member must launch the same grid and make the same choice of
+# one fused launch or three (iris.device.barrier): both follow input, the one tensor of the same shape on every
+# member (counts and outputs differ).
+PROGRAMS = 1024
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
@@ -163,7 +163,7 @@ def all_to_all_v(output, input, ctx, send_counts, send_displs=None, recv_counts=
         group: a torch.distributed group of the participating ranks, or None for all.
         async_op: False: ends with the group's device barrier; True: none (call ``ctx.device_barrier(group)``
             before the next all_to_all_v, or before changing ``input``).
-        config: an :class:`iris.ccl.Config` (``block_size``; ``fused_bytes`` 0: three launches).
+        config: an :class:`iris.ccl.Config` (``block_size``, ``fused_bytes``).
 
     Returns:
         The launches, bound (``ctx.ccl`` keeps them to replay the call).
@@ -205,7 +205,9 @@ def all_to_all_v(output, input, ctx, send_counts, send_displs=None, recv_counts=
                    members.tensor, size, members.index, ctx.get_rank(), ctx.get_heap_bases(),
                    WORLD=triton.next_power_of_2(size), DISPLS=send_at is not None)
     publish()
-    return [publish] + _common.run(ctx, group, async_op, config.fused_bytes > 0, _all_to_all_v_kernel, PROGRAMS,
+    programs = max(1, min(PROGRAMS, triton.cdiv(input.numel(), config.block_size)))
+    return [publish] + _common.run(ctx, group, async_op, _common.fuse(config, input.nbytes), _all_to_all_v_kernel,
+                                   programs,
                                    input, output, width, output.shape[0], table,
                                    table if received is None else received, table if caps is None else caps,
                                    table if land_at is None else land_at, members.tensor, size, members.index,
