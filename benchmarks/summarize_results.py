@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-BENCHMARKS = ("ccl", "latency", "ops", "rma")  # benchmarks/<name>.py, each writing <name>_<gpu>_<N>ranks.csv
+BENCHMARKS = ("all_to_all_v", "ccl", "latency", "ops", "rma", "rmsnorm")  # benchmarks/<name>.py, each writing <name>_<gpu>_<N>ranks.csv
 COMMAND = "python benchmarks/summarize_results.py"
 _NAME = re.compile(rf"^({'|'.join(BENCHMARKS)})_([a-z0-9]+(?:-[a-z0-9]+)*)_([1-9][0-9]*)ranks(\.csv|\.png)$")
 
@@ -217,7 +217,33 @@ def ops_figures(rows: list[dict]) -> str:
     return _markdown(header, data) if data else ""
 
 
-FIGURES = {"ccl": ccl_figures, "latency": latency_figures, "ops": ops_figures, "rma": rma_figures}
+def _side_by_side(rows: list[dict], keys: tuple[str, ...], names: tuple[str, ...], reference: str,
+                  baseline: str) -> str:
+    """One row per ``keys`` value, a µs column per impl (in the CSV's order) and ``baseline`` / ``reference``."""
+    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    times = {(tuple(r[k] for k in keys), r["impl"]): _float(r["us"]) for r in rows}
+    points = list(dict.fromkeys(tuple(r[k] for k in keys) for r in rows))
+    data = []
+    for point in points:
+        ours, theirs = times.get((point, reference)), times.get((point, baseline))
+        data.append([*point, *[_us(times.get((point, impl))) for impl in impls],
+                     _ratio(theirs / ours if ours and theirs else None)])
+    return _markdown([*names, *[f"{impl} (µs)" for impl in impls], f"{baseline} / {reference}"], data)
+
+
+def rmsnorm_figures(rows: list[dict]) -> str:
+    """All-reduce + residual add + RMSNorm per (tokens, hidden): each way's median µs, and Iris all_reduce + torch
+    over the fused kernel."""
+    return _side_by_side(rows, ("tokens", "hidden"), ("tokens", "hidden"), "iris.fused", "iris+torch") if rows else ""
+
+
+def all_to_all_v_figures(rows: list[dict]) -> str:
+    """all_to_all_v per size: Iris with device counts and NCCL with host splits, median µs, and their ratio."""
+    return _side_by_side(rows, ("bytes",), ("bytes per rank",), "iris.device_counts", "nccl.splits") if rows else ""
+
+
+FIGURES = {"all_to_all_v": all_to_all_v_figures, "ccl": ccl_figures, "latency": latency_figures,
+           "ops": ops_figures, "rma": rma_figures, "rmsnorm": rmsnorm_figures}
 
 
 def figures(benchmark: str, results: Path = RESULTS, link=lambda name: name) -> str | None:
