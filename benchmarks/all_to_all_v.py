@@ -100,7 +100,6 @@ def main() -> int:
             line = "  ".join(f"{impl} {us:10.2f} us" for impl, us in times.items())
             print(f"{size:>11} bytes  {line}  iris/nccl {times['nccl.splits'] / times['iris.device_counts']:.2f}x",
                   flush=True)
-        del x, out, ref
     ctx.barrier()
     if rank == 0:
         if not gpu:

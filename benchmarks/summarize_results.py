@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-BENCHMARKS = ("all_to_all_v", "ccl", "latency", "ops", "rma", "rmsnorm")  # benchmarks/<name>.py, each writing <name>_<gpu>_<N>ranks.csv
+# benchmarks/<name>.py, each writing <name>_<gpu>_<N>ranks.csv
+BENCHMARKS = ("all_to_all_v", "ccl", "latency", "ops", "rma", "rmsnorm")
 COMMAND = "python benchmarks/summarize_results.py"
 _NAME = re.compile(rf"^({'|'.join(BENCHMARKS)})_([a-z0-9]+(?:-[a-z0-9]+)*)_([1-9][0-9]*)ranks(\.csv|\.png)$")
 
