@@ -282,3 +282,60 @@ def replayed_cases(draw, world_size: int):
 def test_collectives_replayed_in_a_cuda_graph_match_the_reference(world, graphs, data):
     """Every collective, captured in a CUDA graph with its barriers, gives the reference result on every replay."""
     world.check(_replayed_on_rank, data.draw(replayed_cases(world.size), label="case"))
+
+
+def _all_to_all_v_on_rank(case):
+    """all_to_all_v with the case's count matrix (``counts[i][j]``: rows member i sends member j), packed."""
+    ctx = harness.context()
+    rank, device = ctx.get_rank(), ctx.get_device()
+    members, dtype, width, counts = case["members"], case["dtype"], case["width"], case["counts"]
+    harness.fill_arena(case["seed"])
+    group = harness.group(members)
+    if rank not in members:
+        return harness.Verdict([])
+    me, size = members.index(rank), len(members)
+    capacity = max(sum(row) for row in counts) + case["slack"]  # every member allocates the same input
+
+    def input_of(i):
+        return values(dtype, capacity * width, harness.generator(case["seed"], members[i], 13)).view(capacity, width)
+
+    x = harness.region(0, capacity * width, dtype).view(capacity, width)
+    x.copy_(harness.to_device(input_of(me), device))
+    landed = sum(counts[i][me] for i in range(size))
+    out = harness.device_poison((landed + case["slack"]) * width, dtype, device).view(-1, width)
+    send = torch.tensor(counts[me], dtype=torch.int64, device=device) if case["device_counts"] else counts[me]
+    received = torch.full((size,), -1, dtype=torch.int64, device=device)
+    violations = harness.attempt(ctx.ccl.all_to_all_v, out, x, send, recv_counts=received, group=group,
+                                 config=Config(block_size=case["block"], fused_bytes=case["fused_bytes"]))
+    ctx.device_barrier(group)
+    blocks = [input_of(i)[sum(counts[i][:me]):sum(counts[i][:me]) + counts[i][me]] for i in range(size)]
+    want = torch.cat(blocks + [harness.device_poison(case["slack"] * width, dtype, "cpu").view(-1, width)])
+    size_of = element_size(dtype)
+    got = harness.byte_view(harness.to_device(out, "cpu")).view(-1, size_of)
+    wrong = int((got != harness.byte_view(want).view(-1, size_of)).any(1).sum())
+    if wrong and not violations:
+        violations.append(f"{wrong} of {want.numel()} elements wrong")
+    if not violations and received.tolist() != [counts[i][me] for i in range(size)]:
+        violations.append(f"received counts {received.tolist()}, sent {[counts[i][me] for i in range(size)]}")
+    return harness.Verdict(violations)
+
+
+@st.composite
+def all_to_all_v_cases(draw, world_size: int):
+    everyone = tuple(range(world_size))
+    subset = st.lists(st.sampled_from(everyone), min_size=1, unique=True).map(lambda r: tuple(sorted(r)))
+    members = draw(st.one_of(st.just(everyone), subset))
+    size = len(members)
+    row = st.lists(st.integers(0, 12), min_size=size, max_size=size)
+    return dict(members=members, counts=draw(st.lists(row, min_size=size, max_size=size)),
+                width=draw(st.integers(1, 40)), dtype=draw(st.sampled_from(MOVE_DTYPES)), seed=draw(harness.seeds()),
+                block=draw(st.sampled_from((64, 256))), fused_bytes=draw(st.sampled_from((0, 1 << 20))),
+                slack=draw(st.integers(0, 3)), device_counts=draw(st.booleans()))
+
+
+@settings(max_examples=current().examples(1))
+@given(data=st.data())
+def test_all_to_all_v_matches_the_reference(world, data):
+    """all_to_all_v: any count matrix (empty rows included), row width, dtype and group; counts on the device or in
+    lists; the received counts on the device."""
+    world.check(_all_to_all_v_on_rank, data.draw(all_to_all_v_cases(world.size), label="case"))

@@ -7,11 +7,11 @@ the original, the counts may be a device tensor, so a kernel (a router) can deci
 host: the receivers learn them on the device, and ``recv_counts`` given as a device tensor receives them (as
 torch symmetric memory's ``all_to_all_vdev`` returns its output splits).
 
-How: a first launch publishes this member's counts and where each member's rows start into a small table on
-every member's heap; after the group's barrier each member reads its table and pulls its rows from every
-member's input. So ``input`` is on the symmetric heap, allocated alike on every member; ``output`` may be any
-device tensor of the rank. The launch's shape follows ``input``, the same on every member: one launch that
-runs the group's barriers itself up to ``Config.fused_bytes``, three above.
+How: a first launch publishes this member's counts and where each member's rows start into a small table in
+every member's heap (its reserved tail); after the group's barrier each member reads its table and pulls its
+rows from every member's input. So ``input`` is on the symmetric heap, allocated alike on every member;
+``output`` may be any device tensor of the rank. The launch's shape follows ``input``, the same on every
+member: one launch that runs the group's barriers itself up to ``Config.fused_bytes``, three above.
 
 Counts given as lists are checked against the tensors before any launch. Counts on the device cannot be:
 rows that would land past the end of ``output`` are not written (the received counts still say what was
@@ -196,10 +196,10 @@ def all_to_all_v(output, input, ctx, send_counts, send_displs=None, recv_counts=
     if received is not None:
         received = _counts(what, "recv_counts", received, size, device)
     land_at = None if recv_displs is None else _counts(what, "recv_displs", recv_displs, size, device)
-    # the table: (rows, first row) from each member; allocated alike on every member (collective calls). Left
-    # unset: every member writes its slot on every member before the barrier that the reads follow (zeroing it
-    # here would race with a faster member's first writes, which nothing orders before this rank's fill)
-    table = ctx.ccl.kept_workspace((what, "table", size), lambda: ctx.empty(2 * size, dtype=torch.int64))
+    # the table: (rows, first row) from each member, in the heap's reserved tail. Never zeroed: every member
+    # writes its slot on every member before the barrier that the reads follow (a fill here would race with a
+    # faster member's writes, which nothing orders before it)
+    table = team.a2av_table
     width = input[0].numel() if input.shape[0] else (output[0].numel() if output.shape[0] else 1)
     publish = bind(_publish_kernel, (1,), counts, counts if send_at is None else send_at, input.shape[0], table,
                    members.tensor, size, members.index, ctx.get_rank(), ctx.get_heap_bases(),
