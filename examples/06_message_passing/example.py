@@ -2,8 +2,11 @@
 
 Rank 0 (the producer) moves each block of its buffer into rank 1's buffer, then raises that block's
 flag on rank 1 with an atomic exchange at ``sem="release", scope="sys"``: the block's data becomes
-visible on rank 1 no later than the flag. Rank 1 (the consumer) spins on each flag with an acquire
-compare-and-swap that also resets it, then reads the block, doubles it and keeps the result. Both
+visible on rank 1 no later than the flag. A scalar atomic is made by one thread of the program and its
+release orders that thread's writes only, so a ``tl.debug_barrier()`` comes first (without it, on
+2 x H200 about one element in 20,000 arrived after its flag); ``iris.signal`` does both. Rank 1 (the
+consumer) spins on each flag with an acquire compare-and-swap that also resets it, passes a barrier
+(every thread reads after the acquire), then reads the block, doubles it and keeps the result. Both
 kernels run at the same time. Two ways to move the data (``--method``, default: both, one after the
 other):
 
@@ -36,7 +39,9 @@ def producer_load_store(source, destination, flags, n, producer_rank: tl.constex
     mask = offsets < n
     values = tl.load(source + offsets, mask=mask)
     iris.store(destination + offsets, values, producer_rank, consumer_rank, heap_bases, mask=mask)
-    # Release: the block above is visible on the consumer before its flag is.
+    # Release: the block above is visible on the consumer before its flag is. The release orders the writes of
+    # the thread that makes the exchange; the barrier first puts every thread's stores before it.
+    tl.debug_barrier()
     iris.atomic_xchg(flags + pid, 1, producer_rank, consumer_rank, heap_bases, sem="release", scope="sys")
 
 
@@ -46,6 +51,7 @@ def producer_put(source, destination, flags, n, producer_rank: tl.constexpr, con
     pid = tl.program_id(0)
     offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     iris.put(source + offsets, destination + offsets, producer_rank, consumer_rank, heap_bases, mask=offsets < n)
+    tl.debug_barrier()  # every thread's part of the block before the flag (as above)
     iris.atomic_xchg(flags + pid, 1, producer_rank, consumer_rank, heap_bases, sem="release", scope="sys")
 
 
@@ -55,6 +61,7 @@ def consumer(destination, result, flags, n, BLOCK_SIZE: tl.constexpr):
     # Acquire: once the flag reads 1 the producer's block is visible here; the swap resets the flag.
     while tl.atomic_cas(flags + pid, 1, 0, sem="acquire", scope="sys") != 1:
         pass
+    tl.debug_barrier()  # the acquire (one thread's) before any thread reads the block
     offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n
     tl.store(result + offsets, tl.load(destination + offsets, mask=mask) * 2, mask=mask)
