@@ -44,6 +44,7 @@ def persistent_gemm_one_shot_all_reduce(A, B, partial, C, flags, call, M, N, K, 
         mask = (rows[:, None] < M) & (cols[None, :] < N)
         place = rows[:, None].to(tl.int64) * N + cols[None, :]  # partial is a contiguous float32 (M, N)
         tl.store(partial + place, acc, mask=mask)  # 1. this rank's partial tile, in its own heap
+        tl.debug_barrier()  # every thread's stores of the tile before the flags (a release orders one thread's)
         for i in range(0, world_size):  # 2. "ready" on every rank; release: the tile is visible first
             iris.atomic_xchg(flags + tile * world_size + cur_rank, call, cur_rank, (cur_rank + i) % world_size,
                              heap_bases, sem="release", scope="sys")
@@ -51,6 +52,7 @@ def persistent_gemm_one_shot_all_reduce(A, B, partial, C, flags, call, M, N, K, 
         for i in range(0, world_size):  # 3. every rank's partial of this tile, summed here
             peer = (cur_rank + i) % world_size
             iris.wait_until(flags + tile * world_size + peer, "==", call, sem="acquire", scope="sys")
+            tl.debug_barrier()  # the acquire before any thread reads the peer's tile
             total += iris.load(partial + place, cur_rank, peer, heap_bases, mask=mask, other=0.0)
         c_place = rows[:, None].to(tl.int64) * stride_cm + cols[None, :] * stride_cn
         tl.store(C + c_place, total.to(C.dtype.element_ty), mask=mask)
