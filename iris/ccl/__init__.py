@@ -27,6 +27,7 @@ import weakref
 import torch
 
 from iris.ccl.config import AUTOTUNE, Config, ReduceOp
+from iris.ccl.moe import DispatchHandle, LocalExperts, MoEDispatchConfig, MoEDispatcher
 from iris.replay import Plans, value_key
 from iris.team import check_call
 
@@ -43,7 +44,8 @@ from iris.ccl import p2p as _p2p
 from iris.ccl import reduce_scatter as _reduce_scatter
 from iris.ccl import rooted as _rooted
 
-__all__ = ["AUTOTUNE", "CCL", "Config", "ReduceOp"]
+__all__ = ["AUTOTUNE", "CCL", "Config", "DispatchHandle", "LocalExperts", "MoEDispatchConfig", "MoEDispatcher",
+           "ReduceOp"]
 
 
 def _address(value):
@@ -182,6 +184,13 @@ class CCL:
         if plan is None:
             self._plans.remember(key, _p2p.sendrecv(send_tensor, recv_tensor, self._ctx, dst, src, group=group,
                                                     tag=tag, config=config))
+
+    def moe_dispatcher(self, hidden_dim, num_experts, topk, max_tokens, group=None, config=None, expt_assignment=None,
+                       dtype=torch.bfloat16):
+        """A :class:`MoEDispatcher` for this context (collective: it allocates its heap buffers); see
+        :mod:`iris.ccl.moe`."""
+        return MoEDispatcher(self._ctx, hidden_dim, num_experts, topk, max_tokens, group=group, config=config,
+                             expt_assignment=expt_assignment, dtype=dtype)
 
     def barrier(self, group=None, async_op=False, config=None):
         """Every member of ``group`` waits for every other, on the device; see :func:`iris.ccl.barrier.barrier`."""

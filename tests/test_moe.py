@@ -1,0 +1,103 @@
+"""MoE dispatch and combine (iris.ccl.moe) against a torch reference: random routing, empty experts, one hot
+expert, top-k 1 to 8, bfloat16 and float32; every count stays on the device."""
+
+import pytest
+import torch
+
+import iris
+from iris.ccl import MoEDispatcher
+
+HIDDEN = 24
+
+
+def _routing(case, rank, tokens, experts, k, seed):
+    g = torch.Generator().manual_seed(seed * 100 + rank)
+    if tokens == 0:
+        return torch.zeros(0, HIDDEN), torch.zeros(0, k, dtype=torch.int64), torch.zeros(0, k)
+    if case == "hot":  # expert 1 in every token's first slot, the rest random
+        idx = torch.stack([torch.randperm(experts, generator=g)[:k] for _ in range(tokens)])
+        hot = (idx == 1).nonzero()
+        idx[hot[:, 0], hot[:, 1]] = idx[hot[:, 0], 0]
+        idx[:, 0] = 1
+    elif case == "empty":  # only the even experts
+        idx = torch.stack([torch.randperm(experts // 2, generator=g)[:k] * 2 for _ in range(tokens)])
+    else:
+        idx = torch.stack([torch.randperm(experts, generator=g)[:k] for _ in range(tokens)])
+    x = torch.randn(tokens, HIDDEN, generator=g)
+    w = torch.rand(tokens, k, generator=g)
+    return x, idx, w
+
+
+def _round_trips(cases):
+    ctx = iris.iris(1 << 24)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    failures = []
+    for seed, (case, per_rank, k, tokens, dtype) in enumerate(cases):
+        experts = per_rank * world
+        moe = ctx.ccl.moe_dispatcher(hidden_dim=HIDDEN, num_experts=experts, topk=k, max_tokens=16, dtype=dtype)
+        assert isinstance(moe, MoEDispatcher)
+        data = [_routing(case, r, tokens, experts, k, seed) for r in range(world)]
+        x, idx, w = data[rank]
+        recv, meta, handle = moe.dispatch(x.to(dtype).to(device), idx.to(device), w.to(device))
+        # what this rank's experts should get: source by source, token by token, each token's rows for them
+        mine = range(rank * per_rank, (rank + 1) * per_rank)
+        for local, expert in enumerate(mine):
+            want = [data[s][0][t] for s in range(world) for t in range(tokens) for j in range(k)
+                    if int(data[s][1][t, j]) == expert]
+            lo, hi = int(meta.offsets[local]), int(meta.offsets[local + 1])
+            got = recv[lo:hi].float().cpu()
+            want = torch.stack(want).to(dtype).float() if want else torch.zeros(0, HIDDEN)
+            if hi - lo != len(want) or not torch.equal(got, want):
+                failures.append((case, k, "dispatch", expert, hi - lo, len(want)))
+        # expert e scales its rows by e + 1; combine sums weight x that over the top-k
+        scale = torch.zeros(recv.shape[0], 1, device=device)
+        for local, expert in enumerate(mine):
+            scale[int(meta.offsets[local]):int(meta.offsets[local + 1])] = expert + 1
+        y = moe.combine((recv.float() * scale).to(dtype), handle)
+        want = (x.to(dtype).float()[:, None, :] * (w * (idx + 1))[:, :, None]).sum(1)
+        tolerance = 1e-5 if dtype == torch.float32 else 3e-2
+        error = ((y.float().cpu() - want).norm() / want.norm().clamp_min(1e-9)).item()
+        if error > tolerance:
+            failures.append((case, k, "combine", error))
+    ctx.close()
+    return failures
+
+
+def test_dispatch_and_combine_match_torch(ranks):
+    for failures in ranks.run(_round_trips, [("random", 2, 2, 7, torch.float32)]):
+        assert failures == []
+
+
+@pytest.mark.slow
+def test_dispatch_and_combine_with_empty_experts_a_hot_expert_and_topk_1_to_8(ranks):
+    cases = [("random", 4, 1, 9, torch.float32), ("empty", 4, 2, 11, torch.bfloat16), ("hot", 4, 3, 5, torch.float32),
+             ("random", 4, 8, 6, torch.bfloat16), ("random", 2, 2, 0, torch.float32), ("random", 3, 4, 16,
+                                                                                         torch.float32)]
+    for failures in ranks.run(_round_trips, cases):
+        assert failures == []
+
+
+def _misuse():
+    from iris.testing import refusals
+
+    ctx = iris.iris(1 << 22)
+    world, device = ctx.get_num_ranks(), ctx.get_device()
+    errors = refusals([
+        lambda: ctx.ccl.moe_dispatcher(hidden_dim=8, num_experts=2 * world + 1, topk=2, max_tokens=4),
+        lambda: ctx.ccl.moe_dispatcher(hidden_dim=8, num_experts=2 * world, topk=0, max_tokens=4),
+    ])
+    moe = ctx.ccl.moe_dispatcher(hidden_dim=8, num_experts=2 * world, topk=2, max_tokens=4, dtype=torch.float32)
+    x = torch.zeros(5, 8, device=device)
+    idx = torch.zeros(5, 2, dtype=torch.int64, device=device)
+    errors += refusals([lambda: moe.dispatch(x, idx, idx.float()),                       # more than max_tokens
+                        lambda: moe.dispatch(x[:4], idx[:4].float(), idx[:4].float())])  # float expert ids
+    ctx.close()
+    return errors
+
+
+def test_misuse_is_refused_before_any_launch(ranks):
+    for errors in ranks.run(_misuse):
+        assert "multiple of the" in errors[0], errors
+        assert "topk=0" in errors[1], errors
+        assert "more than max_tokens=4" in errors[2], errors
+        assert "integer expert ids" in errors[3], errors
