@@ -1,5 +1,5 @@
 """MoE dispatch and combine: each token's hidden state to the ranks of its top-k experts, and the weighted sum of
-the experts' outputs back, with every count on the device (nothing waits on the host; graph-capturable).
+the experts' outputs back, with every count on the device (nothing waits on the host).
 
 The original's API: ``dispatcher = ctx.ccl.moe_dispatcher(hidden_dim=..., num_experts=..., topk=...,
 max_tokens=...)``; ``recv, local_meta, handle = dispatcher.dispatch(tokens, topk_idx, topk_weight)`` gives this
@@ -13,7 +13,7 @@ per-expert counts with them, by :func:`iris.ccl.all_to_all_v` with device counts
 expert with a permutation it computes on the device. Combine runs the same steps backwards and sums with
 ``index_add_``. Experts are dealt to ranks in contiguous blocks of ``num_experts / W`` (expert e on rank
 e // (num_experts / W)). Buffers are made once, at their largest (``max_tokens`` per rank): dispatch and combine
-allocate nothing on the heap, so both can be captured in a CUDA graph.
+allocate nothing on the heap and read no count on the host, as CUDA-graph capture needs (not yet tried on a GPU).
 
 Example:
     >>> moe = ctx.ccl.moe_dispatcher(hidden_dim=7168, num_experts=256, topk=8, max_tokens=128)
