@@ -26,7 +26,10 @@ def _rooted_calls(every_case):
     ctx = iris.iris(4 << 20)
     rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     failures, seed = [], 0
-    roots, shapes, configs = (range(world), SHAPES[::2], CONFIGS) if every_case else ([world - 1], SHAPES[3:], CONFIGS[:1])
+    if every_case:
+        roots, shapes, configs = range(world), SHAPES[::2], CONFIGS
+    else:
+        roots, shapes, configs = [world - 1], SHAPES[3:], CONFIGS[:1]
     for root in roots:
         for shape in shapes:
             for config in configs:
