@@ -23,7 +23,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # benchmarks/<name>.py, each writing <name>_<gpu>_<N>ranks.csv
-BENCHMARKS = ("all_to_all_v", "ccl", "latency", "ops", "rma", "rmsnorm")
+BENCHMARKS = ("all_to_all_v", "ccl", "latency", "moe", "ops", "rma", "rmsnorm")
 COMMAND = "python benchmarks/summarize_results.py"
 _NAME = re.compile(rf"^({'|'.join(BENCHMARKS)})_([a-z0-9]+(?:-[a-z0-9]+)*)_([1-9][0-9]*)ranks(\.csv|\.png)$")
 
@@ -243,7 +243,13 @@ def all_to_all_v_figures(rows: list[dict]) -> str:
     return _side_by_side(rows, ("bytes",), ("bytes per rank",), "iris.device_counts", "nccl.splits") if rows else ""
 
 
-FIGURES = {"all_to_all_v": all_to_all_v_figures, "ccl": ccl_figures, "latency": latency_figures,
+def moe_figures(rows: list[dict]) -> str:
+    """MoE dispatch, combine and the round trip per tokens per rank: Iris and the PyTorch path, median µs."""
+    return _side_by_side(rows, ("tokens",), ("tokens per rank",), "iris.round_trip", "torch.nccl.round_trip") \
+        if rows else ""
+
+
+FIGURES = {"all_to_all_v": all_to_all_v_figures, "ccl": ccl_figures, "latency": latency_figures, "moe": moe_figures,
            "ops": ops_figures, "rma": rma_figures, "rmsnorm": rmsnorm_figures}
 
 
