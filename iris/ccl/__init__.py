@@ -1,8 +1,11 @@
 """Collectives written in Triton over the symmetric heap: ``ctx.ccl.all_reduce(...)`` and friends.
 
-Every collective is launched on the current stream, checks its arguments before any launch,
-starts with a device barrier of its group (every member's buffers are ready) and, unless
-``async_op=True``, ends with one (every member's result is complete in stream order).
+The collectives: all_reduce, all_gather, reduce_scatter, all_to_all, all_to_all_v, broadcast, reduce,
+gather, scatter, barrier and all_reduce_rmsnorm; point to point send, recv and sendrecv; MoE dispatch and
+combine (``moe_dispatcher``). Every collective is launched on the current stream, checks its arguments before
+any launch, starts with a device barrier of its group (every member's buffers are ready) and, unless
+``async_op=True``, ends with one (every member's result is complete in stream order). send and recv meet by
+rendezvous between their two ranks instead (:mod:`iris.ccl.p2p`).
 Nothing falls back to NCCL or torch.distributed: a tensor another rank must reach has to be
 on the symmetric heap (``ctx.empty``/``ctx.zeros``). Copy-in path for a tensor that is not:
 make a heap buffer once (``stage = ctx.empty_like(t)``, or ``ctx.as_symmetric(t)``, which
