@@ -46,7 +46,7 @@ def _run(tokens, hidden, dtype, seeds, eps=1e-6, keep_out=False):
         ctx.barrier()  # the previous call's readers are done (async_op=False ends with a barrier anyway)
         partial.copy_(p)
         got = ctx.ccl.all_reduce_rmsnorm(partial, residual, weight, eps=eps, out=out)
-        results.append((residual.cpu(), got.cpu()))
+        results.append((residual.clone().cpu(), got.clone().cpu()))  # out is reused: a copy per seed
     ctx.close()
     return results
 
