@@ -4,7 +4,7 @@ A row-parallel layer, as in 08: K is split across the ranks and C = sum over ran
 Here nobody writes into another rank's C. One persistent kernel, per tile:
 
 1. computes this rank's partial tile and stores it in its own heap (``partial``);
-2. raises the tile's flag on every rank (``iris.atomic_xchg``, ``sem="release", scope="sys"``): flag
+2. raises the tile's flag on every rank (``iris.signal``: a block barrier, then a release at system scope): flag
    ``tile * W + rank`` says "rank's partial of this tile is ready";
 3. waits for the flags of every rank's partial of the same tile (``iris.wait_until``, acquire), reads
    them all with ``iris.load`` (one shot: every rank reads everything) and writes their sum into its C.
@@ -44,10 +44,8 @@ def persistent_gemm_one_shot_all_reduce(A, B, partial, C, flags, call, M, N, K, 
         mask = (rows[:, None] < M) & (cols[None, :] < N)
         place = rows[:, None].to(tl.int64) * N + cols[None, :]  # partial is a contiguous float32 (M, N)
         tl.store(partial + place, acc, mask=mask)  # 1. this rank's partial tile, in its own heap
-        tl.debug_barrier()  # every thread's stores of the tile before the flags (a release orders one thread's)
-        for i in range(0, world_size):  # 2. "ready" on every rank; release: the tile is visible first
-            iris.atomic_xchg(flags + tile * world_size + cur_rank, call, cur_rank, (cur_rank + i) % world_size,
-                             heap_bases, sem="release", scope="sys")
+        for i in range(0, world_size):  # 2. "ready" on every rank; signal: every thread's stores first, then release
+            iris.signal(flags + tile * world_size + cur_rank, call, cur_rank, (cur_rank + i) % world_size, heap_bases)
         total = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
         for i in range(0, world_size):  # 3. every rank's partial of this tile, summed here
             peer = (cur_rank + i) % world_size
