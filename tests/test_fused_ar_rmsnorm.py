@@ -80,6 +80,38 @@ def test_all_reduce_rmsnorm_matches_torch_for_every_dtype_and_shape(ranks, dtype
     _check(ranks.run(_run, tokens, hidden, dtype, seeds, keep_out=True), tokens, hidden, dtype, seeds)
 
 
+def _run_fp8(tokens, hidden, seed):
+    """One call into an fp8 e4m3 out with per-token scales, twice into the same out (the second replayed)."""
+    ctx = iris.iris(1 << 24)
+    device = ctx.get_device()
+    partial = ctx.empty(tokens, hidden, dtype=torch.bfloat16)
+    out = torch.empty(tokens, hidden, dtype=torch.float8_e4m3fn, device=device)
+    scale = torch.empty(tokens, dtype=torch.float32, device=device)
+    results = []
+    for _ in range(2):
+        p, residual, weight = (t.to(device) for t in _data(seed, ctx.get_rank(), tokens, hidden, torch.bfloat16))
+        ctx.barrier()
+        partial.copy_(p)
+        ctx.ccl.all_reduce_rmsnorm(partial, residual, weight, out=out, out_scale=scale)
+        results.append((out.float().clone().cpu(), scale.clone().cpu()))
+    ctx.close()
+    return results
+
+
+def test_all_reduce_rmsnorm_into_fp8_with_a_scale_per_token(ranks):
+    """out * scale is the normalised row within e4m3's precision (3 mantissa bits: 1/16 relative when rounded to
+    nearest; the interpreters of Triton 3.6 round some conversions toward zero, up to 1/8), and each row's
+    largest magnitude is the format's largest value, 448."""
+    tokens, hidden, seed = 3, 100, 7
+    _, want, _ = _reference(seed, ranks.world_size, tokens, hidden, torch.bfloat16, 1e-6)
+    for rank, results in enumerate(ranks.run(_run_fp8, tokens, hidden, seed)):
+        for q, scale in results:
+            assert torch.allclose(scale, want.abs().amax(dim=1) / 448, rtol=2e-2), (rank, scale)
+            assert (q.abs().amax(dim=1) == 448).all(), (rank, q.abs().amax(dim=1))
+            error = ((q * scale[:, None] - want).norm() / want.norm()).item()
+            assert error <= 0.08, f"rank {rank}: relative error {error}"
+
+
 def _refusals():
     ctx = iris.iris(1 << 20)
     device = ctx.get_device()
@@ -90,6 +122,8 @@ def _refusals():
         "weight": lambda: ctx.ccl.all_reduce_rmsnorm(partial, residual, torch.ones(7, device=device)),
         "residual": lambda: ctx.ccl.all_reduce_rmsnorm(partial, torch.zeros(4, 9, device=device), weight),
         "dtype": lambda: ctx.ccl.all_reduce_rmsnorm(ctx.zeros(4, 8, dtype=torch.int32), residual, weight),
+        "fp8 without scale": lambda: ctx.ccl.all_reduce_rmsnorm(
+            partial, residual, weight, out=torch.empty(4, 8, dtype=torch.float8_e4m3fn, device=device)),
     }
     messages = {}
     for name, call in calls.items():
@@ -108,3 +142,4 @@ def test_bad_arguments_are_refused_before_any_launch(ranks):
         assert "weight must have shape (8,)" in messages["weight"], messages
         assert "residual has shape (4, 9)" in messages["residual"], messages
         assert "dtype int32" in messages["dtype"], messages
+        assert "an fp8 out takes out_scale" in messages["fp8 without scale"], messages

@@ -202,12 +202,14 @@ class CCL:
         _barrier.barrier(self._ctx, group=group, async_op=async_op, config=config)
 
     def all_reduce_rmsnorm(self, partial, residual, weight, eps=1e-6, group=None, async_op=False, config=None,
-                           out=None):
+                           out=None, out_scale=None):
         """``residual += `` the sum over members of ``partial``; returns ``rmsnorm(residual) * weight``, in one
-        kernel; see :mod:`iris.ccl.fused_ar_rmsnorm`. Given ``out``, repeated calls relaunch their kernel."""
+        kernel (into an fp8 ``out`` with per-token ``out_scale``); see :mod:`iris.ccl.fused_ar_rmsnorm`. Given
+        ``out``, repeated calls relaunch their kernel."""
         key = None
         if out is not None:
             key, plan = self._plans.replay_call("all_reduce_rmsnorm", out, partial, residual.data_ptr(),
+                                                None if out_scale is None else out_scale.data_ptr(),
                                                 residual.shape, residual.dtype, weight.data_ptr(), weight.shape,
                                                 weight.dtype, float(eps), group, async_op, self._tracing.enabled)
             if plan is not None:
@@ -215,7 +217,7 @@ class CCL:
         self._check("all_reduce_rmsnorm", locals())
         out = torch.empty_like(partial) if out is None else out
         self._plans.remember(key, _fused_ar_rmsnorm.launch(self._ctx, partial, residual, weight, eps, group,
-                                                           async_op, out))
+                                                           async_op, out, out_scale))
         return out
 
     def all_reduce_preamble(self, output_tensor, input_tensor, config=None, workspace=None, group=None):

@@ -2,7 +2,10 @@
 
 The step that ends every tensor-parallel transformer block: each rank holds its partial (tokens, hidden) output
 of a row-parallel layer; the sum over ranks is added to the residual stream (in place), and the result is
-normalised, ``out = residual * rsqrt(mean(residual ** 2) + eps) * weight``, row by row.
+normalised, ``out = residual * rsqrt(mean(residual ** 2) + eps) * weight``, row by row. For an fp8 GEMM next,
+``out`` may be float8 e4m3 (``torch.float8_e4m3fn``) with ``out_scale`` (tokens,) float32: each row is stored
+divided by its scale, ``amax(row) / 448`` (the format's largest value), so ``out.float() * out_scale[:, None]``
+is the normalised row.
 
 One launch: its programs pass the group's barrier (every member's partial is ready), then each takes rows:
 reads the row's partial from every member in member order (every rank gets the same bits, as with the
@@ -17,6 +20,9 @@ local kernel, and returns a heap tensor; here the result is a new tensor, or ``o
 Example:
     >>> partial = ctx.empty(tokens, hidden, dtype=torch.bfloat16)   # a row-parallel GEMM writes it
     >>> out = ctx.ccl.all_reduce_rmsnorm(partial, residual, weight, eps=1e-6)   # residual updated in place
+    >>> q = torch.empty(tokens, hidden, dtype=torch.float8_e4m3fn, device=partial.device)
+    >>> scale = torch.empty(tokens, dtype=torch.float32, device=partial.device)
+    >>> ctx.ccl.all_reduce_rmsnorm(partial, residual, weight, out=q, out_scale=scale)   # fp8, per-token scale
 """
 
 from __future__ import annotations
@@ -32,13 +38,16 @@ from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.device.tracing import elements_bytes
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+#: fp8 outputs (with a per-token scale): e4m3 as NVIDIA Hopper and newer and AMD MI350 store it. (The MI300's
+#: e4m3fnuz is not among them: Triton 3.6's interpreter cannot convert to it.)
+FP8_DTYPES = (torch.float8_e4m3fn,)
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
-def _all_reduce_rmsnorm_kernel(partial, residual, weight, out, tokens, hidden, eps, members, count, index, cur,
-                               heap_bases, arrivals, expected, programs, FUSED: tl.constexpr,
+def _all_reduce_rmsnorm_kernel(partial, residual, weight, out, out_scale, out_max, tokens, hidden, eps, members,
+                               count, index, cur, heap_bases, arrivals, expected, programs, FUSED: tl.constexpr,
                                EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr,
-                               TRACE: tl.constexpr, BLOCK_H: tl.constexpr):
+                               TRACE: tl.constexpr, BLOCK_H: tl.constexpr, QUANTIZE: tl.constexpr):
     trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, TRACE)
     cols = tl.arange(0, BLOCK_H)
     inside = cols < hidden
@@ -52,13 +61,17 @@ def _all_reduce_rmsnorm_kernel(partial, residual, weight, out, tokens, hidden, e
         total = total.to(residual.dtype.element_ty)
         tl.store(residual + offs, total, mask=inside)
         total = total.to(tl.float32)
-        scale = tl.rsqrt(tl.sum(total * total, axis=0) / hidden + eps)
-        tl.store(out + offs, (total * scale * w).to(out.dtype.element_ty), mask=inside)
+        normed = total * tl.rsqrt(tl.sum(total * total, axis=0) / hidden + eps) * w
+        if QUANTIZE:  # per token: the row's largest magnitude becomes the format's largest value
+            scale = tl.maximum(tl.max(tl.abs(normed), axis=0), 1e-12) / out_max
+            tl.store(out_scale + row, scale)
+            normed = normed / scale
+        tl.store(out + offs, normed.to(out.dtype.element_ty), mask=inside)
         trace.end(span)
     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 
 
-def _check(ctx, partial, residual, weight, out) -> None:
+def _check(ctx, partial, residual, weight, out, out_scale) -> None:
     what = "all_reduce_rmsnorm"
     ctx.team.check_tensor(what, "partial", partial, DTYPES, symmetric=True)
     if partial.dim() != 2:
@@ -69,23 +82,34 @@ def _check(ctx, partial, residual, weight, out) -> None:
     ctx.team.check_tensor(what, "weight", weight, DTYPES, symmetric=False)
     if weight.shape != (partial.shape[1],):
         raise ValueError(f"{what}: weight must have shape ({partial.shape[1]},) (hidden); got {tuple(weight.shape)}")
-    ctx.team.check_tensor(what, "out", out, DTYPES, symmetric=False)
+    ctx.team.check_tensor(what, "out", out, DTYPES + FP8_DTYPES, symmetric=False)
     if out.shape != partial.shape:
         raise ValueError(f"{what}: out has shape {tuple(out.shape)}, partial {tuple(partial.shape)}")
+    if (out.dtype in FP8_DTYPES) != (out_scale is not None):
+        raise ValueError(f"{what}: an fp8 out takes out_scale, a (tokens,) float32 tensor for each row's scale, and "
+                         f"only an fp8 out does; got out {out.dtype} and out_scale "
+                         f"{'None' if out_scale is None else tuple(out_scale.shape)}")
+    if out_scale is not None:
+        ctx.team.check_tensor(what, "out_scale", out_scale, (torch.float32,), symmetric=False)
+        if out_scale.shape != (partial.shape[0],):
+            raise ValueError(f"{what}: out_scale must have shape ({partial.shape[0]},) (tokens); got "
+                             f"{tuple(out_scale.shape)}")
 
 
-def launch(ctx, partial, residual, weight, eps: float, group, async_op: bool, out) -> list:
+def launch(ctx, partial, residual, weight, eps: float, group, async_op: bool, out, out_scale=None) -> list:
     """Check, then launch the kernel (see the module); returns its launches, bound (:mod:`iris.replay`)."""
-    _check(ctx, partial, residual, weight, out)
+    _check(ctx, partial, residual, weight, out, out_scale)
+    quantize = out_scale is not None
     members = ctx.team.participants(group)  # checks membership too, before any launch
     tokens, hidden = partial.shape
     return _common.run(ctx, group, async_op, True, _all_reduce_rmsnorm_kernel, tokens, partial, residual, weight,
-                       out, tokens, hidden, float(eps), members.tensor, members.size, members.index, ctx.get_rank(),
-                       ctx.get_heap_bases(), BLOCK_H=triton.next_power_of_2(hidden))
+                       out, out_scale if quantize else out, float(torch.finfo(out.dtype).max) if quantize else 1.0,
+                       tokens, hidden, float(eps), members.tensor, members.size, members.index, ctx.get_rank(),
+                       ctx.get_heap_bases(), BLOCK_H=triton.next_power_of_2(hidden), QUANTIZE=quantize)
 
 
 def all_reduce_rmsnorm(partial, residual, weight, ctx, eps: float = 1e-6, group=None, async_op: bool = False,
-                       config=None, out=None):
+                       config=None, out=None, out_scale=None):
     """``residual += sum over members of partial``; returns ``rmsnorm(residual) * weight`` (see the module).
 
     Args:
@@ -97,10 +121,11 @@ def all_reduce_rmsnorm(partial, residual, weight, ctx, eps: float = 1e-6, group=
         group: a torch.distributed group (None: every rank).
         async_op: True leaves out the closing barrier: barrier before writing ``partial`` again.
         config: accepted for the original's signature (its tile sizes tune its AMD kernels); unused.
-        out: where to write the result (None: a new tensor like ``partial``).
+        out: where to write the result (None: a new tensor like ``partial``); float8 e4m3 with ``out_scale``.
+        out_scale: with an fp8 ``out``: a (tokens,) float32 tensor that receives each row's scale.
 
     Example:
         >>> out = all_reduce_rmsnorm(partial, residual, weight, ctx)   # or ctx.ccl.all_reduce_rmsnorm(...)
     """
     return ctx.ccl.all_reduce_rmsnorm(partial, residual, weight, eps=eps, group=group, async_op=async_op,
-                                      config=config, out=out)
+                                      config=config, out=out, out_scale=out_scale)
