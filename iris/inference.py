@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from iris.ccl.all_reduce import LOCAL_OUTPUT, choose_variant
-from iris.ccl.config import Config
+from iris.ccl.all_reduce import all_reduce_to_new
 
 #: Sizes (bytes per rank) from which the call goes to torch.distributed: where NCCL met or passed Iris's
 #: copy-in path (copy into a heap buffer, then all_reduce) in benchmarks/ccl.py on 2 x H200 (bf16): Iris ahead
@@ -69,7 +68,6 @@ class AllReduce:
         self.device = ctx.get_device()
         self.world_size = ctx.get_num_ranks() if group is None else torch.distributed.get_world_size(group)
         self._buffer = ctx.empty(max_bytes, dtype=torch.uint8)  # registered once: every call copies into it
-        self._plans = {}  # (bytes, dtype) -> the config of a variant that writes only this rank's output, or None
 
     def should_use(self, tensor: torch.Tensor) -> bool:
         """Whether :meth:`all_reduce` runs ``tensor`` through Iris: contiguous, bf16/fp16/fp32, on this rank's
@@ -88,18 +86,7 @@ class AllReduce:
             return out
         nbytes = tensor.numel() * tensor.element_size()
         staged = self._buffer[:nbytes].view(tensor.dtype).view(tensor.shape)
-        staged.copy_(tensor)
-        key = (nbytes, tensor.dtype)
-        if key not in self._plans:
-            variant = choose_variant(nbytes, False, self.world_size, tensor.dtype)
-            self._plans[key] = Config(all_reduce_variant=variant) if variant in LOCAL_OUTPUT else None
-        config = self._plans[key]
-        if config is not None:  # the all-reduce writes only this rank's output: straight into the result
-            out = torch.empty_like(tensor)
-            self.ctx.ccl.all_reduce(out, staged, group=self.group, config=config)
-            return out
-        self.ctx.ccl.all_reduce(staged, staged, group=self.group)
-        return staged.clone()
+        return all_reduce_to_new(staged.copy_(tensor), self.ctx, group=self.group)
 
     def close(self) -> None:
         """Closes the context it made (collective: every rank calls it); a context it was given stays open, and

@@ -46,6 +46,7 @@ from typing import Optional
 
 import torch
 
+from iris.ccl.all_reduce import all_reduce_to_new
 from iris.ccl.config import ReduceOp
 
 _context = None  # a weak reference to the context given to set_context
@@ -110,9 +111,7 @@ def _world() -> int:
 @torch.library.custom_op("iris::all_reduce", mutates_args=())
 def all_reduce(input: torch.Tensor, op: str = "sum") -> torch.Tensor:
     ctx = get_context()
-    work = _staged(ctx, "all_reduce", input)
-    ctx.ccl.all_reduce(work, work, op=_reduce_op("all_reduce", op))
-    return work.clone()
+    return all_reduce_to_new(_staged(ctx, "all_reduce", input), ctx, op=_reduce_op("all_reduce", op))
 
 
 @all_reduce.register_fake

@@ -40,6 +40,8 @@ group's barriers inside (see :func:`iris.ccl._common.run`).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -54,7 +56,7 @@ from iris.ccl.reduction import combine, reduce_block
 from iris.team import LOCK_WORDS
 from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.device.tracing import elements_bytes
-from iris.ccl.config import ReduceOp
+from iris.ccl.config import Config, ReduceOp
 from iris.capabilities import find_limitation
 
 # The dtype names of benchmarks/ccl.py, which keys the tuned table by them.
@@ -240,6 +242,32 @@ def choose_variant(nbytes: int, in_place: bool, world_size: int, dtype=torch.bfl
                     if nbytes < below and all_reduce_push.holds(variant, nbytes // element_size, element_size)),
                    "two_shot")
     return variant if variant in IN_PLACE or not in_place else "two_shot"
+
+
+@functools.lru_cache(maxsize=256)
+def _local_output_config(nbytes: int, world_size: int, dtype) -> Config | None:
+    variant = choose_variant(nbytes, False, world_size, dtype)
+    return Config(all_reduce_variant=variant) if variant in LOCAL_OUTPUT else None
+
+
+def all_reduce_to_new(staged, ctx, op=ReduceOp.SUM, group=None) -> torch.Tensor:
+    """The all-reduce of ``staged`` (a contiguous heap tensor) as a new tensor, the way an out-of-place API needs
+    it: where the variant chosen for its size writes only this rank's output (one_shot, push, ll: the small
+    sizes), straight into ``torch.empty_like(staged)`` with ``staged`` left as it was; else in place in ``staged``
+    and then cloned. Nothing is allocated on the heap, so a CUDA graph can capture it.
+
+    Example:
+        >>> staged = ctx.empty(16, 4096, dtype=torch.bfloat16)   # made once, filled before every call
+        >>> out = all_reduce_to_new(staged.copy_(x), ctx)
+    """
+    world_size = ctx.get_num_ranks() if group is None else torch.distributed.get_world_size(group)
+    config = _local_output_config(staged.numel() * staged.element_size(), world_size, staged.dtype)
+    if config is not None:
+        out = torch.empty_like(staged)
+        ctx.ccl.all_reduce(out, staged, op=op, group=group, config=config)
+        return out
+    ctx.ccl.all_reduce(staged, staged, op=op, group=group)
+    return staged.clone()
 
 
 class AllReduceWorkspace:
