@@ -177,6 +177,9 @@ def wait_until(ptr, cmp: tl.constexpr, value, sem: tl.constexpr = tl.constexpr("
     else:
         while not _satisfied(seen, cmp, value):
             seen = tl.atomic_add(ptr, as_element(0, ptr), sem=sem, scope=scope)
+    # A scalar acquire orders the reads of the thread that made it; the block barrier extends it to every
+    # thread of the program, so all of them see what the signalling peer published (the mirror of signal's).
+    tl.debug_barrier()
     return seen
 
 
