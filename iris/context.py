@@ -316,16 +316,18 @@ class Iris(TensorFactories):
         self.team.barrier(group)
         self.team.diagnose_now_in_debug()
 
-    def broadcast(self, value, src: int = 0):
-        """Send ``value`` from rank ``src`` to every rank and return it.
+    def broadcast(self, value, source_rank: int = 0, *, src: int | None = None):
+        """Send ``value`` from rank ``source_rank`` to every rank and return it (the original's name;
+        ``src=``, torch.distributed's, is taken too).
 
         Tensors and numpy arrays come back as numpy arrays (as in the original
         Iris; a tensor of a dtype numpy lacks, such as bfloat16, comes back as a
         CPU tensor); scalars and other picklable objects keep their type.
 
         Example:
-            >>> seed = ctx.broadcast(1234 if ctx.get_rank() == 0 else None)
+            >>> seed = ctx.broadcast(1234 if ctx.get_rank() == 0 else None, source_rank=0)
         """
+        src = source_rank if src is None else src
         if self.cur_rank == src and isinstance(value, torch.Tensor):
             cpu = value.detach().cpu()
             try:

@@ -42,6 +42,15 @@ def _rma_kernel(src, dst, n_valid, peer_a, peer_b, rank, heap_bases, OP: tl.cons
         iris.put(src + offs, dst + offs, rank, peer_a, heap_bases, mask=mask)
     elif OP == "copy":
         iris.copy(src + offs, dst + offs, peer_a, peer_b, rank, heap_bases, mask=mask)
+    elif OP == "get, cache modifiers":  # the original's newest keywords: the read's and the write's
+        iris.get(src + offs, dst + offs, peer_a, rank, heap_bases, mask=mask, load_cache_modifier=".cg",
+                 store_cache_modifier=".wt")
+    elif OP == "put, cache modifiers":
+        iris.put(src + offs, dst + offs, rank, peer_a, heap_bases, mask=mask, load_cache_modifier=".cv",
+                 store_cache_modifier=".cs")
+    elif OP == "copy, cache modifiers":
+        iris.copy(src + offs, dst + offs, peer_a, peer_b, rank, heap_bases, mask=mask, load_cache_modifier=".ca",
+                  store_cache_modifier=".wb")
 
 
 def _rma_on_rank(op: str, seed: int, n_valid: int):
@@ -56,13 +65,13 @@ def _rma_on_rank(op: str, seed: int, n_valid: int):
                                           BLOCK=BLOCK)
     ctx.barrier()
     expected = torch.full((N,), POISON, dtype=torch.int32)
-    if op in ("store", "put"):  # prev wrote its source into my dst
+    if op.startswith(("store", "put")):  # prev wrote its source into my dst
         expected[:n_valid] = _data(seed, prev)[:n_valid]
     elif op.startswith(("load", "get")):  # I read nxt's source, whatever the order of the two ranks
         expected[:n_valid] = _data(seed, nxt)[:n_valid]
         if op.startswith("load"):
             expected[n_valid : n_valid + 8] = POISON  # `other` is POISON too: loaded masked lanes
-    elif op == "copy":  # rank prev2 moved rank prev's source into my dst (with 2 ranks prev2 is me)
+    elif op.startswith("copy"):  # rank prev2 moved rank prev's source into my dst (with 2 ranks prev2 is me)
         expected[:n_valid] = _data(seed, prev)[:n_valid]
     got = dst.cpu()
     ctx.close()
@@ -74,6 +83,7 @@ def _rma_on_rank(op: str, seed: int, n_valid: int):
     ("store", 1, N - 13), ("load", 2, N - 29), ("get", 3, N - 5), ("put", 4, N - 64), ("copy", 5, N - 1),
     ("load, ranks as the original's code passes them", 6, N - 3),
     ("get, ranks as the original's code passes them", 7, N - 17),
+    *(pytest.param(f"{op}, cache modifiers", 8, N - 9, marks=pytest.mark.slow) for op in ("get", "put", "copy")),
 ])
 def test_rma(ranks, op, seed, n_valid):
     ranks.run(_rma_on_rank, op, seed=seed, n_valid=n_valid)
@@ -230,7 +240,7 @@ def _context_kernel(context, src, dst, counter, rank: tl.constexpr, world_size: 
     ctx = iris.DeviceContext.initialize(context, rank, world_size)
     offs = tl.arange(0, BLOCK)
     peer = (rank + 1) % world_size
-    ctx.put(src + offs, dst + offs, to_rank=peer)
+    ctx.put(src + offs, dst + offs, to_rank=peer, load_cache_modifier=".cg", store_cache_modifier=".wt")
     ctx.atomic_add(counter, 1, to_rank=peer, sem="release", scope="sys")
     remote = ctx.load(src + offs, from_rank=peer)
     ctx.store(dst + BLOCK + offs, remote, to_rank=rank)

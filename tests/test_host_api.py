@@ -45,6 +45,7 @@ def _broadcast_on_rank(src):
         tensor=ctx.broadcast(torch.arange(6).reshape(2, 3) if mine else None, src=src),
         array=ctx.broadcast(np.linspace(0, 1, 5) if mine else None, src=src),
         bf16=ctx.broadcast(torch.full((3,), 1.5, dtype=torch.bfloat16) if mine else None, src=src),
+        named=ctx.broadcast("the original's keyword" if mine else None, source_rank=src),
     )
     ctx.close()
     return got
@@ -57,6 +58,7 @@ def test_broadcast_scalars_objects_tensors_arrays(ranks):
         assert isinstance(got["tensor"], np.ndarray) and got["tensor"].tolist() == [[0, 1, 2], [3, 4, 5]]
         assert np.array_equal(got["array"], np.linspace(0, 1, 5))
         assert torch.equal(got["bf16"], torch.full((3,), 1.5, dtype=torch.bfloat16))
+        assert got["named"] == "the original's keyword"
 
 
 def _barrier_orders_writes_on_rank(rounds):

@@ -120,21 +120,25 @@ class _DeviceContext:
         self.tracing.end(event)
 
     @triton.jit
-    def get(self, from_ptr, to_ptr, from_rank, mask=None):
+    def get(self, from_ptr, to_ptr, from_rank, mask=None, load_cache_modifier=None, store_cache_modifier=None):
         event = self._begin(trace.GET, from_rank, from_ptr, mask)
-        rma.get(from_ptr, to_ptr, from_rank, self.rank, self.heap_bases, mask)
+        rma.get(from_ptr, to_ptr, from_rank, self.rank, self.heap_bases, mask, load_cache_modifier,
+                store_cache_modifier)
         self.tracing.end(event)
 
     @triton.jit
-    def put(self, from_ptr, to_ptr, to_rank, mask=None):
+    def put(self, from_ptr, to_ptr, to_rank, mask=None, load_cache_modifier=None, store_cache_modifier=None):
         event = self._begin(trace.PUT, to_rank, to_ptr, mask)
-        rma.put(from_ptr, to_ptr, self.rank, to_rank, self.heap_bases, mask)
+        rma.put(from_ptr, to_ptr, self.rank, to_rank, self.heap_bases, mask, load_cache_modifier,
+                store_cache_modifier)
         self.tracing.end(event)
 
     @triton.jit
-    def copy(self, src_ptr, dst_ptr, from_rank, to_rank, mask=None):
+    def copy(self, src_ptr, dst_ptr, from_rank, to_rank, mask=None, load_cache_modifier=None,
+             store_cache_modifier=None):
         event = self._begin(trace.COPY, to_rank, dst_ptr, mask)
-        rma.copy(src_ptr, dst_ptr, from_rank, to_rank, self.rank, self.heap_bases, mask)
+        rma.copy(src_ptr, dst_ptr, from_rank, to_rank, self.rank, self.heap_bases, mask, load_cache_modifier,
+                 store_cache_modifier)
         self.tracing.end(event)
 
     @triton.jit

@@ -294,13 +294,16 @@ def store(pointer, value, from_rank, to_rank, heap_bases, mask=None, cache_modif
 
 
 @triton.jit
-def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
+def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, load_cache_modifier=None,
+        store_cache_modifier=None):
     """Copy the other rank's ``from_ptr`` into the current rank's ``to_ptr``.
 
     Both pointers are in the current rank's address space. One of the two ranks is the current
     rank, the other is read, in either order: ``get(src, dst, peer, cur_rank, ...)`` (the original's
     docstring) and ``get(src, dst, cur_rank, peer, ...)`` (its implementation, and the code
-    written for it) both copy ``peer``'s ``src`` into the local ``dst``.
+    written for it) both copy ``peer``'s ``src`` into the local ``dst``. ``load_cache_modifier`` (of the remote
+    read) and ``store_cache_modifier`` (of the local write) go to ``tl.load`` and ``tl.store`` (None: Triton's
+    default).
 
     Example:
         >>> iris.get(src + offs, dst + offs, peer, cur_rank, heap_bases, mask=offs < n)
@@ -310,14 +313,17 @@ def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
         far = engine.far(peer, heap_bases)
         mask = engine.near_mask(mask, far & engine.move_run(False, from_ptr, to_ptr, peer, cur, heap_bases,
                                                            engine.and_mask(mask, far)))
-    tl.store(to_ptr, _read(from_ptr, cur, peer, heap_bases, mask, None, None, False), mask=mask)
+    _store(to_ptr, _read(from_ptr, cur, peer, heap_bases, mask, None, load_cache_modifier, False), mask,
+           store_cache_modifier)
 
 
 @triton.jit
-def put(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
+def put(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, load_cache_modifier=None,
+        store_cache_modifier=None):
     """Copy the current rank's (``from_rank``) ``from_ptr`` into ``to_rank``'s ``to_ptr``.
 
-    Both pointers are in the current rank's address space.
+    Both pointers are in the current rank's address space. ``load_cache_modifier`` (of the local read) and
+    ``store_cache_modifier`` (of the remote write) go to ``tl.load`` and ``tl.store`` (None: Triton's default).
 
     Example:
         >>> iris.put(src + offs, dst + offs, cur_rank, peer, heap_bases, mask=offs < n)
@@ -327,17 +333,20 @@ def put(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None):
         far = engine.far(to_rank, heap_bases)  # a run of lanes toward another node moves as one block transfer
         mask = engine.near_mask(mask, far & engine.move_run(True, to_ptr, from_ptr, to_rank, from_rank, heap_bases,
                                                            engine.and_mask(mask, far)))
-    _write(to_ptr, tl.load(from_ptr, mask=mask), from_rank, to_rank, heap_bases, mask, None)
+    _write(to_ptr, _load(from_ptr, mask, None, load_cache_modifier, False), from_rank, to_rank, heap_bases, mask,
+           store_cache_modifier)
 
 
 @triton.jit
-def copy(src_ptr, dst_ptr, from_rank, to_rank, cur_rank, heap_bases, mask=None):
+def copy(src_ptr, dst_ptr, from_rank, to_rank, cur_rank, heap_bases, mask=None, load_cache_modifier=None,
+         store_cache_modifier=None):
     """Copy ``from_rank``'s ``src_ptr`` to ``to_rank``'s ``dst_ptr``; both pointers local to ``cur_rank``.
 
-    Any of the three ranks may be equal; a rank may move data between two peers.
+    Any of the three ranks may be equal; a rank may move data between two peers. ``load_cache_modifier`` and
+    ``store_cache_modifier`` go to the read's ``tl.load`` and the write's ``tl.store`` (None: Triton's default).
 
     Example:
         >>> iris.copy(src + offs, dst + offs, peer_a, peer_b, cur_rank, heap_bases, mask=offs < n)
     """
-    data = _read(src_ptr, cur_rank, from_rank, heap_bases, mask, None, None, False)
-    _write(dst_ptr, data, cur_rank, to_rank, heap_bases, mask, None)
+    data = _read(src_ptr, cur_rank, from_rank, heap_bases, mask, None, load_cache_modifier, False)
+    _write(dst_ptr, data, cur_rank, to_rank, heap_bases, mask, store_cache_modifier)
