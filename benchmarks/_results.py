@@ -98,6 +98,44 @@ def write_csv(rows: list[dict], path: Path) -> None:
     print(f"CSV: {path}")
 
 
+def plot_ways(rows: list[dict], panel_keys: tuple, x_key: str, path: Path, title: str) -> None:
+    """A PNG beside a results CSV: one panel per value of ``panel_keys``, ``x_key`` on a log2 axis, one line per
+    way (``impl``) of its median ``us``. Skipped, with a line saying so, where matplotlib is not installed.
+
+    Example:
+        >>> plot_ways(rows, ("hidden",), "tokens", Path("results/rmsnorm_nvidia-h200_2ranks.png"), "rmsnorm")
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("plots skipped: matplotlib is not installed (pip install matplotlib)")
+        return
+    panels = list(dict.fromkeys(tuple(r[k] for k in panel_keys) for r in rows))
+    if not panels:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+    for panel, ax in zip(panels, axes[0]):
+        mine = [r for r in rows if tuple(r[k] for k in panel_keys) == panel and r["us"] not in ("", None)]
+        for way in dict.fromkeys(r["impl"] for r in mine):
+            line = sorted((r for r in mine if r["impl"] == way), key=lambda r: r[x_key])
+            ax.plot([r[x_key] for r in line], [r["us"] for r in line], marker="o", label=way)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(x_key)
+        ax.set_ylabel("median us")
+        ax.set_title(", ".join(f"{k} {v}" for k, v in zip(panel_keys, panel)))
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    commits = ", ".join(dict.fromkeys(str(r["commit"]) for r in rows))
+    fig.suptitle(f"{title}: {rows[0]['gpu']}, commit {commits}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    print(f"PNG: {path}")
+
+
 def parse_size(text: str) -> int:
     match = re.fullmatch(r"(\d+)\s*([KMG]?)(?:i?B)?", text.strip(), re.IGNORECASE)
     if not match:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # benchmarks/<name>.py, each writing <name>_<gpu>_<N>ranks.csv
-BENCHMARKS = ("all_to_all_v", "ccl", "latency", "moe", "ops", "rma", "rmsnorm")
+BENCHMARKS = ("all_to_all_v", "ccl", "latency", "moe", "ops", "rma", "rmsnorm", "tp_decode")
 COMMAND = "python benchmarks/summarize_results.py"
 _NAME = re.compile(rf"^({'|'.join(BENCHMARKS)})_([a-z0-9]+(?:-[a-z0-9]+)*)_([1-9][0-9]*)ranks(\.csv|\.png)$")
 
@@ -249,8 +249,14 @@ def moe_figures(rows: list[dict]) -> str:
         if rows else ""
 
 
+def tp_decode_figures(rows: list[dict]) -> str:
+    """The TP MLP decode step per (hidden, batch): Iris's and NCCL's median µs per token, and their ratio."""
+    return _side_by_side(rows, ("hidden", "batch"), ("hidden", "batch"), "iris", "nccl") if rows else ""
+
+
 FIGURES = {"all_to_all_v": all_to_all_v_figures, "ccl": ccl_figures, "latency": latency_figures, "moe": moe_figures,
-           "ops": ops_figures, "rma": rma_figures, "rmsnorm": rmsnorm_figures}
+           "ops": ops_figures, "rma": rma_figures, "rmsnorm": rmsnorm_figures,
+           "tp_decode": tp_decode_figures}
 
 
 def figures(benchmark: str, results: Path = RESULTS, link=lambda name: name) -> str | None:

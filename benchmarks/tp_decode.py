@@ -1,0 +1,127 @@
+"""Tensor-parallel MLP decode under torch.compile + CUDA graphs: the all-reduce by Iris, NCCL and torch symmetric
+memory side by side in one run, and the same step with no all-reduce.
+
+    iris run -n 2 benchmarks/tp_decode.py [--hidden 4096 8192] [--batch 1 2 4 8 16 32 64] [--iters 20]
+                                          [--validate] [--csv PATH]
+
+The step is examples/18_tp_mlp_decode's (Megatron's column- then row-parallel MLP, bf16, ffn = 4 x hidden):
+per (hidden, batch) and way, it is compiled with ``torch.compile(fullgraph=True)`` and timed replayed from a
+CUDA graph of back-to-back steps, each step's output the next one's input (benchmarks/_results.py's
+graph_median_us): the median microseconds per token.
+
+    iris        torch.ops.iris.all_reduce
+    nccl        torch.distributed's functional all_reduce (NCCL)
+    symm_mem    torch symmetric memory's one_shot_all_reduce_copy
+    local       the step with the all-reduce left out: a way's communication share is its time minus this
+
+--validate checks one step of each way against the whole weights in float32 first. On the CPU backend (no
+graphs: compiled calls, timed on the host; gloo for nccl; no symmetric memory) it is a smoke test, not a
+figure. Results: a table and a CSV (benchmarks/results/tp_decode_<gpu>_<W>ranks.csv) with its PNG.
+"""
+
+import os
+
+# NVLink multicast stays off (CONTRIBUTING.md, "On GPUs"); these must be set before torch is imported.
+for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+                      ("NVSHMEM_DISABLE_NVLS", "1")):
+    os.environ.setdefault(_name, _value)
+
+import argparse
+import importlib.util
+from pathlib import Path
+
+import torch
+from _results import (add_csv_argument, check_csv_argument, default_csv, git_commit, graph_median_us, median_us,
+                      plot_ways, write_csv)
+
+import iris
+
+WAYS = ("iris", "nccl", "symm_mem", "local")
+
+
+def example():
+    """examples/18_tp_mlp_decode/example.py as a module: the benchmark times the example's own step."""
+    path = Path(__file__).resolve().parents[1] / "examples" / "18_tp_mlp_decode" / "example.py"
+    spec = importlib.util.spec_from_file_location("tp_mlp_decode", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def parse_args(gpu: bool) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hidden", type=int, nargs="+", default=[4096, 8192] if gpu else [64])
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64] if gpu else [1, 4])
+    parser.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS))
+    parser.add_argument("--iters", type=int, default=20 if gpu else 2, help="timed samples per point")
+    parser.add_argument("--warmup", type=int, default=5 if gpu else 1, help="untimed steps first")
+    parser.add_argument("--validate", action="store_true", help="check one step of each way first")
+    add_csv_argument(parser, "tp_decode")
+    args = parser.parse_args()
+    check_csv_argument(parser, args, "tp_decode")
+    if min(args.hidden) < 1 or min(args.batch) < 1 or args.iters < 1 or args.warmup < 0:
+        parser.error("--hidden, --batch and --iters must be at least 1, --warmup at least 0")
+    return args
+
+
+def main() -> int:
+    ctx = iris.iris(1 << 30)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    gpu = ctx.backend.name != "cpu"
+    args = parse_args(gpu)
+    tp = example()
+    dtype = torch.bfloat16
+    base = {"gpu": torch.cuda.get_device_name(device) if gpu else "cpu", "backend": ctx.backend.name,
+            "world_size": world, "version": iris.__version__, "commit": git_commit(), "iters": args.iters,
+            "dtype": "bf16"}
+    agree = lambda b: ctx.broadcast(b, source_rank=0)  # noqa: E731
+    reduce_ways = tp.all_reduces(ctx, [w for w in args.ways if w != "local"],
+                                 max(args.batch) * max(args.hidden) * dtype.itemsize, device)
+    ways = {**reduce_ways, **({"local": lambda t: t} if "local" in args.ways else {})}
+    rows, failed = [], False
+    for hidden in args.hidden:
+        weights = tp.Weights(hidden, 4 * hidden, rank, world, dtype, device)
+        for batch in args.batch:
+            x = torch.randn(batch, hidden, generator=torch.Generator(device=device).manual_seed(batch),
+                            device=device).to(dtype)
+            times = {}
+            for way, all_reduce in ways.items():
+                if isinstance(all_reduce, str):
+                    continue
+                step = tp.compiled(tp.make_step(weights, all_reduce))
+                if args.validate and way != "local":
+                    want = tp.reference(x, weights)
+                    error = ((step(x).float() - want).norm() / want.norm()).item()
+                    if error > 3e-2:
+                        failed = True
+                        print(f"[rank {rank}] VALIDATION FAILED: {way} hidden {hidden} batch {batch}: relative "
+                              f"error {error:.1e}")
+                state = x.clone()
+                token = lambda: state.copy_(step(state))  # noqa: E731  (one token: output fed back)
+                ctx.barrier()
+                times[way] = graph_median_us(token, args.warmup, args.iters, agree=agree) if gpu else \
+                    median_us(token, args.warmup, args.iters, gpu, agree=agree)
+            times = ctx.broadcast(times, source_rank=0)
+            for way, us in times.items():
+                comm = us - times["local"] if "local" in times and way != "local" else None
+                rows.append({**base, "hidden": hidden, "batch": batch, "impl": way, "us": us, "comm_us": comm})
+            if rank == 0:
+                print(f"hidden {hidden:5} batch {batch:3}  " + "  ".join(f"{way} {us:9.2f} us"
+                                                                        for way, us in times.items()), flush=True)
+    if rank == 0:
+        for way, why in reduce_ways.items():
+            if isinstance(why, str):
+                print(f"{way}: not run: {why}")
+        if not gpu:
+            print("note: CPU backend (Triton's interpreter): a smoke test, not a figure")
+        path = args.csv or default_csv("tp_decode", base["gpu"], world)
+        write_csv(rows, path)
+        plot_ways(rows, ("hidden",), "batch", path.with_suffix(".png"),
+                  f"TP MLP decode step, {world} ranks: us per token")
+    ctx.barrier()
+    ctx.close()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
