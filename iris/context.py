@@ -9,7 +9,8 @@ import numbers
 import torch
 
 from iris import config, runtime, sim
-from iris.device.context import build_context_tensor
+from iris.device.context import TritonContext, build_context_tensor  # noqa: F401 (TritonContext: the original's
+# iris.context.TritonContext, imported from here by code written for it)
 from iris.device.rma import HEAP_BASES_SLOT
 from iris import debug as debug_mode
 from iris.distributed import init_distributed, node_map

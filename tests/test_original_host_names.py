@@ -150,6 +150,9 @@ def test_the_newest_device_context_names():
 
     assert Context is DeviceContext is iris.DeviceContext is iris.Context is iris.mem.triton.Context
     assert (load, store, get, put, atomic_add) == (iris.load, iris.store, iris.get, iris.put, iris.atomic_add)
+    from iris.context import TritonContext  # as the original's tests/unittests/*cache_modifiers* import it
+
+    assert TritonContext is iris.TritonContext
 
 
 def test_semantic_and_scope_are_the_strings_the_device_ops_take():
