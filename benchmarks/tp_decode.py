@@ -5,9 +5,9 @@ memory side by side in one run, and the same step with no all-reduce.
                                           [--validate] [--csv PATH]
 
 The step is examples/18_tp_mlp_decode's (Megatron's column- then row-parallel MLP, bf16, ffn = 4 x hidden):
-per (hidden, batch) and way, it is compiled with ``torch.compile(fullgraph=True)`` and timed replayed from a
-CUDA graph of back-to-back steps, each step's output the next one's input (benchmarks/_results.py's
-graph_median_us): the median microseconds per token.
+per hidden size and way, it is compiled once with ``torch.compile(fullgraph=True, dynamic=True)``; per batch, it
+is timed replayed from a CUDA graph of back-to-back steps, each step's output the next one's input
+(benchmarks/_results.py's graph_median_us): the median microseconds per token.
 
     iris        torch.ops.iris.all_reduce
     nccl        torch.distributed's functional all_reduce (NCCL)
@@ -81,14 +81,14 @@ def main() -> int:
     rows, failed = [], False
     for hidden in args.hidden:
         weights = tp.Weights(hidden, 4 * hidden, rank, world, dtype, device)
-        for batch in args.batch:
-            x = torch.randn(batch, hidden, generator=torch.Generator(device=device).manual_seed(batch),
-                            device=device).to(dtype)
-            times = {}
-            for way, all_reduce in ways.items():
-                if isinstance(all_reduce, str):
-                    continue
-                step = tp.compiled(tp.make_step(weights, all_reduce))
+        inputs = {batch: torch.randn(batch, hidden, generator=torch.Generator(device=device).manual_seed(batch),
+                                     device=device).to(dtype) for batch in args.batch}
+        times = {batch: {} for batch in args.batch}
+        for way, all_reduce in ways.items():
+            if isinstance(all_reduce, str):
+                continue
+            step = tp.compiled(tp.make_step(weights, all_reduce))  # one compilation for every batch
+            for batch, x in inputs.items():
                 if args.validate and way != "local":
                     want = tp.reference(x, weights)
                     error = ((step(x).float() - want).norm() / want.norm()).item()
@@ -99,15 +99,16 @@ def main() -> int:
                 state = x.clone()
                 token = lambda: state.copy_(step(state))  # noqa: E731  (one token: output fed back)
                 ctx.barrier()
-                times[way] = graph_median_us(token, args.warmup, args.iters, agree=agree) if gpu else \
+                times[batch][way] = graph_median_us(token, args.warmup, args.iters, agree=agree) if gpu else \
                     median_us(token, args.warmup, args.iters, gpu, agree=agree)
-            times = ctx.broadcast(times, source_rank=0)
-            for way, us in times.items():
-                comm = us - times["local"] if "local" in times and way != "local" else None
+        times = ctx.broadcast(times, source_rank=0)
+        for batch, per_way in times.items():
+            for way, us in per_way.items():
+                comm = us - per_way["local"] if "local" in per_way and way != "local" else None
                 rows.append({**base, "hidden": hidden, "batch": batch, "impl": way, "us": us, "comm_us": comm})
             if rank == 0:
                 print(f"hidden {hidden:5} batch {batch:3}  " + "  ".join(f"{way} {us:9.2f} us"
-                                                                        for way, us in times.items()), flush=True)
+                                                                        for way, us in per_way.items()), flush=True)
     if rank == 0:
         for way, why in reduce_ways.items():
             if isinstance(why, str):

@@ -10,7 +10,8 @@ and the matching row slice of the down projection (ffn / W x hidden). One decode
 
 The programs differ only in the all-reduce: ``torch.ops.iris.all_reduce`` (iris, after
 ``iris.compile.set_context``), torch.distributed's functional ``all_reduce`` (nccl) and torch symmetric memory's
-``one_shot_all_reduce_copy`` (symm_mem). Each step is compiled with ``torch.compile(fullgraph=True)``, captured in
+``one_shot_all_reduce_copy`` (symm_mem). Each step is compiled once with ``torch.compile(fullgraph=True,
+dynamic=True)`` (one graph for every batch size), captured in
 a CUDA graph and the graph replayed once per token, its output fed back as the next input. Printed per batch
 size: the median time per token of each and Iris's speed-up over the faster other. ``--validate`` checks one
 step of each against a float32 reference with the whole weights.
@@ -132,18 +133,19 @@ def reference(x: torch.Tensor, weights: Weights) -> torch.Tensor:
 
 
 def compiled(step):
-    """``torch.compile(step, fullgraph=True)`` after a reset of dynamo's caches: every step here is the same code
-    with other weights and another all-reduce, and past dynamo's recompile limit (8) a function runs eagerly
-    without a word."""
+    """``torch.compile(step, fullgraph=True, dynamic=True)``, one compilation for every batch size, after a reset of
+    dynamo's caches: every step here is the same code with other weights and another all-reduce, and past
+    dynamo's recompile limit (8) a function runs eagerly without a word."""
     torch._dynamo.reset()
-    return torch.compile(step, fullgraph=True)
+    return torch.compile(step, fullgraph=True, dynamic=True)
 
 
 class Decoder:
-    """A compiled step and, on a GPU, its CUDA graph; :meth:`tokens` decodes ``steps`` tokens from ``x``."""
+    """A compiled step and, on a GPU, its CUDA graph for ``x``'s shape; :meth:`tokens` decodes ``steps`` tokens
+    from ``x``."""
 
-    def __init__(self, step, x: torch.Tensor):
-        self.compiled = compiled(step)
+    def __init__(self, compiled_step, x: torch.Tensor):
+        self.compiled = compiled_step
         self.x = x.clone()
         self.graph = None
         if x.is_cuda:
@@ -194,27 +196,23 @@ def main(args) -> int:
     capacity = max(args.batch) * args.hidden * dtype.itemsize
     paths = all_reduces(ctx, args.paths, capacity, device)
     ok = True
-    rows = []
-    for batch in args.batch:
-        g = torch.Generator(device=device).manual_seed(batch)
-        x0 = torch.randn(batch, args.hidden, generator=g, device=device).to(dtype)
-        row = {}
-        for path, all_reduce in paths.items():
-            if isinstance(all_reduce, str):
-                row[path] = None
-                continue
-            step = make_step(weights, all_reduce)
+    rows = {batch: {} for batch in args.batch}
+    for path, all_reduce in paths.items():
+        if isinstance(all_reduce, str):
+            continue
+        step = compiled(make_step(weights, all_reduce))
+        for batch in args.batch:
+            g = torch.Generator(device=device).manual_seed(batch)
+            x0 = torch.randn(batch, args.hidden, generator=g, device=device).to(dtype)
             if args.validate:
-                got = compiled(step)(x0).float()
                 want = reference(x0, weights)
-                error = ((got - want).norm() / want.norm()).item()
+                error = ((step(x0).float() - want).norm() / want.norm()).item()
                 good = error <= 3e-2
                 (ctx.log if good else ctx.error)(f"batch {batch}, {path}: relative error {error:.1e}: "
                                                  f"{'passed' if good else 'FAILED'}")
                 ok &= good
-            decoder = Decoder(step, x0)
-            row[path] = seconds_per_token(ctx, decoder, args.steps, args.runs)
-        rows.append((batch, row))
+            rows[batch][path] = seconds_per_token(ctx, Decoder(step, x0), args.steps, args.runs)
+    rows = [(batch, {path: row.get(path) for path in paths}) for batch, row in rows.items()]
     if rank == 0:
         report(ctx, args, ffn, world, paths, rows)
     if args.validate:
