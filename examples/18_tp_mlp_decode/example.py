@@ -84,7 +84,7 @@ def all_reduces(ctx, paths, capacity: int, device):
         if path == "iris":
             chosen[path] = lambda t: torch.ops.iris.all_reduce(t, "sum")
         elif path == "nccl":
-            if device.type == "cuda" and dist.get_backend() != "nccl":
+            if device.type == "cuda" and "nccl" not in dist.get_backend():  # e.g. "cpu:gloo,cuda:nccl" holds it
                 chosen[path] = f"the process group is {dist.get_backend()}, not NCCL (several ranks on one GPU)"
                 continue
             from torch.distributed import _functional_collectives as funcol
@@ -224,7 +224,7 @@ def main(args) -> int:
 
 def label(path: str) -> str:
     """A column's name: torch.distributed's column is named for its backend (gloo on the CPU)."""
-    return dist.get_backend() if path == "nccl" else path
+    return path if path != "nccl" or "nccl" in dist.get_backend() else dist.get_backend()
 
 
 def report(ctx, args, ffn: int, world: int, paths: dict, rows) -> None:
