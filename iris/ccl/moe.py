@@ -10,10 +10,11 @@ its top-k of weight x the expert's output row.
 
 How: the (token, slot) pairs are sorted by expert on the device; their rows go to the experts' ranks, and the
 per-expert counts with them, by :func:`iris.ccl.all_to_all_v` with device counts; the receiver regroups them by
-expert with a permutation it computes on the device. Combine runs the same steps backwards and sums with
-``index_add_``. Experts are dealt to ranks in contiguous blocks of ``num_experts / W`` (expert e on rank
-e // (num_experts / W)). Buffers are made once, at their largest (``max_tokens`` per rank): dispatch and combine
-allocate nothing on the heap and read no count on the host, as CUDA-graph capture needs (not yet tried on a GPU).
+expert with a permutation it computes on the device, moving only the rows that arrived (a kernel reads their
+count on the device). Combine runs the same steps backwards and sums with ``index_add_``. Experts are dealt to
+ranks in contiguous blocks of ``num_experts / W`` (expert e on rank e // (num_experts / W)). Buffers are made
+once, at their largest (``max_tokens`` per rank): dispatch and combine allocate nothing on the heap and read no
+count on the host, so a CUDA graph captures them (tests/test_cuda_graphs.py, on 2 x H200).
 
 Example:
     >>> moe = ctx.ccl.moe_dispatcher(hidden_dim=7168, num_experts=256, topk=8, max_tokens=128)
@@ -30,9 +31,38 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import triton
+import triton.language as tl
 
 from iris.ccl import _common
 from iris.ccl.config import Config
+
+#: The most programs of a row move (:func:`_move_rows`); each takes every programs-th row.
+MOVE_PROGRAMS = 1024
+
+
+@triton.jit
+def _move_rows_kernel(src, dst, places, total, hidden, GATHER: tl.constexpr, BLOCK: tl.constexpr):
+    """For each row r below the device count ``total[0]``: ``dst[places[r]] = src[r]``, or with GATHER
+    ``dst[r] = src[places[r]]``; rows from ``total[0]`` on are left as they are."""
+    cols = tl.arange(0, BLOCK)
+    for row in range(tl.program_id(0), tl.load(total), tl.num_programs(0)):
+        place = tl.load(places + row)
+        source = tl.where(GATHER, place, row).to(tl.int64) * hidden
+        target = tl.where(GATHER, row, place).to(tl.int64) * hidden
+        for start in range(0, hidden, BLOCK):
+            inside = start + cols < hidden
+            tl.store(dst + target + start + cols, tl.load(src + source + start + cols, mask=inside), mask=inside)
+
+
+def _move_rows(ctx, src: torch.Tensor, dst: torch.Tensor, places: torch.Tensor, total: torch.Tensor,
+               gather: bool) -> None:
+    """:func:`_move_rows_kernel` over the first ``total`` (a device scalar) rows: the work follows the rows that
+    arrived, not the buffers' capacity (which is every rank's max_tokens x topk), and the host reads no count."""
+    rows, hidden = src.shape if gather else dst.shape
+    programs = 1 if ctx.team.backend.interpreted else max(1, min(MOVE_PROGRAMS, places.numel()))
+    _move_rows_kernel[(programs,)](src, dst, places, total.reshape(1), hidden, GATHER=gather,
+                                   BLOCK=min(1024, triton.next_power_of_2(hidden)), num_warps=4)
 
 
 @dataclass
@@ -142,8 +172,8 @@ class MoEDispatcher:
         ctx.ccl.all_to_all_v(self._incoming, self._outgoing, sent, recv_counts=self._received, config=config)
         arrived = self._counts_in.to(torch.int64)  # [source, local expert]
         places = self._places(arrived)
-        self._grouped.index_copy_(0, places, self._incoming)
         counts = arrived.sum(0)
+        _move_rows(ctx, self._incoming, self._grouped, places, counts.sum(), gather=False)
         offsets = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
         handle = DispatchHandle(order=order, weights=topk_weight.reshape(-1)[order], sent=sent,
                                 received=self._received.clone(), places=places, tokens=tokens_n)
@@ -160,7 +190,9 @@ class MoEDispatcher:
                              f"{self._grouped.device}, the shape dispatch returned; got {tuple(expert_out.shape)} "
                              f"on {expert_out.device}")
         k = self.topk
-        torch.index_select(expert_out.to(self.dtype), 0, handle.places, out=self._returning)  # received order
+        # back into the order the rows were received in (the rows that arrived only: nothing waits on the host)
+        _move_rows(self._ctx, expert_out.to(self.dtype).contiguous(), self._returning, handle.places,
+                   handle.received.sum(), gather=True)
         config = Config(block_size=self.config.combine_block_size)
         self._ctx.ccl.all_to_all_v(self._returned, self._returning, handle.received, config=config)
         rows = handle.tokens * k
