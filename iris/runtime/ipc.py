@@ -85,12 +85,17 @@ class GpuRuntime:
         self._open_handle = self._fn("IpcOpenMemHandle", [ctypes.POINTER(vp), IpcMemHandle, ctypes.c_uint])
         self._close_handle = self._fn("IpcCloseMemHandle", [vp])
         self._memcpy_async = self._fn("MemcpyAsync", [vp, vp, ctypes.c_size_t, ctypes.c_int, vp])
+        self._get_last_error = self._fn("GetLastError", [])
         self._error_string = getattr(self.lib, self.prefix + "GetErrorString")
         self._error_string.argtypes = [ctypes.c_int]
         self._error_string.restype = ctypes.c_char_p
 
     def check(self, status: int, call: str) -> None:
         if status != 0:
+            # A failed call also leaves its error as the thread's last error, which the next kernel launch's check
+            # (torch's among them) would report as its own: a refused heap made the next torch op fail with "out of
+            # memory". Reading it clears it.
+            self._get_last_error()
             message = self._error_string(status).decode(errors="replace")
             raise RuntimeApiError(f"{self.prefix}{call} failed with error {status}: {message}")
 
@@ -99,6 +104,7 @@ class GpuRuntime:
         ptr = ctypes.c_void_p()
         status = self._malloc(ctypes.byref(ptr), nbytes)
         if status == OUT_OF_MEMORY:
+            self._get_last_error()  # as in check: the error is reported here, not at the next launch
             raise MemoryError(f"{self.prefix}Malloc of {nbytes} bytes failed: out of memory")
         self.check(status, "Malloc")
         return ptr.value
