@@ -27,7 +27,7 @@ import argparse
 import torch
 import torch.distributed as dist
 from _results import (add_csv_argument, check_csv_argument, default_csv, git_commit, interleaved_median_us,
-                      write_csv)
+                      plot_ways, write_csv)
 
 import iris
 
@@ -129,7 +129,9 @@ def main() -> int:
     if rank == 0:
         if not gpu:
             print("note: CPU backend (Triton's interpreter): a smoke test, not a figure")
-        write_csv(rows, args.csv or default_csv("moe", base["gpu"], world))
+        path = args.csv or default_csv("moe", base["gpu"], world)
+        write_csv(rows, path)
+        plot_ways(rows, ("hidden",), "tokens", path.with_suffix(".png"), f"MoE dispatch and combine, {world} ranks")
     ctx.close()
     return 1 if failed else 0
 
