@@ -71,11 +71,11 @@ def test_all_reduce_rmsnorm_matches_torch(ranks):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("tokens,hidden", [(1, 64), (3, 256), (70, 48)])
+@pytest.mark.parametrize("dtype,tokens,hidden", [(torch.float32, 1, 64), (torch.float16, 3, 256),
+                                                 (torch.bfloat16, 70, 48)])
 def test_all_reduce_rmsnorm_matches_torch_for_every_dtype_and_shape(ranks, dtype, tokens, hidden):
-    """1 token (decode), 3, and 70 (more rows than the interpreter's programs), repeated into the same output
-    (the replayed launch)."""
+    """Every dtype, and 1 token (decode), 3, and 70 (more rows than the interpreter's programs), repeated into the
+    same output (the replayed launch); each dtype with one shape, each shape with one dtype (CI's hour)."""
     seeds = [3, 4, 5]
     _check(ranks.run(_run, tokens, hidden, dtype, seeds, keep_out=True), tokens, hidden, dtype, seeds)
 

@@ -46,7 +46,7 @@ def parse_args():
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--hidden", type=int, default=64 if cpu else 4096, help="model width")
     parser.add_argument("--ffn", type=int, default=None, help="MLP width over all ranks (default 4 x hidden)")
-    parser.add_argument("--batch", type=int, nargs="+", default=[1, 4] if cpu else [1, 2, 4, 8, 16, 32, 64],
+    parser.add_argument("--batch", type=int, nargs="+", default=[3] if cpu else [1, 2, 4, 8, 16, 32, 64],
                         help="tokens per step (one per sequence)")
     parser.add_argument("--datatype", default="bf16", choices=["fp16", "bf16"], help="element type")
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS, help="the all-reduces to run")
