@@ -89,6 +89,21 @@ def read_csv(path: Path) -> list[dict]:
         return [{key: value(key, text) for key, text in row.items()} for row in csv.DictReader(f)]
 
 
+def run_facts(ctx, iters: int, **extra) -> dict:
+    """The columns every row of a run starts with: GPU (or "cpu"), backend, world size, Iris's version, the commit,
+    the samples per point, then ``extra`` in its order.
+
+    Example:
+        >>> base = run_facts(ctx, args.iters, dtype="bf16")
+    """
+    import iris
+
+    gpu = ctx.backend.name != "cpu"
+    return {"gpu": torch.cuda.get_device_name(ctx.get_device()) if gpu else "cpu", "backend": ctx.backend.name,
+            "world_size": ctx.get_num_ranks(), "version": iris.__version__, "commit": git_commit(), "iters": iters,
+            **extra}
+
+
 def write_csv(rows: list[dict], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:

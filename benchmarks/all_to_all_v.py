@@ -27,8 +27,8 @@ import argparse
 
 import torch
 import torch.distributed as dist
-from _results import (add_csv_argument, check_csv_argument, default_csv, git_commit, interleaved_median_us,
-                      parse_size, write_csv)
+from _results import (add_csv_argument, check_csv_argument, default_csv, interleaved_median_us, parse_size, run_facts,
+                      write_csv)
 
 import iris
 
@@ -62,9 +62,7 @@ def main() -> int:
     rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     gpu = ctx.backend.name != "cpu"
     args = parse_args(gpu)
-    base = {"gpu": torch.cuda.get_device_name(device) if gpu else "cpu", "backend": ctx.backend.name,
-            "world_size": world, "version": iris.__version__, "commit": git_commit(), "iters": args.iters,
-            "dtype": "bf16", "skew": args.skew}
+    base = run_facts(ctx, args.iters, dtype="bf16", skew=args.skew)
     rows_out, failed = [], False
     for size in args.sizes:
         rows = max(world, size // (2 * WIDTH))

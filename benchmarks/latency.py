@@ -27,7 +27,7 @@ import statistics
 import time
 
 import torch
-from _results import add_csv_argument, check_csv_argument, default_csv, git_commit, write_csv
+from _results import add_csv_argument, check_csv_argument, default_csv, run_facts, write_csv
 
 import iris  # before any kernel: on the CPU backend it turns on Triton's interpreter
 import triton
@@ -131,8 +131,7 @@ def main() -> int:
     flags = ctx.zeros(world, dtype=torch.int64)
     rounds = torch.zeros(world, dtype=torch.int64, device=device)
     rows = []
-    base = {"gpu": torch.cuda.get_device_name(device) if gpu else "cpu", "backend": ctx.backend.name,
-            "world_size": world, "version": iris.__version__, "commit": git_commit(), "iters": args.iters}
+    base = run_facts(ctx, args.iters)
 
     for a in range(world):
         for b in range(a + 1, world):

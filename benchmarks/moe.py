@@ -26,8 +26,8 @@ import argparse
 
 import torch
 import torch.distributed as dist
-from _results import (add_csv_argument, check_csv_argument, default_csv, git_commit, interleaved_median_us,
-                      plot_ways, write_csv)
+from _results import (add_csv_argument, check_csv_argument, default_csv, interleaved_median_us, plot_ways, run_facts,
+                      write_csv)
 
 import iris
 
@@ -78,9 +78,7 @@ def main() -> int:
     rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     gpu = ctx.backend.name != "cpu"
     args = parse_args(gpu)
-    base = {"gpu": torch.cuda.get_device_name(device) if gpu else "cpu", "backend": ctx.backend.name,
-            "world_size": world, "version": iris.__version__, "commit": git_commit(), "iters": args.iters,
-            "dtype": "bf16", "hidden": args.hidden, "experts": args.experts, "topk": args.topk}
+    base = run_facts(ctx, args.iters, dtype="bf16", hidden=args.hidden, experts=args.experts, topk=args.topk)
     moe = ctx.ccl.moe_dispatcher(hidden_dim=args.hidden, num_experts=args.experts, topk=args.topk,
                                  max_tokens=max(args.tokens))
     torch_path = TorchPath(args.experts, args.topk, world)

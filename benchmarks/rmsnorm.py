@@ -26,8 +26,7 @@ import argparse
 
 import torch
 import torch.distributed as dist
-from _results import (add_csv_argument, check_csv_argument, default_csv, git_commit, interleaved_median_us,
-                      write_csv)
+from _results import add_csv_argument, check_csv_argument, default_csv, interleaved_median_us, run_facts, write_csv
 
 import iris
 
@@ -106,9 +105,7 @@ def main() -> int:
     gpu = ctx.backend.name != "cpu"
     args = parse_args(gpu)
     dtype = DTYPES[args.dtype]
-    base = {"gpu": torch.cuda.get_device_name(ctx.get_device()) if gpu else "cpu", "backend": ctx.backend.name,
-            "world_size": world, "version": iris.__version__, "commit": git_commit(), "iters": args.iters,
-            "dtype": args.dtype}
+    base = run_facts(ctx, args.iters, dtype=args.dtype)
     rows, failed = [], False
     for hidden in args.hidden:
         for tokens in args.tokens:

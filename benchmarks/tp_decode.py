@@ -31,8 +31,8 @@ import importlib.util
 from pathlib import Path
 
 import torch
-from _results import (add_csv_argument, check_csv_argument, default_csv, git_commit, graph_median_us, median_us,
-                      plot_ways, write_csv)
+from _results import (add_csv_argument, check_csv_argument, default_csv, graph_median_us, median_us, plot_ways,
+                      run_facts, write_csv)
 
 import iris
 
@@ -71,9 +71,7 @@ def main() -> int:
     args = parse_args(gpu)
     tp = example()
     dtype = torch.bfloat16
-    base = {"gpu": torch.cuda.get_device_name(device) if gpu else "cpu", "backend": ctx.backend.name,
-            "world_size": world, "version": iris.__version__, "commit": git_commit(), "iters": args.iters,
-            "dtype": "bf16"}
+    base = run_facts(ctx, args.iters, dtype="bf16")
     agree = lambda b: ctx.broadcast(b, source_rank=0)  # noqa: E731
     reduce_ways = tp.all_reduces(ctx, [w for w in args.ways if w != "local"],
                                  max(args.batch) * max(args.hidden) * dtype.itemsize, device)

@@ -59,7 +59,7 @@ def _move_rows(ctx, src: torch.Tensor, dst: torch.Tensor, places: torch.Tensor, 
                gather: bool) -> None:
     """:func:`_move_rows_kernel` over the first ``total`` (a device scalar) rows: the work follows the rows that
     arrived, not the buffers' capacity (which is every rank's max_tokens x topk), and the host reads no count."""
-    rows, hidden = src.shape if gather else dst.shape
+    hidden = src.shape[1]  # (rows, hidden) either way
     programs = 1 if ctx.team.backend.interpreted else max(1, min(MOVE_PROGRAMS, places.numel()))
     _move_rows_kernel[(programs,)](src, dst, places, total.reshape(1), hidden, GATHER=gather,
                                    BLOCK=min(1024, triton.next_power_of_2(hidden)), num_warps=4)

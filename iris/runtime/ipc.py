@@ -90,23 +90,24 @@ class GpuRuntime:
         self._error_string.argtypes = [ctypes.c_int]
         self._error_string.restype = ctypes.c_char_p
 
-    def check(self, status: int, call: str) -> None:
+    def check(self, status: int, call: str, out_of_memory: str | None = None) -> None:
+        """Raise for a failed call: MemoryError with ``out_of_memory`` where given and the device is out of memory,
+        else RuntimeApiError."""
         if status != 0:
             # A failed call also leaves its error as the thread's last error, which the next kernel launch's check
             # (torch's among them) would report as its own: a refused heap made the next torch op fail with "out of
             # memory". Reading it clears it.
             self._get_last_error()
+            if status == OUT_OF_MEMORY and out_of_memory:
+                raise MemoryError(out_of_memory)
             message = self._error_string(status).decode(errors="replace")
             raise RuntimeApiError(f"{self.prefix}{call} failed with error {status}: {message}")
 
     def malloc(self, nbytes: int) -> int:
         """Device memory of ``nbytes``; MemoryError when the device has not that much free."""
         ptr = ctypes.c_void_p()
-        status = self._malloc(ctypes.byref(ptr), nbytes)
-        if status == OUT_OF_MEMORY:
-            self._get_last_error()  # as in check: the error is reported here, not at the next launch
-            raise MemoryError(f"{self.prefix}Malloc of {nbytes} bytes failed: out of memory")
-        self.check(status, "Malloc")
+        self.check(self._malloc(ctypes.byref(ptr), nbytes), "Malloc",
+                   out_of_memory=f"{self.prefix}Malloc of {nbytes} bytes failed: out of memory")
         return ptr.value
 
     def free(self, ptr: int) -> None:
