@@ -70,25 +70,34 @@ def _publish_kernel(counts, displs, rows, table, members, count, index, cur, hea
 
 @triton.jit
 def _pull(v, programs, trace, src, dst, width, capacity, table, received, caps, displs, members, count, cur,
-          heap_bases, RECEIVED: tl.constexpr, CAPS: tl.constexpr, DISPLS: tl.constexpr, BLOCK: tl.constexpr):
+          heap_bases, RECEIVED: tl.constexpr, CAPS: tl.constexpr, DISPLS: tl.constexpr, MEMBERS: tl.constexpr,
+          BLOCK: tl.constexpr):
     """Virtual program ``v`` of ``programs``: its share of every member's rows for this member, pulled from
     that member's ``src`` into their place in ``dst`` (``width`` elements a row, ``capacity`` rows): at
     ``displs[i]`` with DISPLS, else packed in member order; at most ``caps[i]`` rows with CAPS. With RECEIVED,
-    ``received[i]`` = the rows member i sent."""
-    landed = tl.cast(0, tl.int64)
-    for i in range(0, count):
+    ``received[i]`` = the rows member i sent. ``MEMBERS``: the group's size rounded up to a power of two.
+
+    Program v starts at member v mod count and goes round: at any moment the programs pull from every member at
+    once (this member's own rows, a local copy, run beside the peers' instead of after them)."""
+    j = tl.arange(0, MEMBERS)
+    inside = j < count
+    sent = tl.load(table + 2 * j, mask=inside, other=0)
+    if RECEIVED:
+        if v == 0:
+            tl.store(received + j, sent.to(received.dtype.element_ty), mask=inside)
+    taken = sent
+    if CAPS:
+        taken = tl.minimum(taken, tl.maximum(tl.load(caps + j, mask=inside, other=0).to(tl.int64), 0))
+    if DISPLS:
+        starts = tl.maximum(tl.load(displs + j, mask=inside, other=0).to(tl.int64), 0)
+    else:
+        starts = tl.cumsum(taken, 0) - taken  # packed in member order
+    for k in range(0, count):
+        i = (v + k) % count
         peer = tl.load(members + i)
-        rows = tl.load(table + 2 * i)
+        rows = tl.sum(tl.where(j == i, taken, 0), 0)
+        at = tl.sum(tl.where(j == i, starts, 0), 0)
         first = tl.load(table + 2 * i + 1)
-        if RECEIVED:
-            if v == 0:
-                tl.store(received + i, rows.to(received.dtype.element_ty))
-        if CAPS:
-            rows = tl.minimum(rows, tl.maximum(tl.load(caps + i).to(tl.int64), 0))
-        if DISPLS:
-            at = tl.maximum(tl.load(displs + i).to(tl.int64), 0)
-        else:
-            at = landed
         n = tl.minimum(rows, tl.maximum(capacity - at, 0)) * width
         span = trace.start(tracing.GET, cur, peer, src, v, i, elements_bytes(src, n))
         for b in range(v, tl.cdiv(n, BLOCK), programs):
@@ -97,18 +106,18 @@ def _pull(v, programs, trace, src, dst, width, capacity, table, received, caps, 
             data = rma.load(src + first * width + offs, cur, peer, heap_bases, mask=mask)
             tl.store(dst + at * width + offs, data, mask=mask)
         trace.end(span)
-        landed += rows
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
 def _all_to_all_v_kernel(src, dst, width, capacity, table, received, caps, displs, members, count, index, cur,
                          heap_bases, arrivals, expected, programs, FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr,
                          WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr,
-                         RECEIVED: tl.constexpr, CAPS: tl.constexpr, DISPLS: tl.constexpr, BLOCK: tl.constexpr):
+                         RECEIVED: tl.constexpr, CAPS: tl.constexpr, DISPLS: tl.constexpr, MEMBERS: tl.constexpr,
+                         BLOCK: tl.constexpr):
     trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, TRACE)
     for v in range(tl.program_id(0), programs, tl.num_programs(0)):  # skeleton: iris.device.barrier
         _pull(v, programs, trace, src, dst, width, capacity, table, received, caps, displs, members, count, cur,
-              heap_bases, RECEIVED, CAPS, DISPLS, BLOCK)
+              heap_bases, RECEIVED, CAPS, DISPLS, MEMBERS, BLOCK)
     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 
 
@@ -212,4 +221,5 @@ def all_to_all_v(output, input, ctx, send_counts, send_displs=None, recv_counts=
                                    table if received is None else received, table if caps is None else caps,
                                    table if land_at is None else land_at, members.tensor, size, members.index,
                                    ctx.get_rank(), ctx.get_heap_bases(), RECEIVED=received is not None,
-                                   CAPS=caps is not None, DISPLS=land_at is not None, BLOCK=config.block_size)
+                                   CAPS=caps is not None, DISPLS=land_at is not None,
+                                   MEMBERS=triton.next_power_of_2(size), BLOCK=config.block_size)

@@ -11,7 +11,8 @@ its top-k of weight x the expert's output row.
 How: the (token, slot) pairs are sorted by expert on the device; their rows go to the experts' ranks, and the
 per-expert counts with them, by :func:`iris.ccl.all_to_all_v` with device counts; the receiver regroups them by
 expert with a permutation it computes on the device, moving only the rows that arrived (a kernel reads their
-count on the device). Combine runs the same steps backwards and sums with ``index_add_``. Experts are dealt to
+count on the device). Combine runs the same steps backwards; one kernel then sums each token's k rows, weighted, in
+fp32 (no atomics). Experts are dealt to
 ranks in contiguous blocks of ``num_experts / W`` (expert e on rank e // (num_experts / W)). Buffers are made
 once, at their largest (``max_tokens`` per rank): dispatch and combine allocate nothing on the heap and read no
 count on the host, so a CUDA graph captures them (tests/test_cuda_graphs.py, on 2 x H200).
@@ -65,12 +66,44 @@ def _move_rows(ctx, src: torch.Tensor, dst: torch.Tensor, places: torch.Tensor, 
                                    BLOCK=min(1024, triton.next_power_of_2(hidden)), num_warps=4)
 
 
+@triton.jit
+def _combine_kernel(returned, inverse, weights, out, tokens, hidden, K: tl.constexpr, BLOCK: tl.constexpr):
+    """``out[t] = sum over slots s of weights[t*K + s] * returned[inverse[t*K + s]]`` for the first ``tokens``
+    tokens, summed in fp32 in slot order (no atomics: each program owns its (token, column block) pieces)."""
+    cols = tl.arange(0, BLOCK)
+    blocks = tl.cdiv(hidden, BLOCK)
+    for piece in range(tl.program_id(0), tokens * blocks, tl.num_programs(0)):
+        token = piece // blocks
+        start = (piece % blocks) * BLOCK
+        inside = start + cols < hidden
+        total = tl.zeros([BLOCK], dtype=tl.float32)
+        for slot in range(K):
+            flat = token * K + slot
+            row = tl.load(inverse + flat).to(tl.int64)
+            weight = tl.load(weights + flat).to(tl.float32)
+            total += weight * tl.load(returned + row * hidden + start + cols, mask=inside, other=0).to(tl.float32)
+        tl.store(out + tl.cast(token, tl.int64) * hidden + start + cols, total.to(out.dtype.element_ty),
+                 mask=inside)
+
+
+def _combine(ctx, returned: torch.Tensor, inverse: torch.Tensor, weights: torch.Tensor, tokens: int,
+             topk: int) -> torch.Tensor:
+    """:func:`_combine_kernel`: (tokens, hidden) in ``returned``'s dtype."""
+    hidden = returned.shape[1]
+    out = torch.empty(tokens, hidden, dtype=returned.dtype, device=returned.device)
+    block = min(1024, triton.next_power_of_2(hidden))
+    pieces = tokens * triton.cdiv(hidden, block)
+    programs = 1 if ctx.team.backend.interpreted else max(1, min(MOVE_PROGRAMS, pieces))
+    _combine_kernel[(programs,)](returned, inverse, weights, out, tokens, hidden, K=topk, BLOCK=block, num_warps=4)
+    return out
+
+
 @dataclass
 class MoEDispatchConfig:
     """Launch sizes of the exchanges (elements per program of the all_to_all_v pulls)."""
 
-    dispatch_block_size: int = 512
-    combine_block_size: int = 512
+    dispatch_block_size: int = 1024
+    combine_block_size: int = 1024
 
 
 @dataclass(frozen=True)
@@ -86,8 +119,8 @@ class LocalExperts:
 class DispatchHandle:
     """What :meth:`MoEDispatcher.combine` needs of a dispatch (device tensors; opaque to the caller)."""
 
-    order: torch.Tensor  # (T*k,) the (token, slot) pairs, flat, sorted by expert
-    weights: torch.Tensor  # (T*k,) their gating weights, in that order
+    inverse: torch.Tensor  # (T*k,) where (token, slot) pair f went in the rows sent (sorted by expert)
+    weights: torch.Tensor  # (T*k,) the gating weights, flat in (token, slot) order
     sent: torch.Tensor  # (W,) rows sent to each rank
     received: torch.Tensor  # (W,) rows received from each rank
     places: torch.Tensor  # (capacity,) received row i is row places[i] of the grouped tensor
@@ -143,6 +176,10 @@ class MoEDispatcher:
         self._returned = torch.empty(sent_rows, hidden_dim, dtype=dtype, device=device)
         self._counts_in = torch.empty(world, self.local_experts, dtype=torch.int32, device=device)
         self._received = torch.empty(world, dtype=torch.int64, device=device)
+        # the counts of the row exchanges live in buffers of their own, so that every call passes the same
+        # tensors and ctx.ccl replays its launches (iris.replay) instead of preparing them again
+        self._sent = torch.empty(world, dtype=torch.int64, device=device)
+        self._returned_counts = torch.empty(world, dtype=torch.int64, device=device)
         self._one_row_each = torch.ones(world, dtype=torch.int64, device=device)
         self._rows = torch.arange(received_rows, device=device)
 
@@ -159,23 +196,25 @@ class MoEDispatcher:
         tokens_n = self._check(tokens, topk_idx, topk_weight)
         ctx, k, experts = self._ctx, self.topk, self.num_experts
         flat = topk_idx.reshape(-1).to(torch.int64)
+        pairs = flat.numel()
         order = torch.argsort(flat, stable=True)  # by expert; a token's slots in slot order
+        inverse = torch.empty_like(order).index_copy_(0, order, self._rows[:pairs])
         per_expert = torch.zeros(experts, dtype=torch.int64, device=flat.device).scatter_add_(
             0, flat, torch.ones_like(flat))
         per_rank = per_expert.view(self.world, self.local_experts)
-        sent = per_rank.sum(1)
-        self._outgoing[:tokens_n * k].copy_(tokens.index_select(0, order // k))
+        torch.sum(per_rank, 1, out=self._sent)
+        torch.index_select(tokens, 0, order // k, out=self._outgoing[:pairs])
         self._counts_out.copy_(per_rank)
         config = Config(block_size=self.config.dispatch_block_size)
         # the counts first: row r of counts_out (this rank's rows for rank r's experts) to rank r
         ctx.ccl.all_to_all_v(self._counts_in, self._counts_out, self._one_row_each, config=config)
-        ctx.ccl.all_to_all_v(self._incoming, self._outgoing, sent, recv_counts=self._received, config=config)
+        ctx.ccl.all_to_all_v(self._incoming, self._outgoing, self._sent, recv_counts=self._received, config=config)
         arrived = self._counts_in.to(torch.int64)  # [source, local expert]
         places = self._places(arrived)
         counts = arrived.sum(0)
         _move_rows(ctx, self._incoming, self._grouped, places, counts.sum(), gather=False)
         offsets = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
-        handle = DispatchHandle(order=order, weights=topk_weight.reshape(-1)[order], sent=sent,
+        handle = DispatchHandle(inverse=inverse, weights=topk_weight.reshape(-1).contiguous(), sent=self._sent.clone(),
                                 received=self._received.clone(), places=places, tokens=tokens_n)
         return self._grouped, LocalExperts(counts=counts, offsets=offsets), handle
 
@@ -189,17 +228,13 @@ class MoEDispatcher:
             raise ValueError(f"combine: expert_out must be ({self._grouped.shape[0]}, {self.hidden_dim}) on "
                              f"{self._grouped.device}, the shape dispatch returned; got {tuple(expert_out.shape)} "
                              f"on {expert_out.device}")
-        k = self.topk
         # back into the order the rows were received in (the rows that arrived only: nothing waits on the host)
         _move_rows(self._ctx, expert_out.to(self.dtype).contiguous(), self._returning, handle.places,
                    handle.received.sum(), gather=True)
+        self._returned_counts.copy_(handle.received)
         config = Config(block_size=self.config.combine_block_size)
-        self._ctx.ccl.all_to_all_v(self._returned, self._returning, handle.received, config=config)
-        rows = handle.tokens * k
-        out = torch.zeros(handle.tokens, self.hidden_dim, dtype=torch.float32, device=expert_out.device)
-        weighted = self._returned[:rows].float() * handle.weights[:, None].float()
-        out.index_add_(0, handle.order // k, weighted)
-        return out.to(self.dtype)
+        self._ctx.ccl.all_to_all_v(self._returned, self._returning, self._returned_counts, config=config)
+        return _combine(self._ctx, self._returned, handle.inverse, handle.weights, handle.tokens, self.topk)
 
     def _places(self, counts: torch.Tensor) -> torch.Tensor:
         """Where each received row goes when grouped by expert: a permutation of the buffer's rows. Received
