@@ -19,6 +19,10 @@ def _routing(case, rank, tokens, experts, k, seed):
         hot = (idx == 1).nonzero()
         idx[hot[:, 0], hot[:, 1]] = idx[hot[:, 0], 0]
         idx[:, 0] = 1
+    elif case == "dropped":  # random, then some slots name no expert (-1, num_experts): dropped
+        idx = torch.stack([torch.randperm(experts, generator=g)[:k] for _ in range(tokens)])
+        idx[::3, 0] = -1
+        idx[1::4, k - 1] = experts
     elif case == "empty":  # only the even experts
         idx = torch.stack([torch.randperm(experts // 2, generator=g)[:k] * 2 for _ in range(tokens)])
     else:
@@ -54,7 +58,8 @@ def _round_trips(cases):
         for local, expert in enumerate(mine):
             scale[int(meta.offsets[local]):int(meta.offsets[local + 1])] = expert + 1
         y = moe.combine((recv.float() * scale).to(dtype), handle)
-        want = (x.to(dtype).float()[:, None, :] * (w * (idx + 1))[:, :, None]).sum(1)
+        kept = (idx >= 0) & (idx < experts)  # a dropped slot adds nothing
+        want = (x.to(dtype).float()[:, None, :] * (w * (idx + 1) * kept)[:, :, None]).sum(1)
         tolerance = 1e-5 if dtype == torch.float32 else 3e-2
         error = ((y.float().cpu() - want).norm() / want.norm().clamp_min(1e-9)).item()
         if error > tolerance:
@@ -64,7 +69,7 @@ def _round_trips(cases):
 
 
 def test_dispatch_and_combine_match_torch(ranks):
-    for failures in ranks.run(_round_trips, [("random", 2, 2, 7, torch.float32)]):
+    for failures in ranks.run(_round_trips, [("random", 2, 2, 7, torch.float32), ("dropped", 2, 2, 9, torch.float32)]):
         assert failures == []
 
 
@@ -91,6 +96,9 @@ def _misuse():
     idx = torch.zeros(5, 2, dtype=torch.int64, device=device)
     errors += refusals([lambda: moe.dispatch(x, idx, idx.float()),                       # more than max_tokens
                         lambda: moe.dispatch(x[:4], idx[:4].float(), idx[:4].float())])  # float expert ids
+    ctx.set_debug(True)
+    errors += refusals([lambda: moe.dispatch(x[:4], idx[:4] - 1, idx[:4].float())])    # ids outside [0, experts)
+    ctx.set_debug(False)
     ctx.close()
     return errors
 
@@ -101,3 +109,4 @@ def test_misuse_is_refused_before_any_launch(ranks):
         assert "topk=0" in errors[1], errors
         assert "more than max_tokens=4" in errors[2], errors
         assert "integer expert ids" in errors[3], errors
+        assert "8 expert ids outside [0, " in errors[4] and "e.g. -1" in errors[4], errors

@@ -8,14 +8,15 @@ rank's experts the tokens routed to them from every rank, grouped by local exper
 ``dispatcher.combine(expert_out, handle)`` returns, for each of this rank's tokens in its order, the sum over
 its top-k of weight x the expert's output row.
 
-How: the (token, slot) pairs are sorted by expert on the device; their rows go to the experts' ranks, and the
-per-expert counts with them, by :func:`iris.ccl.all_to_all_v` with device counts; the receiver regroups them by
-expert with a permutation it computes on the device, moving only the rows that arrived (a kernel reads their
-count on the device). Combine runs the same steps backwards; one kernel then sums each token's k rows, weighted, in
-fp32 (no atomics). Experts are dealt to
-ranks in contiguous blocks of ``num_experts / W`` (expert e on rank e // (num_experts / W)). Buffers are made
-once, at their largest (``max_tokens`` per rank): dispatch and combine allocate nothing on the heap and read no
-count on the host, so a CUDA graph captures them (tests/test_cuda_graphs.py, on 2 x H200).
+How: the (token, slot) pairs are sorted by expert on the device and one kernel packs their rows for the experts'
+ranks and counts them; the rows go to those ranks, and the per-expert counts with them, by
+:func:`iris.ccl.all_to_all_v` with device counts; on the receiver one kernel moves the rows that arrived into
+expert order (it reads their counts on the device). Combine runs the same steps backwards; one kernel then sums
+each token's k rows, weighted, in fp32 (no atomics). Experts are dealt to ranks in contiguous blocks of
+``num_experts / W`` (expert e on rank e // (num_experts / W)). Buffers are made once, at their largest
+(``max_tokens`` per rank): dispatch and combine allocate nothing on the heap and read no count on the host, so a
+CUDA graph captures them (tests/test_cuda_graphs.py, on 2 x H200). An expert id outside ``[0, num_experts)``
+drops its slot (sent nowhere, adds nothing in combine); in debug mode dispatch refuses it before any launch.
 
 Example:
     >>> moe = ctx.ccl.moe_dispatcher(hidden_dim=7168, num_experts=256, topk=8, max_tokens=128)
@@ -38,38 +39,100 @@ import triton.language as tl
 from iris.ccl import _common
 from iris.ccl.config import Config
 
-#: The most programs of a row move (:func:`_move_rows`); each takes every programs-th row.
+#: The most programs of the row kernels below; each takes every programs-th row (or piece).
 MOVE_PROGRAMS = 1024
 
 
 @triton.jit
-def _move_rows_kernel(src, dst, places, total, hidden, GATHER: tl.constexpr, BLOCK: tl.constexpr):
-    """For each row r below the device count ``total[0]``: ``dst[places[r]] = src[r]``, or with GATHER
-    ``dst[r] = src[places[r]]``; rows from ``total[0]`` on are left as they are."""
+def _copy_row(src, dst, source, target, hidden, BLOCK: tl.constexpr):
+    """``dst[target] = src[source]``, rows of ``hidden`` elements."""
     cols = tl.arange(0, BLOCK)
-    for row in range(tl.program_id(0), tl.load(total), tl.num_programs(0)):
-        place = tl.load(places + row)
-        source = tl.where(GATHER, place, row).to(tl.int64) * hidden
-        target = tl.where(GATHER, row, place).to(tl.int64) * hidden
-        for start in range(0, hidden, BLOCK):
-            inside = start + cols < hidden
-            tl.store(dst + target + start + cols, tl.load(src + source + start + cols, mask=inside), mask=inside)
+    for start in range(0, hidden, BLOCK):
+        inside = start + cols < hidden
+        tl.store(dst + tl.cast(target, tl.int64) * hidden + start + cols,
+                 tl.load(src + tl.cast(source, tl.int64) * hidden + start + cols, mask=inside), mask=inside)
 
 
-def _move_rows(ctx, src: torch.Tensor, dst: torch.Tensor, places: torch.Tensor, total: torch.Tensor,
-               gather: bool) -> None:
-    """:func:`_move_rows_kernel` over the first ``total`` (a device scalar) rows: the work follows the rows that
-    arrived, not the buffers' capacity (which is every rank's max_tokens x topk), and the host reads no count."""
-    hidden = src.shape[1]  # (rows, hidden) either way
-    programs = 1 if ctx.team.backend.interpreted else max(1, min(MOVE_PROGRAMS, places.numel()))
-    _move_rows_kernel[(programs,)](src, dst, places, total.reshape(1), hidden, GATHER=gather,
-                                   BLOCK=min(1024, triton.next_power_of_2(hidden)), num_warps=4)
+@triton.jit
+def _pack_kernel(tokens, order, starts, outgoing, inverse, counts, sent, pairs, hidden, local_experts, ranks,
+                 K: tl.constexpr, EXPERTS: tl.constexpr, RANKS: tl.constexpr, BLOCK: tl.constexpr):
+    """The sender's side of a dispatch, after its (token, slot) pairs were sorted by expert (``order``; expert e's
+    pairs from ``starts[e]`` to ``starts[e + 1]``): row r of ``outgoing`` = the token of pair ``order[r]``,
+    ``inverse[order[r]] = r``; program 0 also writes the rows for each expert (``counts``, (ranks, local_experts)
+    flat) and for each rank (``sent``). ``EXPERTS``, ``RANKS``: the counts rounded up to powers of two."""
+    if tl.program_id(0) == 0:
+        e = tl.arange(0, EXPERTS)
+        experts = local_experts * ranks
+        inside = e < experts
+        begin = tl.load(starts + e, mask=inside, other=0)
+        tl.store(counts + e, (tl.load(starts + e + 1, mask=inside, other=0) - begin).to(counts.dtype.element_ty),
+                 mask=inside)
+        w = tl.arange(0, RANKS)
+        some = w < ranks
+        first = tl.load(starts + w * local_experts, mask=some, other=0)
+        tl.store(sent + w, tl.load(starts + (w + 1) * local_experts, mask=some, other=0) - first, mask=some)
+    base = tl.load(starts)  # pairs of expert ids outside [0, experts) sort before or after the rest: dropped
+    end = tl.load(starts + local_experts * ranks)
+    for r in range(tl.program_id(0), pairs, tl.num_programs(0)):
+        pair = tl.load(order + r)
+        if (r >= base) & (r < end):
+            tl.store(inverse + pair, r - base)
+            _copy_row(tokens, outgoing, pair // K, r - base, hidden, BLOCK)
+        else:
+            tl.store(inverse + pair, -1)
+
+
+@triton.jit
+def _regroup_kernel(src, dst, counts, expert_counts, offsets, row_counts, hidden, local_experts, ranks,
+                    TO_EXPERTS: tl.constexpr, RANKS: tl.constexpr, LOCAL: tl.constexpr, BLOCK: tl.constexpr):
+    """Rows as they arrive (by source rank, each source's by local expert; ``counts[s, e]`` rows of (source s,
+    expert e)) to rows grouped by expert (each expert's by source), or back with TO_EXPERTS False. Program 0
+    also writes, grouping, each expert's rows (``expert_counts``) and their ``offsets`` (one more entry: the
+    total), and, going back, the rows of each source (``row_counts``). Every program walks every segment and
+    moves every programs-th row of it: a hot expert is spread over all programs."""
+    s = tl.arange(0, RANKS)[:, None]
+    e = tl.arange(0, LOCAL)[None, :]
+    inside = (s < ranks) & (e < local_experts)
+    c = tl.load(counts + s * local_experts + e, mask=inside, other=0).to(tl.int64)
+    per_source = tl.sum(c, 1)
+    per_expert = tl.sum(c, 0)
+    arrival = (tl.cumsum(per_source, 0) - per_source)[:, None] + tl.cumsum(c, 1) - c  # by source, then expert
+    grouped = (tl.cumsum(per_expert, 0) - per_expert)[None, :] + tl.cumsum(c, 0) - c  # by expert, then source
+    if tl.program_id(0) == 0:
+        if TO_EXPERTS:
+            x = tl.arange(0, LOCAL)
+            tl.store(expert_counts + x, per_expert, mask=x < local_experts)
+            tl.store(offsets + x + 1, tl.cumsum(per_expert, 0), mask=x < local_experts)
+            tl.store(offsets + x, 0, mask=x == 0)
+        else:
+            tl.store(row_counts + tl.arange(0, RANKS), per_source, mask=tl.arange(0, RANKS) < ranks)
+    for segment in range(0, ranks * local_experts):
+        here = (s == segment // local_experts) & (e == segment % local_experts)
+        rows = tl.sum(tl.sum(tl.where(here, c, 0), 1), 0)
+        came = tl.sum(tl.sum(tl.where(here, arrival, 0), 1), 0)
+        goes = tl.sum(tl.sum(tl.where(here, grouped, 0), 1), 0)
+        for r in range(tl.program_id(0), rows, tl.num_programs(0)):
+            if TO_EXPERTS:
+                _copy_row(src, dst, came + r, goes + r, hidden, BLOCK)
+            else:
+                _copy_row(src, dst, goes + r, came + r, hidden, BLOCK)
+
+
+def _programs(ctx, work: int) -> int:
+    """Programs of a row kernel: one under the interpreter (which runs them one after another), else one per
+    piece of ``work`` up to MOVE_PROGRAMS."""
+    return 1 if ctx.team.backend.interpreted else max(1, min(MOVE_PROGRAMS, work))
+
+
+def _row_block(hidden: int) -> int:
+    return min(1024, triton.next_power_of_2(hidden))
 
 
 @triton.jit
 def _combine_kernel(returned, inverse, weights, out, tokens, hidden, K: tl.constexpr, BLOCK: tl.constexpr):
     """``out[t] = sum over slots s of weights[t*K + s] * returned[inverse[t*K + s]]`` for the first ``tokens``
-    tokens, summed in fp32 in slot order (no atomics: each program owns its (token, column block) pieces)."""
+    tokens, summed in fp32 in slot order (no atomics: each program owns its (token, column block) pieces); a
+    dropped slot (``inverse`` -1) adds nothing."""
     cols = tl.arange(0, BLOCK)
     blocks = tl.cdiv(hidden, BLOCK)
     for piece in range(tl.program_id(0), tokens * blocks, tl.num_programs(0)):
@@ -80,8 +143,10 @@ def _combine_kernel(returned, inverse, weights, out, tokens, hidden, K: tl.const
         for slot in range(K):
             flat = token * K + slot
             row = tl.load(inverse + flat).to(tl.int64)
-            weight = tl.load(weights + flat).to(tl.float32)
-            total += weight * tl.load(returned + row * hidden + start + cols, mask=inside, other=0).to(tl.float32)
+            kept = row >= 0
+            weight = tl.where(kept, tl.load(weights + flat).to(tl.float32), 0.0)
+            total += weight * tl.load(returned + row * hidden + start + cols, mask=inside & kept,
+                                      other=0).to(tl.float32)
         tl.store(out + tl.cast(token, tl.int64) * hidden + start + cols, total.to(out.dtype.element_ty),
                  mask=inside)
 
@@ -91,9 +156,8 @@ def _combine(ctx, returned: torch.Tensor, inverse: torch.Tensor, weights: torch.
     """:func:`_combine_kernel`: (tokens, hidden) in ``returned``'s dtype."""
     hidden = returned.shape[1]
     out = torch.empty(tokens, hidden, dtype=returned.dtype, device=returned.device)
-    block = min(1024, triton.next_power_of_2(hidden))
-    pieces = tokens * triton.cdiv(hidden, block)
-    programs = 1 if ctx.team.backend.interpreted else max(1, min(MOVE_PROGRAMS, pieces))
+    block = _row_block(hidden)
+    programs = _programs(ctx, tokens * triton.cdiv(hidden, block))
     _combine_kernel[(programs,)](returned, inverse, weights, out, tokens, hidden, K=topk, BLOCK=block, num_warps=4)
     return out
 
@@ -121,9 +185,7 @@ class DispatchHandle:
 
     inverse: torch.Tensor  # (T*k,) where (token, slot) pair f went in the rows sent (sorted by expert)
     weights: torch.Tensor  # (T*k,) the gating weights, flat in (token, slot) order
-    sent: torch.Tensor  # (W,) rows sent to each rank
-    received: torch.Tensor  # (W,) rows received from each rank
-    places: torch.Tensor  # (capacity,) received row i is row places[i] of the grouped tensor
+    counts: torch.Tensor  # (W, local experts) rows received from each rank for each local expert
     tokens: int
 
 
@@ -181,7 +243,9 @@ class MoEDispatcher:
         self._sent = torch.empty(world, dtype=torch.int64, device=device)
         self._returned_counts = torch.empty(world, dtype=torch.int64, device=device)
         self._one_row_each = torch.ones(world, dtype=torch.int64, device=device)
-        self._rows = torch.arange(received_rows, device=device)
+        self._expert_ids = torch.arange(num_experts + 1, device=device)
+        self._expert_counts = torch.empty(self.local_experts, dtype=torch.int64, device=device)
+        self._offsets = torch.empty(self.local_experts + 1, dtype=torch.int64, device=device)
 
     def dispatch(self, tokens: torch.Tensor, topk_idx: torch.Tensor, topk_weight: torch.Tensor):
         """``(recv, local_meta, handle)``: the tokens routed to this rank's experts, grouped by expert (a view of
@@ -197,26 +261,22 @@ class MoEDispatcher:
         ctx, k, experts = self._ctx, self.topk, self.num_experts
         flat = topk_idx.reshape(-1).to(torch.int64)
         pairs = flat.numel()
-        order = torch.argsort(flat, stable=True)  # by expert; a token's slots in slot order
-        inverse = torch.empty_like(order).index_copy_(0, order, self._rows[:pairs])
-        per_expert = torch.zeros(experts, dtype=torch.int64, device=flat.device).scatter_add_(
-            0, flat, torch.ones_like(flat))
-        per_rank = per_expert.view(self.world, self.local_experts)
-        torch.sum(per_rank, 1, out=self._sent)
-        torch.index_select(tokens, 0, order // k, out=self._outgoing[:pairs])
-        self._counts_out.copy_(per_rank)
+        experts, order = torch.sort(flat, stable=True)  # by expert; a token's slots in slot order
+        starts = torch.searchsorted(experts, self._expert_ids)  # expert e's pairs: starts[e] to starts[e + 1]
+        inverse = torch.empty_like(order)
+        _pack_kernel[(_programs(ctx, pairs),)](tokens, order, starts, self._outgoing, inverse, self._counts_out,
+                                               self._sent, pairs, self.hidden_dim, self.local_experts, self.world,
+                                               K=k, EXPERTS=triton.next_power_of_2(self.num_experts),
+                                               RANKS=triton.next_power_of_2(self.world),
+                                               BLOCK=_row_block(self.hidden_dim), num_warps=4)
         config = Config(block_size=self.config.dispatch_block_size)
         # the counts first: row r of counts_out (this rank's rows for rank r's experts) to rank r
         ctx.ccl.all_to_all_v(self._counts_in, self._counts_out, self._one_row_each, config=config)
         ctx.ccl.all_to_all_v(self._incoming, self._outgoing, self._sent, recv_counts=self._received, config=config)
-        arrived = self._counts_in.to(torch.int64)  # [source, local expert]
-        places = self._places(arrived)
-        counts = arrived.sum(0)
-        _move_rows(ctx, self._incoming, self._grouped, places, counts.sum(), gather=False)
-        offsets = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
-        handle = DispatchHandle(inverse=inverse, weights=topk_weight.reshape(-1).contiguous(), sent=self._sent.clone(),
-                                received=self._received.clone(), places=places, tokens=tokens_n)
-        return self._grouped, LocalExperts(counts=counts, offsets=offsets), handle
+        self._regroup(self._incoming, self._grouped, self._counts_in, to_experts=True)
+        handle = DispatchHandle(inverse=inverse, weights=topk_weight.reshape(-1).contiguous(),
+                                counts=self._counts_in.clone(), tokens=tokens_n)
+        return self._grouped, LocalExperts(counts=self._expert_counts.clone(), offsets=self._offsets.clone()), handle
 
     def combine(self, expert_out: torch.Tensor, handle: DispatchHandle) -> torch.Tensor:
         """(T, hidden_dim): for each token of the dispatch, the sum over its top-k of weight x its expert's row
@@ -228,25 +288,19 @@ class MoEDispatcher:
             raise ValueError(f"combine: expert_out must be ({self._grouped.shape[0]}, {self.hidden_dim}) on "
                              f"{self._grouped.device}, the shape dispatch returned; got {tuple(expert_out.shape)} "
                              f"on {expert_out.device}")
-        # back into the order the rows were received in (the rows that arrived only: nothing waits on the host)
-        _move_rows(self._ctx, expert_out.to(self.dtype).contiguous(), self._returning, handle.places,
-                   handle.received.sum(), gather=True)
-        self._returned_counts.copy_(handle.received)
+        # back into the order the rows were received in (the rows that arrived only: nothing waits on the host);
+        # the kernel also writes how many rows go back to each rank
+        self._regroup(expert_out.to(self.dtype).contiguous(), self._returning, handle.counts, to_experts=False)
         config = Config(block_size=self.config.combine_block_size)
         self._ctx.ccl.all_to_all_v(self._returned, self._returning, self._returned_counts, config=config)
         return _combine(self._ctx, self._returned, handle.inverse, handle.weights, handle.tokens, self.topk)
 
-    def _places(self, counts: torch.Tensor) -> torch.Tensor:
-        """Where each received row goes when grouped by expert: a permutation of the buffer's rows. Received
-        rows come by source, each source's by expert; grouped, by expert, each expert's by source."""
-        flat = counts.reshape(-1)  # segments (source, expert), in the order they arrived
-        start = torch.cumsum(flat, 0) - flat
-        by_expert = counts.t().reshape(-1)  # the same segments, (expert, source)
-        grouped_start = (torch.cumsum(by_expert, 0) - by_expert).view(self.local_experts, self.world).t().reshape(-1)
-        total = flat.sum()
-        segment = torch.searchsorted(torch.cumsum(flat, 0), self._rows, right=True).clamp_(max=flat.numel() - 1)
-        inside = self._rows < total
-        return torch.where(inside, grouped_start[segment] + self._rows - start[segment], self._rows)
+    def _regroup(self, src: torch.Tensor, dst: torch.Tensor, counts: torch.Tensor, to_experts: bool) -> None:
+        """:func:`_regroup_kernel`: the received rows by expert (to_experts), or back by source rank."""
+        _regroup_kernel[(_programs(self._ctx, self._incoming.shape[0]),)](
+            src, dst, counts, self._expert_counts, self._offsets, self._returned_counts, self.hidden_dim,
+            self.local_experts, self.world, TO_EXPERTS=to_experts, RANKS=triton.next_power_of_2(self.world),
+            LOCAL=triton.next_power_of_2(self.local_experts), BLOCK=_row_block(self.hidden_dim), num_warps=4)
 
     def _check(self, tokens, topk_idx, topk_weight) -> int:
         what = "dispatch"
@@ -264,4 +318,10 @@ class MoEDispatcher:
         for name, t in (("tokens", tokens), ("topk_idx", topk_idx), ("topk_weight", topk_weight)):
             if t.device != self._grouped.device:
                 raise ValueError(f"{what}: {name} is on {t.device}, this rank's buffers on {self._grouped.device}")
+        if self._ctx.team.debug:  # reads the ids on the host: debug mode only
+            outside = (topk_idx < 0) | (topk_idx >= self.num_experts)
+            if bool(outside.any()):
+                raise ValueError(f"{what}: topk_idx holds {int(outside.sum())} expert ids outside [0, "
+                                 f"{self.num_experts}), e.g. {int(topk_idx[outside][0])} (outside debug mode such a "
+                                 f"slot is dropped: it is sent nowhere and adds nothing in combine)")
         return tokens.shape[0]
