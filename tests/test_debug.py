@@ -243,3 +243,32 @@ def test_debug_mode_is_switched_per_context(tmp_path):
     seen = [line.split("SEEN ", 1)[1] for line in out.splitlines() if "SEEN" in line]
     expected = str([True, False, "reported", "read", "refused", "ran", "read", "ran", "reported", "refused"])
     assert seen == [expected, expected], out
+
+
+MOE_EXPERT_IDS = """
+import torch
+import iris
+
+ctx = iris.iris(1 << 22, debug=True)
+world, device = ctx.get_num_ranks(), ctx.get_device()
+moe = ctx.ccl.moe_dispatcher(hidden_dim=8, num_experts=2 * world, topk=2, max_tokens=4, dtype=torch.float32)
+x = torch.randn(4, 8, device=device)
+idx = torch.arange(8, device=device).reshape(4, 2) % (2 * world)
+idx[0, 0] = -1                                                   # one id below the range
+idx[3, 1] = 2 * world                                            # and one above
+try:
+    moe.dispatch(x, idx, torch.rand(4, 2, device=device))
+except ValueError as exc:
+    print("REFUSED", exc, flush=True)
+ctx.barrier()
+"""
+
+
+@pytest.mark.slow
+def test_debug_mode_refuses_moe_expert_ids_out_of_range_before_any_launch(tmp_path):
+    # outside debug mode such a slot is dropped (tests/test_moe.py); reading the ids needs the host, so only here
+    proc = _launch(tmp_path, MOE_EXPERT_IDS, {})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    refused = [line for line in out.splitlines() if "REFUSED" in line]
+    assert len(refused) == 2 and all("2 expert ids outside [0, " in line and "e.g. -1" in line for line in refused), out

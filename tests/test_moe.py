@@ -96,9 +96,6 @@ def _misuse():
     idx = torch.zeros(5, 2, dtype=torch.int64, device=device)
     errors += refusals([lambda: moe.dispatch(x, idx, idx.float()),                       # more than max_tokens
                         lambda: moe.dispatch(x[:4], idx[:4].float(), idx[:4].float())])  # float expert ids
-    ctx.set_debug(True)
-    errors += refusals([lambda: moe.dispatch(x[:4], idx[:4] - 1, idx[:4].float())])    # ids outside [0, experts)
-    ctx.set_debug(False)
     ctx.close()
     return errors
 
@@ -109,4 +106,3 @@ def test_misuse_is_refused_before_any_launch(ranks):
         assert "topk=0" in errors[1], errors
         assert "more than max_tokens=4" in errors[2], errors
         assert "integer expert ids" in errors[3], errors
-        assert "8 expert ids outside [0, " in errors[4] and "e.g. -1" in errors[4], errors
