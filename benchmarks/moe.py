@@ -10,7 +10,10 @@ per rank, three phases, each of both:
     torch.nccl    the usual PyTorch path: per-rank counts exchanged with all_to_all_single, read on the host
                   (.tolist()), then all_to_all_single with those splits; combine the same way back
 
-and the round trip (dispatch, an identity expert, combine). Each figure is the median per call over --iters
+and the round trip (dispatch, an identity expert, combine). On GPUs also ``iris.round_trip.graph``: the same round
+trip captured once in a CUDA graph and replayed, as an inference engine runs its MoE layers (Iris's path reads no
+count on the host, so it can be captured; the PyTorch path cannot: it waits on the host for the splits).
+Each figure is the median per call over --iters
 samples taken in turns (benchmarks/_results.py); every sample starts after a device barrier. On the CPU backend
 it is a smoke test, not a figure. Results: a table and a CSV (benchmarks/results/moe_<gpu>_<W>ranks.csv).
 """
@@ -73,6 +76,23 @@ class TorchPath:
         return out.to(rows.dtype)
 
 
+def captured(ctx, step):
+    """``step`` captured in a CUDA graph (run once uncaptured first, on the capture's stream): its replay."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    ctx.barrier()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        step()
+    torch.cuda.synchronize()
+    ctx.barrier()
+    return graph.replay
+
+
 def main() -> int:
     ctx = iris.iris(8 << 30 if torch.cuda.is_available() else 1 << 28)
     rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
@@ -115,6 +135,8 @@ def main() -> int:
                  "iris.combine": iris_combine, "torch.nccl.combine": torch_combine,
                  "iris.round_trip": lambda: (iris_dispatch(), iris_combine()),
                  "torch.nccl.round_trip": lambda: (torch_dispatch(), torch_combine())}
+        if gpu:
+            calls["iris.round_trip.graph"] = captured(ctx, lambda: (iris_dispatch(), iris_combine()))
         times = interleaved_median_us(calls, args.warmup, args.iters, gpu, before_each=ctx.device_barrier,
                                       agree=lambda b: ctx.broadcast(b, src=0))
         times = ctx.broadcast(times, src=0)

@@ -88,12 +88,11 @@ def _regroup_kernel(src, dst, counts, expert_counts, offsets, row_counts, hidden
     """Rows as they arrive (by source rank, each source's by local expert; ``counts[s, e]`` rows of (source s,
     expert e)) to rows grouped by expert (each expert's by source), or back with TO_EXPERTS False. Program 0
     also writes, grouping, each expert's rows (``expert_counts``) and their ``offsets`` (one more entry: the
-    total), and, going back, the rows of each source (``row_counts``). Every program walks every segment and
-    moves every programs-th row of it: a hot expert is spread over all programs."""
+    total), and, going back, the rows of each source (``row_counts``). The programs share the rows: a hot
+    expert is spread over all of them."""
     s = tl.arange(0, RANKS)[:, None]
     e = tl.arange(0, LOCAL)[None, :]
-    inside = (s < ranks) & (e < local_experts)
-    c = tl.load(counts + s * local_experts + e, mask=inside, other=0).to(tl.int64)
+    c = tl.load(counts + s * local_experts + e, mask=(s < ranks) & (e < local_experts), other=0).to(tl.int64)
     per_source = tl.sum(c, 1)
     per_expert = tl.sum(c, 0)
     arrival = (tl.cumsum(per_source, 0) - per_source)[:, None] + tl.cumsum(c, 1) - c  # by source, then expert
@@ -106,16 +105,18 @@ def _regroup_kernel(src, dst, counts, expert_counts, offsets, row_counts, hidden
             tl.store(offsets + x, 0, mask=x == 0)
         else:
             tl.store(row_counts + tl.arange(0, RANKS), per_source, mask=tl.arange(0, RANKS) < ranks)
-    for segment in range(0, ranks * local_experts):
-        here = (s == segment // local_experts) & (e == segment % local_experts)
-        rows = tl.sum(tl.sum(tl.where(here, c, 0), 1), 0)
-        came = tl.sum(tl.sum(tl.where(here, arrival, 0), 1), 0)
-        goes = tl.sum(tl.sum(tl.where(here, grouped, 0), 1), 0)
-        for r in range(tl.program_id(0), rows, tl.num_programs(0)):
-            if TO_EXPERTS:
-                _copy_row(src, dst, came + r, goes + r, hidden, BLOCK)
-            else:
-                _copy_row(src, dst, goes + r, came + r, hidden, BLOCK)
+    # the (source, expert) segments in arrival order, flat: padding segments are empty and start where the next
+    # real one does, so row r lies in the last segment that starts at or before it
+    segment = tl.arange(0, RANKS * LOCAL)
+    came = tl.reshape(arrival, [RANKS * LOCAL])
+    goes = tl.reshape(grouped, [RANKS * LOCAL])
+    for r in range(tl.program_id(0), tl.sum(per_source, 0), tl.num_programs(0)):
+        here = segment == tl.sum((came <= r).to(tl.int32), 0) - 1
+        moved = r - tl.sum(tl.where(here, came, 0), 0) + tl.sum(tl.where(here, goes, 0), 0)
+        if TO_EXPERTS:
+            _copy_row(src, dst, r, moved, hidden, BLOCK)
+        else:
+            _copy_row(src, dst, moved, r, hidden, BLOCK)
 
 
 def _programs(ctx, work: int) -> int:
