@@ -131,6 +131,26 @@ def test_matmul_all_reduce_pipelined_refuses_a_variant_that_cannot_sum_in_place_
         assert message is not None and "one_shot cannot run in place" in message and untouched
 
 
+def _variant_refusals(variants):
+    ctx = iris.iris(1 << 22)
+    a_shape, b_shape, out_shape = shapes("matmul_all_reduce", 40, 48, 24, ctx.get_num_ranks())
+    a, b = (torch.ones(shape, dtype=torch.bfloat16, device=ctx.get_device()) for shape in (a_shape, b_shape))
+    out = torch.zeros(out_shape, dtype=torch.float32, device=ctx.get_device())
+    messages = refusals([lambda v=v: ctx.ops.matmul_all_reduce(out, a, b, config=FusedConfig(all_reduce_variant=v))
+                         for v in variants])
+    untouched = bool((out == 0).all())
+    ctx.close()
+    return messages, untouched
+
+
+def test_matmul_all_reduce_refuses_the_variants_the_originals_newest_release_dropped(ranks):
+    """The original's newest matmul_all_reduce takes only one_shot and two_shot (Iris's own push, ll and
+    hierarchical sum its pipeline's chunks); atomic, spinlock and ring are refused before any launch."""
+    for messages, untouched in ranks.run(_variant_refusals, ("atomic", "spinlock", "ring")):
+        assert untouched and all("matmul_all_reduce supports only" in m and v in m
+                                 for m, v in zip(messages, ("'atomic'", "'spinlock'", "'ring'"))), messages
+
+
 def test_matmul_all_reduce_pipelined_at_three_ranks_matches_float64(three_ranks):
     for rank, results in enumerate(three_ranks.run(_pipelined, 40, 72, 24, 3, seeds=[6])):
         for errors, same in results:

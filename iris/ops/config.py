@@ -109,11 +109,13 @@ class FusedConfig:
             long as the sums; ``iris.ops.matmul_all_reduce.pipelined.gemm_programs``; on 4 x H100 6-10% faster there
             than 16, which
             was the fastest of 4-48 at K 2048). Not with pipeline_chunks=0.
-        all_reduce_variant: the original's choice of the all-reduce inside matmul_all_reduce (None or one
-            of iris.ccl's variants): where matmul_all_reduce runs as a pipeline (pipeline_chunks), the
-            variant that sums each chunk in place (two_shot, push, ll or hierarchical; another raises
-            ValueError before any launch); None: iris.ccl's choice by size. Iris's fused kernel exchanges
-            its tiles itself: there it has no effect.
+        all_reduce_variant: the original's choice of the all-reduce inside matmul_all_reduce: None,
+            "one_shot" or "two_shot" as in the original's newest release (which refuses its older "atomic",
+            "spinlock" and "ring" there, and so does Iris, before any launch), or Iris's "push", "ll",
+            "hierarchical". Where matmul_all_reduce runs as a pipeline (pipeline_chunks), the variant that
+            sums each chunk in place (two_shot, push, ll or hierarchical; another raises ValueError before
+            any launch); None: iris.ccl's choice by size. Iris's fused kernel exchanges its tiles itself:
+            there it has no effect.
 
     The original's newest fields, accepted so that code written for it runs; they tune the original's
     AMD kernels and change nothing in Iris's (each is checked, and kept on the config):

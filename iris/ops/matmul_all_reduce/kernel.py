@@ -398,8 +398,17 @@ def reduces_at_owner(scatter: bool, ctx, config: FusedConfig) -> bool:
     return ctx.get_num_ranks() > 2 if config.reduce_at_owner is None else config.reduce_at_owner
 
 
+#: The all_reduce variants matmul_all_reduce takes: the original's newest release takes one_shot and two_shot only
+#: (it refuses the rest); push, ll and hierarchical are Iris's, for the chunks of its pipeline.
+MATMUL_ALL_REDUCE_VARIANTS = (None, "one_shot", "two_shot", "push", "ll", "hierarchical")
+
+
 def _check(what, ctx, output, A, B, bias, scatter: bool, config: FusedConfig) -> None:
     world = ctx.get_num_ranks()
+    if not scatter and config.all_reduce_variant not in MATMUL_ALL_REDUCE_VARIANTS:
+        raise ValueError(f"{what}: matmul_all_reduce supports only all_reduce_variant None, 'one_shot' or 'two_shot' "
+                         f"(and Iris's 'push', 'll', 'hierarchical' for its pipeline), got "
+                         f"{config.all_reduce_variant!r}")
     if config.pipeline_chunks and config.copy_engine and not scatter:
         raise ValueError(f"{what}: FusedConfig(pipeline_chunks={config.pipeline_chunks} and copy_engine=True): the "
                          "chunks' sums go by iris.ccl.all_reduce, not by copies; pass one or the other")
