@@ -10,10 +10,11 @@ per rank, three phases, each of both:
     torch.nccl    the usual PyTorch path: per-rank counts exchanged with all_to_all_single, read on the host
                   (.tolist()), then all_to_all_single with those splits; combine the same way back
 
-and the round trip (dispatch, an identity expert, combine). On GPUs also ``iris.round_trip.graph``: the same round
-trip captured once in a CUDA graph and replayed, as an inference engine runs its MoE layers (Iris's path reads no
-count on the host, so it can be captured; the PyTorch path cannot: it waits on the host for the splits).
-Each figure is the median per call over --iters
+and the round trip (dispatch, an identity expert, combine); ``iris.dispatch.fp8`` and ``iris.round_trip.fp8``
+dispatch the rows as float8 e4m3 with a scale per row (half the bytes; the experts' bf16 outputs come back). On
+GPUs also ``iris.round_trip.graph``: the bf16 round trip captured once in a CUDA graph and replayed, as an
+inference engine runs its MoE layers (Iris's path reads no count on the host, so it can be captured; the PyTorch
+path cannot: it waits on the host for the splits). Each figure is the median per call over --iters
 samples taken in turns (benchmarks/_results.py); every sample starts after a device barrier. On the CPU backend
 it is a smoke test, not a figure. Results: a table and a CSV (benchmarks/results/moe_<gpu>_<W>ranks.csv).
 """
@@ -101,6 +102,11 @@ def main() -> int:
     base = run_facts(ctx, args.iters, dtype="bf16", hidden=args.hidden, experts=args.experts, topk=args.topk)
     moe = ctx.ccl.moe_dispatcher(hidden_dim=args.hidden, num_experts=args.experts, topk=args.topk,
                                  max_tokens=max(args.tokens))
+    # fp8 dispatch: the rows travel as float8 e4m3 with a scale each; the experts' bf16 outputs go back
+    moe_fp8 = ctx.ccl.moe_dispatcher(hidden_dim=args.hidden, num_experts=args.experts, topk=args.topk,
+                                     max_tokens=max(args.tokens), dispatch_dtype=torch.float8_e4m3fn)
+    expert_out = torch.zeros(moe_fp8.world * max(args.tokens) * args.topk, args.hidden, dtype=torch.bfloat16,
+                             device=device)  # what an expert would write from the fp8 rows
     torch_path = TorchPath(args.experts, args.topk, world)
     rows, failed = [], False
     for tokens in args.tokens:
@@ -116,6 +122,13 @@ def main() -> int:
         def iris_combine():
             recv, _, handle = held["iris"]
             held["iris_out"] = moe.combine(recv, handle)
+
+        def iris_dispatch_fp8():
+            held["iris_fp8"] = moe_fp8.dispatch(x, idx, weights)
+
+        def iris_round_trip_fp8():
+            iris_dispatch_fp8()
+            moe_fp8.combine(expert_out, held["iris_fp8"][2])
 
         def torch_dispatch():
             held["torch"] = torch_path.dispatch(x, idx)
@@ -134,7 +147,8 @@ def main() -> int:
         calls = {"iris.dispatch": iris_dispatch, "torch.nccl.dispatch": torch_dispatch,
                  "iris.combine": iris_combine, "torch.nccl.combine": torch_combine,
                  "iris.round_trip": lambda: (iris_dispatch(), iris_combine()),
-                 "torch.nccl.round_trip": lambda: (torch_dispatch(), torch_combine())}
+                 "torch.nccl.round_trip": lambda: (torch_dispatch(), torch_combine()),
+                 "iris.dispatch.fp8": iris_dispatch_fp8, "iris.round_trip.fp8": iris_round_trip_fp8}
         if gpu:
             calls["iris.round_trip.graph"] = captured(ctx, lambda: (iris_dispatch(), iris_combine()))
         times = interleaved_median_us(calls, args.warmup, args.iters, gpu, before_each=ctx.device_barrier,

@@ -106,3 +106,49 @@ def test_misuse_is_refused_before_any_launch(ranks):
         assert "topk=0" in errors[1], errors
         assert "more than max_tokens=4" in errors[2], errors
         assert "integer expert ids" in errors[3], errors
+
+
+def _fp8_round_trip(tokens, k, per_rank):
+    """dispatch_dtype=float8_e4m3fn: the rows travel as fp8 with one scale per row; the receiver's rows times
+    their scales are the tokens to fp8's precision, and combine (of bf16 expert outputs) sums them as before."""
+    ctx = iris.iris(1 << 24)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    experts = per_rank * world
+    moe = ctx.ccl.moe_dispatcher(hidden_dim=HIDDEN, num_experts=experts, topk=k, max_tokens=16,
+                                 dispatch_dtype=torch.float8_e4m3fn)
+    sizes = torch.logspace(-2, 2, tokens)[:, None]  # rows of very different sizes: one scale each
+    data = [(x * sizes, idx, w) for x, idx, w in (_routing("random", r, tokens, experts, k, 11) for r in range(world))]
+    x, idx, w = data[rank]
+    recv, meta, handle = moe.dispatch(x.to(torch.bfloat16).to(device), idx.to(device), w.to(device))
+    failures = []
+    if recv.dtype != torch.float8_e4m3fn or meta.scales is None or meta.scales.dtype != torch.float32:
+        failures.append(("dtypes", recv.dtype, None if meta.scales is None else meta.scales.dtype))
+    rows = recv.float() * meta.scales[:, None]
+    spacing = (meta.scales[:, None] * 2.0 ** -9).cpu()  # e4m3's subnormal step, in each row's units
+    mine = range(rank * per_rank, (rank + 1) * per_rank)
+    for local, expert in enumerate(mine):
+        want = [data[s][0][t] for s in range(world) for t in range(tokens) for j in range(k)
+                if int(data[s][1][t, j]) == expert]
+        lo, hi = int(meta.offsets[local]), int(meta.offsets[local + 1])
+        want = torch.stack(want).to(torch.bfloat16).float() if want else torch.zeros(0, HIDDEN)
+        got = rows[lo:hi].cpu()
+        # to the nearest e4m3 value: half a step, 2^-4 relative (3 mantissa bits), or 2^-10 of the scale below 2^-6
+        inside = bool(((got - want).abs() <= want.abs() / 16 + spacing[lo:hi] / 2).all()) if len(want) else True
+        if hi - lo != len(want) or not inside:
+            failures.append(("dispatch", expert, hi - lo, len(want)))
+    scale = torch.zeros(recv.shape[0], 1, device=device)
+    for local, expert in enumerate(mine):
+        scale[int(meta.offsets[local]):int(meta.offsets[local + 1])] = expert + 1
+    y = moe.combine((rows * scale).to(torch.bfloat16), handle)
+    want = (x.to(torch.bfloat16).float()[:, None, :] * (w * (idx + 1))[:, :, None]).sum(1)
+    error = ((y.float().cpu() - want).norm() / want.norm()).item()
+    if error > 0.08:
+        failures.append(("combine", error))
+    ctx.close()
+    return failures
+
+
+@pytest.mark.slow
+def test_fp8_dispatch_payload_with_a_scale_per_row(ranks):
+    for failures in ranks.run(_fp8_round_trip, 12, 3, 2):
+        assert failures == []

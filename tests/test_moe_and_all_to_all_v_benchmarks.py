@@ -12,7 +12,8 @@ def test_moe_benchmark_validates_and_writes_every_row(tmp_path):
     rows = run_benchmark("moe.py", 2, "--tokens", "3", "--hidden", "16", "--experts", "4", "--topk", "2", "--iters",
                          "1", "--validate", csv_path=tmp_path / "moe.csv")
     assert [r["impl"] for r in rows] == ["iris.dispatch", "torch.nccl.dispatch", "iris.combine", "torch.nccl.combine",
-                                         "iris.round_trip", "torch.nccl.round_trip"]
+                                         "iris.round_trip", "torch.nccl.round_trip", "iris.dispatch.fp8",
+                                         "iris.round_trip.fp8"]
     assert all(float(r["us"]) > 0 for r in rows)
 
 

@@ -189,11 +189,11 @@ class CCL:
                                                     tag=tag, config=config))
 
     def moe_dispatcher(self, hidden_dim, num_experts, topk, max_tokens, group=None, config=None, expt_assignment=None,
-                       dtype=torch.bfloat16):
+                       dtype=torch.bfloat16, dispatch_dtype=None):
         """A :class:`MoEDispatcher` for this context (collective: it allocates its heap buffers); see
         :mod:`iris.ccl.moe`."""
         return MoEDispatcher(self._ctx, hidden_dim, num_experts, topk, max_tokens, group=group, config=config,
-                             expt_assignment=expt_assignment, dtype=dtype)
+                             expt_assignment=expt_assignment, dtype=dtype, dispatch_dtype=dispatch_dtype)
 
     def barrier(self, group=None, async_op=False, config=None):
         """Every member of ``group`` waits for every other, on the device; see :func:`iris.ccl.barrier.barrier`."""

@@ -54,8 +54,42 @@ def _copy_row(src, dst, source, target, hidden, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _pack_kernel(tokens, order, starts, outgoing, inverse, counts, sent, pairs, hidden, local_experts, ranks,
-                 K: tl.constexpr, EXPERTS: tl.constexpr, RANKS: tl.constexpr, BLOCK: tl.constexpr):
+def _round_to_e4m3(value):
+    """``value`` (fp32, at most 448 in magnitude) rounded to the nearest float8 e4m3 value, ties to even, still
+    fp32: the cast to e4m3 that follows is then exact whatever its own rounding (Triton's interpreter does not
+    carry a round-up into the exponent: 1.95 became 1.0). Normal values keep 3 mantissa bits; below 2**-6 the
+    step is 2**-9 (fp32's addition of 1.5 * 2**14 rounds to it)."""
+    bits = value.to(tl.int32, bitcast=True)
+    normal = ((bits + 0x7FFFF + ((bits >> 20) & 1)) & -0x100000).to(tl.float32, bitcast=True)
+    subnormal = (value + 24576.0) - 24576.0
+    return tl.where(tl.abs(value) < 0.015625, subnormal, normal)
+
+
+@triton.jit
+def _quantize_row(src, dst, scales, source, target, hidden, BLOCK: tl.constexpr):
+    """``dst[target] = src[source] / scale`` as float8 e4m3 and ``scales[target] = scale``, where scale is the
+    row's largest magnitude over e4m3's largest finite value, 448 (1 for a row of zeros)."""
+    cols = tl.arange(0, BLOCK)
+    row = src + tl.cast(source, tl.int64) * hidden
+    largest = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, hidden, BLOCK):
+        inside = start + cols < hidden
+        largest = tl.maximum(largest, tl.abs(tl.load(row + start + cols, mask=inside, other=0).to(tl.float32)))
+    amax = tl.max(largest, 0)
+    scale = tl.where(amax > 0, amax / 448.0, 1.0)
+    tl.store(scales + target, scale)
+    out = dst + tl.cast(target, tl.int64) * hidden
+    for start in range(0, hidden, BLOCK):
+        inside = start + cols < hidden
+        value = tl.load(row + start + cols, mask=inside, other=0).to(tl.float32) / scale
+        tl.store(out + start + cols, _round_to_e4m3(tl.clamp(value, -448.0, 448.0)).to(out.dtype.element_ty),
+                 mask=inside)
+
+
+@triton.jit
+def _pack_kernel(tokens, order, starts, outgoing, scales, inverse, counts, sent, pairs, hidden, local_experts, ranks,
+                 K: tl.constexpr, EXPERTS: tl.constexpr, RANKS: tl.constexpr, FP8: tl.constexpr,
+                 BLOCK: tl.constexpr):
     """The sender's side of a dispatch, after its (token, slot) pairs were sorted by expert (``order``; expert e's
     pairs from ``starts[e]`` to ``starts[e + 1]``): row r of ``outgoing`` = the token of pair ``order[r]``,
     ``inverse[order[r]] = r``; program 0 also writes the rows for each expert (``counts``, (ranks, local_experts)
@@ -77,19 +111,24 @@ def _pack_kernel(tokens, order, starts, outgoing, inverse, counts, sent, pairs, 
         pair = tl.load(order + r)
         if (r >= base) & (r < end):
             tl.store(inverse + pair, r - base)
-            _copy_row(tokens, outgoing, pair // K, r - base, hidden, BLOCK)
+            if FP8:
+                _quantize_row(tokens, outgoing, scales, pair // K, r - base, hidden, BLOCK)
+            else:
+                _copy_row(tokens, outgoing, pair // K, r - base, hidden, BLOCK)
         else:
             tl.store(inverse + pair, -1)
 
 
 @triton.jit
-def _regroup_kernel(src, dst, counts, expert_counts, offsets, row_counts, hidden, local_experts, ranks,
-                    TO_EXPERTS: tl.constexpr, RANKS: tl.constexpr, LOCAL: tl.constexpr, BLOCK: tl.constexpr):
+def _regroup_kernel(src, dst, src_scales, dst_scales, counts, expert_counts, offsets, row_counts, hidden,
+                    local_experts, ranks, TO_EXPERTS: tl.constexpr, SCALES: tl.constexpr, RANKS: tl.constexpr,
+                    LOCAL: tl.constexpr, BLOCK: tl.constexpr):
     """Rows as they arrive (by source rank, each source's by local expert; ``counts[s, e]`` rows of (source s,
     expert e)) to rows grouped by expert (each expert's by source), or back with TO_EXPERTS False. Program 0
     also writes, grouping, each expert's rows (``expert_counts``) and their ``offsets`` (one more entry: the
-    total), and, going back, the rows of each source (``row_counts``). The programs share the rows: a hot
-    expert is spread over all of them."""
+    total), and, going back, the rows of each source (``row_counts``). With SCALES (grouping only) each row's
+    scale moves with it, from ``src_scales`` to ``dst_scales``. The programs share the rows: a hot expert is
+    spread over all of them."""
     s = tl.arange(0, RANKS)[:, None]
     e = tl.arange(0, LOCAL)[None, :]
     c = tl.load(counts + s * local_experts + e, mask=(s < ranks) & (e < local_experts), other=0).to(tl.int64)
@@ -115,6 +154,8 @@ def _regroup_kernel(src, dst, counts, expert_counts, offsets, row_counts, hidden
         moved = r - tl.sum(tl.where(here, came, 0), 0) + tl.sum(tl.where(here, goes, 0), 0)
         if TO_EXPERTS:
             _copy_row(src, dst, r, moved, hidden, BLOCK)
+            if SCALES:
+                tl.store(dst_scales + moved, tl.load(src_scales + r))
         else:
             _copy_row(src, dst, moved, r, hidden, BLOCK)
 
@@ -178,6 +219,9 @@ class LocalExperts:
 
     counts: torch.Tensor
     offsets: torch.Tensor
+    #: with ``dispatch_dtype=torch.float8_e4m3fn``: (rows,) float32, received row i times ``scales[i]`` is the
+    #: token (rows past ``offsets[-1]`` unused); else None
+    scales: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -202,11 +246,15 @@ class MoEDispatcher:
         group: None (every rank); groups are not supported yet.
         config: a :class:`MoEDispatchConfig`.
         expt_assignment: None (contiguous blocks of experts per rank); other assignments are not supported yet.
-        dtype: the tokens' dtype (bfloat16 by default).
+        dtype: the tokens' dtype (bfloat16 by default), and the dtype of the experts' outputs combine takes.
+        dispatch_dtype: None (the rows travel in ``dtype``) or ``torch.float8_e4m3fn``: each row travels as fp8
+            divided by a scale of its own (its largest magnitude / 448), half the bytes of bfloat16; dispatch then
+            returns fp8 rows and their scales in ``local_meta.scales``.
     """
 
     def __init__(self, ctx, hidden_dim: int, num_experts: int, topk: int, max_tokens: int, group=None,
-                 config: MoEDispatchConfig | None = None, expt_assignment=None, dtype=torch.bfloat16):
+                 config: MoEDispatchConfig | None = None, expt_assignment=None, dtype=torch.bfloat16,
+                 dispatch_dtype=None):
         world = ctx.get_num_ranks()
         what = "moe_dispatcher"
         for name, value in (("hidden_dim", hidden_dim), ("num_experts", num_experts), ("topk", topk),
@@ -223,6 +271,9 @@ class MoEDispatcher:
                                       f"supported yet")
         if dtype not in _common.MOVE_DTYPES:
             raise TypeError(f"{what}: dtype {dtype} is not one the collectives move")
+        if dispatch_dtype not in (None, dtype, torch.float8_e4m3fn):
+            raise TypeError(f"{what}: dispatch_dtype {dispatch_dtype} must be None or torch.float8_e4m3fn")
+        self.fp8 = dispatch_dtype == torch.float8_e4m3fn and dtype != torch.float8_e4m3fn
         self.config = config or MoEDispatchConfig()
         self._ctx, self.hidden_dim, self.num_experts, self.topk = ctx, hidden_dim, num_experts, topk
         self.max_tokens, self.dtype, self.world = max_tokens, dtype, world
@@ -230,12 +281,18 @@ class MoEDispatcher:
         device = ctx.get_device()
         sent_rows, received_rows = max_tokens * topk, world * max_tokens * topk
         # on the heap: what the peers pull from (all_to_all_v's input), allocated alike on every rank
-        self._outgoing = ctx.empty((sent_rows, hidden_dim), dtype=dtype)
+        wire = torch.float8_e4m3fn if self.fp8 else dtype  # what the rows travel as
+        self._outgoing = ctx.empty((sent_rows, hidden_dim), dtype=wire)
         self._returning = ctx.empty((received_rows, hidden_dim), dtype=dtype)
         self._counts_out = ctx.empty((world, self.local_experts), dtype=torch.int32)
         # this rank's own
-        self._incoming = torch.empty(received_rows, hidden_dim, dtype=dtype, device=device)
+        self._incoming = torch.empty(received_rows, hidden_dim, dtype=wire, device=device)
         self._grouped = torch.empty_like(self._incoming)
+        # fp8: a scale per row, travelling beside it (all_to_all_v's input on the heap too)
+        scale_rows = (sent_rows, received_rows) if self.fp8 else (1, 1)
+        self._scales_out = ctx.empty((scale_rows[0], 1), dtype=torch.float32)
+        self._scales_in = torch.empty(scale_rows[1], 1, dtype=torch.float32, device=device)
+        self._scales_grouped = torch.empty_like(self._scales_in)
         self._returned = torch.empty(sent_rows, hidden_dim, dtype=dtype, device=device)
         self._counts_in = torch.empty(world, self.local_experts, dtype=torch.int32, device=device)
         self._received = torch.empty(world, dtype=torch.int64, device=device)
@@ -265,19 +322,24 @@ class MoEDispatcher:
         experts, order = torch.sort(flat, stable=True)  # by expert; a token's slots in slot order
         starts = torch.searchsorted(experts, self._expert_ids)  # expert e's pairs: starts[e] to starts[e + 1]
         inverse = torch.empty_like(order)
-        _pack_kernel[(_programs(ctx, pairs),)](tokens, order, starts, self._outgoing, inverse, self._counts_out,
-                                               self._sent, pairs, self.hidden_dim, self.local_experts, self.world,
-                                               K=k, EXPERTS=triton.next_power_of_2(self.num_experts),
-                                               RANKS=triton.next_power_of_2(self.world),
+        _pack_kernel[(_programs(ctx, pairs),)](tokens, order, starts, self._outgoing, self._scales_out, inverse,
+                                               self._counts_out, self._sent, pairs, self.hidden_dim,
+                                               self.local_experts, self.world, K=k,
+                                               EXPERTS=triton.next_power_of_2(self.num_experts),
+                                               RANKS=triton.next_power_of_2(self.world), FP8=self.fp8,
                                                BLOCK=_row_block(self.hidden_dim), num_warps=4)
         config = Config(block_size=self.config.dispatch_block_size)
         # the counts first: row r of counts_out (this rank's rows for rank r's experts) to rank r
         ctx.ccl.all_to_all_v(self._counts_in, self._counts_out, self._one_row_each, config=config)
         ctx.ccl.all_to_all_v(self._incoming, self._outgoing, self._sent, recv_counts=self._received, config=config)
+        if self.fp8:
+            ctx.ccl.all_to_all_v(self._scales_in, self._scales_out, self._sent, config=config)
         self._regroup(self._incoming, self._grouped, self._counts_in, to_experts=True)
         handle = DispatchHandle(inverse=inverse, weights=topk_weight.reshape(-1).contiguous(),
                                 counts=self._counts_in.clone(), tokens=tokens_n)
-        return self._grouped, LocalExperts(counts=self._expert_counts.clone(), offsets=self._offsets.clone()), handle
+        meta = LocalExperts(counts=self._expert_counts.clone(), offsets=self._offsets.clone(),
+                            scales=self._scales_grouped[:, 0] if self.fp8 else None)
+        return self._grouped, meta, handle
 
     def combine(self, expert_out: torch.Tensor, handle: DispatchHandle) -> torch.Tensor:
         """(T, hidden_dim): for each token of the dispatch, the sum over its top-k of weight x its expert's row
@@ -299,8 +361,9 @@ class MoEDispatcher:
     def _regroup(self, src: torch.Tensor, dst: torch.Tensor, counts: torch.Tensor, to_experts: bool) -> None:
         """:func:`_regroup_kernel`: the received rows by expert (to_experts), or back by source rank."""
         _regroup_kernel[(_programs(self._ctx, self._incoming.shape[0]),)](
-            src, dst, counts, self._expert_counts, self._offsets, self._returned_counts, self.hidden_dim,
-            self.local_experts, self.world, TO_EXPERTS=to_experts, RANKS=triton.next_power_of_2(self.world),
+            src, dst, self._scales_in, self._scales_grouped, counts, self._expert_counts, self._offsets,
+            self._returned_counts, self.hidden_dim, self.local_experts, self.world, TO_EXPERTS=to_experts,
+            SCALES=self.fp8 and to_experts, RANKS=triton.next_power_of_2(self.world),
             LOCAL=triton.next_power_of_2(self.local_experts), BLOCK=_row_block(self.hidden_dim), num_warps=4)
 
     def _check(self, tokens, topk_idx, topk_weight) -> int:
