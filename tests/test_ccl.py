@@ -317,6 +317,7 @@ def _push_all_reduce_of_a_mebibyte():
     return wrong
 
 
+@pytest.mark.slow  # push at small sizes runs in the default tier (here above and in the conformance properties)
 def test_push_takes_a_mebibyte_per_rank(ranks):
     assert PUSH_BYTES == 1 << 20
     assert all(wrong == 0 for wrong in ranks.run(_push_all_reduce_of_a_mebibyte))

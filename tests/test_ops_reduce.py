@@ -57,7 +57,7 @@ def _pipelined(m, n, k, chunks, seeds, variant=None, vendor_gemm=None, out_dtype
     return results
 
 
-@pytest.mark.parametrize("chunks,comm_sms", [(1, None), (5, None), (2, 40)])
+@pytest.mark.parametrize("chunks,comm_sms", [(1, None), pytest.param(5, None, marks=pytest.mark.slow), (2, 40)])
 def test_matmul_all_reduce_pipelined_by_row_chunks_matches_float64(ranks, chunks, comm_sms):
     """FusedConfig(pipeline_chunks=C): Iris's GEMM by C row chunks (72 rows: 5 do not divide them), each
     chunk summed over the ranks by iris.ccl.all_reduce behind it, into a plain and a heap output, over calls

@@ -22,6 +22,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parent.parent / "iris"
 PLUG_INS = ("iris.ccl", "iris.ops")
 
@@ -196,6 +198,7 @@ def test_only_the_config_module_touches_the_environment():
     assert _environment_uses(MODULES["iris.config"]), "the reader must see the config module's own reads"
 
 
+@pytest.mark.slow  # a fresh interpreter (5 s); the default tier's budget is the README's 5 minutes
 def test_importing_iris_changes_only_the_interpreter_switch():
     """A process that imports iris (as under ``iris run``, with stack dumps asked for) keeps its signal
     handlers, its loggers, Triton's cache manager and its environment but for TRITON_INTERPRET."""
