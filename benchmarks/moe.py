@@ -12,9 +12,10 @@ per rank, three phases, each of both:
 
 and the round trip (dispatch, an identity expert, combine); ``iris.dispatch.fp8`` and ``iris.round_trip.fp8``
 dispatch the rows as float8 e4m3 with a scale per row (half the bytes; the experts' bf16 outputs come back). On
-GPUs also ``iris.round_trip.graph``: the bf16 round trip captured once in a CUDA graph and replayed, as an
-inference engine runs its MoE layers (Iris's path reads no count on the host, so it can be captured; the PyTorch
-path cannot: it waits on the host for the splits). Each figure is the median per call over --iters
+GPUs also ``iris.round_trip.graph``: a batch of bf16 round trips captured once in a CUDA graph and replayed
+(``_results.graph_median_us``, timed after the others), as an inference engine runs its MoE layers (Iris's path
+reads no count on the host, so it can be captured; the PyTorch path cannot: it waits on the host for the
+splits). Each figure is the median per call over --iters
 samples taken in turns (benchmarks/_results.py); every sample starts after a device barrier. On the CPU backend
 it is a smoke test, not a figure. Results: a table and a CSV (benchmarks/results/moe_<gpu>_<W>ranks.csv).
 """
@@ -30,8 +31,8 @@ import argparse
 
 import torch
 import torch.distributed as dist
-from _results import (add_csv_argument, check_csv_argument, default_csv, interleaved_median_us, plot_ways, run_facts,
-                      write_csv)
+from _results import (add_csv_argument, check_csv_argument, default_csv, graph_median_us, interleaved_median_us,
+                      plot_ways, run_facts, write_csv)
 
 import iris
 
@@ -75,23 +76,6 @@ class TorchPath:
         out = torch.zeros(tokens, rows.shape[1], dtype=torch.float32, device=rows.device)
         out.index_add_(0, order // self.topk, back.float() * weights.reshape(-1)[order][:, None])
         return out.to(rows.dtype)
-
-
-def captured(ctx, step):
-    """``step`` captured in a CUDA graph (run once uncaptured first, on the capture's stream): its replay."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    ctx.barrier()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        step()
-    torch.cuda.synchronize()
-    ctx.barrier()
-    return graph.replay
 
 
 def main() -> int:
@@ -149,10 +133,12 @@ def main() -> int:
                  "iris.round_trip": lambda: (iris_dispatch(), iris_combine()),
                  "torch.nccl.round_trip": lambda: (torch_dispatch(), torch_combine()),
                  "iris.dispatch.fp8": iris_dispatch_fp8, "iris.round_trip.fp8": iris_round_trip_fp8}
-        if gpu:
-            calls["iris.round_trip.graph"] = captured(ctx, lambda: (iris_dispatch(), iris_combine()))
         times = interleaved_median_us(calls, args.warmup, args.iters, gpu, before_each=ctx.device_barrier,
                                       agree=lambda b: ctx.broadcast(b, src=0))
+        if gpu:  # a batch of round trips captured once and replayed (_results.graph_median_us)
+            times["iris.round_trip.graph"] = graph_median_us(lambda: (iris_dispatch(), iris_combine()), args.warmup,
+                                                             args.iters, agree=lambda b: ctx.broadcast(b, src=0),
+                                                             before_each=ctx.device_barrier)
         times = ctx.broadcast(times, src=0)
         for impl, us in times.items():
             rows.append({**base, "tokens": tokens, "impl": impl, "us": us})

@@ -89,7 +89,7 @@ def member_input(seed: int, member: int, count: int, dtype: torch.dtype, device)
     return values.to(device)
 
 
-def draw(rng: random.Random, world: int, groups: list, max_bytes: int, call: int) -> dict:
+def draw(rng: random.Random, groups: list, max_bytes: int, call: int) -> dict:
     """One call, drawn alike on every rank."""
     members, group = rng.choice(groups)
     dtype = rng.choice(DTYPES)
@@ -176,7 +176,7 @@ def main() -> int:
     watchdog = Watchdog(rank, args.timeout)
     wrong, begun = 0, time.monotonic()
     for call in range(args.calls):
-        case = draw(rng, world, groups, args.max_bytes, call)
+        case = draw(rng, groups, args.max_bytes, call)
         if rank in case["members"]:
             watchdog.start(describe(case))
             if not run_call(ctx, case, arenas):

@@ -32,6 +32,22 @@ def _routing(case, rank, tokens, experts, k, seed):
     return x, idx, w
 
 
+def _routed_to(data, expert, dtype) -> torch.Tensor:
+    """The rows this rank's expert ``expert`` should get, as float: source by source, token by token, each
+    token's slots for it (``data``: every rank's (tokens, topk_idx, topk_weight))."""
+    rows = [x[t] for x, idx, _ in data for t in range(idx.shape[0]) for j in range(idx.shape[1])
+            if int(idx[t, j]) == expert]
+    return torch.stack(rows).to(dtype).float() if rows else torch.zeros(0, HIDDEN)
+
+
+def _expert_scale(meta, experts, rows: int, device) -> torch.Tensor:
+    """(rows, 1): expert e's rows of the dispatch scaled by e + 1 (what the tests' experts compute)."""
+    scale = torch.zeros(rows, 1, device=device)
+    for local, expert in enumerate(experts):
+        scale[int(meta.offsets[local]):int(meta.offsets[local + 1])] = expert + 1
+    return scale
+
+
 def _round_trips(cases):
     ctx = iris.iris(1 << 24)
     rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
@@ -46,18 +62,13 @@ def _round_trips(cases):
         # what this rank's experts should get: source by source, token by token, each token's rows for them
         mine = range(rank * per_rank, (rank + 1) * per_rank)
         for local, expert in enumerate(mine):
-            want = [data[s][0][t] for s in range(world) for t in range(tokens) for j in range(k)
-                    if int(data[s][1][t, j]) == expert]
+            want = _routed_to(data, expert, dtype)
             lo, hi = int(meta.offsets[local]), int(meta.offsets[local + 1])
             got = recv[lo:hi].float().cpu()
-            want = torch.stack(want).to(dtype).float() if want else torch.zeros(0, HIDDEN)
             if hi - lo != len(want) or not torch.equal(got, want):
                 failures.append((case, k, "dispatch", expert, hi - lo, len(want)))
         # expert e scales its rows by e + 1; combine sums weight x that over the top-k
-        scale = torch.zeros(recv.shape[0], 1, device=device)
-        for local, expert in enumerate(mine):
-            scale[int(meta.offsets[local]):int(meta.offsets[local + 1])] = expert + 1
-        y = moe.combine((recv.float() * scale).to(dtype), handle)
+        y = moe.combine((recv.float() * _expert_scale(meta, mine, recv.shape[0], device)).to(dtype), handle)
         kept = (idx >= 0) & (idx < experts)  # a dropped slot adds nothing
         want = (x.to(dtype).float()[:, None, :] * (w * (idx + 1) * kept)[:, :, None]).sum(1)
         tolerance = 1e-5 if dtype == torch.float32 else 3e-2
@@ -127,19 +138,14 @@ def _fp8_round_trip(tokens, k, per_rank):
     spacing = (meta.scales[:, None] * 2.0 ** -9).cpu()  # e4m3's subnormal step, in each row's units
     mine = range(rank * per_rank, (rank + 1) * per_rank)
     for local, expert in enumerate(mine):
-        want = [data[s][0][t] for s in range(world) for t in range(tokens) for j in range(k)
-                if int(data[s][1][t, j]) == expert]
+        want = _routed_to(data, expert, torch.bfloat16)
         lo, hi = int(meta.offsets[local]), int(meta.offsets[local + 1])
-        want = torch.stack(want).to(torch.bfloat16).float() if want else torch.zeros(0, HIDDEN)
         got = rows[lo:hi].cpu()
         # to the nearest e4m3 value: half a step, 2^-4 relative (3 mantissa bits), or 2^-10 of the scale below 2^-6
         inside = bool(((got - want).abs() <= want.abs() / 16 + spacing[lo:hi] / 2).all()) if len(want) else True
         if hi - lo != len(want) or not inside:
             failures.append(("dispatch", expert, hi - lo, len(want)))
-    scale = torch.zeros(recv.shape[0], 1, device=device)
-    for local, expert in enumerate(mine):
-        scale[int(meta.offsets[local]):int(meta.offsets[local + 1])] = expert + 1
-    y = moe.combine((rows * scale).to(torch.bfloat16), handle)
+    y = moe.combine((rows * _expert_scale(meta, mine, recv.shape[0], device)).to(torch.bfloat16), handle)
     want = (x.to(torch.bfloat16).float()[:, None, :] * (w * (idx + 1))[:, :, None]).sum(1)
     error = ((y.float().cpu() - want).norm() / want.norm()).item()
     if error > 0.08:

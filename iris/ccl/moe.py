@@ -295,7 +295,6 @@ class MoEDispatcher:
         self._scales_grouped = torch.empty_like(self._scales_in)
         self._returned = torch.empty(sent_rows, hidden_dim, dtype=dtype, device=device)
         self._counts_in = torch.empty(world, self.local_experts, dtype=torch.int32, device=device)
-        self._received = torch.empty(world, dtype=torch.int64, device=device)
         # the counts of the row exchanges live in buffers of their own, so that every call passes the same
         # tensors and ctx.ccl replays its launches (iris.replay) instead of preparing them again
         self._sent = torch.empty(world, dtype=torch.int64, device=device)
@@ -331,7 +330,7 @@ class MoEDispatcher:
         config = Config(block_size=self.config.dispatch_block_size)
         # the counts first: row r of counts_out (this rank's rows for rank r's experts) to rank r
         ctx.ccl.all_to_all_v(self._counts_in, self._counts_out, self._one_row_each, config=config)
-        ctx.ccl.all_to_all_v(self._incoming, self._outgoing, self._sent, recv_counts=self._received, config=config)
+        ctx.ccl.all_to_all_v(self._incoming, self._outgoing, self._sent, config=config)
         if self.fp8:
             ctx.ccl.all_to_all_v(self._scales_in, self._scales_out, self._sent, config=config)
         self._regroup(self._incoming, self._grouped, self._counts_in, to_experts=True)
