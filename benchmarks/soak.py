@@ -83,10 +83,9 @@ class Watchdog:
 def member_input(seed: int, member: int, count: int, dtype: torch.dtype, device) -> torch.Tensor:
     """Member ``member``'s input of one call: quarters within +-4 (their sums are exact in every dtype up to 8
     members), the same on every rank that builds it."""
-    g = torch.Generator().manual_seed(seed * 1009 + member)
-    quarters = torch.randint(-16, 17, (count,), generator=g)
-    values = quarters.to(torch.int32) if dtype == torch.int32 else (quarters / 4).to(dtype)
-    return values.to(device)
+    g = torch.Generator(device=device).manual_seed(seed * 1009 + member)  # on the device: drawing megabytes
+    quarters = torch.randint(-16, 17, (count,), generator=g, device=device)  # on the host took most of a call
+    return quarters.to(torch.int32) if dtype == torch.int32 else (quarters / 4).to(dtype)
 
 
 def draw(rng: random.Random, groups: list, max_bytes: int, call: int) -> dict:

@@ -66,7 +66,7 @@ def reserved_layout(world_size: int, engine_path: bool = False) -> ReservedLayou
         ("ccl.push_flags", 2 * world_size * PUSH_PROGRAMS, torch.int32),
         ("ccl.ll_landing", 2 * world_size * LL_WORDS, torch.int64),  # [half][sender] words: flag | element
         ("ccl.p2p_mail", world_size * P2P_WORDS, torch.int64),  # [peer][word], see iris.ccl.p2p
-        ("ccl.a2av_table", 2 * world_size, torch.int64),  # all_to_all_v's (rows, first row) from each member
+        ("ccl.a2av_table", 2 * world_size, torch.int64),  # all_to_all_v's (rows, first row) from each rank
         *staging,
         ("engine.scratch", 2, torch.int64),  # what engine calls that move nothing aim at (iris.device.nvshmem)
     ])
@@ -130,7 +130,7 @@ class Team:
         self.p2p_received = torch.zeros_like(self.p2p_sent)
         self.p2p_finished = torch.zeros(world_size, dtype=torch.int32, device=heap.device)
         self.heap_start = heap.start
-        self.a2av_table = heap.region("ccl.a2av_table")  # written whole by every call before it is read
+        self.a2av_table = heap.region("ccl.a2av_table")  # a call's members write their slots before it reads
         self._participants: dict[tuple[int, ...], Participants] = {}
         self.debug = False  # this context's debug mode (ctx.set_debug): cross-rank checks and diagnoses
 

@@ -120,3 +120,46 @@ def test_misuse_is_refused_before_any_launch(ranks):
         assert "one count per member" in errors[3], errors
         assert "input holds 8" in errors[4], errors
         assert "output holds 8" in errors[5], errors
+
+
+def _groups_that_overlap(delay: float):
+    """Rank 1 exchanges with rank 2, then with rank 0, which skipped the first exchange and so publishes its
+    counts for the second while rank 1 (held back by ``delay`` seconds) has not yet run the first: each call's
+    counts must reach its own call (the soak found this at 4 simulated ranks on one GPU)."""
+    import time
+
+    import torch.distributed as dist
+
+    ctx = iris.iris(1 << 20)
+    rank, device = ctx.get_rank(), ctx.get_device()
+    first, second = dist.new_group([1, 2]), dist.new_group([0, 1])
+    x = ctx.empty((8, 2))
+    x.copy_((10 * rank + torch.arange(16).reshape(8, 2)).float())
+    seen = {}
+    if rank in (1, 2):
+        if rank == 1:
+            time.sleep(delay)
+        out = torch.full((8, 2), -1.0, device=device)
+        counts = torch.tensor([1, 2] if rank == 1 else [3, 1], device=device)  # rows to members 1, 2
+        ctx.ccl.all_to_all_v(out, x, counts, group=first)
+        seen["first"] = out.tolist()
+    if rank in (0, 1):
+        out = torch.full((8, 2), -1.0, device=device)
+        counts = torch.tensor([2, 3] if rank == 0 else [1, 1], device=device)  # rows to members 0, 1
+        ctx.ccl.all_to_all_v(out, x, counts, group=second)
+        seen["second"] = out.tolist()
+    ctx.barrier()
+    ctx.close()
+    return seen
+
+
+def test_calls_of_overlapping_groups_keep_their_counts_apart(three_ranks):
+    def rows(src, first, n):
+        return [[float(10 * src + 2 * r), float(10 * src + 2 * r + 1)] for r in range(first, first + n)]
+
+    pad = [[-1.0, -1.0]]
+    seen = three_ranks.run(_groups_that_overlap, 1.0)
+    assert seen[1]["first"] == rows(1, 0, 1) + rows(2, 0, 3) + pad * 4, seen[1]
+    assert seen[2]["first"] == rows(1, 1, 2) + rows(2, 3, 1) + pad * 5, seen[2]
+    assert seen[0]["second"] == rows(0, 0, 2) + rows(1, 0, 1) + pad * 5, seen[0]
+    assert seen[1]["second"] == rows(0, 2, 3) + rows(1, 1, 1) + pad * 4, seen[1]

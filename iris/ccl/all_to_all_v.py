@@ -46,11 +46,13 @@ PROGRAMS = 1024
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
-def _publish_kernel(counts, displs, rows, table, members, count, index, cur, heap_bases, WORLD: tl.constexpr,
+def _publish_kernel(counts, displs, rows, table, members, count, cur, heap_bases, WORLD: tl.constexpr,
                     DISPLS: tl.constexpr):
     """One program: (rows for member j, where they start in this member's input: ``displs[j]`` with DISPLS, else
-    packed in member order) into slot ``index`` of member j's table, for every member j; counts cut to the
-    ``rows`` the input holds."""
+    packed in member order) into slot ``cur`` (this rank's, not its index in the group) of member j's table, for
+    every member j; counts cut to the ``rows`` the input holds. A slot per rank keeps calls of groups that overlap
+    apart: a rank that skipped a call may publish for the next while a peer still reads the call it skipped, from
+    the other members' slots."""
     j = tl.arange(0, WORLD)
     inside = j < count
     wanted = tl.maximum(tl.load(counts + j, mask=inside, other=0).to(tl.int64), 0)
@@ -63,7 +65,7 @@ def _publish_kernel(counts, displs, rows, table, members, count, index, cur, hea
         peer = tl.load(members + i)
         mine = tl.sum(tl.where(j == i, sent, 0), 0)
         begin = tl.sum(tl.where(j == i, start, 0), 0)
-        slot = table + 2 * tl.cast(index, tl.int64)
+        slot = table + 2 * tl.cast(cur, tl.int64)
         rma.store(slot, mine, cur, peer, heap_bases)
         rma.store(slot + 1, begin, cur, peer, heap_bases)
 
@@ -81,7 +83,7 @@ def _pull(v, programs, trace, src, dst, width, capacity, table, received, caps, 
     once (this member's own rows, a local copy, run beside the peers' instead of after them)."""
     j = tl.arange(0, MEMBERS)
     inside = j < count
-    sent = tl.load(table + 2 * j, mask=inside, other=0)
+    sent = tl.load(table + 2 * tl.load(members + j, mask=inside, other=0), mask=inside, other=0)  # slots by rank
     if RECEIVED:
         if v == 0:
             tl.store(received + j, sent.to(received.dtype.element_ty), mask=inside)
@@ -97,7 +99,7 @@ def _pull(v, programs, trace, src, dst, width, capacity, table, received, caps, 
         peer = tl.load(members + i)
         rows = tl.sum(tl.where(j == i, taken, 0), 0)
         at = tl.sum(tl.where(j == i, starts, 0), 0)
-        first = tl.load(table + 2 * i + 1)
+        first = tl.load(table + 2 * peer + 1)
         n = tl.minimum(rows, tl.maximum(capacity - at, 0)) * width
         span = trace.start(tracing.GET, cur, peer, src, v, i, elements_bytes(src, n))
         for b in range(v, tl.cdiv(n, BLOCK), programs):
@@ -205,14 +207,14 @@ def all_to_all_v(output, input, ctx, send_counts, send_displs=None, recv_counts=
     if received is not None:
         received = _counts(what, "recv_counts", received, size, device)
     land_at = None if recv_displs is None else _counts(what, "recv_displs", recv_displs, size, device)
-    # the table: (rows, first row) from each member, in the heap's reserved tail. Never zeroed: every member
-    # writes its slot on every member before the barrier that the reads follow (a fill here would race with a
+    # the table: (rows, first row) from each rank, in the heap's reserved tail. Never zeroed: every member
+    # writes its slot (its rank's) on every member before the barrier that the reads follow (a fill here would race with a
     # faster member's writes, which nothing orders before it)
     table = team.a2av_table
     width = input[0].numel() if input.shape[0] else (output[0].numel() if output.shape[0] else 1)
     publish = bind(_publish_kernel, (1,), counts, counts if send_at is None else send_at, input.shape[0], table,
-                   members.tensor, size, members.index, ctx.get_rank(), ctx.get_heap_bases(),
-                   WORLD=triton.next_power_of_2(size), DISPLS=send_at is not None)
+                   members.tensor, size, ctx.get_rank(), ctx.get_heap_bases(), WORLD=triton.next_power_of_2(size),
+                   DISPLS=send_at is not None)
     publish()
     programs = max(1, min(PROGRAMS, triton.cdiv(input.numel(), config.block_size)))
     return [publish] + _common.run(ctx, group, async_op, _common.fuse(config, input.nbytes), _all_to_all_v_kernel,
