@@ -208,8 +208,8 @@ def all_to_all_v(output, input, ctx, send_counts, send_displs=None, recv_counts=
         received = _counts(what, "recv_counts", received, size, device)
     land_at = None if recv_displs is None else _counts(what, "recv_displs", recv_displs, size, device)
     # the table: (rows, first row) from each rank, in the heap's reserved tail. Never zeroed: every member
-    # writes its slot (its rank's) on every member before the barrier that the reads follow (a fill here would race with a
-    # faster member's writes, which nothing orders before it)
+    # writes its slot (its rank's) on every member before the barrier that the reads follow (a fill here would
+    # race with a faster member's writes, which nothing orders before it)
     table = team.a2av_table
     width = input[0].numel() if input.shape[0] else (output[0].numel() if output.shape[0] else 1)
     publish = bind(_publish_kernel, (1,), counts, counts if send_at is None else send_at, input.shape[0], table,
