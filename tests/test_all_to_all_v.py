@@ -163,3 +163,45 @@ def test_calls_of_overlapping_groups_keep_their_counts_apart(three_ranks):
     assert seen[2]["first"] == rows(1, 1, 2) + rows(2, 3, 1) + pad * 5, seen[2]
     assert seen[0]["second"] == rows(0, 0, 2) + rows(1, 0, 1) + pad * 5, seen[0]
     assert seen[1]["second"] == rows(0, 2, 3) + rows(1, 1, 1) + pad * 4, seen[1]
+
+
+def _columns():
+    """The original's newest form: blocks of columns by split sizes, positional and by keyword, from the leading
+    columns of a symmetric buffer; checked against every member's input, which each rank builds, split into its
+    column blocks by torch (gloo's all_to_all refuses blocks of different sizes)."""
+    ctx = iris.iris(4 << 20)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    results = []
+    for step, dtype in enumerate((torch.float32, torch.bfloat16)):
+        m = 5 + step
+        sends = [[(i + j + step) % 3 * 4 + 1 for j in range(world)] for i in range(world)]  # member i to j
+        inputs = [(i * 1000 + torch.arange(m * sum(sends[i])).reshape(m, sum(sends[i]))).to(dtype)
+                  for i in range(world)]
+        send, receive = sends[rank], [sends[i][rank] for i in range(world)]
+        buffer = ctx.zeros(m, 3 * 4 * world + 3, dtype=dtype)  # alike on every rank; this rank uses a prefix
+        x = buffer[:, :sum(send)]
+        x.copy_(inputs[rank])
+        out = torch.full((m, sum(receive)), -1.0, dtype=dtype, device=device)
+        if step == 0:
+            ctx.ccl.all_to_all_v(out, x, receive, send)
+        else:
+            ctx.ccl.all_to_all_v(out, x, output_split_sizes=receive, input_split_sizes=send)
+        want = torch.cat([torch.split(inputs[i], sends[i], dim=1)[rank] for i in range(world)], dim=1)
+        results.append(torch.equal(out.cpu(), want))
+    ctx.close()
+    return results
+
+
+def test_the_originals_column_form_matches_torchs_all_to_all(ranks):
+    for results in ranks.run(_columns):
+        assert results == [True, True]
+
+
+def test_a_column_call_is_told_from_an_mpi_call():
+    from iris.ccl.all_to_all_v import is_column_call
+
+    out, x = torch.zeros(4, 6), torch.zeros(4, 10)
+    assert is_column_call(out, x, [2, 4], [3, 7], None, None)          # columns: the sums are the widths
+    assert not is_column_call(out, x, [2, 4], [0, 2], None, None)      # packed displacements: rows
+    assert not is_column_call(out, x, [2, 4], [3, 7], [2, 4], None)    # receive counts: rows
+    assert not is_column_call(out.view(-1), x.view(-1), [2, 4], [3, 7], None, None)  # 1-D: rows

@@ -102,10 +102,27 @@ class CCL:
             self._plans.remember(key, _all_to_all.all_to_all(output_tensor, input_tensor, self._ctx, group=group,
                                                              async_op=async_op, config=config))
 
-    def all_to_all_v(self, output_tensor, input_tensor, send_counts, send_displs=None, recv_counts=None,
-                     recv_displs=None, group=None, async_op=False, config=None):
+    def all_to_all_v(self, output_tensor, input_tensor, send_counts=None, send_displs=None, recv_counts=None,
+                     recv_displs=None, group=None, async_op=False, config=None, *, output_split_sizes=None,
+                     input_split_sizes=None):
         """Rows of ``input_tensor`` to each member by ``send_counts`` (device tensors or lists); see
-        :func:`iris.ccl.all_to_all_v.all_to_all_v`."""
+        :func:`iris.ccl.all_to_all_v.all_to_all_v`. The original's newest form, columns by split sizes
+        (``all_to_all_v(output, input, output_split_sizes, input_split_sizes)``, positional or by keyword),
+        is recognised and taken by :func:`iris.ccl.all_to_all_v.all_to_all_v_columns`."""
+        if output_split_sizes is not None or input_split_sizes is not None or _all_to_all_v.is_column_call(
+                output_tensor, input_tensor, send_counts, send_displs, recv_counts, recv_displs):
+            if output_split_sizes is None and input_split_sizes is None:
+                output_split_sizes, input_split_sizes = send_counts, send_displs
+            elif send_counts is not None or send_displs is not None:
+                raise TypeError("all_to_all_v: give either send_counts (rows) or output_split_sizes and "
+                                "input_split_sizes (columns), not both")
+            self._check("all_to_all_v", {"output columns": output_split_sizes, "group": group,
+                                         "async_op": async_op, "config": config})
+            _all_to_all_v.all_to_all_v_columns(output_tensor, input_tensor, self._ctx, output_split_sizes,
+                                               input_split_sizes, group=group, async_op=async_op, config=config)
+            return
+        if send_counts is None:
+            raise TypeError("all_to_all_v: send_counts (or output_split_sizes and input_split_sizes) is required")
         key, plan = self._plans.replay_call("all_to_all_v", output_tensor, input_tensor, _address(send_counts),
                                             _address(send_displs), _address(recv_counts), _address(recv_displs),
                                             group, async_op, value_key(config, Config), self._tracing.enabled)

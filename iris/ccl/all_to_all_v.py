@@ -71,13 +71,16 @@ def _publish_kernel(counts, displs, rows, table, members, count, cur, heap_bases
 
 
 @triton.jit
-def _pull(v, programs, trace, src, dst, width, capacity, table, received, caps, displs, members, count, cur,
-          heap_bases, RECEIVED: tl.constexpr, CAPS: tl.constexpr, DISPLS: tl.constexpr, MEMBERS: tl.constexpr,
-          BLOCK: tl.constexpr):
+def _pull(v, programs, trace, src, dst, width, capacity, src_stride, dst_stride, table, received, caps, displs,
+          members, count, cur, heap_bases, RECEIVED: tl.constexpr, CAPS: tl.constexpr, DISPLS: tl.constexpr,
+          COLUMNS: tl.constexpr, MEMBERS: tl.constexpr, BLOCK: tl.constexpr):
     """Virtual program ``v`` of ``programs``: its share of every member's rows for this member, pulled from
     that member's ``src`` into their place in ``dst`` (``width`` elements a row, ``capacity`` rows): at
     ``displs[i]`` with DISPLS, else packed in member order; at most ``caps[i]`` rows with CAPS. With RECEIVED,
     ``received[i]`` = the rows member i sent. ``MEMBERS``: the group's size rounded up to a power of two.
+    With COLUMNS the counts are of columns of (``width``, columns) matrices whose rows lie ``src_stride`` and
+    ``dst_stride`` elements apart (``capacity``: the columns of ``dst``): a member's block of c columns is
+    ``width`` pieces of c elements.
 
     Program v starts at member v mod count and goes round: at any moment the programs pull from every member at
     once (this member's own rows, a local copy, run beside the peers' instead of after them)."""
@@ -100,26 +103,33 @@ def _pull(v, programs, trace, src, dst, width, capacity, table, received, caps, 
         rows = tl.sum(tl.where(j == i, taken, 0), 0)
         at = tl.sum(tl.where(j == i, starts, 0), 0)
         first = tl.load(table + 2 * peer + 1)
-        n = tl.minimum(rows, tl.maximum(capacity - at, 0)) * width
+        kept = tl.minimum(rows, tl.maximum(capacity - at, 0))
+        n = kept * width
         span = trace.start(tracing.GET, cur, peer, src, v, i, elements_bytes(src, n))
         for b in range(v, tl.cdiv(n, BLOCK), programs):
             offs = tl.cast(b, tl.int64) * BLOCK + tl.arange(0, BLOCK)
             mask = offs < n
-            data = rma.load(src + first * width + offs, cur, peer, heap_bases, mask=mask)
-            tl.store(dst + at * width + offs, data, mask=mask)
+            if COLUMNS:  # element offs is row offs // kept, column offs % kept of the block
+                row = offs // kept
+                column = offs - row * kept
+                data = rma.load(src + row * src_stride + first + column, cur, peer, heap_bases, mask=mask)
+                tl.store(dst + row * dst_stride + at + column, data, mask=mask)
+            else:
+                data = rma.load(src + first * width + offs, cur, peer, heap_bases, mask=mask)
+                tl.store(dst + at * width + offs, data, mask=mask)
         trace.end(span)
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
-def _all_to_all_v_kernel(src, dst, width, capacity, table, received, caps, displs, members, count, index, cur,
-                         heap_bases, arrivals, expected, programs, FUSED: tl.constexpr, EXIT_BARRIER: tl.constexpr,
-                         WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr,
-                         RECEIVED: tl.constexpr, CAPS: tl.constexpr, DISPLS: tl.constexpr, MEMBERS: tl.constexpr,
-                         BLOCK: tl.constexpr):
+def _all_to_all_v_kernel(src, dst, width, capacity, src_stride, dst_stride, table, received, caps, displs, members,
+                         count, index, cur, heap_bases, arrivals, expected, programs, FUSED: tl.constexpr,
+                         EXIT_BARRIER: tl.constexpr, WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr,
+                         TRACE: tl.constexpr, RECEIVED: tl.constexpr, CAPS: tl.constexpr, DISPLS: tl.constexpr,
+                         COLUMNS: tl.constexpr, MEMBERS: tl.constexpr, BLOCK: tl.constexpr):
     trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, TRACE)
     for v in range(tl.program_id(0), programs, tl.num_programs(0)):  # skeleton: iris.device.barrier
-        _pull(v, programs, trace, src, dst, width, capacity, table, received, caps, displs, members, count, cur,
-              heap_bases, RECEIVED, CAPS, DISPLS, MEMBERS, BLOCK)
+        _pull(v, programs, trace, src, dst, width, capacity, src_stride, dst_stride, table, received, caps, displs,
+              members, count, cur, heap_bases, RECEIVED, CAPS, DISPLS, COLUMNS, MEMBERS, BLOCK)
     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 
 
@@ -207,21 +217,98 @@ def all_to_all_v(output, input, ctx, send_counts, send_displs=None, recv_counts=
     if received is not None:
         received = _counts(what, "recv_counts", received, size, device)
     land_at = None if recv_displs is None else _counts(what, "recv_displs", recv_displs, size, device)
+    width = input[0].numel() if input.shape[0] else (output[0].numel() if output.shape[0] else 1)
+    return _exchange(ctx, group, async_op, config, members, output, input, counts, send_at, received, caps, land_at,
+                     width=width, available=input.shape[0], capacity=output.shape[0], strides=(0, 0),
+                     span=input.numel(), columns=False)
+
+
+def all_to_all_v_columns(output, input, ctx, output_split_sizes, input_split_sizes, group=None, async_op=False,
+                         config=None):
+    """Blocks of columns of ``input`` to each member (the original's newest signature, torch's
+    ``all_to_all_single`` with split sizes, along dim 1): member i's ``input_split_sizes[j]`` columns for member
+    j, taken in member order from column 0, land in member j's ``output`` at column ``sum(output_split_sizes[:i])``
+    (``output_split_sizes[i]`` of them at most).
+
+    Args:
+        output: (M, sum(output_split_sizes)) or wider, any contiguous device tensor of this rank.
+        input: (M, sum(input_split_sizes)) or wider, on the symmetric heap: a buffer allocated alike on every
+            member, or the same leading columns of one (``buffer[:, :n]``, rows ``buffer.stride(0)`` apart).
+        ctx: the Iris context.
+        output_split_sizes: columns to receive from each member (W ints, or a device tensor).
+        input_split_sizes: columns to send to each member (W ints, or a device tensor).
+        group, async_op, config: as :func:`all_to_all_v`.
+
+    Example:
+        >>> buffer = ctx.zeros(64, 4 * 16, dtype=torch.float16)           # alike on every rank, at 2 ranks
+        >>> x = buffer[:, :2 * (rank + 1) * 8]                              # (rank + 1) * 8 columns to each
+        >>> out = torch.empty(64, 8 + 16, dtype=torch.float16, device=ctx.get_device())
+        >>> ctx.ccl.all_to_all_v(out, x, [8, 16], [(rank + 1) * 8] * 2)
+    """
+    config = _common.config_or_default(config)
+    what = "all_to_all_v"
+    team = ctx.team
+    team.check_tensor(what, "output", output, _common.MOVE_DTYPES, symmetric=False)
+    if not isinstance(input, torch.Tensor) or input.dim() != 2 or output.dim() != 2 or \
+            input.shape[0] != output.shape[0] or input.dtype != output.dtype or \
+            (input.shape[1] > 1 and input.stride(1) != 1):
+        raise ValueError(f"{what}: output and input must be (M, columns) of one M and dtype, input's rows "
+                         f"contiguous; got output {tuple(output.shape)} {output.dtype}, input "
+                         f"{tuple(getattr(input, 'shape', ()))} {getattr(input, 'dtype', type(input).__name__)}")
+    if input.device != team.device:
+        raise ValueError(f"{what}: input is on {input.device}, this rank's heap is on {team.device}")
+    if input.numel() and not team.heap.contains(input):
+        raise ValueError(f"{what}: input is not on the symmetric heap, so other ranks cannot reach it; allocate it "
+                         f"with ctx.empty/ctx.zeros(...), or copy it into a heap buffer made once")
+    members = team.participants(group)
+    _host_extent(what, input_split_sizes, None, input.shape[1], "input (columns)")
+    _host_extent(what, output_split_sizes, None, output.shape[1], "output (columns)")
+    device, size = team.device, members.size
+    counts = _counts(what, "input_split_sizes", input_split_sizes, size, device)
+    caps = _counts(what, "output_split_sizes", output_split_sizes, size, device)
+    land_at = torch.cumsum(caps, 0) - caps  # where each member's columns land: packed in member order
+    span = input.shape[0] * input.stride(0) if input.shape[0] > 1 else input.numel()  # the buffer: alike
+    return _exchange(ctx, group, async_op, config, members, output, input, counts, None, None, caps, land_at,
+                     width=input.shape[0], available=input.shape[1], capacity=output.shape[1],
+                     strides=(input.stride(0), output.stride(0)), span=span, columns=True)
+
+
+def is_column_call(output, input, third, fourth, recv_counts, recv_displs) -> bool:
+    """Whether ``all_to_all_v(output, input, third, fourth)`` is the original's newest form, columns by split
+    sizes (``third`` = output_split_sizes, ``fourth`` = input_split_sizes), rather than MPI's (``third`` = send
+    counts, ``fourth`` = send displacements): two (M, columns) tensors, two lists of ints, no receive counts or
+    displacements, the input's columns exactly ``sum(fourth)`` and the output's ``sum(third)``, and ``fourth`` not
+    the packed displacements of ``third``. Pass the sizes by keyword to say it outright."""
+    if recv_counts is not None or recv_displs is not None or fourth is None:
+        return False
+    if not all(isinstance(t, torch.Tensor) and t.dim() == 2 for t in (output, input)):
+        return False
+    if not all(isinstance(v, (list, tuple)) and all(isinstance(c, int) for c in v) for v in (third, fourth)):
+        return False
+    packed = [sum(third[:i]) for i in range(len(third))]
+    return sum(fourth) == input.shape[1] and sum(third) == output.shape[1] and list(fourth) != packed
+
+
+def _exchange(ctx, group, async_op, config, members, output, input, counts, send_at, received, caps, land_at,
+              width: int, available: int, capacity: int, strides: tuple, span: int, columns: bool):
+    """The launches of both forms: publish this member's counts, then pull (rows of ``width`` elements, or with
+    ``columns`` blocks of columns of ``width`` rows, ``strides`` apart in input and output). ``span``: elements
+    that size the launch, alike on every member (the symmetric input buffer's)."""
     # the table: (rows, first row) from each rank, in the heap's reserved tail. Never zeroed: every member
     # writes its slot (its rank's) on every member before the barrier that the reads follow (a fill here would
     # race with a faster member's writes, which nothing orders before it)
-    table = team.a2av_table
-    width = input[0].numel() if input.shape[0] else (output[0].numel() if output.shape[0] else 1)
-    publish = bind(_publish_kernel, (1,), counts, counts if send_at is None else send_at, input.shape[0], table,
+    table = ctx.team.a2av_table
+    size = members.size
+    publish = bind(_publish_kernel, (1,), counts, counts if send_at is None else send_at, available, table,
                    members.tensor, size, ctx.get_rank(), ctx.get_heap_bases(), WORLD=triton.next_power_of_2(size),
                    DISPLS=send_at is not None)
     publish()
-    programs = max(1, min(PROGRAMS, triton.cdiv(input.numel(), config.block_size)))
-    return [publish] + _common.run(ctx, group, async_op, _common.fuse(config, input.nbytes), _all_to_all_v_kernel,
-                                   programs,
-                                   input, output, width, output.shape[0], table,
+    programs = max(1, min(PROGRAMS, triton.cdiv(span, config.block_size)))
+    return [publish] + _common.run(ctx, group, async_op, _common.fuse(config, span * input.element_size()),
+                                   _all_to_all_v_kernel, programs,
+                                   input, output, width, capacity, strides[0], strides[1], table,
                                    table if received is None else received, table if caps is None else caps,
                                    table if land_at is None else land_at, members.tensor, size, members.index,
                                    ctx.get_rank(), ctx.get_heap_bases(), RECEIVED=received is not None,
-                                   CAPS=caps is not None, DISPLS=land_at is not None,
+                                   CAPS=caps is not None, DISPLS=land_at is not None, COLUMNS=columns,
                                    MEMBERS=triton.next_power_of_2(size), BLOCK=config.block_size)
