@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for e
 from common import gemm, utils  # noqa: E402
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["call"])  # a new number each call: one compiled kernel for all
 def persistent_gemm_one_shot_all_reduce(A, B, partial, C, flags, call, M, N, K, stride_am, stride_ak, stride_bk,
                                         stride_bn, stride_cm, stride_cn, cur_rank, world_size, heap_bases,
                                         BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for e
 from common import utils  # noqa: E402
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["call"])  # a new number each call: one compiled kernel for all
 def ring_all_gather(context, source, output, flags, call, n, RANK: tl.constexpr, WORLD: tl.constexpr,
                     BLOCK_SIZE: tl.constexpr):
     dctx = iris.DeviceContext.initialize(context, RANK, WORLD)
