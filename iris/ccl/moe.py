@@ -38,7 +38,6 @@ import triton.language as tl
 
 from iris.ccl import _common
 from iris.ccl.config import Config
-from iris.replay import LaunchCache
 
 #: The most programs of the row kernels below; each takes every programs-th row (or piece).
 MOVE_PROGRAMS = 1024
@@ -197,14 +196,14 @@ def _combine_kernel(returned, inverse, weights, out, tokens, hidden, K: tl.const
                  mask=inside)
 
 
-def _combine(ctx, launch: LaunchCache, returned: torch.Tensor, inverse: torch.Tensor, weights: torch.Tensor,
-             tokens: int, topk: int) -> torch.Tensor:
-    """:func:`_combine_kernel` (through ``launch``, its cache): (tokens, hidden) in ``returned``'s dtype."""
+def _combine(ctx, returned: torch.Tensor, inverse: torch.Tensor, weights: torch.Tensor, tokens: int,
+             topk: int) -> torch.Tensor:
+    """:func:`_combine_kernel`: (tokens, hidden) in ``returned``'s dtype."""
     hidden = returned.shape[1]
     out = torch.empty(tokens, hidden, dtype=returned.dtype, device=returned.device)
     block = _row_block(hidden)
     programs = _programs(ctx, tokens * triton.cdiv(hidden, block))
-    launch((programs,), returned, inverse, weights, out, tokens, hidden, K=topk, BLOCK=block, num_warps=4)
+    _combine_kernel[(programs,)](returned, inverse, weights, out, tokens, hidden, K=topk, BLOCK=block, num_warps=4)
     return out
 
 
@@ -305,14 +304,10 @@ class MoEDispatcher:
         self._returned_counts = torch.empty(world, dtype=torch.int64, device=device)
         self._one_row_each = torch.ones(world, dtype=torch.int64, device=device)
         self._expert_ids = torch.arange(num_experts + 1, device=device)
-        # made once: a Config checks its fields when made, and each kernel's launches are bound on their second
-        # time with the same arguments (iris.replay.LaunchCache): the host time of an eager call is most of it
-        # at a few hundred tokens (at 128 tokens on 2 x H200 the GPU waited on the host)
+        # made once (a Config checks its fields when made): an eager call's host time is most of its time at a
+        # few hundred tokens (at 128 tokens on 2 x H200 the GPU waited on the host)
         self._dispatch_config = Config(block_size=self.config.dispatch_block_size)
         self._combine_config = Config(block_size=self.config.combine_block_size)
-        self._pack = LaunchCache(_pack_kernel)
-        self._regroup_launch = LaunchCache(_regroup_kernel)
-        self._combine_launch = LaunchCache(_combine_kernel)
 
     def dispatch(self, tokens: torch.Tensor, topk_idx: torch.Tensor, topk_weight: torch.Tensor):
         """``(recv, local_meta, handle)``: the tokens routed to this rank's experts, grouped by expert (a view of
@@ -331,10 +326,12 @@ class MoEDispatcher:
         experts, order = torch.sort(flat, stable=True)  # by expert; a token's slots in slot order
         starts = torch.searchsorted(experts, self._expert_ids)  # expert e's pairs: starts[e] to starts[e + 1]
         inverse = torch.empty_like(order)
-        self._pack((_programs(ctx, pairs),), tokens, order, starts, self._outgoing, self._scales_out, inverse,
-                   self._counts_out, self._sent, pairs, self.hidden_dim, self.local_experts, self.world, K=k,
-                   EXPERTS=triton.next_power_of_2(self.num_experts), RANKS=triton.next_power_of_2(self.world),
-                   FP8=self.fp8, BLOCK=_row_block(self.hidden_dim), num_warps=4)
+        _pack_kernel[(_programs(ctx, pairs),)](tokens, order, starts, self._outgoing, self._scales_out, inverse,
+                                               self._counts_out, self._sent, pairs, self.hidden_dim,
+                                               self.local_experts, self.world, K=k,
+                                               EXPERTS=triton.next_power_of_2(self.num_experts),
+                                               RANKS=triton.next_power_of_2(self.world), FP8=self.fp8,
+                                               BLOCK=_row_block(self.hidden_dim), num_warps=4)
         config = self._dispatch_config
         # the counts first: row r of counts_out (this rank's rows for rank r's experts) to rank r
         ctx.ccl.all_to_all_v(self._counts_in, self._counts_out, self._one_row_each, config=config)
@@ -368,18 +365,17 @@ class MoEDispatcher:
         self._regroup(expert_out.to(self.dtype).contiguous(), self._returning, handle.counts, to_experts=False)
         self._ctx.ccl.all_to_all_v(self._returned, self._returning, self._returned_counts,
                                    config=self._combine_config)
-        return _combine(self._ctx, self._combine_launch, self._returned, handle.inverse, handle.weights,
-                        handle.tokens, self.topk)
+        return _combine(self._ctx, self._returned, handle.inverse, handle.weights, handle.tokens, self.topk)
 
     def _regroup(self, src: torch.Tensor, dst: torch.Tensor, counts: torch.Tensor, to_experts: bool,
                  kept=None, expert_counts=None, offsets=None) -> None:
         """:func:`_regroup_kernel`: the received rows by expert (to_experts: ``kept``, ``expert_counts`` and
         ``offsets`` get this dispatch's counts), or back by source rank."""
         unused = self._returned_counts  # what the other direction's outputs point at (never written)
-        self._regroup_launch(
-            (_programs(self._ctx, self._incoming.shape[0]),), src, dst, self._scales_in, self._scales_grouped,
-            counts, unused if kept is None else kept, unused if expert_counts is None else expert_counts,
-            unused if offsets is None else offsets, self._returned_counts, self.hidden_dim, self.local_experts,
+        _regroup_kernel[(_programs(self._ctx, self._incoming.shape[0]),)](
+            src, dst, self._scales_in, self._scales_grouped, counts, unused if kept is None else kept,
+            unused if expert_counts is None else expert_counts, unused if offsets is None else offsets,
+            self._returned_counts, self.hidden_dim, self.local_experts,
             self.world, TO_EXPERTS=to_experts, SCALES=self.fp8 and to_experts,
             RANKS=triton.next_power_of_2(self.world), LOCAL=triton.next_power_of_2(self.local_experts),
             BLOCK=_row_block(self.hidden_dim), num_warps=4)

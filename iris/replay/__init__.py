@@ -1,7 +1,6 @@
 """Replaying a repeated call: a kernel launch bound once, a ccl/ops call's launches remembered and relaunched.
 
 - :mod:`iris.replay.plans`: :func:`bind` (a Triton launch for the price of the driver call),
-  :class:`LaunchCache` (a kernel's launches bound on their second time with the same arguments),
   :class:`Plans` (a context's remembered calls, by :func:`call_key`), CUDA-graph capture and launch;
 - :mod:`iris.replay.native` and ``native.c``: the host path of a repeated call in one C call (CUDA).
 
@@ -10,8 +9,7 @@ Example:
     >>> launch()   # my_kernel[(4,)](x, y, n, BLOCK=256), without Triton's per-call Python
 """
 
-from iris.replay.plans import (BoundLaunch, LaunchCache, Plans, bind, call_key, captured_graph, graph_launcher,
-                               launch_key, value_key, weakly_held)
+from iris.replay.plans import (BoundLaunch, Plans, bind, call_key, captured_graph, graph_launcher, value_key,
+                               weakly_held)
 
-__all__ = ["BoundLaunch", "LaunchCache", "Plans", "bind", "call_key", "captured_graph", "graph_launcher", "launch_key",
-           "value_key", "weakly_held"]
+__all__ = ["BoundLaunch", "Plans", "bind", "call_key", "captured_graph", "graph_launcher", "value_key", "weakly_held"]

@@ -22,7 +22,6 @@ import ctypes
 import functools
 import inspect
 import weakref
-from collections import OrderedDict
 
 import torch
 from triton import knobs
@@ -96,64 +95,6 @@ def bind(kernel, grid, *args, **constexprs) -> BoundLaunch:
     if _compiles():
         launch._compile()
     return launch
-
-
-def launch_key(grid, args, constexprs) -> tuple | None:
-    """What a Triton kernel's launch depends on, as one tuple: the grid, each tensor argument's address and
-    dtype (what the compiled kernel is specialized on and reads), every other argument's value, the
-    constexprs. None where an argument is a tensor of another class than ``torch.Tensor``: such a launch is
-    not remembered.
-
-    Example:
-        >>> launch_key((4,), (x, y, n), {"BLOCK": 256})
-    """
-    key = []
-    for arg in args:
-        if type(arg) is torch.Tensor:
-            key.append((arg.data_ptr(), arg.dtype))
-        elif isinstance(arg, torch.Tensor):
-            return None
-        else:
-            key.append(arg)
-    return grid, tuple(key), tuple(constexprs.items())
-
-
-class LaunchCache:
-    """``kernel[grid](*args, **constexprs)`` for a kernel launched again and again with arguments that often
-    repeat (the same tensors, or new ones that torch's caching allocator places where earlier ones were): the
-    second launch with the same :func:`launch_key` binds it (:func:`bind`) and later ones relaunch the bound
-    launch, without Triton's per-call argument handling (the larger part of a small kernel's host time). A
-    launch is relaunched only with arguments equal to those it was bound with; at most ``limit`` keys are
-    held (the oldest goes first). The kernel must read no global that changes (a debug switch): a bound
-    launch does not look again. On Triton's interpreter every launch is Triton's.
-
-    Example:
-        >>> pack = LaunchCache(_pack_kernel)
-        >>> pack((programs,), tokens, order, n, BLOCK=1024)   # as _pack_kernel[(programs,)](...)
-    """
-
-    def __init__(self, kernel, limit: int = 64):
-        self._kernel, self._limit = kernel, limit
-        self._seen: OrderedDict = OrderedDict()  # key -> None (launched once) or its BoundLaunch
-
-    def __call__(self, grid, *args, **constexprs) -> None:
-        key = launch_key(grid, args, constexprs) if _compiles() else None
-        if key is None:
-            self._kernel[grid](*args, **constexprs)
-            return
-        bound = self._seen.get(key)
-        if bound is not None:
-            self._seen.move_to_end(key)
-            bound()
-            return
-        if key in self._seen:  # its second launch: bound now (compiled already, so only looked up)
-            bound = self._seen[key] = bind(self._kernel, grid, *args, **constexprs)
-            bound()
-            return
-        self._seen[key] = None
-        if len(self._seen) > self._limit:
-            self._seen.popitem(last=False)
-        self._kernel[grid](*args, **constexprs)
 
 
 def weakly_held(function, *tensors):
