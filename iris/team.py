@@ -142,8 +142,10 @@ class Team:
             found = self._participants[ranks] = Participants(self.rank, ranks, self.barrier.arguments(group)[2])
         return found
 
-    def check_tensor(self, what: str, name: str, tensor: torch.Tensor, dtypes, symmetric: bool) -> None:
-        """Errors before any launch: wrong type, dtype, device, layout, or not on the heap."""
+    def check_tensor(self, what: str, name: str, tensor: torch.Tensor, dtypes, symmetric: bool,
+                     rows: bool = False) -> None:
+        """Errors before any launch: wrong type, dtype, device, layout, or not on the heap. ``rows``: a tensor
+        whose rows are contiguous (the last dimension's stride 1) passes too, e.g. a buffer's leading columns."""
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"{what}: {name} must be a torch.Tensor, got {type(tensor).__name__}")
         if tensor.dtype not in dtypes:
@@ -151,8 +153,9 @@ class Team:
             raise TypeError(f"{what}: {name} has dtype {str(tensor.dtype).removeprefix('torch.')}; supported: {names}")
         if tensor.device != self.device:
             raise ValueError(f"{what}: {name} is on {tensor.device}, this rank's heap is on {self.device}")
-        if not tensor.is_contiguous():
-            raise ValueError(f"{what}: {name} must be contiguous (call .contiguous() on it first)")
+        if not (tensor.is_contiguous() or (rows and tensor.dim() and tensor.stride(-1) == 1)):
+            raise ValueError(f"{what}: {name} must be contiguous{' in its rows' if rows else ''} (call "
+                             f".contiguous() on it first)")
         if symmetric and tensor.numel() and not self.heap.contains(tensor):  # an empty tensor is never reached
             raise ValueError(f"{what}: {name} is not on the symmetric heap, so other ranks cannot reach it; "
                              "allocate it with ctx.empty/ctx.zeros(...), or copy it into a heap buffer made once "

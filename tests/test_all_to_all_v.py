@@ -107,6 +107,10 @@ def _misuse():
         lambda: ctx.ccl.all_to_all_v(torch.zeros(8, 4, device=device), x, [9] * world),               # too many
         lambda: ctx.ccl.all_to_all_v(torch.zeros(8, 4, device=device), x, [1] * world, None, [1] * world,
                                      [8] * world),                                                     # past output
+        lambda: ctx.ccl.all_to_all_v(torch.zeros(8, world, device=device), torch.zeros(8, world, device=device),
+                                     output_split_sizes=[1] * world, input_split_sizes=[1] * world),  # off the heap
+        lambda: ctx.ccl.all_to_all_v(torch.zeros(4, world, device=device), x.t()[:, :world],
+                                     output_split_sizes=[1] * world, input_split_sizes=[1] * world),  # rows strided
     ])
     ctx.close()
     return errors
@@ -120,6 +124,8 @@ def test_misuse_is_refused_before_any_launch(ranks):
         assert "one count per member" in errors[3], errors
         assert "input holds 8" in errors[4], errors
         assert "output holds 8" in errors[5], errors
+        assert "input is not on the symmetric heap" in errors[6], errors
+        assert "input must be contiguous in its rows" in errors[7], errors
 
 
 def _groups_that_overlap(delay: float):

@@ -219,8 +219,7 @@ def all_to_all_v(output, input, ctx, send_counts, send_displs=None, recv_counts=
     land_at = None if recv_displs is None else _counts(what, "recv_displs", recv_displs, size, device)
     width = input[0].numel() if input.shape[0] else (output[0].numel() if output.shape[0] else 1)
     return _exchange(ctx, group, async_op, config, members, output, input, counts, send_at, received, caps, land_at,
-                     width=width, available=input.shape[0], capacity=output.shape[0], strides=(0, 0),
-                     span=input.numel(), columns=False)
+                     width=width, available=input.shape[0], capacity=output.shape[0], span=input.numel())
 
 
 def all_to_all_v_columns(output, input, ctx, output_split_sizes, input_split_sizes, group=None, async_op=False,
@@ -249,17 +248,10 @@ def all_to_all_v_columns(output, input, ctx, output_split_sizes, input_split_siz
     what = "all_to_all_v"
     team = ctx.team
     team.check_tensor(what, "output", output, _common.MOVE_DTYPES, symmetric=False)
-    if not isinstance(input, torch.Tensor) or input.dim() != 2 or output.dim() != 2 or \
-            input.shape[0] != output.shape[0] or input.dtype != output.dtype or \
-            (input.shape[1] > 1 and input.stride(1) != 1):
-        raise ValueError(f"{what}: output and input must be (M, columns) of one M and dtype, input's rows "
-                         f"contiguous; got output {tuple(output.shape)} {output.dtype}, input "
-                         f"{tuple(getattr(input, 'shape', ()))} {getattr(input, 'dtype', type(input).__name__)}")
-    if input.device != team.device:
-        raise ValueError(f"{what}: input is on {input.device}, this rank's heap is on {team.device}")
-    if input.numel() and not team.heap.contains(input):
-        raise ValueError(f"{what}: input is not on the symmetric heap, so other ranks cannot reach it; allocate it "
-                         f"with ctx.empty/ctx.zeros(...), or copy it into a heap buffer made once")
+    team.check_tensor(what, "input", input, _common.MOVE_DTYPES, symmetric=True, rows=True)
+    if input.dim() != 2 or output.dim() != 2 or input.shape[0] != output.shape[0] or input.dtype != output.dtype:
+        raise ValueError(f"{what}: output and input must be (M, columns) of one M and dtype; got output "
+                         f"{tuple(output.shape)} {output.dtype}, input {tuple(input.shape)} {input.dtype}")
     members = team.participants(group)
     _host_extent(what, input_split_sizes, None, input.shape[1], "input (columns)")
     _host_extent(what, output_split_sizes, None, output.shape[1], "output (columns)")
@@ -270,7 +262,7 @@ def all_to_all_v_columns(output, input, ctx, output_split_sizes, input_split_siz
     span = input.shape[0] * input.stride(0) if input.shape[0] > 1 else input.numel()  # the buffer: alike
     return _exchange(ctx, group, async_op, config, members, output, input, counts, None, None, caps, land_at,
                      width=input.shape[0], available=input.shape[1], capacity=output.shape[1],
-                     strides=(input.stride(0), output.stride(0)), span=span, columns=True)
+                     span=span, strides=(input.stride(0), output.stride(0)))
 
 
 def is_column_call(output, input, third, fourth, recv_counts, recv_displs) -> bool:
@@ -290,10 +282,10 @@ def is_column_call(output, input, third, fourth, recv_counts, recv_displs) -> bo
 
 
 def _exchange(ctx, group, async_op, config, members, output, input, counts, send_at, received, caps, land_at,
-              width: int, available: int, capacity: int, strides: tuple, span: int, columns: bool):
+              width: int, available: int, capacity: int, span: int, strides: tuple | None = None):
     """The launches of both forms: publish this member's counts, then pull (rows of ``width`` elements, or with
-    ``columns`` blocks of columns of ``width`` rows, ``strides`` apart in input and output). ``span``: elements
-    that size the launch, alike on every member (the symmetric input buffer's)."""
+    ``strides`` blocks of columns of ``width`` rows, that many elements apart in input and output). ``span``:
+    elements that size the launch, alike on every member (the symmetric input buffer's)."""
     # the table: (rows, first row) from each rank, in the heap's reserved tail. Never zeroed: every member
     # writes its slot (its rank's) on every member before the barrier that the reads follow (a fill here would
     # race with a faster member's writes, which nothing orders before it)
@@ -306,9 +298,9 @@ def _exchange(ctx, group, async_op, config, members, output, input, counts, send
     programs = max(1, min(PROGRAMS, triton.cdiv(span, config.block_size)))
     return [publish] + _common.run(ctx, group, async_op, _common.fuse(config, span * input.element_size()),
                                    _all_to_all_v_kernel, programs,
-                                   input, output, width, capacity, strides[0], strides[1], table,
+                                   input, output, width, capacity, *(strides or (0, 0)), table,
                                    table if received is None else received, table if caps is None else caps,
                                    table if land_at is None else land_at, members.tensor, size, members.index,
                                    ctx.get_rank(), ctx.get_heap_bases(), RECEIVED=received is not None,
-                                   CAPS=caps is not None, DISPLS=land_at is not None, COLUMNS=columns,
+                                   CAPS=caps is not None, DISPLS=land_at is not None, COLUMNS=strides is not None,
                                    MEMBERS=triton.next_power_of_2(size), BLOCK=config.block_size)
