@@ -4,9 +4,10 @@ Engines (vLLM, SGLang) keep a custom all-reduce beside NCCL for the small tensor
 buffers registered once at start, ``should_use(tensor)`` to pick it, an out-of-place ``all_reduce(tensor)``,
 eager and inside CUDA-graph capture. This class is that contract over Iris's ``ctx.ccl.all_reduce``:
 
-- one heap buffer of ``max_bytes``, made when the communicator is (a collective call on every rank);
-  every call copies its input there, so nothing is allocated on the heap afterwards and a CUDA graph
-  records the same addresses on every replay;
+- one heap buffer of ``max_bytes``, made when the communicator is (a collective call on every rank); a call
+  whose size's variant reads the input only on its own rank (push, ll: the small sizes) reads it where it is,
+  any other copies it there, so nothing is allocated on the heap afterwards and a CUDA graph records the
+  same addresses on every replay;
 - the result is a new tensor (``torch.empty_like``; under capture it comes from the graph's pool), which the
   all-reduce writes directly where the variant writes only this rank's output, else a copy of the buffer;
 - above ``nccl_above`` bytes the call goes to ``torch.distributed.all_reduce`` (NCCL on GPUs) on a copy,
@@ -67,7 +68,7 @@ class AllReduce:
         self.nccl_above = NCCL_ABOVE if nccl_above is None else nccl_above
         self.device = ctx.get_device()
         self.world_size = ctx.get_num_ranks() if group is None else torch.distributed.get_world_size(group)
-        self._buffer = ctx.empty(max_bytes, dtype=torch.uint8)  # registered once: every call copies into it
+        self._buffer = ctx.empty(max_bytes, dtype=torch.uint8)  # registered once: the calls that copy, copy into it
 
     def should_use(self, tensor: torch.Tensor) -> bool:
         """Whether :meth:`all_reduce` runs ``tensor`` through Iris: contiguous, bf16/fp16/fp32, on this rank's
@@ -84,9 +85,11 @@ class AllReduce:
             out = tensor.clone()
             torch.distributed.all_reduce(out, group=self.group)
             return out
+        return all_reduce_to_new(tensor, self.ctx, self._stage, group=self.group)
+
+    def _stage(self, tensor: torch.Tensor) -> torch.Tensor:
         nbytes = tensor.numel() * tensor.element_size()
-        staged = self._buffer[:nbytes].view(tensor.dtype).view(tensor.shape)
-        return all_reduce_to_new(staged.copy_(tensor), self.ctx, group=self.group)
+        return self._buffer[:nbytes].view(tensor.dtype).view(tensor.shape).copy_(tensor)
 
     def close(self) -> None:
         """Closes the context it made (collective: every rank calls it); a context it was given stays open, and

@@ -113,7 +113,9 @@ class Team:
         self.push_landing = heap.region("ccl.push_landing").view(torch.uint8)
         self.push_flags = heap.region("ccl.push_flags")
         self.push_flags.zero_()
-        if "engine.staging_locks" in heap.layout:  # a heap the engine may reach: every staging slot free
+        # a heap that may reach a rank by the engine (a provider that compiles its path: HeapProvider.reaches_by_engine)
+        self.heap_reaches_by_engine = "engine.staging_locks" in heap.layout
+        if self.heap_reaches_by_engine:  # every staging slot free
             heap.region("engine.staging_locks").zero_()
         # local: pushes sent to and received from each rank, per program ([sent | received][rank][program])
         self.push_counts = torch.zeros(2 * world_size * PUSH_PROGRAMS, dtype=torch.int32, device=heap.device)

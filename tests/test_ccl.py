@@ -543,3 +543,34 @@ def test_the_hierarchical_reduce_scatter_reduces_every_part_for_every_node_layou
 def test_config_refuses_a_malformed_hierarchy(value):
     with pytest.raises(ValueError, match=r"Config.hierarchy="):
         Config(hierarchy=value)
+
+
+def _off_heap_inputs():
+    """push and ll read their input only on its own rank (they push it into the peers' landing zones), so it
+    may live anywhere on the device; the variants whose peers read the input still refuse one off the heap."""
+    from iris.ccl.all_reduce import all_reduce_to_new
+
+    ctx = iris.iris(1 << 22)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    wrong = []
+    for numel, variant in ((300, "push"), (300, "ll"), (1000, None)):
+        x = torch.arange(numel, dtype=torch.float32, device=device) * (rank + 1)  # not on the heap
+        want = torch.arange(numel, dtype=torch.float32, device=device) * (world * (world + 1) // 2)
+        config = Config(all_reduce_variant=variant) if variant else None
+        out = torch.full((numel,), -1.0, device=device)
+        ctx.ccl.all_reduce(out, x, config=config)
+        y = x.clone()
+        ctx.ccl.all_reduce(y, y, config=config)  # in place, off the heap
+        z = all_reduce_to_new(x, ctx, stage=lambda t: 1 / 0)  # no copy (the torch ops' and iris.inference's form)
+        wrong += [(variant, name) for name, got in (("out", out), ("in place", y), ("new", z))
+                  if not torch.equal(got, want)]
+    errors = refusals([lambda: ctx.ccl.all_reduce(torch.zeros(8, device=device), torch.ones(8, device=device),
+                                                  config=Config(all_reduce_variant="one_shot"))])
+    ctx.close()
+    return wrong, errors
+
+
+def test_push_and_ll_take_an_input_off_the_heap(ranks):
+    for rank, (wrong, errors) in enumerate(ranks.run(_off_heap_inputs)):
+        assert wrong == [], (rank, wrong)
+        assert "input is not on the symmetric heap" in errors[0], (rank, errors)

@@ -175,3 +175,29 @@ def test_without_a_context_the_error_names_set_context():
             torch.ops.iris.all_reduce(torch.ones(2))
     finally:
         functional._context = saved
+
+
+def _small_all_reduces_off_the_heap():
+    """A small tensor off the heap (ll at this size) goes into all_reduce and all_reduce_ as it is: right
+    results, and no heap buffer kept for it."""
+    import iris.compile.functional as functional
+
+    ctx = iris.iris(1 << 20)
+    iris.compile.set_context(ctx)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    x = torch.arange(64, dtype=torch.float32, device=device) * (rank + 1)
+    want = torch.arange(64, dtype=torch.float32, device=device) * (world * (world + 1) // 2)
+    got = torch.ops.iris.all_reduce(x)
+    y = x.clone()
+    torch.ops.iris.all_reduce_(y)
+    kept = list(functional._kept.get(ctx, {}))
+    right = torch.equal(got, want) and torch.equal(y, want) and torch.equal(x, want / (world * (world + 1) // 2)
+                                                                             * (rank + 1))
+    ctx.close()
+    return right, kept
+
+
+def test_small_all_reduces_read_their_input_where_it_is(ranks):
+    for rank, (right, kept) in enumerate(ranks.run(_small_all_reduces_off_the_heap)):
+        assert right, rank
+        assert kept == [], (rank, kept)

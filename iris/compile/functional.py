@@ -23,9 +23,10 @@ weight, eps=1e-6)``                        ``weight`` (``ctx.ccl.all_reduce_rmsn
                                            ``gemm_all_scatter``): their output, in A's dtype
 =========================================  ==============================================================
 
-Tensors another rank reads must be on the symmetric heap. An input that is not is copied into a heap
-buffer the op keeps for its (op, shape, dtype) and reuses on every later call: made on the first call
-(collective: every rank makes the same calls in the same order, as with any Iris collective), so under
+Tensors another rank reads must be on the symmetric heap. An input that is not, where the variant for its
+size reads it on its own rank only (all_reduce's push and ll, the small sizes), is read where it is; else it
+is copied into a heap buffer the op keeps for its (op, shape, dtype) and reuses on every later call: made on
+the first call (collective: every rank makes the same calls in the same order, as with any Iris collective), so under
 CUDA graphs the warm-up run makes it and capture only records copies and launches. The result is a new
 tensor, never a kept buffer.
 
@@ -46,8 +47,8 @@ from typing import Optional
 
 import torch
 
-from iris.ccl.all_reduce import all_reduce_to_new
-from iris.ccl.config import ReduceOp
+from iris.ccl.all_reduce import all_reduce_to_new, choose_variant, input_on_heap
+from iris.ccl.config import Config, ReduceOp
 
 _context = None  # a weak reference to the context given to set_context
 _kept: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # context -> {key: heap buffer}
@@ -97,6 +98,15 @@ def _on_heap(ctx, name: str, tensor: torch.Tensor) -> torch.Tensor:
     return _staged(ctx, name, tensor)
 
 
+def _in_place_off_heap_config(ctx, tensor: torch.Tensor) -> Optional[Config]:
+    """The Config of the variant an in-place all-reduce of ``tensor`` takes, where that variant may read a
+    contiguous ``tensor`` off the heap (push, ll: :func:`iris.ccl.all_reduce.input_on_heap`); else None."""
+    if not tensor.is_contiguous():
+        return None
+    variant = choose_variant(tensor.numel() * tensor.element_size(), True, ctx.get_num_ranks(), tensor.dtype)
+    return None if input_on_heap(variant, ctx) else Config(all_reduce_variant=variant)
+
+
 def _reduce_op(name: str, op: str) -> ReduceOp:
     try:
         return ReduceOp(op)
@@ -111,7 +121,8 @@ def _world() -> int:
 @torch.library.custom_op("iris::all_reduce", mutates_args=())
 def all_reduce(input: torch.Tensor, op: str = "sum") -> torch.Tensor:
     ctx = get_context()
-    return all_reduce_to_new(_staged(ctx, "all_reduce", input), ctx, op=_reduce_op("all_reduce", op))
+    return all_reduce_to_new(input.contiguous(), ctx, lambda tensor: _staged(ctx, "all_reduce", tensor),
+                             op=_reduce_op("all_reduce", op))
 
 
 @all_reduce.register_fake
@@ -125,6 +136,10 @@ def all_reduce_(input: torch.Tensor, op: str = "sum") -> None:
     reduce = _reduce_op("all_reduce_", op)
     if input.is_contiguous() and ctx.is_symmetric(input):
         ctx.ccl.all_reduce(input, input, op=reduce)
+        return
+    config = _in_place_off_heap_config(ctx, input)
+    if config is not None:  # its size's variant reads the input only here: no copy
+        ctx.ccl.all_reduce(input, input, op=reduce, config=config)
         return
     work = _staged(ctx, "all_reduce", input)
     ctx.ccl.all_reduce(work, work, op=reduce)

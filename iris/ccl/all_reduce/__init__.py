@@ -68,7 +68,8 @@ FUSED_ONLY = ("atomic", "spinlock", "ring")
 IN_PLACE = ("two_shot", "push", "ll", "hierarchical")
 # Variants that write only this member's output (it need not be on the heap).
 LOCAL_OUTPUT = ("one_shot", "push", "ll")
-# Variants with their own kernel and landing zones in the heap's reserved tail (iris.ccl.all_reduce.push).
+# Variants with their own kernel and landing zones in the heap's reserved tail (iris.ccl.all_reduce.push); they
+# read the input only on its own member, so it need not be on the heap (see input_on_heap).
 BARRIER_FREE = ("push", "ll")
 
 
@@ -250,22 +251,27 @@ def _local_output_config(nbytes: int, world_size: int, dtype) -> Config | None:
     return Config(all_reduce_variant=variant) if variant in LOCAL_OUTPUT else None
 
 
-def all_reduce_to_new(staged, ctx, op=ReduceOp.SUM, group=None) -> torch.Tensor:
-    """The all-reduce of ``staged`` (a contiguous heap tensor) as a new tensor, the way an out-of-place API needs
-    it: where the variant chosen for its size writes only this rank's output (one_shot, push, ll: the small
-    sizes), straight into ``torch.empty_like(staged)`` with ``staged`` left as it was; else in place in ``staged``
-    and then cloned. Nothing is allocated on the heap, so a CUDA graph can capture it.
+def all_reduce_to_new(tensor, ctx, stage, op=ReduceOp.SUM, group=None) -> torch.Tensor:
+    """The all-reduce of ``tensor`` (contiguous, on this rank's device) as a new tensor, ``tensor`` left as it
+    was, the way an out-of-place API needs it. ``stage(tensor)`` copies it into a heap buffer made once and
+    returns that copy. Where the variant chosen for its size writes only this rank's output (one_shot, push,
+    ll: the small sizes), the result goes straight into ``torch.empty_like(tensor)``, read from ``tensor`` where
+    it is if the variant reads its input only here (push, ll: see :func:`input_on_heap`: no copy at all), else
+    from ``stage(tensor)``; at larger sizes the all-reduce runs in place in ``stage(tensor)``, then is cloned.
+    Nothing is allocated on the heap, so a CUDA graph can capture the call.
 
     Example:
-        >>> staged = ctx.empty(16, 4096, dtype=torch.bfloat16)   # made once, filled before every call
-        >>> out = all_reduce_to_new(staged.copy_(x), ctx)
+        >>> buffer = ctx.empty(16, 4096, dtype=torch.bfloat16)   # made once
+        >>> out = all_reduce_to_new(x, ctx, stage=buffer.copy_)
     """
     world_size = ctx.get_num_ranks() if group is None else torch.distributed.get_world_size(group)
-    config = _local_output_config(staged.numel() * staged.element_size(), world_size, staged.dtype)
+    config = _local_output_config(tensor.numel() * tensor.element_size(), world_size, tensor.dtype)
     if config is not None:
-        out = torch.empty_like(staged)
-        ctx.ccl.all_reduce(out, staged, op=op, group=group, config=config)
+        out = torch.empty_like(tensor)
+        source = stage(tensor) if input_on_heap(config.all_reduce_variant, ctx) else tensor
+        ctx.ccl.all_reduce(out, source, op=op, group=group, config=config)
         return out
+    staged = stage(tensor)
     ctx.ccl.all_reduce(staged, staged, op=op, group=group)
     return staged.clone()
 
@@ -293,11 +299,20 @@ def _check_atomic(ctx, dtype, op) -> None:
                         f"{row.reason}; use another variant")
 
 
+def input_on_heap(variant: str, ctx) -> bool:
+    """Whether ``variant`` needs its input on the symmetric heap: every variant whose peers read it, and push
+    where the heap may reach a rank by the engine (its block put toward another node reads the input as the
+    source of a transfer, which the transport must reach). ll's words are made in registers, push's blocks
+    are stored by this member's own threads: their input may be anywhere on the device, so a tensor off the
+    heap needs no copy into one."""
+    return variant not in BARRIER_FREE or (variant == "push" and ctx.team.heap_reaches_by_engine)
+
+
 def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=None):
     """Check the tensors and resolve the variant once; pass the result as ``workspace=`` to reuse it."""
     config = _common.config_or_default(config)
     what = "all_reduce"
-    ctx.team.check_tensor(what, "input", input, _common.REDUCE_DTYPES, symmetric=True)
+    ctx.team.check_tensor(what, "input", input, _common.REDUCE_DTYPES, symmetric=False)
     if output.shape != input.shape or output.dtype != input.dtype:
         raise ValueError(f"{what}: output must match input's shape and dtype; got output {tuple(output.shape)} "
                          f"{output.dtype}, input {tuple(input.shape)} {input.dtype}")
@@ -315,6 +330,7 @@ def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=N
                          "would be overwritten); use Config(all_reduce_variant=\"two_shot\") or a separate output")
     if variant in BARRIER_FREE:
         all_reduce_push.check_capacity(variant, input)
+    ctx.team.check_tensor(what, "input", input, _common.REDUCE_DTYPES, symmetric=input_on_heap(variant, ctx))
     ctx.team.check_tensor(what, "output", output, _common.REDUCE_DTYPES, symmetric=variant not in LOCAL_OUTPUT)
     teams = None
     if variant == "hierarchical":
