@@ -1,7 +1,7 @@
 """Soak: thousands of randomly chosen collectives in a row, every result checked, a watchdog on every call.
 
     iris run -n 2 benchmarks/soak.py [--calls 10000] [--max-bytes 64M] [--seed 0] [--timeout 60]
-                                     [--progress 1000]
+                                     [--progress 1000] [--kinds 8]
 
 Each call draws, the same on every rank (one seeded generator per rank, drawn alike), a collective (all_reduce
 with the default variant or one_shot, two_shot, push or ll where the size allows; all_gather, reduce_scatter,
@@ -15,9 +15,12 @@ included, takes longer than --timeout seconds: a hang shows which call it was. I
 from two heap arenas made once, so no call allocates on the heap.
 
 At the end rank 0 prints ``soak: N calls, W wrong results, 0 hangs`` (wrong results summed over the ranks) and
-the process exits 1 if any result was wrong. On the CPU backend the defaults are small (40 calls of at most
-4 KiB): a smoke test. Settings of the issue: 2 GPUs (``iris run -n 2``), 4 simulated ranks on one GPU
-(``IRIS_SIMULATION=1 iris run -n 4``), the shmem heap with the forced node map (``IRIS_NODE_MAP=0,1``).
+the process exits 1 if any result was wrong; before it, the --kinds kinds of call (collective and variant) that
+took rank 0 the most time in all, each with its calls, seconds and slowest call, so a setting that runs
+slowly shows where its time goes (every call's time includes building and checking its data). On the CPU
+backend the defaults are small (40 calls of at most 4 KiB): a smoke test. Settings of the issue: 2 GPUs
+(``iris run -n 2``), 4 simulated ranks on one GPU (``IRIS_SIMULATION=1 iris run -n 4``), the shmem heap with
+the forced node map (``IRIS_NODE_MAP=0,1``).
 """
 
 import os
@@ -39,11 +42,11 @@ from _results import parse_size
 
 import iris
 from iris.ccl import Config
+from iris.ccl.all_reduce.push import holds
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.int32)
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "all_to_all_v")
 VARIANTS = (None, "one_shot", "two_shot", "push", "ll")
-PUSH_BYTES, LL_ELEMENTS = 256 << 10, 32768  # the most per rank push and ll take (iris.ccl.Config)
 
 
 def parse_args(gpu: bool) -> argparse.Namespace:
@@ -54,6 +57,7 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds one call may take before it is a hang")
     parser.add_argument("--progress", type=int, default=1000, help="a progress line every this many calls")
+    parser.add_argument("--kinds", type=int, default=8, help="how many kinds of call the time summary lists")
     return parser.parse_args()
 
 
@@ -96,8 +100,8 @@ def draw(rng: random.Random, groups: list, max_bytes: int, call: int) -> dict:
     op = rng.choice(COLLECTIVES)
     case = dict(call=call, op=op, dtype=dtype, count=count, members=members, group=group, seed=rng.randrange(1 << 30))
     if op == "all_reduce":
-        fits = [v for v in VARIANTS if v != "push" or count * dtype.itemsize <= PUSH_BYTES]
-        case["variant"] = rng.choice([v for v in fits if v != "ll" or count <= LL_ELEMENTS])
+        # the variants whose landing zones hold the message (push, ll: iris.ccl.all_reduce.push.holds)
+        case["variant"] = rng.choice([v for v in VARIANTS if v is None or holds(v, count, dtype.itemsize)])
     if op == "broadcast":
         case["root"] = rng.choice(members)
     if op in ("reduce_scatter", "all_to_all"):
@@ -112,6 +116,27 @@ def describe(case: dict) -> str:
     extra += f" root {case['root']}" if "root" in case else ""
     return (f"call {case['call']}: {case['op']}{extra} of {case['count']} {str(case['dtype'])[6:]} over members "
             f"{list(case['members'])}")
+
+
+class CallTimes:
+    """Seconds spent per kind of call (collective and variant), and each kind's slowest call."""
+
+    def __init__(self):
+        self.kinds = {}  # kind -> [calls, seconds, slowest seconds, slowest call]
+
+    def add(self, case: dict, seconds: float) -> None:
+        kind = case["op"] + (f" {case['variant']}" if case.get("variant") else "")
+        entry = self.kinds.setdefault(kind, [0, 0.0, 0.0, ""])
+        entry[0] += 1
+        entry[1] += seconds
+        if seconds > entry[2]:
+            entry[2], entry[3] = seconds, describe(case)
+
+    def summary(self, most: int) -> list:
+        """Lines for the ``most`` kinds that took the most time in all."""
+        ranked = sorted(self.kinds.items(), key=lambda item: -item[1][1])[:most]
+        return [f"soak time: {kind}: {calls} calls, {seconds:.1f} s, slowest {slowest * 1e3:.1f} ms ({which})"
+                for kind, (calls, seconds, slowest, which) in ranked]
 
 
 def run_call(ctx, case: dict, arenas) -> bool:
@@ -173,14 +198,17 @@ def main() -> int:
             groups.append((members, dist.new_group(list(members))))
     rng = random.Random(args.seed)
     watchdog = Watchdog(rank, args.timeout)
+    times = CallTimes()
     wrong, begun = 0, time.monotonic()
     for call in range(args.calls):
         case = draw(rng, groups, args.max_bytes, call)
         if rank in case["members"]:
             watchdog.start(describe(case))
+            started = time.monotonic()
             if not run_call(ctx, case, arenas):
                 wrong += 1
                 print(f"[rank {rank}] WRONG: {describe(case)}", flush=True)
+            times.add(case, time.monotonic() - started)
             watchdog.stop()
         if rank == 0 and args.progress and (call + 1) % args.progress == 0:
             print(f"soak: {call + 1} of {args.calls} calls, {time.monotonic() - begun:.0f} s", flush=True)
@@ -190,6 +218,8 @@ def main() -> int:
     dist.all_reduce(total)
     watchdog.stop()
     if rank == 0:
+        for line in times.summary(args.kinds):
+            print(line, flush=True)
         print(f"soak: {args.calls} calls, {int(total)} wrong results, 0 hangs ({world} ranks, "
               f"{ctx.backend.name} backend, seed {args.seed}, up to {args.max_bytes} bytes per rank)", flush=True)
     ctx.barrier()
