@@ -59,8 +59,9 @@ The times weighed are the graph-replay rows (--graph) at a size where a run has 
 another variant, else the eager rows: a repeated call replays from a graph (IRIS_GRAPH_REPLAY, on by
 default), and a small call issued eagerly costs the host's time whichever variant it runs (on 2 x H100,
 8-12 us of host time per call against 3.5-9 us of GPU time at 1-64 KiB), so eager rows rank variants by noise.
-ll's rows count where the run packed ll's words as the tuner's IRIS_LL_PACK does (the CSV's ll_pack column;
-runs without it: one element a word): tune with IRIS_LL_PACK=1 to weigh two 16-bit elements a word.
+ll's rows count where the run packed ll's words as the tuner's IRIS_LL_PACK says (the CSV's ll_pack column: 1,
+0 or auto, unset; runs without it: 0, one element a word): tune with IRIS_LL_PACK=1 to weigh two 16-bit
+elements a word at every size.
 Output: a table, printed as each point is measured, with each time's ratio to NCCL (>1: faster
 than NCCL); at the end a CSV and, with matplotlib, a PNG beside it (a row per collective: latency and bus
 bandwidth against size): benchmarks/results/ccl_<gpu>_<W>ranks.csv/.png unless --csv names another place.
@@ -91,6 +92,7 @@ import iris
 from iris.distributed import job_world_size
 from iris.capabilities import find_limitation
 from iris.ccl import Config
+from iris.ccl.all_reduce import ELEMENT_SIZES
 from iris.ccl.all_reduce import push as all_reduce_push
 from iris.ccl.config import ALL_REDUCE_VARIANTS
 from iris.memory.collective_free import never_free
@@ -347,16 +349,30 @@ def validate(ctx, name, buffers, dtype, nbytes, world, rank) -> list[str]:
     return problems
 
 
+def pack_mode(packing: bool | None) -> str:
+    """IRIS_LL_PACK as the CSV's ll_pack column says it: "1", "0", or "auto" (unset: packed past LL_UNPACKED)."""
+    return "auto" if packing is None else str(int(packing))
+
+
+def packed_as(row: dict, packing: bool | None) -> bool:
+    """Whether the run of an ll ``row`` packed its words at its size as IRIS_LL_PACK's setting ``packing`` does
+    (the row's ll_pack column; none: 0, one element a word)."""
+    size = ELEMENT_SIZES[row["dtype"]]
+    numel = int(row["bytes"]) // size
+    ran = {"1": True, "auto": None}.get(row.get("ll_pack") or "0", False)
+    return all_reduce_push.packs(ran, size, numel) == all_reduce_push.packs(packing, size, numel)
+
+
 def tuned_table(rows, margin: float) -> dict:
     """{(world, dtype): ((below bytes, variant), ...)} from the rows of ccl.py CSVs; see the module's docstring."""
     times = {"eager": {}, "graph": {}}
-    packing = int(iris.config.ll_pack())  # ll's rows count where they were packed as ll is here
+    packing = iris.config.ll_pack()  # ll's rows count where they were packed as ll is here, size by size
     for row in rows:
         impl = row["impl"].removeprefix("iris.")
         replay = "graph" if impl.endswith("+graph") else "eager"
         impl = impl.removesuffix("+graph")
         traced = row.get("trace", "0") not in ("", "0")  # the committed runs before the column: untraced
-        if impl == "ll" and int(row.get("ll_pack") or 0) != packing:  # before the column: one element a word
+        if impl == "ll" and not packed_as(row, packing):
             continue
         if row["collective"] == "all_reduce" and impl in TUNED_VARIANTS and row["us"] and not traced:
             key = (int(row["world_size"]), row["dtype"], int(row["bytes"]))
@@ -437,7 +453,7 @@ def main() -> int:
             "commit": git_commit(), "iters": args.iters, "sample_us": args.sample_us,
             "eager_start": "none" if args.unaligned else "barrier", "trace": int(args.trace),
             "graph_replay": int(iris.config.graph_replay()), "native_replay": int(iris.config.native_replay()),
-            "ll_pack": int(iris.config.ll_pack()), "calls_per_sample": ""}
+            "ll_pack": pack_mode(iris.config.ll_pack()), "calls_per_sample": ""}
     rows, problems = [], []
     if args.host and gpu:
         rows += null_launch_rows(base, buffers.heap)

@@ -112,16 +112,17 @@ def text(name: str, default: str = "") -> str:
     return os.environ.get(name, default)
 
 
-def switch(name: str, default: bool) -> bool:
+def switch(name: str, default: bool | None) -> bool | None:
     """A switch that is on (or off) unless set otherwise: 1, true, yes, on / 0, false, no, off (any case);
-    unset or empty: ``default``. Any other value is refused, naming it (a typo must not flip the switch)."""
+    unset or empty: ``default`` (None: the setting's own choice, case by case). Any other value is refused,
+    naming it (a typo must not flip the switch)."""
     value = text(name).strip().lower()
     if not value:
         return default
     if value in _TRUE or value in _FALSE:
         return value in _TRUE
     raise ValueError(f"{name}={text(name)!r}: give 0 or 1 (or off/on), or leave it unset for the default "
-                     f"({int(default)})")
+                     f"({'its own choice' if default is None else int(default)})")
 
 
 def cpu_bind_requested() -> bool:
@@ -270,11 +271,13 @@ def native_replay() -> bool:
     return switch("IRIS_NATIVE_REPLAY", True)
 
 
-def ll_pack() -> bool:
-    """IRIS_LL_PACK (off unless 1): all_reduce's ll carries two 16-bit elements per word, 2x the data a word
-    and 4x the landing capacity for them. Off by default: on 2 x H200 it was slower at 1-4 KiB and from 256
-    KiB, faster only at 128 KiB (docs/benchmarks.md)."""
-    return switch("IRIS_LL_PACK", False)
+def ll_pack() -> bool | None:
+    """IRIS_LL_PACK: whether all_reduce's ll carries two 16-bit elements per word (2x the data a word, 4x the
+    landing capacity for them): 1 always, 0 never, unset (None) only past the LL_UNPACKED elements an unpacked
+    message holds, so ll takes 16-bit messages up to 512 KiB per rank. On 2 x H200, replayed after a GEMM as a
+    decode step runs it, packed ll took 5.2 us at 128 KiB and 6.7 at 256 KiB against push's 6.8 and 7.6, and was
+    level with unpacked ll at 16-64 KiB (docs/benchmarks.md)."""
+    return switch("IRIS_LL_PACK", None)
 
 
 def simulation() -> bool:

@@ -177,19 +177,19 @@ def test_every_all_reduce_variant_reduces_every_element(ranks):
             assert values == [w * (w + 1) // 2 if op == "SUM" else w], (variant, dtype, op)
 
 
-def _ll_distinct_elements(numel, pack):
+def _ll_distinct_elements(numel, pack, block=64, dtypes=(torch.bfloat16, torch.float16, torch.float32)):
     """ll, one element a word or (IRIS_LL_PACK=``pack``) two of 16 bits: each element different (a constant
     fill would hide two swapped), an odd count (the last word carries one), many programs."""
-    os.environ["IRIS_LL_PACK"] = pack  # this rank process's own: read by each call's launch
+    os.environ["IRIS_LL_PACK"] = pack  # this rank process's own: read by each call's launch ("": unset)
     try:
         ctx = iris.iris(1 << 20)
         rank = ctx.get_rank()
         results = {}
-        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        for dtype in dtypes:
             x = ctx.zeros(numel, dtype=dtype)
             x.copy_(torch.arange(numel, device=ctx.get_device()) % 16 + rank)  # sums stay exact in bfloat16
             out = ctx.full((numel,), -1.0, dtype=dtype)
-            ctx.ccl.all_reduce(out, x, config=Config(all_reduce_variant="ll", block_size=64))
+            ctx.ccl.all_reduce(out, x, config=Config(all_reduce_variant="ll", block_size=block))
             results[str(dtype)] = out.float().cpu()
         ctx.close()
     finally:
@@ -205,6 +205,17 @@ def test_ll_moves_each_element_of_every_word_to_its_place(ranks, numel, pack):
     for results in ranks.run(_ll_distinct_elements, numel, pack):
         for dtype, got in results.items():
             assert torch.equal(got, want), (dtype, numel, (got != want).nonzero()[:8].flatten().tolist())
+
+
+def test_ll_left_to_its_own_choice_packs_only_past_its_unpacked_capacity(ranks):
+    """IRIS_LL_PACK unset: up to 32768 elements one a word, past that two 16-bit ones a word (float32 is refused
+    there: test_misuse_is_refused_before_any_launch)."""
+    w = ranks.world_size
+    for numel in (32768, 32769 + 2 * 1024):
+        want = (torch.arange(numel) % 16 * w + w * (w - 1) // 2).float()
+        for results in ranks.run(_ll_distinct_elements, numel, "", 1024, (torch.bfloat16, torch.float16)):
+            for dtype, got in results.items():
+                assert torch.equal(got, want), (dtype, numel, (got != want).nonzero()[:8].flatten().tolist())
 
 
 def _every_variant_on_a_group_of_one():
@@ -334,7 +345,16 @@ def test_a_push_launch_grows_its_blocks_to_one_per_program():
     assert launch_block(512 << 10, 1024) == 4096           # 1 MiB of bf16
     assert launch_block(512 << 10 | 1, 1024) == 8192       # a power of two
     assert launch_block(64 << 10, 8192) == 8192            # never below what the config asks
-    assert launch_block(LL_WORDS, 1024) == 1024 and launch_block(LL_UNPACKED, 1024) == 1024  # ll's as before
+    assert launch_block(LL_WORDS, 1024) == 1024 and launch_block(LL_UNPACKED, 1024) == 1024
+
+
+def test_an_ll_launch_on_a_gpu_spreads_over_the_programs():
+    from iris.ccl.all_reduce.push import launch_block, ll_block
+
+    assert launch_block(512, ll_block(1024)) == 64              # 1 KiB of bf16: 8 programs of 64 words
+    assert launch_block(8192, ll_block(1024)) == 64             # 16 KiB: 128 programs (8 in blocks of 1024)
+    assert launch_block(LL_WORDS, ll_block(1024)) == 1024       # 128 programs of 1024 words
+    assert launch_block(8192, ll_block(32)) == 64 and ll_block(32) == 32  # a smaller block asked for is kept
 
 
 def test_a_tuned_push_or_ll_entry_is_the_default_in_place_too_and_never_past_its_landing_zones(monkeypatch):
@@ -348,10 +368,15 @@ def test_a_tuned_push_or_ll_entry_is_the_default_in_place_too_and_never_past_its
     assert choose_variant(4096, in_place=True, world_size=3, dtype=torch.bfloat16) == "two_shot"
     assert choose_variant(PUSH_BYTES + 2, in_place=False, world_size=3, dtype=torch.bfloat16) == "two_shot"
     monkeypatch.setitem(tuned.ALL_REDUCE, (5, "bf16"), ((1 << 40, "ll"),))  # ll holds LL_UNPACKED elements
-    monkeypatch.delenv("IRIS_LL_PACK", raising=False)
+    monkeypatch.setenv("IRIS_LL_PACK", "0")
     assert choose_variant(2 * LL_UNPACKED, in_place=True, world_size=5, dtype=torch.bfloat16) == "ll"
     assert choose_variant(2 * LL_UNPACKED + 2, in_place=False, world_size=5, dtype=torch.bfloat16) == "two_shot"
     assert choose_variant(4 * LL_UNPACKED, in_place=False, world_size=5, dtype=torch.float32) == "ll"
+    monkeypatch.delenv("IRIS_LL_PACK")  # unset: 16-bit messages past LL_UNPACKED packed, to LL_WORDS words
+    assert choose_variant(2 * LL_UNPACKED + 2, in_place=False, world_size=5, dtype=torch.bfloat16) == "ll"
+    assert choose_variant(4 * LL_WORDS, in_place=False, world_size=5, dtype=torch.bfloat16) == "ll"
+    assert choose_variant(4 * LL_WORDS + 2, in_place=False, world_size=5, dtype=torch.bfloat16) == "two_shot"
+    assert choose_variant(4 * LL_UNPACKED + 4, in_place=False, world_size=5, dtype=torch.float32) == "two_shot"
     monkeypatch.setenv("IRIS_LL_PACK", "1")  # LL_WORDS words of two 16-bit elements or one 32-bit
     ll_bytes = 4 * LL_WORDS
     assert choose_variant(ll_bytes, in_place=True, world_size=5, dtype=torch.bfloat16) == "ll"

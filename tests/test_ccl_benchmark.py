@@ -118,6 +118,12 @@ def test_ll_is_tuned_from_the_runs_whose_ll_packed_as_the_tuner_does(tmp_path):
     packed = _run_csv(tmp_path / "b.csv", 2, {1024: (8, 10, 9, 5), 262144: (20, 10, 8.5, 6)}, impls=TUNED, ll_pack="1")
     assert _tune(tmp_path, unpacked, packed)[0] == {(2, "bf16"): ((262144, "ll"), (1 << 62, "push"))}
     assert _tune(tmp_path, unpacked, packed, env={"IRIS_LL_PACK": "1"})[0] == {(2, "bf16"): ((1 << 62, "ll"),)}
+    # unset: packed past 32768 elements only, so the unpacked run's ll counts at 1 KiB, the packed one's at 256 KiB
+    auto = _run_csv(tmp_path / "c.csv", 2, {1024: (8, 10, 9, 50), 262144: (20, 10, 8.5, 50)}, impls=TUNED,
+                    ll_pack="auto")  # a run that packed as the default does: its ll counts at both sizes
+    assert _tune(tmp_path, unpacked, packed, env={"IRIS_LL_PACK": ""})[0] == {(2, "bf16"): ((1 << 62, "ll"),)}
+    assert _tune(tmp_path, unpacked, packed, auto, env={"IRIS_LL_PACK": ""})[0] == {
+        (2, "bf16"): ((262144, "one_shot"), (1 << 62, "push"))}  # ll's medians now 27.5 and 28: slower than both
 
 
 def test_tuning_takes_graph_replay_rows_where_a_run_has_them(tmp_path):

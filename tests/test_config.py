@@ -36,7 +36,23 @@ def test_debug_and_simulation_are_off_unless_turned_on(monkeypatch, name, value,
         monkeypatch.delenv(name, raising=False)
     else:
         monkeypatch.setenv(name, value)
-    assert SWITCHES[name]() is on
+    unset = name == "IRIS_LL_PACK" and not value  # ll's packing: its own choice by size (None) unless set
+    assert SWITCHES[name]() is (None if unset else on)
+
+
+@pytest.mark.parametrize("value, numel, packed", [(None, 32768, False), (None, 32769, True), ("0", 1 << 17, False),
+                                                  ("1", 1, True)])
+def test_ll_packs_16_bit_elements_past_its_unpacked_capacity_unless_told(monkeypatch, value, numel, packed):
+    from iris.ccl.all_reduce.push import ll_elements, ll_pack
+
+    if value is None:
+        monkeypatch.delenv("IRIS_LL_PACK", raising=False)
+    else:
+        monkeypatch.setenv("IRIS_LL_PACK", value)
+    assert ll_pack(2, numel) == (2 if packed else 1)
+    assert ll_pack(4, numel) == 1  # 32-bit elements: one a word
+    assert ll_elements(2) == (32768 if value == "0" else 256 << 10)  # unset: packed 16-bit messages to 512 KiB
+    assert ll_elements(4) == (128 << 10 if value == "1" else 32768)
 
 
 @pytest.mark.parametrize("name", SWITCHES)

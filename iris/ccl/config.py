@@ -52,9 +52,10 @@ class Config:
         all_reduce_variant: "one_shot" (each rank reads every input), "two_shot" (each rank
             reduces one slice and sends it to all), "atomic" (atomic adds into every output),
             "spinlock" (locked read-modify-writes), "ring" (neighbour to neighbour), "push" (no
-            barrier: inputs pushed into each member's landing zones, up to 256 KiB per rank; see
+            barrier: inputs pushed into each member's landing zones, up to 1 MiB per rank; see
             :mod:`iris.ccl.all_reduce.push`), "ll" (push with each element beside its flag in one
-            8-byte word: no fence, up to 32768 elements per rank; same module), "hierarchical"
+            8-byte word: no fence, up to 32768 elements per rank, or 262144 of 16 bits two a word;
+            same module), "hierarchical"
             (reduce-scatter inside each node, all_reduce across nodes, all_gather inside the node; see
             :mod:`iris.ccl.all_reduce.hierarchical`); None picks hierarchical for members on several
             nodes of the same size, else by size (see :func:`iris.ccl.all_reduce.choose_variant`).

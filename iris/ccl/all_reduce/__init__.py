@@ -13,11 +13,11 @@ Variants (``Config.all_reduce_variant``):
   word of that block on the receiving member: any dtype and op.
 - push: no barrier; each member pushes its input into every other member's landing zone (in the
   heap's reserved tail) and sums its own input and what landed, in member order: one exchange of
-  flags per call instead of two barriers, for messages up to 256 KiB per rank; in place too. See
+  flags per call instead of two barriers, for messages up to 1 MiB per rank; in place too. See
   :mod:`iris.ccl.all_reduce.push`.
 - ll: push's low-latency form (as NCCL's LL protocol): each element lands beside the push's number in
   one 8-byte word, and a member sums a block as soon as its words carry the number: no flags, no fence;
-  for messages up to 32768 elements per rank; in place too (same module).
+  for messages up to 32768 elements per rank (262144 of 16 bits, two a word); in place too (same module).
 - hierarchical: reduce-scatter inside each node, all_reduce of each member's slice across nodes,
   all_gather inside the node (:mod:`iris.ccl.all_reduce.hierarchical`): the network carries 1 / G of
   the data with G members per node. The default for members on several nodes with as many members

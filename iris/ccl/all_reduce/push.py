@@ -29,9 +29,10 @@ low half and the push's number in its high half, stored at once. A reader spins 
 (:func:`iris.device.sync.wait_flagged_words`) and may sum a block as soon as its words carry the number:
 no release fence before a flag, no separate flag round, and the blocks of one program are read as they
 land. A word carries one element (4x the data's bytes for 16-bit ones, at most LL_UNPACKED elements per
-rank), or with IRIS_LL_PACK=1 two 16-bit elements (2x the bytes, at most LL_WORDS words per rank; off:
-on 2 x H200 it paid only at 128 KiB): :func:`holds`. Its landing words and counts are its own (a word a push call
-left there holds raw data, which could carry any number). Toward a rank on another
+rank) or, past LL_UNPACKED 16-bit elements (always with IRIS_LL_PACK=1, never with 0), two of them (2x the
+bytes, at most LL_WORDS words per rank): :func:`holds`, :func:`ll_pack`. A message spreads over up to
+PUSH_PROGRAMS programs in blocks of at least LL_BLOCK words. Its landing words and counts are its own (a word a
+push call left there holds raw data, which could carry any number). Toward a rank on another
 node (the shmem heap's engine path) each word goes as one 8-byte put of the engine: compiled in, not yet
 run there.
 
@@ -52,6 +53,11 @@ from iris.ccl.reduction import combine
 from iris.replay import bind
 from iris import config
 from iris.team import LL_UNPACKED, LL_WORDS, PUSH_BYTES, PUSH_PROGRAMS
+
+# The largest block (words) of an ll launch: a message spreads over up to PUSH_PROGRAMS programs. On 2 x H200,
+# replayed after a GEMM as a decode step runs it: 16 KiB of bfloat16 4.4 us in blocks of 64 words (128 programs)
+# against 5.9 us in blocks of 1024 (8 programs); 64 KiB 5.0 against 5.7.
+LL_BLOCK = 64
 
 
 @triton.jit
@@ -219,16 +225,33 @@ def _all_reduce_ll_kernel(src, dst, numel, blocks, members, count, index, cur, h
         tl.store(received + peer * PROGRAMS, tl.load(received + peer * PROGRAMS) + 1)
 
 
-def ll_pack(element_size: int) -> int:
-    """Elements per ll word: two of 16 bits with IRIS_LL_PACK on, else one (the word's other half is the push's
-    number)."""
-    return 2 if element_size == 2 and config.ll_pack() else 1
+def packs(packing: bool | None, element_size: int, numel: int) -> bool:
+    """Whether ll packs two elements a word in a message of ``numel`` elements of ``element_size`` bytes under
+    IRIS_LL_PACK's setting ``packing`` (:func:`iris.config.ll_pack`: True, False, None where unset): 16-bit
+    elements only, always where on, past LL_UNPACKED elements where unset."""
+    return element_size == 2 and (packing is True or (packing is None and numel > LL_UNPACKED))
+
+
+def ll_pack(element_size: int, numel: int) -> int:
+    """Elements per ll word for a message of ``numel`` elements of ``element_size`` bytes here: two where
+    :func:`packs`, else one (the word's other half is the push's number)."""
+    return 2 if packs(config.ll_pack(), element_size, numel) else 1
 
 
 def ll_elements(element_size: int) -> int:
-    """The most elements of ``element_size`` bytes an ll message holds per rank: LL_WORDS words of
-    :func:`ll_pack` elements with IRIS_LL_PACK on, else LL_UNPACKED."""
-    return LL_WORDS * ll_pack(element_size) if config.ll_pack() else LL_UNPACKED
+    """The most elements of ``element_size`` bytes an ll message holds per rank: LL_WORDS words of two 16-bit
+    elements (IRIS_LL_PACK on or unset) or of one 32-bit element (on); else LL_UNPACKED."""
+    packing = config.ll_pack()
+    if packing is False or (packing is None and element_size != 2):
+        return LL_UNPACKED
+    return LL_WORDS * (2 if element_size == 2 else 1)
+
+
+def ll_block(block_size: int) -> int:
+    """The smallest block (words) of an ll launch on a GPU: ``block_size``, at most LL_BLOCK; :func:`launch_block`
+    grows it to spread a message over up to PUSH_PROGRAMS programs. (Triton's interpreter, the CPU backend, runs
+    a launch's programs one after another: there more programs only cost time, and ``block_size`` is kept.)"""
+    return min(block_size, LL_BLOCK)
 
 
 def holds(variant: str, numel: int, element_size: int) -> bool:
@@ -259,9 +282,8 @@ def launch_block(words: int, block_size: int) -> int:
     """The block (elements, or ll words) of a launch for a message of ``words``: ``block_size``, grown to the
     power of two that leaves at most one block per program (PUSH_PROGRAMS). On 2 x H100 one block per program
     was the fastest (replayed, 128 programs: 8.2 us at 512 KiB of bf16 in blocks of 2048 against 8.6 in blocks
-    of 1024; 10.0-10.2 at 1 MiB in blocks of 4096 against 11.1-11.2; why, not profiled). ll's blocks stay at
-    1024 words (its messages hold at most PUSH_PROGRAMS of them); a packed ll message of LL_WORDS words now
-    runs on 128 programs of one block each instead of 32 of four (not yet measured).
+    of 1024; 10.0-10.2 at 1 MiB in blocks of 4096 against 11.1-11.2; why, not profiled). ll's launches start
+    from :func:`ll_block` (LL_BLOCK words), so that they too fill the programs.
 
     Example:
         >>> launch_block(512 << 10, 1024)   # 1 MiB of bf16 over 128 programs
@@ -276,8 +298,10 @@ def launch(ctx, output, input, members, op: str, acc, block_size: int, ll: bool 
     team = ctx.team
     world = ctx.get_num_ranks()
     if ll:  # blocks of words, ll_pack elements each
-        pack = ll_pack(input.element_size())
+        pack = ll_pack(input.element_size(), input.numel())
         kernel, buffers, extra = _all_reduce_ll_kernel, (team.ll_landing, team.ll_counts), {"PACK": pack}
+        if ctx.backend.name != "cpu":  # spread over the programs; the interpreter runs them one after another
+            block_size = ll_block(block_size)
     else:
         pack = 1
         kernel, buffers, extra = _all_reduce_push_kernel, (team.push_landing.view(input.dtype), team.push_flags,
