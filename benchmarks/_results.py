@@ -274,6 +274,10 @@ def _gpu_us_per_call(fn, before_each=None, lead_us: float = 0.0):
 
 
 SHORT_PILOT, LONG_PILOT = 3, 23  # calls: the batch comes from the difference their times make
+# A sample lasts at least START_SHARE times what starting it costs (up to MAX_CALLS calls): a call whose samples
+# start late (NCCL's eager all_reduce through torch.distributed on 2 x H200: 5-7 calls a sample, 8-78 us a call
+# from one size to the next in one run) has its start spread over enough calls to be a tenth of its figure.
+START_SHARE, MAX_CALLS = 10, 400
 
 
 def batch_size(sample_us: float, agree, time_batch) -> int:
@@ -285,7 +289,9 @@ def batch_size(sample_us: float, agree, time_batch) -> int:
     each kept: a spell only adds), give the cost of a call as the difference 20 calls make, which no start
     cost enters. A pilot's own time per call (at most the call's cost plus its start's share) bounds it
     from above, and a quarter of that from below (where both short pilots fell in a spell). Calls whose short
-    pilot takes more than 4 samples' time per call take no long pilot (one call a sample).
+    pilot takes more than 4 samples' time per call take no long pilot (one call a sample). The batch also
+    holds enough calls for the start (the short pilot's time beyond its calls) to be at most 1 / START_SHARE
+    of the sample, up to MAX_CALLS.
 
     At 8df51a0 the least time per call of three pilots sized the batch: on 2 x H200 each sample of a 6 us
     all_reduce then got 10-28 calls, NCCL's 2 (a 100 us start in its figures). Before it, one 3-call pilot
@@ -295,20 +301,25 @@ def batch_size(sample_us: float, agree, time_batch) -> int:
     one call a sample, no pilot.
 
     Example:
-        >>> batch_size(200.0, None, lambda n: 5.0 + 100.0 / n)   # 5 us calls, samples that start 100 us late
+        >>> batch_size(200.0, None, lambda n: 5.0 + 10.0 / n)   # 5 us calls, samples that start 10 us late
         40
+        >>> batch_size(200.0, None, lambda n: 30.0 + 100.0 / n)  # 30 us calls, samples that start 100 us late
+        34
     """
     if sample_us <= 0:
         return 1
     share = int if agree is None else agree
     short = min(SHORT_PILOT * time_batch(SHORT_PILOT) for _ in range(2))
     most = short / SHORT_PILOT  # microseconds a call takes at most
-    per_call = most
+    per_call, start = most, 0.0
     if int(share(LONG_PILOT if most < 4 * sample_us else 0)):
         long = min(LONG_PILOT * time_batch(LONG_PILOT) for _ in range(2))
         most = min(most, long / LONG_PILOT)
         per_call = min(most, max((long - short) / (LONG_PILOT - SHORT_PILOT), most / 4))
-    return int(share(max(1, min(100, math.ceil(sample_us / max(per_call, 1e-3))))))
+        start = max(0.0, short - SHORT_PILOT * per_call)  # what starting a sample costs beyond its calls
+    calls = min(100, math.ceil(sample_us / max(per_call, 1e-3)))
+    calls = max(calls, min(MAX_CALLS, math.ceil(START_SHARE * start / max(per_call, 1e-3))))
+    return int(share(max(1, calls)))
 
 
 def graph_median_us(fn, warmup: int, iters: int, sample_us: float = 50.0, agree=None, before_each=None) -> float:

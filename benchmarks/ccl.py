@@ -31,7 +31,8 @@ samples of one point are taken in turns (sample i of every implementation before
 ``_results.interleaved_median_us``), so that a spell of host or GPU noise falls on all of them alike. A
 sample is a batch of calls launched back to back from the host between CUDA events, as
 nccl-tests times (it takes 20 calls per event pair): enough calls for about --sample-us, 200 us,
-at most 100; one for longer calls (the CSV's calls_per_sample). Its size comes from pilot samples of 3 and 23
+at most 100, and for the sample's start to be at most a tenth of it, at most 400; one for longer calls (the
+CSV's calls_per_sample). Its size comes from pilot samples of 3 and 23
 calls, each taken as a sample is: the difference 20 calls make is a call's cost, which the start of a sample
 (a peer's first launch, an idle GPU) does not enter (_results.batch_size; before 8df51a0 one 3-call pilot
 right after the host's broadcast of the last batch size sized it, and a peer still in that broadcast gave

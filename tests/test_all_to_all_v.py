@@ -175,10 +175,13 @@ def _columns():
     """The original's newest form: blocks of columns by split sizes, positional and by keyword, from the leading
     columns of a symmetric buffer; checked against every member's input, which each rank builds, split into its
     column blocks by torch (gloo's all_to_all refuses blocks of different sizes)."""
+    import torch.distributed as dist
+
     ctx = iris.iris(4 << 20)
     rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    everyone = dist.new_group(list(range(world)))
     results = []
-    for step, dtype in enumerate((torch.float32, torch.bfloat16)):
+    for step, dtype in enumerate((torch.float32, torch.bfloat16, torch.float32, torch.float16)):
         m = 5 + step
         sends = [[(i + j + step) % 3 * 4 + 1 for j in range(world)] for i in range(world)]  # member i to j
         inputs = [(i * 1000 + torch.arange(m * sum(sends[i])).reshape(m, sum(sends[i]))).to(dtype)
@@ -190,8 +193,12 @@ def _columns():
         out = torch.full((m, sum(receive)), -1.0, dtype=dtype, device=device)
         if step == 0:
             ctx.ccl.all_to_all_v(out, x, receive, send)
-        else:
+        elif step == 1:
             ctx.ccl.all_to_all_v(out, x, output_split_sizes=receive, input_split_sizes=send)
+        elif step == 2:  # the original's method, its group passed positionally after the sizes
+            ctx.ccl.all_to_all_v(out, x, receive, send, everyone)
+        else:  # and its group and async_op
+            ctx.ccl.all_to_all_v(out, x, receive, send, None, False)
         want = torch.cat([torch.split(inputs[i], sends[i], dim=1)[rank] for i in range(world)], dim=1)
         results.append(torch.equal(out.cpu(), want))
     ctx.close()
@@ -200,7 +207,7 @@ def _columns():
 
 def test_the_originals_column_form_matches_torchs_all_to_all(ranks):
     for results in ranks.run(_columns):
-        assert results == [True, True]
+        assert results == [True, True, True, True]
 
 
 def test_a_column_call_is_told_from_an_mpi_call():

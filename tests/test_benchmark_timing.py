@@ -57,11 +57,20 @@ def pilot_timer(per_call_us: float, start_us: float, calls: list, late_us: float
 
 
 def test_the_batch_holds_a_sample_of_calls_whatever_each_sample_costs_to_start(results):
-    """5 us calls, 200 us samples: 40 calls a sample, though every sample (pilots too) starts 100 us late.
-    Sized from a pilot's time per call, it would be 200 / (5 + 100 / n): a short batch, whose samples then
+    """5 us calls, 200 us samples: 40 calls a sample, though every sample (pilots too) starts 10 us late.
+    Sized from a pilot's time per call, it would be 200 / (5 + 10 / n): a short batch, whose samples then
     spread the start over few calls (on 2 x H200: 10-28 calls for a 6 us all_reduce, 2 for NCCL)."""
     calls = []
-    assert results.batch_size(200.0, None, pilot_timer(5.0, 100.0, calls)) == 40
+    assert results.batch_size(200.0, None, pilot_timer(5.0, 10.0, calls)) == 40
+
+
+def test_a_sample_lasts_ten_times_what_starting_it_costs(results):
+    """30 us calls whose samples start 100 us late: 34 calls (the start a tenth of the sample at most), not the
+    7 that 200 us of calls would be (each call's figure would carry 14 us of start); 5 us calls that start 100 us
+    late: 200; never past MAX_CALLS."""
+    assert results.batch_size(200.0, None, pilot_timer(30.0, 100.0, [])) == 34
+    assert results.batch_size(200.0, None, pilot_timer(5.0, 100.0, [])) == 200
+    assert results.batch_size(200.0, None, pilot_timer(1.0, 1000.0, [])) == results.MAX_CALLS
 
 
 def test_a_peer_late_for_the_first_pilot_does_not_shrink_the_batch(results):

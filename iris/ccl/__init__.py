@@ -108,7 +108,11 @@ class CCL:
         """Rows of ``input_tensor`` to each member by ``send_counts`` (device tensors or lists); see
         :func:`iris.ccl.all_to_all_v.all_to_all_v`. The original's newest form, columns by split sizes
         (``all_to_all_v(output, input, output_split_sizes, input_split_sizes)``, positional or by keyword),
-        is recognised and taken by :func:`iris.ccl.all_to_all_v.all_to_all_v_columns`."""
+        is recognised and taken by :func:`iris.ccl.all_to_all_v.all_to_all_v_columns`, its ``group``, ``async_op``
+        and ``config`` by keyword or, as the original's method takes them, positionally after the sizes."""
+        if _all_to_all_v.original_positionals(recv_counts, recv_displs):  # its (group, async_op, config) after them
+            recv_counts, recv_displs, group, async_op, config = None, None, recv_counts, \
+                async_op if recv_displs is None else recv_displs, config if group is None else group
         if output_split_sizes is not None or input_split_sizes is not None or _all_to_all_v.is_column_call(
                 output_tensor, input_tensor, send_counts, send_displs, recv_counts, recv_displs):
             if output_split_sizes is None and input_split_sizes is None:

@@ -29,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 import triton
 import triton.language as tl
 
@@ -263,6 +264,15 @@ def all_to_all_v_columns(output, input, ctx, output_split_sizes, input_split_siz
     return _exchange(ctx, group, async_op, config, members, output, input, counts, None, None, caps, land_at,
                      width=input.shape[0], available=input.shape[1], capacity=output.shape[1],
                      span=span, strides=(input.stride(0), output.stride(0)))
+
+
+def original_positionals(fifth, sixth) -> bool:
+    """Whether the fifth and sixth positional arguments of ``ctx.ccl.all_to_all_v`` are the original's column
+    call's ``group`` and ``async_op`` (its method: ``(output, input, output_split_sizes, input_split_sizes,
+    group, async_op, config)``), not receive counts and displacements: a process group fifth, or a bool sixth
+    (neither is ever a count)."""
+    group = dist.is_available() and isinstance(fifth, dist.ProcessGroup)
+    return group or (fifth is None and isinstance(sixth, bool))
 
 
 def is_column_call(output, input, third, fourth, recv_counts, recv_displs) -> bool:
