@@ -38,6 +38,7 @@ import triton.language as tl
 
 from iris.ccl import _common
 from iris.ccl.config import Config
+from iris.replay.relaunch import Relaunch
 
 #: The most programs of the row kernels below; each takes every programs-th row (or piece).
 MOVE_PROGRAMS = 1024
@@ -196,17 +197,6 @@ def _combine_kernel(returned, inverse, weights, out, tokens, hidden, K: tl.const
                  mask=inside)
 
 
-def _combine(ctx, returned: torch.Tensor, inverse: torch.Tensor, weights: torch.Tensor, tokens: int,
-             topk: int) -> torch.Tensor:
-    """:func:`_combine_kernel`: (tokens, hidden) in ``returned``'s dtype."""
-    hidden = returned.shape[1]
-    out = torch.empty(tokens, hidden, dtype=returned.dtype, device=returned.device)
-    block = _row_block(hidden)
-    programs = _programs(ctx, tokens * triton.cdiv(hidden, block))
-    _combine_kernel[(programs,)](returned, inverse, weights, out, tokens, hidden, K=topk, BLOCK=block, num_warps=4)
-    return out
-
-
 @dataclass
 class MoEDispatchConfig:
     """Launch sizes of the exchanges (elements per program of the all_to_all_v pulls)."""
@@ -308,6 +298,16 @@ class MoEDispatcher:
         # few hundred tokens (at 128 tokens on 2 x H200 the GPU waited on the host)
         self._dispatch_config = Config(block_size=self.config.dispatch_block_size)
         self._combine_config = Config(block_size=self.config.combine_block_size)
+        # the kernels' launches, their constexprs fixed: each call's tensors and counts go to the compiled kernel
+        # without Triton's per-call Python (iris.replay.relaunch)
+        block, ranks = _row_block(hidden_dim), triton.next_power_of_2(world)
+        local = triton.next_power_of_2(self.local_experts)
+        self._pack = Relaunch(_pack_kernel, K=topk, EXPERTS=triton.next_power_of_2(num_experts), RANKS=ranks,
+                              FP8=self.fp8, BLOCK=block, num_warps=4)
+        self._regroup_launches = {to_experts: Relaunch(_regroup_kernel, TO_EXPERTS=to_experts,
+                                                       SCALES=self.fp8 and to_experts, RANKS=ranks, LOCAL=local,
+                                                       BLOCK=block, num_warps=4) for to_experts in (True, False)}
+        self._combine_launch = Relaunch(_combine_kernel, K=topk, BLOCK=block, num_warps=4)
 
     def dispatch(self, tokens: torch.Tensor, topk_idx: torch.Tensor, topk_weight: torch.Tensor):
         """``(recv, local_meta, handle)``: the tokens routed to this rank's experts, grouped by expert (a view of
@@ -320,18 +320,14 @@ class MoEDispatcher:
             topk_weight: (T, topk) gating weights (any float dtype).
         """
         tokens_n = self._check(tokens, topk_idx, topk_weight)
-        ctx, k, experts = self._ctx, self.topk, self.num_experts
+        ctx = self._ctx
         flat = topk_idx.reshape(-1).to(torch.int64)
         pairs = flat.numel()
         experts, order = torch.sort(flat, stable=True)  # by expert; a token's slots in slot order
         starts = torch.searchsorted(experts, self._expert_ids)  # expert e's pairs: starts[e] to starts[e + 1]
         inverse = torch.empty_like(order)
-        _pack_kernel[(_programs(ctx, pairs),)](tokens, order, starts, self._outgoing, self._scales_out, inverse,
-                                               self._counts_out, self._sent, pairs, self.hidden_dim,
-                                               self.local_experts, self.world, K=k,
-                                               EXPERTS=triton.next_power_of_2(self.num_experts),
-                                               RANKS=triton.next_power_of_2(self.world), FP8=self.fp8,
-                                               BLOCK=_row_block(self.hidden_dim), num_warps=4)
+        self._pack((_programs(ctx, pairs),), tokens, order, starts, self._outgoing, self._scales_out, inverse,
+                   self._counts_out, self._sent, pairs, self.hidden_dim, self.local_experts, self.world)
         config = self._dispatch_config
         # the counts first: row r of counts_out (this rank's rows for rank r's experts) to rank r
         ctx.ccl.all_to_all_v(self._counts_in, self._counts_out, self._one_row_each, config=config)
@@ -365,20 +361,22 @@ class MoEDispatcher:
         self._regroup(expert_out.to(self.dtype).contiguous(), self._returning, handle.counts, to_experts=False)
         self._ctx.ccl.all_to_all_v(self._returned, self._returning, self._returned_counts,
                                    config=self._combine_config)
-        return _combine(self._ctx, self._returned, handle.inverse, handle.weights, handle.tokens, self.topk)
+        out = torch.empty(handle.tokens, self.hidden_dim, dtype=self.dtype, device=self._returned.device)
+        programs = _programs(self._ctx, handle.tokens * triton.cdiv(self.hidden_dim, _row_block(self.hidden_dim)))
+        self._combine_launch((programs,), self._returned, handle.inverse, handle.weights, out, handle.tokens,
+                             self.hidden_dim)
+        return out
 
     def _regroup(self, src: torch.Tensor, dst: torch.Tensor, counts: torch.Tensor, to_experts: bool,
                  kept=None, expert_counts=None, offsets=None) -> None:
         """:func:`_regroup_kernel`: the received rows by expert (to_experts: ``kept``, ``expert_counts`` and
         ``offsets`` get this dispatch's counts), or back by source rank."""
         unused = self._returned_counts  # what the other direction's outputs point at (never written)
-        _regroup_kernel[(_programs(self._ctx, self._incoming.shape[0]),)](
-            src, dst, self._scales_in, self._scales_grouped, counts, unused if kept is None else kept,
-            unused if expert_counts is None else expert_counts, unused if offsets is None else offsets,
-            self._returned_counts, self.hidden_dim, self.local_experts,
-            self.world, TO_EXPERTS=to_experts, SCALES=self.fp8 and to_experts,
-            RANKS=triton.next_power_of_2(self.world), LOCAL=triton.next_power_of_2(self.local_experts),
-            BLOCK=_row_block(self.hidden_dim), num_warps=4)
+        self._regroup_launches[to_experts](
+            (_programs(self._ctx, self._incoming.shape[0]),), src, dst, self._scales_in, self._scales_grouped, counts,
+            unused if kept is None else kept, unused if expert_counts is None else expert_counts,
+            unused if offsets is None else offsets, self._returned_counts, self.hidden_dim, self.local_experts,
+            self.world)
 
     def _check(self, tokens, topk_idx, topk_weight) -> int:
         what = "dispatch"

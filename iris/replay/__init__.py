@@ -2,7 +2,9 @@
 
 - :mod:`iris.replay.plans`: :func:`bind` (a Triton launch for the price of the driver call),
   :class:`Plans` (a context's remembered calls, by :func:`call_key`), CUDA-graph capture and launch;
-- :mod:`iris.replay.native` and ``native.c``: the host path of a repeated call in one C call (CUDA).
+- :mod:`iris.replay.native` and ``native.c``: the host path of a repeated call in one C call (CUDA);
+- :mod:`iris.replay.relaunch`: :class:`Relaunch`, a kernel launched with new arguments on every call, without
+  Triton's per-call Python.
 
 Example:
     >>> launch = bind(my_kernel, (4,), x, y, n, BLOCK=256)
@@ -11,5 +13,7 @@ Example:
 
 from iris.replay.plans import (BoundLaunch, Plans, bind, call_key, captured_graph, graph_launcher, value_key,
                                weakly_held)
+from iris.replay.relaunch import Relaunch
 
-__all__ = ["BoundLaunch", "Plans", "bind", "call_key", "captured_graph", "graph_launcher", "value_key", "weakly_held"]
+__all__ = ["BoundLaunch", "Plans", "Relaunch", "bind", "call_key", "captured_graph", "graph_launcher", "value_key",
+           "weakly_held"]
