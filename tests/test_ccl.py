@@ -334,27 +334,22 @@ def test_push_takes_a_mebibyte_per_rank(ranks):
     assert all(wrong == 0 for wrong in ranks.run(_push_all_reduce_of_a_mebibyte))
 
 
-def test_a_push_launch_grows_its_blocks_to_one_per_program():
-    from iris.ccl.all_reduce.push import launch_block
+@pytest.mark.parametrize("ll,interpreted", [(False, False), (False, True), (True, False), (True, True)])
+def test_a_word_belongs_to_the_same_program_whatever_the_message_size(ll, interpreted):
+    """push and ll count their pushes per program, and reuse their landing zones every other call of a program:
+    a word must belong to the same program in every call, or a fast member's next call of one program writes a
+    word a slow member still reads for another program's last call, and a word left by one program can carry the
+    number another expects. So a launch's block never depends on the message (4 simulated ranks on one H200 found
+    34 wrong ll results in 3000 soak calls when ll's block grew with the message)."""
+    from iris.ccl.all_reduce.push import launch_shape
     from iris.team import PUSH_PROGRAMS
 
-    assert PUSH_PROGRAMS == 128
-    assert launch_block(64 << 10, 1024) == 1024            # 64 blocks: fewer than the programs already
-    assert launch_block(128 << 10, 1024) == 1024           # one each
-    assert launch_block(256 << 10, 1024) == 2048
-    assert launch_block(512 << 10, 1024) == 4096           # 1 MiB of bf16
-    assert launch_block(512 << 10 | 1, 1024) == 8192       # a power of two
-    assert launch_block(64 << 10, 8192) == 8192            # never below what the config asks
-    assert launch_block(LL_WORDS, 1024) == 1024 and launch_block(LL_UNPACKED, 1024) == 1024
-
-
-def test_an_ll_launch_on_a_gpu_spreads_over_the_programs():
-    from iris.ccl.all_reduce.push import launch_block, ll_block
-
-    assert launch_block(512, ll_block(1024)) == 64              # 1 KiB of bf16: 8 programs of 64 words
-    assert launch_block(8192, ll_block(1024)) == 64             # 16 KiB: 128 programs (8 in blocks of 1024)
-    assert launch_block(LL_WORDS, ll_block(1024)) == 1024       # 128 programs of 1024 words
-    assert launch_block(8192, ll_block(32)) == 64 and ll_block(32) == 32  # a smaller block asked for is kept
+    shapes = [launch_shape(words, 1024, ll, interpreted) for words in (1, 63, 64, 513, 8192, 8193, 1 << 17, LL_WORDS)]
+    assert len({block for block, _ in shapes}) == 1, shapes
+    block = shapes[0][0]
+    assert block == (64 if ll and not interpreted else 1024)  # ll on a GPU: small blocks, to fill the programs
+    for (_, programs), words in zip(shapes, (1, 63, 64, 513, 8192, 8193, 1 << 17, LL_WORDS)):
+        assert programs == max(1, min(PUSH_PROGRAMS, -(-words // block))), (words, programs)
 
 
 def test_a_tuned_push_or_ll_entry_is_the_default_in_place_too_and_never_past_its_landing_zones(monkeypatch):

@@ -30,11 +30,10 @@ low half and the push's number in its high half, stored at once. A reader spins 
 no release fence before a flag, no separate flag round, and the blocks of one program are read as they
 land. A word carries one element (4x the data's bytes for 16-bit ones, at most LL_UNPACKED elements per
 rank) or, past LL_UNPACKED 16-bit elements (always with IRIS_LL_PACK=1, never with 0), two of them (2x the
-bytes, at most LL_WORDS words per rank): :func:`holds`, :func:`ll_pack`. A message spreads over up to
-PUSH_PROGRAMS programs in blocks of at least LL_BLOCK words. Its landing words and counts are its own (a word a
-push call left there holds raw data, which could carry any number). Toward a rank on another
-node (the shmem heap's engine path) each word goes as one 8-byte put of the engine: compiled in, not yet
-run there.
+bytes, at most LL_WORDS words per rank): :func:`holds`, :func:`ll_pack`. On GPUs a message goes in blocks of
+LL_BLOCK words over up to PUSH_PROGRAMS programs (:func:`launch_shape`). Its landing words and counts are its
+own (a word a push call left there holds raw data, which could carry any number). Toward a rank on another node
+(the shmem heap's engine path) each word goes as one 8-byte put of the engine: compiled in, not yet run there.
 
 Example:
     >>> ctx.ccl.all_reduce(out, x, config=Config(all_reduce_variant="push"))
@@ -54,9 +53,9 @@ from iris.replay import bind
 from iris import config
 from iris.team import LL_UNPACKED, LL_WORDS, PUSH_BYTES, PUSH_PROGRAMS
 
-# The largest block (words) of an ll launch: a message spreads over up to PUSH_PROGRAMS programs. On 2 x H200,
-# replayed after a GEMM as a decode step runs it: 16 KiB of bfloat16 4.4 us in blocks of 64 words (128 programs)
-# against 5.9 us in blocks of 1024 (8 programs); 64 KiB 5.0 against 5.7.
+# The block (words) of an ll launch on a GPU, whatever the message (see launch_shape): small, so that small
+# messages fill the programs. On 2 x H200, replayed after a GEMM as a decode step runs it: 16 KiB of bfloat16 4.4 us
+# in blocks of 64 words (128 programs) against 5.9 us in blocks of 1024 (8 programs).
 LL_BLOCK = 64
 
 
@@ -247,13 +246,6 @@ def ll_elements(element_size: int) -> int:
     return LL_WORDS * (2 if element_size == 2 else 1)
 
 
-def ll_block(block_size: int) -> int:
-    """The smallest block (words) of an ll launch on a GPU: ``block_size``, at most LL_BLOCK; :func:`launch_block`
-    grows it to spread a message over up to PUSH_PROGRAMS programs. (Triton's interpreter, the CPU backend, runs
-    a launch's programs one after another: there more programs only cost time, and ``block_size`` is kept.)"""
-    return min(block_size, LL_BLOCK)
-
-
 def holds(variant: str, numel: int, element_size: int) -> bool:
     """Whether a message of ``numel`` elements of ``element_size`` bytes fits the landing zones of
     ``variant`` ("push": PUSH_BYTES per rank, "ll": :func:`ll_elements`; any other variant has none)."""
@@ -278,18 +270,21 @@ def check_capacity(variant: str, input) -> None:
                          f"per rank in its landing zones, got {got}; use one_shot or two_shot for larger messages")
 
 
-def launch_block(words: int, block_size: int) -> int:
-    """The block (elements, or ll words) of a launch for a message of ``words``: ``block_size``, grown to the
-    power of two that leaves at most one block per program (PUSH_PROGRAMS). On 2 x H100 one block per program
-    was the fastest (replayed, 128 programs: 8.2 us at 512 KiB of bf16 in blocks of 2048 against 8.6 in blocks
-    of 1024; 10.0-10.2 at 1 MiB in blocks of 4096 against 11.1-11.2; why, not profiled). ll's launches start
-    from :func:`ll_block` (LL_BLOCK words), so that they too fill the programs.
+def launch_shape(words: int, block_size: int, ll: bool, interpreted: bool) -> tuple[int, int]:
+    """``(block, programs)`` of a push (``ll``: an ll) launch for a message of ``words`` (elements, or ll words):
+    blocks of ``block_size`` (ll on a GPU: LL_BLOCK words), at most PUSH_PROGRAMS programs, each taking the blocks
+    of its number modulo PUSH_PROGRAMS. The block never depends on the message: both variants count their pushes
+    per program and reuse their landing zones every other call of a program, so a word must belong to the same
+    program in every call (when blocks grew with the message, 4 simulated ranks on one H200 got 34 wrong ll
+    results in 3000 soak calls). Triton's interpreter keeps ``block_size`` for ll too: it runs a launch's programs
+    one after another, where more programs only cost time.
 
     Example:
-        >>> launch_block(512 << 10, 1024)   # 1 MiB of bf16 over 128 programs
-        4096
+        >>> launch_shape(8192, 1024, ll=True, interpreted=False)   # 16 KiB of bf16: 128 programs of 64 words
+        (64, 128)
     """
-    return max(block_size, triton.next_power_of_2(triton.cdiv(words, PUSH_PROGRAMS)))
+    block = LL_BLOCK if ll and not interpreted else block_size
+    return block, max(1, min(PUSH_PROGRAMS, triton.cdiv(words, block)))
 
 
 def launch(ctx, output, input, members, op: str, acc, block_size: int, ll: bool = False):
@@ -300,16 +295,13 @@ def launch(ctx, output, input, members, op: str, acc, block_size: int, ll: bool 
     if ll:  # blocks of words, ll_pack elements each
         pack = ll_pack(input.element_size(), input.numel())
         kernel, buffers, extra = _all_reduce_ll_kernel, (team.ll_landing, team.ll_counts), {"PACK": pack}
-        if ctx.backend.name != "cpu":  # spread over the programs; the interpreter runs them one after another
-            block_size = ll_block(block_size)
     else:
         pack = 1
         kernel, buffers, extra = _all_reduce_push_kernel, (team.push_landing.view(input.dtype), team.push_flags,
                                                            team.push_counts), {}
     words = triton.cdiv(input.numel(), pack)
-    block = launch_block(words, block_size)
+    block, programs = launch_shape(words, block_size, ll, ctx.backend.interpreted)
     blocks = triton.cdiv(words, block)
-    programs = max(1, min(blocks, PUSH_PROGRAMS))
     bound = bind(kernel, (programs,), input, output, input.numel(), blocks, members.tensor, members.size,
                  members.index, ctx.get_rank(), ctx.get_heap_bases(), *buffers, WORLD=world, PROGRAMS=PUSH_PROGRAMS,
                  CAPACITY=buffers[0].numel() // (2 * world), OP=op, ACC=acc, BLOCK=block,
