@@ -42,6 +42,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Optional
 
@@ -103,8 +104,15 @@ def _in_place_off_heap_config(ctx, tensor: torch.Tensor) -> Optional[Config]:
     contiguous ``tensor`` off the heap (push, ll: :func:`iris.ccl.all_reduce.input_on_heap`); else None."""
     if not tensor.is_contiguous():
         return None
-    variant = choose_variant(tensor.numel() * tensor.element_size(), True, ctx.get_num_ranks(), tensor.dtype)
-    return None if input_on_heap(variant, ctx) else Config(all_reduce_variant=variant)
+    return _off_heap_config(tensor.numel() * tensor.element_size(), ctx.get_num_ranks(), tensor.dtype,
+                            ctx.team.heap_reaches_by_engine)
+
+
+@functools.lru_cache(maxsize=256)
+def _off_heap_config(nbytes: int, world: int, dtype: torch.dtype, engine: bool) -> Optional[Config]:
+    """:func:`_in_place_off_heap_config` by size, made once per size (every in-place call asks)."""
+    variant = choose_variant(nbytes, True, world, dtype)
+    return None if input_on_heap(variant, engine) else Config(all_reduce_variant=variant)
 
 
 def _reduce_op(name: str, op: str) -> ReduceOp:

@@ -268,7 +268,8 @@ def all_reduce_to_new(tensor, ctx, stage, op=ReduceOp.SUM, group=None) -> torch.
     config = _local_output_config(tensor.numel() * tensor.element_size(), world_size, tensor.dtype)
     if config is not None:
         out = torch.empty_like(tensor)
-        source = stage(tensor) if input_on_heap(config.all_reduce_variant, ctx) else tensor
+        engine = ctx.team.heap_reaches_by_engine
+        source = stage(tensor) if input_on_heap(config.all_reduce_variant, engine) else tensor
         ctx.ccl.all_reduce(out, source, op=op, group=group, config=config)
         return out
     staged = stage(tensor)
@@ -299,13 +300,14 @@ def _check_atomic(ctx, dtype, op) -> None:
                         f"{row.reason}; use another variant")
 
 
-def input_on_heap(variant: str, ctx) -> bool:
+def input_on_heap(variant: str, engine: bool) -> bool:
     """Whether ``variant`` needs its input on the symmetric heap: every variant whose peers read it, and push
     where the heap may reach a rank by the engine (its block put toward another node reads the input as the
     source of a transfer, which the transport must reach). ll's words are made in registers, push's blocks
     are stored by this member's own threads: their input may be anywhere on the device, so a tensor off the
-    heap needs no copy into one."""
-    return variant not in BARRIER_FREE or (variant == "push" and ctx.team.heap_reaches_by_engine)
+    heap needs no copy into one. ``engine``: the heap may reach a rank by the engine
+    (``ctx.team.heap_reaches_by_engine``)."""
+    return variant not in BARRIER_FREE or (variant == "push" and engine)
 
 
 def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=None):
@@ -330,7 +332,8 @@ def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=N
                          "would be overwritten); use Config(all_reduce_variant=\"two_shot\") or a separate output")
     if variant in BARRIER_FREE:
         all_reduce_push.check_capacity(variant, input)
-    ctx.team.check_tensor(what, "input", input, _common.REDUCE_DTYPES, symmetric=input_on_heap(variant, ctx))
+    on_heap = input_on_heap(variant, ctx.team.heap_reaches_by_engine)
+    ctx.team.check_tensor(what, "input", input, _common.REDUCE_DTYPES, symmetric=on_heap)
     ctx.team.check_tensor(what, "output", output, _common.REDUCE_DTYPES, symmetric=variant not in LOCAL_OUTPUT)
     teams = None
     if variant == "hierarchical":
