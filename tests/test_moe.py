@@ -84,6 +84,42 @@ def test_dispatch_and_combine_match_torch(ranks):
         assert failures == []
 
 
+def _sorts(sizes):
+    """The dispatcher's sort of (token, slot) pairs by expert, in its kernel (up to SORT_IN_KERNEL pairs) and by
+    torch.sort above, against a stable sort of the ids with every id outside [0, experts) last."""
+    from iris.ccl import moe as moe_module
+
+    ctx = iris.iris(1 << 22)
+    device = ctx.get_device()
+    experts = 6 * ctx.get_num_ranks()
+    failures = []
+    for in_kernel in (True, False):
+        moe_module.SORT_IN_KERNEL = 4096 if in_kernel else 0
+        moe = ctx.ccl.moe_dispatcher(hidden_dim=8, num_experts=experts, topk=4, max_tokens=max(sizes))
+        for tokens in sizes:
+            g = torch.Generator().manual_seed(tokens)
+            ids = torch.randint(-2, experts + 2, (tokens * 4,), generator=g)
+            order, sorted_ids = moe._sort_by_expert(ids.to(device))
+            kept = (ids >= 0) & (ids < experts)
+            want_order = torch.sort(torch.where(kept, ids, experts), stable=True)[1]
+            got_order, got_ids = order[:ids.numel()].cpu(), sorted_ids[:ids.numel()].cpu()
+            valid = kept[got_order]  # the pairs in sorted order that go to an expert: one run, stably ordered
+            runs = valid.nonzero().flatten()
+            if not torch.equal(got_order.sort()[0], torch.arange(ids.numel())) or \
+                    not torch.equal(got_order[valid], want_order[:int(kept.sum())]) or \
+                    (runs.numel() and runs[-1] - runs[0] + 1 != runs.numel()) or \
+                    not torch.equal(got_ids[valid], ids[got_order[valid]]) or \
+                    bool(((got_ids[~valid] >= 0) & (got_ids[~valid] < experts)).any()):
+                failures.append((in_kernel, tokens))
+    ctx.close()
+    return failures
+
+
+def test_pairs_sort_by_expert_stably_in_the_kernel_and_by_torch(ranks):
+    for failures in ranks.run(_sorts, [1, 5, 64, 1024]):
+        assert failures == []
+
+
 @pytest.mark.slow
 def test_dispatch_and_combine_with_empty_experts_a_hot_expert_and_topk_1_to_8(ranks):
     cases = [("random", 4, 1, 9, torch.float32), ("empty", 4, 2, 11, torch.bfloat16), ("hot", 4, 3, 5, torch.float32),

@@ -42,6 +42,40 @@ from iris.replay.relaunch import Relaunch
 
 #: The most programs of the row kernels below; each takes every programs-th row (or piece).
 MOVE_PROGRAMS = 1024
+#: A dispatch of at most this many (token, slot) pairs sorts them by expert in one kernel of ours (one launch);
+#: a larger one by torch.sort, whose several launches cost more host time (an eager dispatch of a few hundred
+#: tokens waits on its host).
+SORT_IN_KERNEL = 4096
+
+
+@triton.jit
+def _sort_kernel(ids, order, sorted_ids, pairs, experts, N: tl.constexpr, SHIFT: tl.constexpr):
+    """One program: ``order`` = the pairs ``0 .. pairs - 1`` sorted by their expert id ``ids[pair]``, stably,
+    every id outside ``[0, experts)`` after the rest as ``experts``; ``sorted_ids[r]`` = the id of ``order[r]``.
+    The keys sorted are (id, pair) in one int64, the pair in the low SHIFT bits (``N = 2**SHIFT > pairs``): all
+    distinct, so the order is stable."""
+    lanes = tl.arange(0, N)
+    inside = lanes < pairs
+    e = tl.load(ids + lanes, mask=inside, other=0).to(tl.int64)
+    bucket = tl.where(inside, tl.where((e >= 0) & (e < experts), e, experts), experts + 1)
+    keys = tl.sort((bucket << SHIFT) | lanes)
+    tl.store(order + lanes, keys & (N - 1), mask=inside)
+    tl.store(sorted_ids + lanes, keys >> SHIFT, mask=inside)
+
+
+@triton.jit
+def _lower_bound(sorted_ids, n, values, STEPS: tl.constexpr):
+    """For each of ``values``: how many of the ``n`` ascending ``sorted_ids`` are below it (a binary search of
+    STEPS halvings; ``2**STEPS > n``)."""
+    lo = values * 0
+    hi = lo + n
+    for _ in tl.static_range(STEPS):
+        open_ = lo < hi
+        mid = (lo + hi) // 2
+        below = tl.load(sorted_ids + mid, mask=open_, other=0) < values
+        lo = tl.where(open_ & below, mid + 1, lo)
+        hi = tl.where(open_ & below, hi, tl.where(open_, mid, hi))
+    return lo
 
 
 @triton.jit
@@ -88,26 +122,30 @@ def _quantize_row(src, dst, scales, source, target, hidden, BLOCK: tl.constexpr)
 
 
 @triton.jit
-def _pack_kernel(tokens, order, starts, outgoing, scales, inverse, counts, sent, pairs, hidden, local_experts, ranks,
-                 K: tl.constexpr, EXPERTS: tl.constexpr, RANKS: tl.constexpr, FP8: tl.constexpr,
-                 BLOCK: tl.constexpr):
-    """The sender's side of a dispatch, after its (token, slot) pairs were sorted by expert (``order``; expert e's
-    pairs from ``starts[e]`` to ``starts[e + 1]``): row r of ``outgoing`` = the token of pair ``order[r]``,
-    ``inverse[order[r]] = r``; program 0 also writes the rows for each expert (``counts``, (ranks, local_experts)
-    flat) and for each rank (``sent``). ``EXPERTS``, ``RANKS``: the counts rounded up to powers of two."""
+def _pack_kernel(tokens, order, sorted_ids, outgoing, scales, inverse, counts, sent, pairs, hidden, local_experts,
+                 ranks, K: tl.constexpr, EXPERTS: tl.constexpr, RANKS: tl.constexpr, STEPS: tl.constexpr,
+                 FP8: tl.constexpr, BLOCK: tl.constexpr):
+    """The sender's side of a dispatch, after its (token, slot) pairs were sorted by expert (``order``, the pairs;
+    ``sorted_ids``, their expert ids: expert e's pairs are those from the first id at or above e to the first at
+    or above e + 1, found by binary search of STEPS halvings): row r of ``outgoing`` = the token of pair
+    ``order[r]``, ``inverse[order[r]] = r``; program 0 also writes the rows for each expert (``counts``, (ranks,
+    local_experts) flat) and for each rank (``sent``). ``EXPERTS``, ``RANKS``: the counts rounded up to powers of
+    two."""
+    experts = local_experts * ranks
     if tl.program_id(0) == 0:
         e = tl.arange(0, EXPERTS)
-        experts = local_experts * ranks
         inside = e < experts
-        begin = tl.load(starts + e, mask=inside, other=0)
-        tl.store(counts + e, (tl.load(starts + e + 1, mask=inside, other=0) - begin).to(counts.dtype.element_ty),
+        begin = _lower_bound(sorted_ids, pairs, e, STEPS)
+        tl.store(counts + e, (_lower_bound(sorted_ids, pairs, e + 1, STEPS) - begin).to(counts.dtype.element_ty),
                  mask=inside)
         w = tl.arange(0, RANKS)
-        some = w < ranks
-        first = tl.load(starts + w * local_experts, mask=some, other=0)
-        tl.store(sent + w, tl.load(starts + (w + 1) * local_experts, mask=some, other=0) - first, mask=some)
-    base = tl.load(starts)  # pairs of expert ids outside [0, experts) sort before or after the rest: dropped
-    end = tl.load(starts + local_experts * ranks)
+        first = _lower_bound(sorted_ids, pairs, w * local_experts, STEPS)
+        last = _lower_bound(sorted_ids, pairs, (w + 1) * local_experts, STEPS)
+        tl.store(sent + w, (last - first).to(sent.dtype.element_ty), mask=w < ranks)
+    # pairs of expert ids outside [0, experts) sort before or after the rest: dropped
+    bounds = _lower_bound(sorted_ids, pairs, tl.arange(0, 2) * experts, STEPS)
+    base = tl.min(bounds, 0)
+    end = tl.max(bounds, 0)
     for r in range(tl.program_id(0), pairs, tl.num_programs(0)):
         pair = tl.load(order + r)
         if (r >= base) & (r < end):
@@ -293,7 +331,12 @@ class MoEDispatcher:
         self._sent = torch.empty(world, dtype=torch.int64, device=device)
         self._returned_counts = torch.empty(world, dtype=torch.int64, device=device)
         self._one_row_each = torch.ones(world, dtype=torch.int64, device=device)
-        self._expert_ids = torch.arange(num_experts + 1, device=device)
+        # the sort of (token, slot) pairs by expert (_sort_by_expert): in one kernel up to SORT_IN_KERNEL pairs,
+        # into buffers of its own (only the pack kernel reads them)
+        self._sorted_in_kernel = min(sent_rows, SORT_IN_KERNEL)
+        self._order = torch.empty(self._sorted_in_kernel, dtype=torch.int64, device=device)
+        self._sorted_ids = torch.empty_like(self._order)
+        self._sorts: dict[int, Relaunch] = {}  # lanes (pairs rounded up to a power of two) -> its launch
         # made once (a Config checks its fields when made): an eager call's host time is most of its time at a
         # few hundred tokens (at 128 tokens on 2 x H200 the GPU waited on the host)
         self._dispatch_config = Config(block_size=self.config.dispatch_block_size)
@@ -303,7 +346,7 @@ class MoEDispatcher:
         block, ranks = _row_block(hidden_dim), triton.next_power_of_2(world)
         local = triton.next_power_of_2(self.local_experts)
         self._pack = Relaunch(_pack_kernel, K=topk, EXPERTS=triton.next_power_of_2(num_experts), RANKS=ranks,
-                              FP8=self.fp8, BLOCK=block, num_warps=4)
+                              STEPS=sent_rows.bit_length(), FP8=self.fp8, BLOCK=block, num_warps=4)
         self._regroup_launches = {to_experts: Relaunch(_regroup_kernel, TO_EXPERTS=to_experts,
                                                        SCALES=self.fp8 and to_experts, RANKS=ranks, LOCAL=local,
                                                        BLOCK=block, num_warps=4) for to_experts in (True, False)}
@@ -321,12 +364,11 @@ class MoEDispatcher:
         """
         tokens_n = self._check(tokens, topk_idx, topk_weight)
         ctx = self._ctx
-        flat = topk_idx.reshape(-1).to(torch.int64)
+        flat = topk_idx.reshape(-1)
         pairs = flat.numel()
-        experts, order = torch.sort(flat, stable=True)  # by expert; a token's slots in slot order
-        starts = torch.searchsorted(experts, self._expert_ids)  # expert e's pairs: starts[e] to starts[e + 1]
-        inverse = torch.empty_like(order)
-        self._pack((_programs(ctx, pairs),), tokens, order, starts, self._outgoing, self._scales_out, inverse,
+        order, sorted_ids = self._sort_by_expert(flat)
+        inverse = torch.empty(pairs, dtype=torch.int64, device=flat.device)
+        self._pack((_programs(ctx, pairs),), tokens, order, sorted_ids, self._outgoing, self._scales_out, inverse,
                    self._counts_out, self._sent, pairs, self.hidden_dim, self.local_experts, self.world)
         config = self._dispatch_config
         # the counts first: row r of counts_out (this rank's rows for rank r's experts) to rank r
@@ -366,6 +408,22 @@ class MoEDispatcher:
         self._combine_launch((programs,), self._returned, handle.inverse, handle.weights, out, handle.tokens,
                              self.hidden_dim)
         return out
+
+    def _sort_by_expert(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(order, sorted_ids)``: the (token, slot) pairs of ``flat`` (their expert ids) sorted by expert, stably
+        (a token's slots in slot order), and their ids in that order; ids outside ``[0, num_experts)`` sort
+        before or after the rest. The first ``flat.numel()`` entries count."""
+        pairs = flat.numel()
+        if 0 < pairs <= self._sorted_in_kernel:
+            lanes = max(2, triton.next_power_of_2(pairs))
+            sort = self._sorts.get(lanes)
+            if sort is None:
+                sort = self._sorts[lanes] = Relaunch(_sort_kernel, N=lanes, SHIFT=lanes.bit_length() - 1,
+                                                     num_warps=4 if lanes <= 1024 else 8)
+            sort((1,), flat, self._order, self._sorted_ids, pairs, self.num_experts)
+            return self._order, self._sorted_ids
+        sorted_ids, order = torch.sort(flat.to(torch.int64), stable=True)
+        return order, sorted_ids
 
     def _regroup(self, src: torch.Tensor, dst: torch.Tensor, counts: torch.Tensor, to_experts: bool,
                  kept=None, expert_counts=None, offsets=None) -> None:
