@@ -4,8 +4,9 @@ Every rank holds a slice of K (A: M x K_local, B: K_local x N) and computes part
 in the same kernel each tile is published on the symmetric heap (``iris.x.publish_tile``: stored, then its
 flag set with release) and summed with the other ranks' published tiles (``iris.x.all_reduce_one_shot``:
 each peer's tile read once its flag says so), so every rank ends with C = sum of the partial products
-without a separate collective launch. The grid is one program per tile; each waits only on the same tile of
-its peers, which every rank publishes before it waits.
+without a separate collective launch. The grid is one program per tile, taken in groups of --group-m tile
+rows (neighbouring programs share rows of A and columns of B in the L2 cache); each waits only on the same
+tile of its peers, which every rank computes in the same order and publishes before it waits.
 
     iris run -n 2 examples/17_gemm_all_reduce_epilogue/example.py --validate
     python examples/17_gemm_all_reduce_epilogue/example.py --validate --benchmark -r 2
@@ -28,9 +29,14 @@ from common import utils  # noqa: E402
 
 @triton.jit(do_not_specialize=["call"])  # a new number each call: one compiled kernel for all
 def gemm_all_reduce(a, b, partial, c, locks, context, M, N, K, call, RANK: tl.constexpr, WORLD: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     ctx = iris.DeviceContext.initialize(context, RANK, WORLD)
-    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    # program -> tile: GROUP_M tile rows at a time, down each column of tiles of the group, then the next group
+    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    group = tl.program_id(0) // (GROUP_M * tiles_n)
+    rows = tl.minimum(tiles_m - group * GROUP_M, GROUP_M)
+    within = tl.program_id(0) % (GROUP_M * tiles_n)
+    pid_m, pid_n = group * GROUP_M + within % rows, within // rows
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -55,6 +61,10 @@ def parse_args():
     parser.add_argument("-n", type=int, default=64 if cpu else 4096, help="columns of B and C")
     parser.add_argument("-k", type=int, default=64 if cpu else 8192, help="K of each rank (its slice)")
     parser.add_argument("--block", type=int, default=32 if cpu else 128, help="BLOCK_M = BLOCK_N")
+    parser.add_argument("--block-k", type=int, default=32 if cpu else 64, help="BLOCK_K")
+    parser.add_argument("--group-m", type=int, default=8, help="tile rows taken together (L2 reuse)")
+    parser.add_argument("--num-warps", type=int, default=4 if cpu else 8, help="warps per program")
+    parser.add_argument("--num-stages", type=int, default=1 if cpu else 3, help="software pipeline stages")
     parser.add_argument("--datatype", default="fp32" if cpu else "bf16", choices=["fp16", "bf16", "fp32"],
                         help="element type of A, B and C")
     parser.add_argument("-v", "--validate", action="store_true", help="check C against torch; exit non-zero if wrong")
@@ -74,14 +84,15 @@ def main(args) -> int:
     a.copy_(torch.randn(m, k, generator=g).to(dtype))
     b.copy_(torch.randn(k, n, generator=g).to(dtype))
     partial, c = ctx.zeros(m, n, dtype=dtype), ctx.zeros(m, n, dtype=dtype)
-    grid = (triton.cdiv(m, args.block), triton.cdiv(n, args.block))
-    locks = ctx.zeros(grid[0] * grid[1], dtype=torch.int32)
+    tiles = triton.cdiv(m, args.block) * triton.cdiv(n, args.block)
+    locks = ctx.zeros(tiles, dtype=torch.int32)
     calls = [0]
 
     def fused():
         calls[0] += 1
-        gemm_all_reduce[grid](a, b, partial, c, locks, ctx.get_device_context(), m, n, k, calls[0], RANK=rank,
-                              WORLD=world, BLOCK_M=args.block, BLOCK_N=args.block, BLOCK_K=32)
+        gemm_all_reduce[(tiles,)](a, b, partial, c, locks, ctx.get_device_context(), m, n, k, calls[0], RANK=rank,
+                                  WORLD=world, BLOCK_M=args.block, BLOCK_N=args.block, BLOCK_K=args.block_k,
+                                  GROUP_M=args.group_m, num_warps=args.num_warps, num_stages=args.num_stages)
         ctx.device_barrier()  # no rank reuses partial before every peer has read it
 
     ok = True
