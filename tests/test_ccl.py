@@ -335,21 +335,27 @@ def test_push_takes_a_mebibyte_per_rank(ranks):
 
 
 @pytest.mark.parametrize("ll,interpreted", [(False, False), (False, True), (True, False), (True, True)])
-def test_a_word_belongs_to_the_same_program_whatever_the_message_size(ll, interpreted):
-    """push and ll count their pushes per program, and reuse their landing zones every other call of a program:
-    a word must belong to the same program in every call, or a fast member's next call of one program writes a
-    word a slow member still reads for another program's last call, and a word left by one program can carry the
-    number another expects. So a launch's block never depends on the message (4 simulated ranks on one H200 found
-    34 wrong ll results in 3000 soak calls when ll's block grew with the message)."""
-    from iris.ccl.all_reduce.push import launch_shape
+def test_every_program_counts_every_call_and_the_blocks_spread_the_message(ll, interpreted):
+    """push and ll count their pushes per program and reuse each landing half every other count. If a program sat
+    out a call (fewer programs for a small message), its count fell behind the others', a word could land in the
+    same half in two calls in a row under different programs, and a fast member's next call overwrote a word a
+    slow member still read (4 simulated ranks on one H200: 34 wrong ll results in 3000 soak calls, when ll's
+    block grew with the message and its grid shrank with it). So the grid never depends on the message (on a GPU
+    PUSH_PROGRAMS, each counting every call, busy or not; the interpreter one program), and only the block grows:
+    from LL_BLOCK words (ll on a GPU) or the configured block, to spread the message over the programs."""
+    from iris.ccl.all_reduce.push import LL_BLOCK, launch_shape
     from iris.team import PUSH_PROGRAMS
 
-    shapes = [launch_shape(words, 1024, ll, interpreted) for words in (1, 63, 64, 513, 8192, 8193, 1 << 17, LL_WORDS)]
-    assert len({block for block, _ in shapes}) == 1, shapes
-    block = shapes[0][0]
-    assert block == (64 if ll and not interpreted else 1024)  # ll on a GPU: small blocks, to fill the programs
-    for (_, programs), words in zip(shapes, (1, 63, 64, 513, 8192, 8193, 1 << 17, LL_WORDS)):
-        assert programs == max(1, min(PUSH_PROGRAMS, -(-words // block))), (words, programs)
+    sizes = (1, 63, 64, 513, 8192, 8193, 1 << 17, LL_WORDS, 1 << 19)
+    shapes = [launch_shape(words, 1024, ll, interpreted) for words in sizes]
+    assert {programs for _, programs in shapes} == {1 if interpreted else PUSH_PROGRAMS}, shapes
+    smallest = 1024 if interpreted or not ll else LL_BLOCK
+    for (block, programs), words in zip(shapes, sizes):
+        assert block >= smallest and block & (block - 1) == 0, (words, block)
+        assert block * programs >= words or block == smallest, (words, block, programs)  # one block a program
+        assert block == smallest or block * programs < 2 * words, (words, block, programs)  # no larger than that
+    assert launch_shape(8192, 1024, ll=True, interpreted=False) == (64, PUSH_PROGRAMS)  # 16 KiB of bf16
+    assert launch_shape(1 << 17, 1024, ll=True, interpreted=False) == (1024, PUSH_PROGRAMS)
 
 
 def test_a_tuned_push_or_ll_entry_is_the_default_in_place_too_and_never_past_its_landing_zones(monkeypatch):

@@ -30,8 +30,8 @@ low half and the push's number in its high half, stored at once. A reader spins 
 no release fence before a flag, no separate flag round, and the blocks of one program are read as they
 land. A word carries one element (4x the data's bytes for 16-bit ones, at most LL_UNPACKED elements per
 rank) or, past LL_UNPACKED 16-bit elements (always with IRIS_LL_PACK=1, never with 0), two of them (2x the
-bytes, at most LL_WORDS words per rank): :func:`holds`, :func:`ll_pack`. On GPUs a message goes in blocks of
-LL_BLOCK words over up to PUSH_PROGRAMS programs (:func:`launch_shape`). Its landing words and counts are its
+bytes, at most LL_WORDS words per rank): :func:`holds`, :func:`ll_pack`. On GPUs a message spreads over
+PUSH_PROGRAMS programs in blocks of at least LL_BLOCK words (:func:`launch_shape`). Its landing words and counts are its
 own (a word a push call left there holds raw data, which could carry any number). Toward a rank on another node
 (the shmem heap's engine path) each word goes as one 8-byte put of the engine: compiled in, not yet run there.
 
@@ -53,8 +53,8 @@ from iris.replay import bind
 from iris import config
 from iris.team import LL_UNPACKED, LL_WORDS, PUSH_BYTES, PUSH_PROGRAMS
 
-# The block (words) of an ll launch on a GPU, whatever the message (see launch_shape): small, so that small
-# messages fill the programs. On 2 x H200, replayed after a GEMM as a decode step runs it: 16 KiB of bfloat16 4.4 us
+# The smallest block (words) of an ll launch on a GPU (see launch_shape): small, so that small messages fill the
+# programs. On 2 x H200, replayed after a GEMM as a decode step runs it: 16 KiB of bfloat16 4.4 us
 # in blocks of 64 words (128 programs) against 5.9 us in blocks of 1024 (8 programs).
 LL_BLOCK = 64
 
@@ -85,6 +85,7 @@ def _all_reduce_push_kernel(src, dst, numel, blocks, members, count, index, cur,
                             WORLD: tl.constexpr, PROGRAMS: tl.constexpr, CAPACITY: tl.constexpr, OP: tl.constexpr,
                             ACC: tl.constexpr, BLOCK: tl.constexpr, TRACE: tl.constexpr):
     program = tl.program_id(0)
+    busy = program < blocks  # a program without blocks this call only counts it (launch_shape)
     trace = tracing_from_context(heap_bases - rma.HEAP_BASES_SLOT, WORLD, TRACE)  # records nothing unless TRACE
     sent = counts + program  # sent[peer] at sent + peer * PROGRAMS; received after WORLD * PROGRAMS words
     received = counts + WORLD * PROGRAMS + program
@@ -100,16 +101,18 @@ def _all_reduce_push_kernel(src, dst, numel, blocks, members, count, index, cur,
         trace.end(span)
         pushes = tl.load(sent + peer * PROGRAMS) + 1
         flag = _slot(flags, sent + peer * PROGRAMS, cur, WORLD, PROGRAMS) + program
-        trace.start(tracing.SIGNAL, cur, peer, flag, -1, -1, 4)  # an instant: no end
-        sync.signal(flag, pushes, cur, peer, heap_bases)
+        if busy:
+            trace.start(tracing.SIGNAL, cur, peer, flag, -1, -1, 4)  # an instant: no end
+            sync.signal(flag, pushes, cur, peer, heap_bases)
         tl.store(sent + peer * PROGRAMS, pushes)
     for i in range(1, count):  # wait for every other member's push of the same program
         peer = tl.load(members + (index + i) % count)
         expected = tl.load(received + peer * PROGRAMS) + 1
         flag = _slot(flags, received + peer * PROGRAMS, peer, WORLD, PROGRAMS) + program
-        span = trace.start(tracing.WAIT, cur, cur, flag, -1, -1, 0)
-        sync.wait_until(flag, "==", expected)
-        trace.end(span)
+        if busy:
+            span = trace.start(tracing.WAIT, cur, cur, flag, -1, -1, 0)
+            sync.wait_until(flag, "==", expected)
+            trace.end(span)
     tl.debug_barrier()  # the acquire before any thread reads what landed
     span = trace.start(tracing.REDUCE, cur, cur, dst, -1, -1, elements_bytes(src, numel))
     for block in range(program, blocks, tl.num_programs(0)):  # sum in member order: the same bits everywhere
@@ -271,20 +274,28 @@ def check_capacity(variant: str, input) -> None:
 
 
 def launch_shape(words: int, block_size: int, ll: bool, interpreted: bool) -> tuple[int, int]:
-    """``(block, programs)`` of a push (``ll``: an ll) launch for a message of ``words`` (elements, or ll words):
-    blocks of ``block_size`` (ll on a GPU: LL_BLOCK words), at most PUSH_PROGRAMS programs, each taking the blocks
-    of its number modulo PUSH_PROGRAMS. The block never depends on the message: both variants count their pushes
-    per program and reuse their landing zones every other call of a program, so a word must belong to the same
-    program in every call (when blocks grew with the message, 4 simulated ranks on one H200 got 34 wrong ll
-    results in 3000 soak calls). Triton's interpreter keeps ``block_size`` for ll too: it runs a launch's programs
-    one after another, where more programs only cost time.
+    """``(block, programs)`` of a push (``ll``: an ll) launch for a message of ``words`` (elements, or ll words).
+
+    Both variants count their pushes per program and reuse each landing half every other count, so every
+    program must count every call: if one sat out a call, its count fell behind, a word could land in the same
+    half in two calls in a row under two programs, and a fast member's next call overwrote a word a slow member
+    still read (4 simulated ranks on one H200 got 34 wrong ll results in 3000 soak calls when the grid shrank for
+    small messages). So the grid never depends on the message: on a GPU PUSH_PROGRAMS programs, a program without
+    blocks only counting the call; under Triton's interpreter one (it runs programs one after another, where more
+    only cost time). The block spreads the message over the programs: from ``block_size`` (ll on a GPU: LL_BLOCK
+    words, so that small messages fill the programs) up to the power of two that gives each program one block
+    (the interpreter keeps ``block_size``).
 
     Example:
         >>> launch_shape(8192, 1024, ll=True, interpreted=False)   # 16 KiB of bf16: 128 programs of 64 words
         (64, 128)
+        >>> launch_shape(1 << 17, 1024, ll=True, interpreted=False)  # 512 KiB packed: 128 programs of 1024 words
+        (1024, 128)
     """
-    block = LL_BLOCK if ll and not interpreted else block_size
-    return block, max(1, min(PUSH_PROGRAMS, triton.cdiv(words, block)))
+    if interpreted:
+        return block_size, 1
+    smallest = LL_BLOCK if ll else block_size
+    return max(smallest, triton.next_power_of_2(triton.cdiv(words, PUSH_PROGRAMS))), PUSH_PROGRAMS
 
 
 def launch(ctx, output, input, members, op: str, acc, block_size: int, ll: bool = False):
