@@ -64,7 +64,7 @@ def parse_args():
     parser.add_argument("--block-k", type=int, default=32 if cpu else 64, help="BLOCK_K")
     parser.add_argument("--group-m", type=int, default=8, help="tile rows taken together (L2 reuse)")
     parser.add_argument("--num-warps", type=int, default=4 if cpu else 8, help="warps per program")
-    parser.add_argument("--num-stages", type=int, default=1 if cpu else 3, help="software pipeline stages")
+    parser.add_argument("--num-stages", type=int, default=1 if cpu else 4, help="software pipeline stages")
     parser.add_argument("--datatype", default="fp32" if cpu else "bf16", choices=["fp16", "bf16", "fp32"],
                         help="element type of A, B and C")
     parser.add_argument("-v", "--validate", action="store_true", help="check C against torch; exit non-zero if wrong")

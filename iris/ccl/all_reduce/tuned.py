@@ -6,7 +6,7 @@ measured, the fastest of one_shot, push and ll where its median time over the ru
 The times are those replayed from a CUDA graph where the runs have them for two_shot and another variant
 (the GPU's time per call), else the eager ones. Runs:
 
-    ccl_nvidia-h200_2ranks_ll_auto.csv (commit 75036a4)
+    ccl_nvidia-h200_2ranks_ll_auto.csv (commit a97ffe6)
     ccl_nvidia-h200_4ranks.csv (commit 098bc0c, aa6608f)
     ccl_nvidia-h100_4ranks.csv (commit 1706a16)
     ccl_nvidia-h100_4ranks_graph.csv (commit 1706a16)
