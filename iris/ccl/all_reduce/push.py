@@ -244,9 +244,9 @@ def ll_elements(element_size: int) -> int:
     """The most elements of ``element_size`` bytes an ll message holds per rank: LL_WORDS words of two 16-bit
     elements (IRIS_LL_PACK on or unset) or of one 32-bit element (on); else LL_UNPACKED."""
     packing = config.ll_pack()
-    if packing is False or (packing is None and element_size != 2):
-        return LL_UNPACKED
-    return LL_WORDS * (2 if element_size == 2 else 1)
+    if packs(packing, element_size, 2 * LL_WORDS):  # a message this large goes two elements a word
+        return 2 * LL_WORDS
+    return LL_WORDS if packing else LL_UNPACKED
 
 
 def holds(variant: str, numel: int, element_size: int) -> bool:
