@@ -4,6 +4,7 @@
                                     [--dtypes bf16] [--min 1K] [--max 256M] [--iters 50] [--warmup 10]
                                     [--sample-us 200] [--unaligned]
                                     [--csv PATH] [--validate] [--graph] [--host] [--trace]
+                                    [--nccl-symmetric]
 
 Sizes are bytes of input per rank, powers of two from --min to --max (all_gather's output is W
 times that; reduce_scatter's input is split W ways). For every collective, dtype and size, in one
@@ -16,6 +17,9 @@ process group and with the same buffers:
                       all_to_all_single); gloo on the CPU backend
     symm_mem          torch.ops.symm_mem one_shot_all_reduce / two_shot_all_reduce_ (all_reduce only,
                       where torch has them; otherwise the row says why)
+    nccl.symmetric    with --nccl-symmetric (all_reduce, NCCL on CUDA): torch.distributed's all_reduce on a
+                      buffer of NCCL's own allocator registered as a symmetric window, where NCCL 2.27+ runs
+                      its symmetric-memory kernels (:func:`nccl_window`); otherwise the row says why
     <impl>+graph      with --graph, up to --graph-max bytes: iris (default variant), each variant the
                       tuner weighs (one_shot, two_shot, push, ll), nccl and symm_mem replayed from a
                       CUDA graph (a batch of calls captured once: the GPU's time per call)
@@ -107,8 +111,8 @@ TUNED = Path(__file__).resolve().parents[1] / "iris" / "ccl" / "all_reduce" / "t
 # spinlock and ring sum in arrival order); two_shot is the fallback, its traffic bounded in W.
 TUNED_VARIANTS = ("one_shot", "two_shot", "push", "ll")
 # Timed replayed from a CUDA graph with --graph: the default, every variant the tuner weighs, the others' best.
-GRAPH_TIMED = ("iris", *(f"iris.{variant}" for variant in TUNED_VARIANTS), "nccl", "symm_mem.one_shot",
-               "symm_mem.two_shot")
+GRAPH_TIMED = ("iris", *(f"iris.{variant}" for variant in TUNED_VARIANTS), "nccl", "nccl.symmetric",
+               "symm_mem.one_shot", "symm_mem.two_shot")
 
 
 def parse_args(gpu: bool) -> argparse.Namespace:
@@ -130,6 +134,8 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--graph-max", type=parse_size, default=parse_size("1M"),
                         help="largest size timed in graph replay (1M)")
     parser.add_argument("--host", action="store_true", help="also time the host's share of each iris call")
+    parser.add_argument("--nccl-symmetric", action="store_true",
+                        help="also time NCCL's all_reduce on a registered symmetric window (nccl.symmetric)")
     parser.add_argument("--trace", action="store_true", help="tracing on (ctx.tracing.enable()) for the whole run: "
                         "iris's collectives record their events, to compare their times with a run without it "
                         "(a traced run is never tuned from)")
@@ -308,6 +314,38 @@ def symm_mem_calls(numel: int, dtype, device, capacity: int) -> tuple[dict, str]
         return {}, f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
 
 
+@functools.cache
+def nccl_window(nbytes: int, device) -> torch.Tensor:
+    """A buffer of ``nbytes`` from NCCL's own allocator (``ncclMemAlloc``, torch's ``backend.mem_allocator``),
+    registered with the world's NCCL communicator as a symmetric window (``register_mem_pool(pool,
+    symm=True)``: ``ncclCommWindowRegister`` with ``NCCL_WIN_COLL_SYMMETRIC``), the buffers NCCL 2.27+ runs its
+    symmetric-memory kernels on. Made on every rank at the same point, once for the run: the communicator is
+    made first by a collective (torch refuses to register a window with one it would make lazily), the buffer is
+    allocated before the registration (a pool that grows later would need registering again), and neither is
+    freed by Python (a window's deregistration is collective; the process's end returns the memory)."""
+    backend = dist.group.WORLD._get_backend(device)
+    dist.all_reduce(torch.zeros(1, device=device))
+    pool = torch.cuda.MemPool(backend.mem_allocator)
+    with torch.cuda.use_mem_pool(pool):
+        buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    backend.register_mem_pool(pool, symm=True)
+    never_free(pool)
+    never_free(buf)
+    return buf
+
+
+def nccl_symmetric_call(numel: int, dtype, device, capacity: int):
+    """NCCL's all_reduce of ``numel`` elements on a view of the run's symmetric window (:func:`nccl_window` of
+    ``capacity`` bytes), or a string saying why it cannot run here."""
+    if device.type != "cuda" or "nccl" not in str(dist.get_backend()):
+        return "NCCL's symmetric windows need CUDA and the nccl backend"
+    try:
+        buf = nccl_window(capacity, device)[: numel * dtype.itemsize].view(dtype)
+    except Exception as exc:  # a torch or NCCL without symmetric windows: say so in the table
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
+    return lambda: dist.all_reduce(buf)
+
+
 def bus_factor(name: str, world: int) -> float:
     return 2 * (world - 1) / world if name == "all_reduce" else (world - 1) / world
 
@@ -482,6 +520,8 @@ def main() -> int:
                 if name == "all_reduce":
                     extra, why = symm_mem_calls(n_in, dtype, device, max(args.sizes))
                     calls.update(extra or {"symm_mem": why})
+                    if args.nccl_symmetric:
+                        calls["nccl.symmetric"] = nccl_symmetric_call(n_in, dtype, device, max(args.sizes))
                 point = {**base, "collective": name, "dtype": dtype_name, "bytes": nbytes}
                 bus = bus_bytes(name, nbytes, world) * bus_factor(name, world)  # bytes: us -> GB/s is bus / us / 1e3
                 runnable = {label: call for label, call in calls.items() if not isinstance(call, str)}

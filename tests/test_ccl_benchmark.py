@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_ccl_benchmark_validates_and_writes_every_row(tmp_path):
     rows = run_benchmark("ccl.py", 2, "--max", "2K", "--iters", "1", "--warmup", "0", "--validate", "--dtypes", "bf16",
                          "fp8e4m3", "--graph", "--host", "--trace",  # graph replay, host time: GPU only, absent here
-                         csv_path=tmp_path / "ccl.csv")
+                         "--nccl-symmetric", csv_path=tmp_path / "ccl.csv")
     seen = {(r["collective"], r["dtype"], r["impl"]) for r in rows}
     for collective in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
         assert (collective, "bf16", "iris") in seen and (collective, "bf16", "nccl") in seen, seen
@@ -27,6 +27,10 @@ def test_ccl_benchmark_validates_and_writes_every_row(tmp_path):
     assert {"iris.one_shot", "iris.two_shot"} <= {r["impl"] for r in rows if r["collective"] == "all_reduce"}
     assert all(float(r["us"]) > 0 for r in rows if r["us"])
     assert {r["trace"] for r in rows} == {"1"}  # validated with every collective recording its events
+    symmetric = [r for r in rows if r["impl"] == "nccl.symmetric"]  # NCCL's registered window: timed, or why not
+    assert {r["collective"] for r in symmetric} == {"all_reduce"} and all(r["us"] or r["note"] for r in symmetric)
+    if all(r["backend"] == "cpu" for r in rows):
+        assert all(r["us"] == "" and "need CUDA" in r["note"] for r in symmetric), symmetric
     impls = {r["impl"] for r in rows}
     if any(r["backend"] != "cpu" for r in rows):  # the GPU gate: replayed from a graph, or the row says why
         assert {"iris+graph", "iris (host)", "iris (host, slowest rank)", "null (host)", "null bound (host)"} <= impls

@@ -60,7 +60,8 @@ def parse_args():
     parser.add_argument("-m", type=int, default=64 if cpu else 4096, help="rows of A and C")
     parser.add_argument("-n", type=int, default=64 if cpu else 4096, help="columns of B and C")
     parser.add_argument("-k", type=int, default=64 if cpu else 8192, help="K of each rank (its slice)")
-    parser.add_argument("--block", type=int, default=32 if cpu else 128, help="BLOCK_M = BLOCK_N")
+    parser.add_argument("--block", type=int, default=32 if cpu else 128, help="BLOCK_M (and BLOCK_N unless given)")
+    parser.add_argument("--block-n", type=int, default=None, help="BLOCK_N (default: --block)")
     parser.add_argument("--block-k", type=int, default=32 if cpu else 64, help="BLOCK_K")
     parser.add_argument("--group-m", type=int, default=8, help="tile rows taken together (L2 reuse)")
     parser.add_argument("--num-warps", type=int, default=4 if cpu else 8, help="warps per program")
@@ -84,14 +85,15 @@ def main(args) -> int:
     a.copy_(torch.randn(m, k, generator=g).to(dtype))
     b.copy_(torch.randn(k, n, generator=g).to(dtype))
     partial, c = ctx.zeros(m, n, dtype=dtype), ctx.zeros(m, n, dtype=dtype)
-    tiles = triton.cdiv(m, args.block) * triton.cdiv(n, args.block)
+    block_n = args.block_n or args.block
+    tiles = triton.cdiv(m, args.block) * triton.cdiv(n, block_n)
     locks = ctx.zeros(tiles, dtype=torch.int32)
     calls = [0]
 
     def fused():
         calls[0] += 1
         gemm_all_reduce[(tiles,)](a, b, partial, c, locks, ctx.get_device_context(), m, n, k, calls[0], RANK=rank,
-                                  WORLD=world, BLOCK_M=args.block, BLOCK_N=args.block, BLOCK_K=args.block_k,
+                                  WORLD=world, BLOCK_M=args.block, BLOCK_N=block_n, BLOCK_K=args.block_k,
                                   GROUP_M=args.group_m, num_warps=args.num_warps, num_stages=args.num_stages)
         ctx.device_barrier()  # no rank reuses partial before every peer has read it
 
