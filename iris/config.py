@@ -53,9 +53,10 @@ VARIABLES: tuple[Variable, ...] = (
              "not by Python"),
     Variable("IRIS_NATIVE_CACHE", "~/.cache/iris/native", "where that C module is built"),
     Variable("CC", "cc, else gcc", "the C compiler that builds it"),
-    Variable("IRIS_LL_PACK", "0",
-             "switch: all_reduce's ``ll`` variant packs two 16-bit elements into each word; set it the "
-             "same on every rank"),
+    Variable("IRIS_LL_PACK", "by size",
+             "switch: all_reduce's ``ll`` variant packs two 16-bit elements into each word: 1 always, 0 never; "
+             "unset, past 32768 elements (so ll takes 16-bit messages up to 512 KiB per rank); set it the same "
+             "on every rank"),
     Variable("IRIS_CPU_BIND", "0", "switch: ``iris run`` gives each rank cores of its own, as ``--cpu-bind``"),
     Variable("NVSHMEM_SYMMETRIC_SIZE", "heap size + 1/8 + 256 MiB",
              "NVSHMEM's own heap; the ``shmem`` heap provider sets it when unset, to hold Iris's heap"),
