@@ -366,3 +366,14 @@ def host_us_batches(fn, calls: int, batches: int) -> tuple[float, float]:
     before and after each batch): the probes' figure, where one batch can fall in a slow spell of the host."""
     per_call = [host_us(fn, calls) for _ in range(batches)]
     return statistics.median(per_call), min(per_call)
+
+
+def why_not(exc: Exception) -> str:
+    """A row's note for an implementation that cannot run here: the exception's type and the first line of its
+    message (at most 100 characters).
+
+    Example:
+        >>> why_not(RuntimeError("NCCL error\\nmore"))
+        'RuntimeError: NCCL error'
+    """
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"

@@ -91,7 +91,7 @@ import torch
 import torch.distributed as dist
 import triton
 from _results import (add_csv_argument, check_csv_argument, default_csv, git_commit, graph_median_us, host_us,
-                      interleaved_median_us, parse_size, write_csv)
+                      interleaved_median_us, parse_size, why_not, write_csv)
 
 import iris
 from iris.distributed import job_world_size
@@ -251,7 +251,7 @@ def timed_rows(ctx, args, gpu, point, bus, calls) -> list[dict]:
                                                          before_each=None if args.unaligned else ctx.device_barrier),
                                          src=0), ""
             except Exception as exc:  # a call torch cannot capture: the row says why
-                us, note = "", f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
+                us, note = "", why_not(exc)
             rows.append({**point, "impl": f"{label}+graph", "us": us, "busbw_gbps": "" if us == "" else bus / us / 1e3,
                          "note": note})
     if args.host and gpu:
@@ -311,7 +311,7 @@ def symm_mem_calls(numel: int, dtype, device, capacity: int) -> tuple[dict, str]
         return {"symm_mem.one_shot": lambda: torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", group),
                 "symm_mem.two_shot": lambda: torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", group)}, ""
     except Exception as exc:  # a torch without it, or a dtype/size it refuses: say so in the table
-        return {}, f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
+        return {}, why_not(exc)
 
 
 @functools.cache
@@ -342,7 +342,7 @@ def nccl_symmetric_call(numel: int, dtype, device, capacity: int):
     try:
         buf = nccl_window(capacity, device)[: numel * dtype.itemsize].view(dtype)
     except Exception as exc:  # a torch or NCCL without symmetric windows: say so in the table
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
+        return why_not(exc)
     return lambda: dist.all_reduce(buf)
 
 

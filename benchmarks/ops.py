@@ -73,7 +73,7 @@ import torch
 import torch.distributed as dist
 from _timeline import busy_us, call_timeline, describe, span_us
 from _results import (SPIN_CYCLES_PER_US, add_csv_argument, check_csv_argument, default_csv, git_commit, host_us,
-                      interleaved_median_us, write_csv)
+                      interleaved_median_us, why_not, write_csv)
 
 import iris
 from iris.distributed import job_world_size
@@ -245,7 +245,7 @@ class Problem:
         try:
             fused_ag, fused_rs, group = torch_fused_ops()
         except Exception as exc:  # a torch without them
-            return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
+            return None, why_not(exc)
         if self.op == "matmul_reduce_scatter":  # (M, N/W) columns: scatter along the product's last dim
             return lambda: fused_rs(self.A, self.B, "sum", 1, group), ""
         gather_dim = 1 if self.op == "all_gather_matmul" else 0  # along K, or along M
@@ -470,7 +470,7 @@ def main() -> int:
                                     problems.append(f"{op} {M}x{N}x{K}: torch fused differs from iris by {error:.3g}")
                             calls["torch fused"] = torch_fused
                         except Exception as exc:  # a shape or dtype torch refuses: say so, keep the rest
-                            why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
+                            why = why_not(exc)
                     if why and rank == 0 and (op, why) not in reasons:
                         reasons.add((op, why))
                         print(f"note: no torch fused figure for {op}: {why}", flush=True)

@@ -93,9 +93,13 @@ def _sorts(sizes):
     device = ctx.get_device()
     experts = 6 * ctx.get_num_ranks()
     failures = []
+    limit = moe_module.SORT_IN_KERNEL
     for in_kernel in (True, False):
-        moe_module.SORT_IN_KERNEL = 4096 if in_kernel else 0
-        moe = ctx.ccl.moe_dispatcher(hidden_dim=8, num_experts=experts, topk=4, max_tokens=max(sizes))
+        moe_module.SORT_IN_KERNEL = limit if in_kernel else 0  # read when a dispatcher is made
+        try:
+            moe = ctx.ccl.moe_dispatcher(hidden_dim=8, num_experts=experts, topk=4, max_tokens=max(sizes))
+        finally:  # the rank process serves later tests
+            moe_module.SORT_IN_KERNEL = limit
         for tokens in sizes:
             g = torch.Generator().manual_seed(tokens)
             ids = torch.randint(-2, experts + 2, (tokens * 4,), generator=g)

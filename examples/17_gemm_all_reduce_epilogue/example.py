@@ -22,6 +22,7 @@ import triton.language as tl
 
 import iris
 import iris.x
+from iris.ops.gemm import tile_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for examples/common
 from common import utils  # noqa: E402
@@ -32,11 +33,7 @@ def gemm_all_reduce(a, b, partial, c, locks, context, M, N, K, call, RANK: tl.co
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
     ctx = iris.DeviceContext.initialize(context, RANK, WORLD)
     # program -> tile: GROUP_M tile rows at a time, down each column of tiles of the group, then the next group
-    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
-    group = tl.program_id(0) // (GROUP_M * tiles_n)
-    rows = tl.minimum(tiles_m - group * GROUP_M, GROUP_M)
-    within = tl.program_id(0) % (GROUP_M * tiles_n)
-    pid_m, pid_n = group * GROUP_M + within % rows, within // rows
+    pid_m, pid_n = tile_of(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
