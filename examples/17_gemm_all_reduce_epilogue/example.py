@@ -30,24 +30,39 @@ from common import utils  # noqa: E402
 
 @triton.jit(do_not_specialize=["call"])  # a new number each call: one compiled kernel for all
 def gemm_all_reduce(a, b, partial, c, locks, context, M, N, K, call, RANK: tl.constexpr, WORLD: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                    TMA: tl.constexpr, EPILOGUE: tl.constexpr):
     ctx = iris.DeviceContext.initialize(context, RANK, WORLD)
     # program -> tile: GROUP_M tile rows at a time, down each column of tiles of the group, then the next group
     pid_m, pid_n = tile_of(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        rk = k * BLOCK_K + tl.arange(0, BLOCK_K)
-        x = tl.load(a + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
-        y = tl.load(b + rk[:, None] * N + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc += tl.dot(x, y)
+    if TMA:  # Hopper's bulk tile loads through tensor descriptors (zeros past the edges)
+        a_tiles = tl.make_tensor_descriptor(a, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
+        b_tiles = tl.make_tensor_descriptor(b, shape=[K, N], strides=[N, 1], block_shape=[BLOCK_K, BLOCK_N])
+        for k in range(0, tl.cdiv(K, BLOCK_K)):
+            acc = tl.dot(a_tiles.load([pid_m * BLOCK_M, k * BLOCK_K]), b_tiles.load([k * BLOCK_K, pid_n * BLOCK_N]),
+                         acc)
+    else:
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        for k in range(0, tl.cdiv(K, BLOCK_K)):
+            rk = k * BLOCK_K + tl.arange(0, BLOCK_K)
+            x = tl.load(a + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+            y = tl.load(b + rk[:, None] * N + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+            acc = tl.dot(x, y, acc)
     # the epilogue: this tile's partial, summed over the ranks
     tile = iris.x.Tile(pid_m, pid_n, BLOCK_M, BLOCK_N, acc)
     partials = iris.x.make_tensor_view(partial, M, N, N, 1)
     output = iris.x.make_tensor_view(c, M, N, N, 1)
-    iris.x.publish_tile(tile, partials, locks, ctx, call)  # flags hold the call's number: nothing to reset
-    iris.x.all_reduce_one_shot(tile, partials, output, locks, ctx, call)
+    if EPILOGUE == "none":  # the GEMM alone (for timing): this rank's partial product
+        ptrs, mask = output.tile_ptr(tile)
+        tl.store(ptrs, acc.to(c.dtype.element_ty), mask=mask)
+    else:
+        iris.x.publish_tile(tile, partials, locks, ctx, call)  # flags hold the call's number: nothing to reset
+        if EPILOGUE == "one_shot":  # every rank sums every tile, reading its peers' partials
+            iris.x.all_reduce_one_shot(tile, partials, output, locks, ctx, call)
+        else:  # two_shot: rank r sums tiles r, r + WORLD, ... and stores each sum on every rank
+            iris.x.all_reduce_two_shot(tile, partials, output, locks, RANK, WORLD, ctx, call)
 
 
 def parse_args():
@@ -63,6 +78,10 @@ def parse_args():
     parser.add_argument("--group-m", type=int, default=8, help="tile rows taken together (L2 reuse)")
     parser.add_argument("--num-warps", type=int, default=4 if cpu else 8, help="warps per program")
     parser.add_argument("--num-stages", type=int, default=1 if cpu else 4, help="software pipeline stages")
+    parser.add_argument("--epilogue", default="one_shot", choices=["one_shot", "two_shot"],
+                        help="one_shot: every rank sums every tile; two_shot: each tile summed by one rank, sent to all")
+    parser.add_argument("--tma", action=argparse.BooleanOptionalAction, default=utils.hopper_or_newer(),
+                        help="load A and B tiles through TMA tensor descriptors (NVIDIA Hopper and newer)")
     parser.add_argument("--datatype", default="fp32" if cpu else "bf16", choices=["fp16", "bf16", "fp32"],
                         help="element type of A, B and C")
     parser.add_argument("-v", "--validate", action="store_true", help="check C against torch; exit non-zero if wrong")
@@ -86,13 +105,19 @@ def main(args) -> int:
     tiles = triton.cdiv(m, args.block) * triton.cdiv(n, block_n)
     locks = ctx.zeros(tiles, dtype=torch.int32)
     calls = [0]
+    if args.tma:  # the tensor descriptors need scratch memory from Triton's allocator
+        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=a.device))
 
-    def fused():
+    def launch(epilogue):
         calls[0] += 1
         gemm_all_reduce[(tiles,)](a, b, partial, c, locks, ctx.get_device_context(), m, n, k, calls[0], RANK=rank,
                                   WORLD=world, BLOCK_M=args.block, BLOCK_N=block_n, BLOCK_K=args.block_k,
-                                  GROUP_M=args.group_m, num_warps=args.num_warps, num_stages=args.num_stages)
-        ctx.device_barrier()  # no rank reuses partial before every peer has read it
+                                  GROUP_M=args.group_m, TMA=args.tma, EPILOGUE=epilogue, num_warps=args.num_warps,
+                                  num_stages=args.num_stages)
+
+    def fused():
+        launch(args.epilogue)
+        ctx.device_barrier()  # no rank reuses partial before every peer has read it (two_shot: its sums arrived)
 
     ok = True
     if args.validate:
@@ -117,9 +142,15 @@ def main(args) -> int:
             ctx.ccl.all_reduce(out, partial)
 
         separate_ms = iris.do_bench(separate, ctx.barrier, n_warmup=args.num_warmup, n_repeat=args.num_experiments)
+        gemm_ms = iris.do_bench(lambda: launch("none"), ctx.barrier, n_warmup=args.num_warmup,
+                                n_repeat=args.num_experiments)
+        matmul_ms = iris.do_bench(lambda: torch.matmul(a, b, out=partial), ctx.barrier, n_warmup=args.num_warmup,
+                                  n_repeat=args.num_experiments)
         if rank == 0:
-            ctx.log_stats(f"GEMM + iris.x epilogue {fused_ms * 1e3:.1f} us, torch.matmul + ctx.ccl.all_reduce "
-                          f"{separate_ms * 1e3:.1f} us ({world} ranks, {m} x {n} x {k} {args.datatype})")
+            ctx.log_stats(f"GEMM + iris.x {args.epilogue} epilogue {fused_ms * 1e3:.1f} us, torch.matmul + "
+                          f"ctx.ccl.all_reduce {separate_ms * 1e3:.1f} us; the GEMM alone {gemm_ms * 1e3:.1f} us, "
+                          f"torch.matmul alone {matmul_ms * 1e3:.1f} us ({world} ranks, {m} x {n} x {k} "
+                          f"{args.datatype}, {args.block} x {block_n} x {args.block_k} tiles, TMA {args.tma})")
     ctx.barrier()
     ctx.close()
     return 0 if ok else 1

@@ -23,6 +23,12 @@ def on_cpu() -> bool:
     return interpreted()
 
 
+def hopper_or_newer() -> bool:
+    """True on an NVIDIA GPU of compute capability 9.0 or newer (TMA tensor descriptors), not on the CPU backend."""
+    return (not interpreted() and torch.cuda.is_available() and torch.version.hip is None
+            and torch.cuda.get_device_capability()[0] >= 9)
+
+
 def torch_dtype(name: str) -> torch.dtype:
     """The torch dtype of a ``--datatype`` name (int8, fp16, bf16, fp32)."""
     if name not in DTYPES:
