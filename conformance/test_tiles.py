@@ -17,8 +17,8 @@ from conformance import harness
 from conformance.dtypes import element_size, values
 from conformance.profiles import current
 
-MOVES = ("all_gather_rows", "all_gather_cols", "broadcast", "all_to_all")
-REDUCTIONS = ("one_shot", "two_shot", "reduce_scatter", "spinlock")
+MOVES = ("all_gather_rows", "all_gather_cols", "broadcast", "gather", "all_to_all")
+REDUCTIONS = ("one_shot", "two_shot", "reduce_scatter", "spinlock", "ring", "context")
 
 
 @harness.jit
@@ -36,6 +36,12 @@ def _tiles(x, out, partial, locks, context, M, N, root, rank: tl.constexpr, worl
     elif OP == "broadcast":
         iris.x.broadcast(iris.x.TileView(pid_m, pid_n, BM, BN), src, iris.x.make_tensor_view(out, M, N, N, 1),
                          root, ctx)
+    elif OP == "gather":  # root's tile, returned, stored here
+        ptrs, mask = iris.x.make_tensor_view(out, M, N, N, 1).tile_ptr(iris.x.TileView(pid_m, pid_n, BM, BN))
+        tl.store(ptrs, iris.x.gather(iris.x.TileView(pid_m, pid_n, BM, BN), src, root, ctx), mask=mask)
+    elif OP == "ring":  # every rank's x is in place before the launch: no flags
+        iris.x.all_reduce_ring(iris.x.TileView(pid_m, pid_n, BM, BN), src, iris.x.make_tensor_view(out, M, N, N, 1),
+                               ctx)
     elif OP == "all_to_all":  # x and out are (M, world * N): tiles of out's columns
         wide = iris.x.make_tensor_view(x, M, world * N, world * N, 1)
         iris.x.all_to_all(iris.x.TileView(pid_m, pid_n, BM, BN), wide,
@@ -47,6 +53,9 @@ def _tiles(x, out, partial, locks, context, M, N, root, rank: tl.constexpr, worl
         dst = iris.x.make_tensor_view(out, M, N, N, 1)
         if OP == "spinlock":
             iris.x.all_reduce_spinlock(tile, dst, locks, ctx)
+        elif OP == "context":  # the original's method, two_shot by its config (tiles dealt round-robin)
+            iris.x.publish_tile(tile, parts, locks, ctx)
+            ctx.all_reduce(tile, parts, dst, config=iris.x.AllReduceConfig("two_shot", locks))
         else:
             iris.x.publish_tile(tile, parts, locks, ctx)
             if OP == "one_shot":
@@ -94,7 +103,7 @@ def _tiles_on_rank(case):
         want = torch.cat(inputs)
     elif op == "all_gather_cols":
         want = torch.cat(inputs, dim=1)
-    elif op == "broadcast":
+    elif op in ("broadcast", "gather"):
         want = inputs[case["root"]]
     elif op == "all_to_all":
         want = torch.cat([inputs[s][:, rank * n:(rank + 1) * n] for s in range(world)], dim=1)
@@ -127,6 +136,7 @@ def tile_cases(draw, world_size: int):
 @settings(max_examples=current().examples(1))
 @given(data=st.data())
 def test_tile_collectives_match_the_reference(world, data):
-    """iris.x's all_gather (rows, columns), broadcast, all_to_all and the one_shot, two_shot, spinlock all-reduces
-    and reduce_scatter, on matrices the blocks need not divide."""
+    """iris.x's all_gather (rows, columns), broadcast, gather, all_to_all and the one_shot, two_shot, spinlock, ring
+    all-reduces (two_shot also through ctx.all_reduce and an AllReduceConfig) and reduce_scatter, on matrices the
+    blocks need not divide."""
     world.check(_tiles_on_rank, data.draw(tile_cases(world.size), label="case"))

@@ -78,6 +78,6 @@ def __getattr__(name: str):
 
     if name in ("compile", "inference", "x"):
         return importlib.import_module(f"iris.{name}")
-    if name in ("Tile", "TileView", "TensorView", "make_tensor_view"):  # the original exports iris.x's types here too
+    if name in ("Tile", "TileView", "TensorView", "AllReduceConfig", "make_tensor_view"):  # the original's too
         return getattr(importlib.import_module("iris.x"), name)
     raise AttributeError(f"module 'iris' has no attribute {name!r}")

@@ -4,10 +4,12 @@ kernel, between the ranks of the device context ``ctx`` (``iris.DeviceContext.in
 Readiness is the caller's, by flags on the heap (``locks``: one int32 word per tile, zeroed before use): a rank
 stores its tile where the others read it (``src_view``) and marks it ready (:func:`publish_tile`, or
 ``tl.store`` then :func:`mark_tile_ready`); the collectives that read a peer's partial (the one_shot and
-two_shot all-reduces, reduce_scatter) wait for its flag first (:func:`wait_tile_ready`). The pulling
-collectives (all_gather, all_to_all, broadcast) read what is there: order them after the producers with a
-flag or a barrier. The pushing ones (all_reduce_atomic, all_reduce_spinlock, two_shot's results) are
-complete on every rank after the caller's next barrier (``ctx.device_barrier()`` on the host).
+two_shot all-reduces, reduce_scatter) wait for its flag first (:func:`wait_tile_ready`); given no ``locks``
+(None), they read every rank's ``src_view`` as it is. The pulling collectives (all_gather, gather, all_to_all,
+broadcast, all_reduce_ring) read what is there: order them after the producers with a flag or a barrier. The
+pushing ones (all_reduce_atomic, all_reduce_spinlock, two_shot's results) are complete on every rank after the
+caller's next barrier (``ctx.device_barrier()`` on the host). Importing iris.x also gives the device context
+these collectives as methods (``ctx.all_reduce(tile, src_view, dst_view, config=None)``, ...).
 
 A program that waits on a peer's flag must not depend on programs of its own launch that may not be running:
 launch at most as many programs as the GPU holds at once (a persistent grid), as the fused ops do.
@@ -30,6 +32,7 @@ import triton
 import triton.language as tl
 
 from iris.device import atomics, rma
+from iris.device.context import DeviceContext, bind_methods
 from iris.device.rma import as_element
 
 
@@ -51,14 +54,23 @@ def _accumulator(data):
 @triton.jit
 def mark_tile_ready(locks, tile_id, value=1):
     """Set this rank's flag of tile ``tile_id`` to ``value`` (release, system scope): every store the program
-    made before it is visible to a rank that sees the flag."""
+    made before it is visible to a rank that sees the flag.
+
+    Example:
+        >>> tl.store(ptrs, tile.data, mask=mask)
+        >>> iris.x.mark_tile_ready(locks, tile_id)
+    """
     tl.debug_barrier()  # every thread's stores before the flag
     tl.atomic_xchg(locks + tile_id, as_element(value, locks), sem="release", scope="sys")
 
 
 @triton.jit
 def wait_tile_ready(locks, tile_id, from_rank, ctx, value=1):
-    """Spin until rank ``from_rank``'s flag of tile ``tile_id`` is at least ``value`` (acquire, system scope)."""
+    """Spin until rank ``from_rank``'s flag of tile ``tile_id`` is at least ``value`` (acquire, system scope).
+
+    Example:
+        >>> iris.x.wait_tile_ready(locks, tile_id, peer, ctx)
+    """
     flag = locks + tile_id
     seen = atomics.atomic_add(flag, 0, ctx.rank, from_rank, ctx.heap_bases, sem="acquire", scope="sys")
     while seen < value:
@@ -68,7 +80,11 @@ def wait_tile_ready(locks, tile_id, from_rank, ctx, value=1):
 
 @triton.jit
 def publish_tile(tile, src_view, locks, ctx, value=1):
-    """Store ``tile.data`` into this rank's ``src_view`` at the tile and mark it ready for the other ranks."""
+    """Store ``tile.data`` into this rank's ``src_view`` at the tile and mark it ready for the other ranks.
+
+    Example:
+        >>> iris.x.publish_tile(tile, src_view, locks, ctx)
+    """
     ptrs, mask = src_view.tile_ptr(tile)
     tl.store(ptrs, tile.data.to(src_view.ptr.dtype.element_ty), mask=mask)
     mark_tile_ready(locks, _tile_id(tile, src_view), value)
@@ -77,7 +93,11 @@ def publish_tile(tile, src_view, locks, ctx, value=1):
 @triton.jit
 def all_gather(tile, src_view, dst_view, dim: tl.constexpr, ctx):
     """This tile of every rank's ``src_view`` (M x N) into this rank's ``dst_view``: rank r's at rows
-    [r*M, (r+1)*M) with ``dim`` 0 ((W*M) x N output), at columns [r*N, (r+1)*N) with ``dim`` 1."""
+    [r*M, (r+1)*M) with ``dim`` 0 ((W*M) x N output), at columns [r*N, (r+1)*N) with ``dim`` 1.
+
+    Example:
+        >>> iris.x.all_gather(tile, src_view, dst_view, 0, ctx)
+    """
     src_ptrs, mask = src_view.tile_ptr(tile)
     for r in tl.static_range(ctx.world_size):
         if dim == 0:
@@ -90,7 +110,11 @@ def all_gather(tile, src_view, dst_view, dim: tl.constexpr, ctx):
 
 @triton.jit
 def broadcast(tile, src_view, dst_view, root, ctx):
-    """This tile of rank ``root``'s ``src_view`` into this rank's ``dst_view``."""
+    """This tile of rank ``root``'s ``src_view`` into this rank's ``dst_view``.
+
+    Example:
+        >>> iris.x.broadcast(tile, src_view, dst_view, 0, ctx)
+    """
     src_ptrs, mask = src_view.tile_ptr(tile)
     dst_ptrs, _ = dst_view.tile_ptr(tile)
     tl.store(dst_ptrs, rma.load(src_ptrs, ctx.rank, root, ctx.heap_bases, mask=mask), mask=mask)
@@ -99,7 +123,11 @@ def broadcast(tile, src_view, dst_view, root, ctx):
 @triton.jit
 def all_reduce_atomic(tile, dst_view, ctx):
     """Add ``tile.data`` into the tile of every rank's ``dst_view`` (zeroed beforehand) with atomics; the sums
-    are complete after the caller's next barrier."""
+    are complete after the caller's next barrier.
+
+    Example:
+        >>> iris.x.all_reduce_atomic(tile, dst_view, ctx)
+    """
     ptrs, mask = dst_view.tile_ptr(tile)
     for r in tl.static_range(ctx.world_size):
         atomics.atomic_add(ptrs, tile.data.to(dst_view.ptr.dtype.element_ty), ctx.rank, r, ctx.heap_bases,
@@ -107,11 +135,18 @@ def all_reduce_atomic(tile, dst_view, ctx):
 
 
 @triton.jit
-def all_reduce_spinlock(tile, dst_view, locks, ctx):
+def all_reduce_spinlock(tile, dst_view, locks, ctx, tile_id=None):
     """Add ``tile.data`` into the tile of every rank's ``dst_view`` (zeroed beforehand) under that rank's lock
-    of the tile (``locks``: zeroed): read, add, write back. Complete after the caller's next barrier."""
+    of the tile (``locks``: zeroed; the tile's is ``locks[tile_id]``, by default its row-major number): read,
+    add, write back. Complete after the caller's next barrier.
+
+    Example:
+        >>> iris.x.all_reduce_spinlock(tile, dst_view, locks, ctx)
+    """
     ptrs, mask = dst_view.tile_ptr(tile)
-    lock = locks + _tile_id(tile, dst_view)
+    if tile_id is None:
+        tile_id = _tile_id(tile, dst_view)
+    lock = locks + tile_id
     for i in tl.static_range(ctx.world_size):
         r = (ctx.rank + i) % ctx.world_size  # ranks start on different peers
         while atomics.atomic_cas(lock, 0, 1, ctx.rank, r, ctx.heap_bases, sem="acquire", scope="sys") != 0:
@@ -126,13 +161,18 @@ def all_reduce_spinlock(tile, dst_view, locks, ctx):
 
 @triton.jit
 def _sum_of_peers(tile, src_view, locks, ctx, value):
-    """``tile.data`` plus every other rank's published tile of ``src_view`` (each once its flag says so)."""
+    """``tile.data`` plus every other rank's published tile of ``src_view``, each once its flag says so; without
+    ``locks``, every rank's tile of ``src_view``, this one's included (there before the launch, or after a
+    barrier). The peers are read one after another around the ring, starting from the next rank."""
     src_ptrs, mask = src_view.tile_ptr(tile)
-    tile_id = _tile_id(tile, src_view)
-    acc = _accumulator(tile.data)
+    if locks is None:
+        acc = _accumulator(tl.load(src_ptrs, mask=mask))
+    else:
+        acc = _accumulator(tile.data)
     for i in tl.static_range(1, ctx.world_size):
         r = (ctx.rank + i) % ctx.world_size
-        wait_tile_ready(locks, tile_id, r, ctx, value)
+        if locks is not None:
+            wait_tile_ready(locks, _tile_id(tile, src_view), r, ctx, value)
         acc += _accumulator(rma.load(src_ptrs, ctx.rank, r, ctx.heap_bases, mask=mask))
     return acc
 
@@ -140,16 +180,59 @@ def _sum_of_peers(tile, src_view, locks, ctx, value):
 @triton.jit
 def all_reduce_one_shot(tile, src_view, dst_view, locks, ctx, value=1):
     """The sum over ranks of the tile into this rank's ``dst_view``: ``tile.data`` plus every other rank's
-    tile of ``src_view``, read once its flag in ``locks`` reaches ``value`` (:func:`publish_tile`)."""
+    tile of ``src_view``, read once its flag in ``locks`` reaches ``value`` (:func:`publish_tile`). With
+    ``locks`` None, every rank's tile of ``src_view`` as it is (written before the launch or a barrier).
+
+    Example:
+        >>> iris.x.publish_tile(tile, src_view, locks, ctx)
+        >>> iris.x.all_reduce_one_shot(tile, src_view, dst_view, locks, ctx)
+    """
     dst_ptrs, mask = dst_view.tile_ptr(tile)
     tl.store(dst_ptrs, _sum_of_peers(tile, src_view, locks, ctx, value).to(dst_view.ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def all_reduce_two_shot(tile, src_view, dst_view, locks, start_tile, stride, ctx, value=1):
+def all_reduce_ring(tile, src_view, dst_view, ctx):
+    """The sum over ranks of the tile of every rank's ``src_view`` into this rank's ``dst_view``, reading the
+    peers around the ring; the inputs must be in place before the launch (or a barrier): no flags. ``tile``
+    may be a TileView: this rank's part is read from ``src_view`` too.
+
+    Example:
+        >>> iris.x.all_reduce_ring(tile, src_view, dst_view, ctx)
+    """
+    all_reduce_one_shot(tile, src_view, dst_view, None, ctx)
+
+
+@triton.jit
+def gather(tile, src_view, source_rank, ctx):
+    """The tile of rank ``source_rank``'s ``src_view``, returned (not stored): to use at once, e.g. in a dot.
+
+    Example:
+        >>> for r in range(world_size):
+        ...     acc += tl.dot(iris.x.gather(tile, a_view, r, ctx), b)
+    """
+    ptrs, mask = src_view.tile_ptr(tile)
+    return rma.load(ptrs, ctx.rank, source_rank, ctx.heap_bases, mask=mask, other=0)
+
+
+@triton.jit
+def all_reduce_two_shot(tile, src_view, dst_view, locks, start_tile=None, stride=None, ctx=None, value=1):
     """As :func:`all_reduce_one_shot`, but only the rank whose tiles are ``start_tile``, ``start_tile +
     stride``, ... reduces this tile, and stores the sum into every rank's ``dst_view``; complete everywhere after
-    the caller's next barrier. The ranks' (start_tile, stride) must cover every tile once (rank, world)."""
+    the caller's next barrier. The ranks' (start_tile, stride) must cover every tile once. Called as
+    ``all_reduce_two_shot(tile, src_view, dst_view, locks, ctx)`` (the original's form), the tiles are dealt
+    round-robin: (rank, world).
+
+    Example:
+        >>> iris.x.publish_tile(tile, src_view, locks, ctx)
+        >>> iris.x.all_reduce_two_shot(tile, src_view, dst_view, locks, ctx)  # or ..., locks, rank, world, ctx)
+    """
+    if ctx is None:  # the original's form: the context came fifth
+        ctx = start_tile
+        start_tile = None
+    if start_tile is None:
+        start_tile = ctx.rank
+        stride = ctx.world_size
     tile_id = _tile_id(tile, dst_view)
     if (tile_id >= start_tile) & ((tile_id - start_tile) % stride == 0):
         total = _sum_of_peers(tile, src_view, locks, ctx, value).to(dst_view.ptr.dtype.element_ty)
@@ -162,7 +245,12 @@ def all_reduce_two_shot(tile, src_view, dst_view, locks, start_tile, stride, ctx
 def reduce_scatter(tile, src_view, dst_view, locks, ctx, value=1):
     """The sum over ranks of the tile into this rank's ``dst_view``, for the tiles this rank owns: a
     contiguous share of the tile numbers (row-major), total // world each, the last rank the rest. Other
-    tiles are left alone."""
+    tiles are left alone. The sum reads as :func:`all_reduce_one_shot` does (``locks`` None: no flags).
+
+    Example:
+        >>> iris.x.publish_tile(tile, src_view, locks, ctx)
+        >>> iris.x.reduce_scatter(tile, src_view, dst_view, locks, ctx)
+    """
     total_tiles = src_view.number_of_tiles(tile.block_m, tile.block_n)
     per_rank = total_tiles // ctx.world_size
     start = ctx.rank * per_rank
@@ -177,7 +265,11 @@ def reduce_scatter(tile, src_view, dst_view, locks, ctx, value=1):
 @triton.jit
 def all_to_all(tile, src_view, dst_view, N_per_rank, ctx):
     """This rank's output tile of an all_to_all by column blocks (the ccl layout): columns [s*N, (s+1)*N) of
-    ``dst_view`` hold rank s's columns [rank*N, (rank+1)*N) of ``src_view`` (N = ``N_per_rank``)."""
+    ``dst_view`` hold rank s's columns [rank*N, (rank+1)*N) of ``src_view`` (N = ``N_per_rank``).
+
+    Example:
+        >>> iris.x.all_to_all(tile, src_view, dst_view, N_per_rank, ctx)
+    """
     rm, rn = tile.indices()
     dst_ptrs, dst_mask = dst_view.tile_ptr_from_indices(rm, rn, tile.block_m, tile.block_n)
     for s in tl.static_range(ctx.world_size):
@@ -186,3 +278,115 @@ def all_to_all(tile, src_view, dst_view, N_per_rank, ctx):
                                                             tile.block_n)
         mask = dst_mask & src_mask & inside[None, :]
         tl.store(dst_ptrs, rma.load(src_ptrs, ctx.rank, s, ctx.heap_bases, mask=mask), mask=mask)
+
+
+@triton.jit
+def _all_gather_push(tile, dst_view, dim: tl.constexpr, ctx):
+    """``tile.data`` into this rank's block (dst_view's rows, or columns, split evenly over the ranks) of every
+    rank's ``dst_view``; rows (columns) of the tile past the block are left out."""
+    rm, rn = tile.indices()
+    if dim == 0:
+        rows = dst_view.M // ctx.world_size
+        ptrs, mask = dst_view.offset_tile_ptr(tile, offset_m=ctx.rank * rows, src_mask=(rm < rows)[:, None])
+    else:
+        cols = dst_view.N // ctx.world_size
+        ptrs, mask = dst_view.offset_tile_ptr(tile, offset_n=ctx.rank * cols, src_mask=(rn < cols)[None, :])
+    for r in tl.static_range(ctx.world_size):
+        rma.store(ptrs, tile.data.to(dst_view.ptr.dtype.element_ty), ctx.rank, r, ctx.heap_bases, mask=mask)
+
+
+class _ContextCollectives:
+    """The tile collectives as methods of the device context, as the original has them: each is the function of
+    this module with ``ctx`` filled in. Importing iris.x adds them to ``iris.DeviceContext`` (``iris.TritonContext``).
+
+    Example (inside a ``@triton.jit`` kernel):
+        >>> ctx = iris.TritonContext.initialize(context, rank, world_size)
+        >>> ctx.all_reduce(tile, src_view, dst_view, config=iris.x.AllReduceConfig("one_shot", locks))
+    """
+
+    @triton.jit
+    def all_reduce(self, tile, src_view, dst_view, config=None, tile_id=None):
+        """The all-reduce ``config`` (an :class:`~iris.x.core.AllReduceConfig`) names, with its locks; without a
+        config, :func:`all_reduce_atomic` (the original's default). ``tile_id``: the tile's lock for spinlock.
+
+        Example:
+            >>> ctx.all_reduce(tile, src_view, dst_view)  # atomic: dst_view zeroed, complete after a barrier
+            >>> ctx.all_reduce(tile, src_view, dst_view, config=iris.x.AllReduceConfig("ring"))
+        """
+        if config is None:
+            all_reduce_atomic(tile, dst_view, self)
+        else:
+            locks = None
+            if config.has_locks:
+                locks = config.locks_ptr
+            if config.variant_code == 1:
+                all_reduce_ring(tile, src_view, dst_view, self)
+            elif config.variant_code == 2:
+                all_reduce_one_shot(tile, src_view, dst_view, locks, self)
+            elif config.variant_code == 3:
+                all_reduce_two_shot(tile, src_view, dst_view, locks, self)
+            elif config.variant_code == 4:
+                tl.static_assert(config.has_locks, "AllReduceConfig('spinlock', locks): the spinlock needs locks")
+                all_reduce_spinlock(tile, dst_view, locks, self, tile_id)
+            else:
+                all_reduce_atomic(tile, dst_view, self)
+
+    @triton.jit
+    def all_reduce_atomic(self, tile, dst_view):
+        """:func:`all_reduce_atomic`. Example: ``ctx.all_reduce_atomic(tile, dst_view)``."""
+        all_reduce_atomic(tile, dst_view, self)
+
+    @triton.jit
+    def all_reduce_spinlock(self, tile, dst_view, locks):
+        """:func:`all_reduce_spinlock`. Example: ``ctx.all_reduce_spinlock(tile, dst_view, locks)``."""
+        all_reduce_spinlock(tile, dst_view, locks, self)
+
+    @triton.jit
+    def all_reduce_one_shot(self, tile, src_view, dst_view, locks, signal_value=1):
+        """:func:`all_reduce_one_shot` (``signal_value``: the flag value waited for).
+        Example: ``ctx.all_reduce_one_shot(tile, src_view, dst_view, locks)``."""
+        all_reduce_one_shot(tile, src_view, dst_view, locks, self, signal_value)
+
+    @triton.jit
+    def all_reduce_ring(self, tile, src_view, dst_view):
+        """:func:`all_reduce_ring`. Example: ``ctx.all_reduce_ring(tile, src_view, dst_view)``."""
+        all_reduce_ring(tile, src_view, dst_view, self)
+
+    @triton.jit
+    def all_reduce_two_shot(self, tile, src_view, dst_view, locks, signal_value=1):
+        """:func:`all_reduce_two_shot`, the tiles dealt round-robin over the ranks.
+        Example: ``ctx.all_reduce_two_shot(tile, src_view, dst_view, locks)``."""
+        all_reduce_two_shot(tile, src_view, dst_view, locks, self.rank, self.world_size, self, signal_value)
+
+    @triton.jit
+    def all_gather(self, tile, src_view, dst_view, dim=None):
+        """:func:`all_gather` (``ctx.all_gather(tile, src_view, dst_view, dim)``: every rank's tile pulled here);
+        called as ``ctx.all_gather(tile, dst_view, dim)``, this rank's ``tile.data`` pushed into its block of
+        every rank's ``dst_view`` instead (complete after a barrier).
+
+        Example:
+            >>> ctx.all_gather(tile, src_view, dst_view, 0)
+        """
+        if dim is None:
+            _all_gather_push(tile, src_view, dst_view, self)
+        else:
+            all_gather(tile, src_view, dst_view, dim, self)
+
+    @triton.jit
+    def gather(self, tile, src_view, source_rank):
+        """:func:`gather`. Example: ``data = ctx.gather(tile, src_view, 0)``."""
+        return gather(tile, src_view, source_rank, self)
+
+    @triton.jit
+    def all_to_all(self, tile, src_view, dst_view, N_per_rank):
+        """:func:`all_to_all`. Example: ``ctx.all_to_all(tile, src_view, dst_view, N_per_rank)``."""
+        all_to_all(tile, src_view, dst_view, N_per_rank, self)
+
+    @triton.jit
+    def reduce_scatter(self, tile, src_view, dst_view, locks=None, signal_value=1):
+        """:func:`reduce_scatter` (without ``locks``: every rank's ``src_view`` as it is, no flags).
+        Example: ``ctx.reduce_scatter(tile, src_view, dst_view)``."""
+        reduce_scatter(tile, src_view, dst_view, locks, self, signal_value)
+
+
+bind_methods(DeviceContext, _ContextCollectives)

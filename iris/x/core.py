@@ -1,9 +1,10 @@
 """Tiles and views for iris.x: where a tile of a 2-D tensor lies, as pointers and a mask.
 
-Three plain device functions (``tile_layout``, ``tile_ptr``, ``offset_ptr``) and three aggregates built
+Three plain device functions (``tile_layout``, ``tile_ptr``, ``offset_ptr``) and the aggregates built
 inside a kernel: ``TileView`` (a tile's coordinates and compile-time block sizes), ``Tile`` (the same with the
-tile's data, a block computed in registers: what a GEMM's epilogue holds) and ``TensorView`` (a pointer with
-its sizes and strides; make one with ``make_tensor_view``, which accepts compile-time sizes too).
+tile's data, a block computed in registers: what a GEMM's epilogue holds), ``TensorView`` (a pointer with
+its sizes and strides; make one with ``make_tensor_view``, which accepts compile-time sizes too) and
+``AllReduceConfig`` (which all-reduce ``ctx.all_reduce`` runs, with its flags).
 
 Example (inside a ``@triton.jit`` kernel):
     >>> tile = iris.x.TileView(pid_m, pid_n, BLOCK_M, BLOCK_N)
@@ -141,9 +142,40 @@ class _TensorView:
         return tl.cdiv(self.M, block_m) * tl.cdiv(self.N, block_n)
 
 
+#: the variants of ``ctx.all_reduce``, by name and by the original's number
+ALL_REDUCE_VARIANTS = {"atomic": 0, "ring": 1, "one_shot": 2, "two_shot": 3, "spinlock": 4}
+
+
+class _AllReduceConfig:
+    """Which all-reduce ``ctx.all_reduce`` runs (``variant_code``: 0 atomic, 1 ring, 2 one_shot, 3 two_shot,
+    4 spinlock; give the number or the name) and its flags (``locks_ptr``: one int32 word per tile, zeroed;
+    spinlock needs them, one_shot and two_shot wait on them when given, the others ignore them).
+
+    Example (inside a ``@triton.jit`` kernel):
+        >>> config = iris.x.AllReduceConfig("spinlock", locks)  # or AllReduceConfig(4, locks)
+        >>> ctx.all_reduce(tile, src_view, dst_view, config=config)
+    """
+
+    variant_code: tl.constexpr
+    locks_ptr: tl.core.base_value  # a pointer, a tensor, or None
+    has_locks: tl.constexpr
+
+    def __init__(self, variant, locks_ptr=None):
+        variant = tl.core._unwrap_if_constexpr(variant)
+        code = ALL_REDUCE_VARIANTS.get(variant, variant)
+        if code not in ALL_REDUCE_VARIANTS.values():
+            raise ValueError(f"AllReduceConfig: unknown variant {variant!r}; one of {ALL_REDUCE_VARIANTS}")
+        self.variant_code = tl.constexpr(code)
+        self.has_locks = tl.constexpr(tl.core._unwrap_if_constexpr(locks_ptr) is not None)
+        self.locks_ptr = locks_ptr if self.has_locks else tl.constexpr(None)
+
+    __init__.__triton_builtin__ = True
+
+
 TileView = aggregate(_TileView)
 Tile = aggregate(_Tile)
 TensorView = aggregate(_TensorView)
+AllReduceConfig = aggregate(_AllReduceConfig)
 bind_methods(TileView, _TileView)
 bind_methods(Tile, _Tile)
 bind_methods(TensorView, _TensorView)
