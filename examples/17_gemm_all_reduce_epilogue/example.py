@@ -30,24 +30,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for e
 from common import utils  # noqa: E402
 
 
-@triton.jit
-def operands(a, b, M, N, K, TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """What the GEMM loads A and B tiles from: on Hopper (TMA) tensor descriptors (zeros past the edges), else
-    the pointers."""
-    if TMA:
-        a = tl.make_tensor_descriptor(a, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
-        b = tl.make_tensor_descriptor(b, shape=[K, N], strides=[N, 1], block_shape=[BLOCK_K, BLOCK_N])
-    return a, b
-
-
-@triton.jit
-def tile_gemm(a, b, M, N, K, pid_m, pid_n, TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              BLOCK_K: tl.constexpr):
-    """Output tile (pid_m, pid_n) of this rank's A @ B, in float32 (``a``, ``b``: from :func:`operands`)."""
+@triton.jit(do_not_specialize=["call"])  # a new number each call: one compiled kernel for all
+def gemm_all_reduce(a, b, partial, c, locks, context, M, N, K, call, RANK: tl.constexpr, WORLD: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                    TMA: tl.constexpr, EPILOGUE: tl.constexpr):
+    ctx = iris.DeviceContext.initialize(context, RANK, WORLD)
+    # program -> tile: GROUP_M tile rows at a time, down each column of tiles of the group, then the next group
+    pid_m, pid_n = tile_of(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if TMA:
+    if TMA:  # Hopper's bulk tile loads through tensor descriptors (zeros past the edges)
+        a_tiles = tl.make_tensor_descriptor(a, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
+        b_tiles = tl.make_tensor_descriptor(b, shape=[K, N], strides=[N, 1], block_shape=[BLOCK_K, BLOCK_N])
         for k in range(0, tl.cdiv(K, BLOCK_K)):
-            acc = tl.dot(a.load([pid_m * BLOCK_M, k * BLOCK_K]), b.load([k * BLOCK_K, pid_n * BLOCK_N]), acc)
+            acc = tl.dot(a_tiles.load([pid_m * BLOCK_M, k * BLOCK_K]), b_tiles.load([k * BLOCK_K, pid_n * BLOCK_N]),
+                         acc)
     else:
         rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -56,19 +52,7 @@ def tile_gemm(a, b, M, N, K, pid_m, pid_n, TMA: tl.constexpr, BLOCK_M: tl.conste
             x = tl.load(a + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
             y = tl.load(b + rk[:, None] * N + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
             acc = tl.dot(x, y, acc)
-    return acc
-
-
-@triton.jit(do_not_specialize=["call"])  # a new number each call: one compiled kernel for all
-def gemm_all_reduce(a, b, partial, c, locks, context, M, N, K, call, RANK: tl.constexpr, WORLD: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                    TMA: tl.constexpr, EPILOGUE: tl.constexpr):
-    """One program per tile: its GEMM, then the tile published and summed over the ranks (EPILOGUE)."""
-    ctx = iris.DeviceContext.initialize(context, RANK, WORLD)
-    # program -> tile: GROUP_M tile rows at a time, down each column of tiles of the group, then the next group
-    pid_m, pid_n = tile_of(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
-    a, b = operands(a, b, M, N, K, TMA, BLOCK_M, BLOCK_N, BLOCK_K)
-    acc = tile_gemm(a, b, M, N, K, pid_m, pid_n, TMA, BLOCK_M, BLOCK_N, BLOCK_K)
+    # the epilogue: this tile's partial, summed over the ranks
     tile = iris.x.Tile(pid_m, pid_n, BLOCK_M, BLOCK_N, acc)
     partials = iris.x.make_tensor_view(partial, M, N, N, 1)
     output = iris.x.make_tensor_view(c, M, N, N, 1)
@@ -81,71 +65,6 @@ def gemm_all_reduce(a, b, partial, c, locks, context, M, N, K, call, RANK: tl.co
             iris.x.all_reduce_one_shot(tile, partials, output, locks, ctx, call)
         else:  # two_shot: rank r sums tiles r, r + WORLD, ... and stores each sum on every rank
             iris.x.all_reduce_two_shot(tile, partials, output, locks, RANK, WORLD, ctx, call)
-
-
-@triton.jit
-def inbox_slot(inbox, sender, M, N):
-    """Rank ``sender``'s M x N slot of an inbox (``inbox``: WORLD slots, one below the other)."""
-    return iris.x.make_tensor_view(inbox + sender * tl.cast(M, tl.int64) * N, M, N, N, 1)
-
-
-@triton.jit
-def raise_flag(tile_id, tiles, locks, call, ctx):
-    """Tell the owner of ``tile_id`` that this rank's partial of it has landed in its inbox: every store
-    this program made so far (all of its threads') comes before the flag (release, system scope)."""
-    tl.debug_barrier()
-    ctx.atomic_xchg(locks + ctx.rank * tiles + tile_id, call, tile_id % ctx.world_size, sem="release", scope="sys")
-
-
-@triton.jit
-def sum_owned_tile(tile_id, tiles_m, tiles_n, inbox, c, locks, M, N, call, ctx, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """Tile ``tile_id`` (this rank owns it): every rank's partial, once its flag says it landed in this
-    rank's inbox, summed and stored on every rank."""
-    pid_m, pid_n = tile_of(tile_id, tiles_m, tiles_n, GROUP_M)
-    tile = iris.x.TileView(pid_m, pid_n, BLOCK_M, BLOCK_N)
-    total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for sender in tl.static_range(ctx.world_size):
-        iris.x.wait_tile_ready(locks + sender * tiles_m * tiles_n, tile_id, ctx.rank, ctx, call)  # a local flag
-        ptrs, mask = inbox_slot(inbox, sender, M, N).tile_ptr(tile)
-        total += tl.load(ptrs, mask=mask).to(tl.float32)
-    ptrs, mask = iris.x.make_tensor_view(c, M, N, N, 1).tile_ptr(tile)
-    for i in tl.static_range(ctx.world_size):
-        ctx.store(ptrs, total.to(c.dtype.element_ty), (ctx.rank + i) % ctx.world_size, mask=mask)
-
-
-@triton.jit(do_not_specialize=["call"])
-def gemm_all_reduce_push(a, b, inbox, c, locks, context, M, N, K, call, RANK: tl.constexpr, WORLD: tl.constexpr,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         GROUP_M: tl.constexpr, TMA: tl.constexpr):
-    """A persistent grid (every program resident): each program takes every num_programs-th tile. Each tile's
-    partial is stored straight into its owner's inbox (tile t: rank t % WORLD) and not waited for: its flag is
-    raised after the program's next tile is computed, by when the stores have long landed, and the owner sums
-    a tile two tiles later, by when every rank has raised its flag. The transfers run under the next GEMMs."""
-    ctx = iris.DeviceContext.initialize(context, RANK, WORLD)
-    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
-    tiles = tiles_m * tiles_n
-    a, b = operands(a, b, M, N, K, TMA, BLOCK_M, BLOCK_N, BLOCK_K)
-    mine = inbox_slot(inbox, RANK, M, N)
-    previous = tl.program_id(0) * 0 - 1  # the tile before (-1: none yet) and the one before that
-    older = previous
-    for tile_id in tl.range(tl.program_id(0), tiles, tl.num_programs(0)):
-        pid_m, pid_n = tile_of(tile_id, tiles_m, tiles_n, GROUP_M)
-        acc = tile_gemm(a, b, M, N, K, pid_m, pid_n, TMA, BLOCK_M, BLOCK_N, BLOCK_K)
-        ptrs, mask = mine.tile_ptr(iris.x.TileView(pid_m, pid_n, BLOCK_M, BLOCK_N))
-        ctx.store(ptrs, acc.to(inbox.dtype.element_ty), tile_id % WORLD, mask=mask)  # to the owner's inbox
-        if previous >= 0:
-            raise_flag(previous, tiles, locks, call, ctx)
-        if (older >= 0) & (older % WORLD == RANK):
-            sum_owned_tile(older, tiles_m, tiles_n, inbox, c, locks, M, N, call, ctx, BLOCK_M, BLOCK_N, GROUP_M)
-        older = previous
-        previous = tile_id
-    if previous >= 0:  # the last two tiles
-        raise_flag(previous, tiles, locks, call, ctx)
-    if (older >= 0) & (older % WORLD == RANK):
-        sum_owned_tile(older, tiles_m, tiles_n, inbox, c, locks, M, N, call, ctx, BLOCK_M, BLOCK_N, GROUP_M)
-    if (previous >= 0) & (previous % WORLD == RANK):
-        sum_owned_tile(previous, tiles_m, tiles_n, inbox, c, locks, M, N, call, ctx, BLOCK_M, BLOCK_N, GROUP_M)
 
 
 def parse_args():
@@ -161,9 +80,8 @@ def parse_args():
     parser.add_argument("--group-m", type=int, default=8, help="tile rows taken together (L2 reuse)")
     parser.add_argument("--num-warps", type=int, default=4 if cpu else 8, help="warps per program")
     parser.add_argument("--num-stages", type=int, default=1 if cpu else 3, help="software pipeline stages")
-    parser.add_argument("--epilogue", default="two_shot", choices=["one_shot", "two_shot", "push"],
-                        help="one_shot: every rank sums every tile; two_shot: one rank sums a tile, sends it to all; "
-                             "push: a persistent grid stores each partial into the tile owner's inbox")
+    parser.add_argument("--epilogue", default="two_shot", choices=["one_shot", "two_shot"],
+                        help="one_shot: every rank sums every tile; two_shot: one rank sums a tile, sends it to all")
     parser.add_argument("--tma", action=argparse.BooleanOptionalAction, default=utils.hopper_or_newer(),
                         help="load A and B tiles through TMA tensor descriptors (NVIDIA Hopper and newer)")
     parser.add_argument("--datatype", default="fp32" if cpu else "bf16", choices=["fp16", "bf16", "fp32"],
@@ -184,27 +102,16 @@ def main(args) -> int:
     b = ctx.empty(k, n, dtype=dtype)
     a.copy_(torch.randn(m, k, generator=g).to(dtype))
     b.copy_(torch.randn(k, n, generator=g).to(dtype))
-    push = args.epilogue == "push"
-    partial = ctx.zeros(world * m if push else m, n, dtype=dtype)  # push: an inbox, a slot for every rank
-    c = ctx.zeros(m, n, dtype=dtype)
+    partial, c = ctx.zeros(m, n, dtype=dtype), ctx.zeros(m, n, dtype=dtype)
     block_n = args.block_n or args.block
     tiles = triton.cdiv(m, args.block) * triton.cdiv(n, block_n)
-    locks = ctx.zeros(world * tiles if push else tiles, dtype=torch.int32)
-    # push's programs wait on each other across ranks: all must be resident (the ranks sharing a GPU share it)
-    ranks_per_gpu = 1 if utils.on_cpu() else -(-world // torch.cuda.device_count())
-    resident = max(1, ctx.get_cu_count() // ranks_per_gpu)
+    locks = ctx.zeros(tiles, dtype=torch.int32)
     calls = [0]
     if args.tma:  # the tensor descriptors need scratch memory from Triton's allocator
         triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=a.device))
 
     def launch(epilogue):
         calls[0] += 1
-        if epilogue == "push":
-            gemm_all_reduce_push[(min(tiles, resident),)](
-                a, b, partial, c, locks, ctx.get_device_context(), m, n, k, calls[0], RANK=rank, WORLD=world,
-                BLOCK_M=args.block, BLOCK_N=block_n, BLOCK_K=args.block_k, GROUP_M=args.group_m, TMA=args.tma,
-                num_warps=args.num_warps, num_stages=args.num_stages)
-            return
         gemm_all_reduce[(tiles,)](a, b, partial, c, locks, ctx.get_device_context(), m, n, k, calls[0], RANK=rank,
                                   WORLD=world, BLOCK_M=args.block, BLOCK_N=block_n, BLOCK_K=args.block_k,
                                   GROUP_M=args.group_m, TMA=args.tma, EPILOGUE=epilogue, num_warps=args.num_warps,
@@ -231,16 +138,16 @@ def main(args) -> int:
                 f"{'passed' if ok else 'FAILED'}")
     if args.benchmark:
         fused_ms = iris.do_bench(fused, ctx.barrier, n_warmup=args.num_warmup, n_repeat=args.num_experiments)
-        product, out = ctx.empty(m, n, dtype=dtype), ctx.empty(m, n, dtype=dtype)
+        out = ctx.empty(m, n, dtype=dtype)
 
         def separate():
-            torch.matmul(a, b, out=product)
-            ctx.ccl.all_reduce(out, product)
+            torch.matmul(a, b, out=partial)
+            ctx.ccl.all_reduce(out, partial)
 
         separate_ms = iris.do_bench(separate, ctx.barrier, n_warmup=args.num_warmup, n_repeat=args.num_experiments)
         gemm_ms = iris.do_bench(lambda: launch("none"), ctx.barrier, n_warmup=args.num_warmup,
                                 n_repeat=args.num_experiments)
-        matmul_ms = iris.do_bench(lambda: torch.matmul(a, b, out=product), ctx.barrier, n_warmup=args.num_warmup,
+        matmul_ms = iris.do_bench(lambda: torch.matmul(a, b, out=partial), ctx.barrier, n_warmup=args.num_warmup,
                                   n_repeat=args.num_experiments)
         if rank == 0:
             ctx.log_stats(f"GEMM + iris.x {args.epilogue} epilogue {fused_ms * 1e3:.1f} us, torch.matmul + "
