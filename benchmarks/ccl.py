@@ -97,7 +97,7 @@ import iris
 from iris.distributed import job_world_size
 from iris.capabilities import find_limitation
 from iris.ccl import Config
-from iris.ccl.all_reduce import ELEMENT_SIZES
+from iris.ccl.all_reduce import ELEMENT_SIZES, far_path_refusal
 from iris.ccl.all_reduce import push as all_reduce_push
 from iris.ccl.config import ALL_REDUCE_VARIANTS
 from iris.memory.collective_free import never_free
@@ -204,6 +204,10 @@ def _iris_variants(ctx, name, inp, out, world):
                 if variant == "atomic" else None
             if row is not None:
                 calls[f"iris.{variant}"] = row.reason
+                continue
+            refusal = far_path_refusal(variant, len(set(ctx.get_node_map())) > 1)
+            if refusal is not None:
+                calls[f"iris.{variant}"] = refusal
                 continue
             if not all_reduce_push.holds(variant, inp.numel(), inp.element_size()):
                 held = all_reduce_push.capacity(variant, inp.element_size())

@@ -71,6 +71,14 @@ LOCAL_OUTPUT = ("one_shot", "push", "ll")
 # Variants with their own kernel and landing zones in the heap's reserved tail (iris.ccl.all_reduce.push); they
 # read the input only on its own member, so it need not be on the heap (see input_on_heap).
 BARRIER_FREE = ("push", "ll")
+# Variants refused for members on several nodes (there every access to a rank on another node is one of the
+# transport's device calls: NVSHMEM's), with why: on 2 x H200 with the shmem heap and IRIS_NODE_MAP=0,1 each took
+# more than 10x the default's time (benchmarks/ccl.py).
+FAR_PATH_REFUSED = {
+    "atomic": "one remote atomic per element: 300-6000x the default's time at 1 KiB-16 MiB",
+    "spinlock": "a remote lock and element-wise remote reads and writes per tile: 12-13x the default's time at "
+                "8-16 MiB",
+}
 
 
 @triton.jit
@@ -300,6 +308,20 @@ def _check_atomic(ctx, dtype, op) -> None:
                         f"{row.reason}; use another variant")
 
 
+def far_path_refusal(variant: str, across_nodes: bool) -> str | None:
+    """Why ``variant`` is refused for members on several nodes (``across_nodes``), or None where it runs.
+
+    Example:
+        >>> far_path_refusal("atomic", across_nodes=False) is None and far_path_refusal("ll", True) is None
+        True
+    """
+    if not across_nodes or variant not in FAR_PATH_REFUSED:
+        return None
+    return (f"all_reduce: the {variant} variant is refused for members on several nodes (each access to another "
+            f"node one of the transport's device calls): {FAR_PATH_REFUSED[variant]}; leave all_reduce_variant "
+            "unset (the default) or use two_shot")
+
+
 def input_on_heap(variant: str, engine: bool) -> bool:
     """Whether ``variant`` needs its input on the symmetric heap: every variant whose peers read it, and push
     where the heap may reach a rank by the engine (its block put toward another node reads the input as the
@@ -327,6 +349,10 @@ def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=N
     if variant is None:
         hierarchical = hierarchy.pays(nodes)
         variant = "hierarchical" if hierarchical else choose_variant(input.nbytes, in_place, members.size, input.dtype)
+    node_map = ctx.get_node_map()
+    refusal = far_path_refusal(variant, len({node_map[rank] for rank in members.ranks}) > 1)
+    if refusal is not None:
+        raise ValueError(refusal)
     if in_place and variant not in IN_PLACE:
         raise ValueError(f"all_reduce: {variant} cannot run in place (other members still read input while it "
                          "would be overwritten); use Config(all_reduce_variant=\"two_shot\") or a separate output")
