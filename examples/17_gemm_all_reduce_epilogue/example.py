@@ -95,6 +95,9 @@ def parse_args():
 
 def main(args) -> int:
     dtype, m, n, k = utils.torch_dtype(args.datatype), args.m, args.n, args.k
+    if args.tma and (k * dtype.itemsize % 16 or n * dtype.itemsize % 16):
+        raise SystemExit(f"--tma: TMA descriptors need rows of A and B in multiples of 16 bytes; got K {k} and N {n} "
+                         f"of {args.datatype}: use --no-tma")
     ctx = iris.iris(4 * (m * k + k * n + 3 * m * n) * 4 + (1 << 24))
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     g = torch.Generator().manual_seed(1234 + rank)

@@ -349,8 +349,7 @@ def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=N
     if variant is None:
         hierarchical = hierarchy.pays(nodes)
         variant = "hierarchical" if hierarchical else choose_variant(input.nbytes, in_place, members.size, input.dtype)
-    node_map = ctx.get_node_map()
-    refusal = far_path_refusal(variant, len({node_map[rank] for rank in members.ranks}) > 1)
+    refusal = far_path_refusal(variant, len(set(nodes)) > 1)
     if refusal is not None:
         raise ValueError(refusal)
     if in_place and variant not in IN_PLACE:
