@@ -4,9 +4,9 @@
 page is generated from it, and tests/test_docs.py checks that every name this module reads is there.
 
 Values are read when asked for, not cached: a test may change one between contexts. The switches
-(IRIS_SIMULATION, IRIS_DEBUG, IRIS_GRAPH_REPLAY, IRIS_NATIVE_REPLAY, IRIS_LL_PACK, IRIS_CPU_BIND) take 1, true,
-yes, on or 0, false, no, off (any case); any other word is refused with its name when a context is made
-(IRIS_CPU_BIND: when ``iris run`` starts), before any allocation.
+(IRIS_SIMULATION, IRIS_DEBUG, IRIS_GRAPH_REPLAY, IRIS_NATIVE_REPLAY, IRIS_LL_PACK, IRIS_TWO_SHOT_WRITES,
+IRIS_CPU_BIND) take 1, true, yes, on or 0, false, no, off (any case); any other word is refused with its name when
+a context is made (IRIS_CPU_BIND: when ``iris run`` starts), before any allocation.
 
 Example:
     >>> from iris import config
@@ -57,6 +57,10 @@ VARIABLES: tuple[Variable, ...] = (
              "switch: all_reduce's ``ll`` variant packs two 16-bit elements into each word: 1 always, 0 never; "
              "unset, past 32768 elements (so ll takes 16-bit messages up to 512 KiB per rank); set it the same "
              "on every rank"),
+    Variable("IRIS_TWO_SHOT_WRITES", "1",
+             "switch: all_reduce's two_shot of two members into a separate output, past ``Config.fused_bytes``, first "
+             "writes each member's half of the input that the other reduces into the other's output, instead of "
+             "each reading it (0: reads); set it the same on every rank"),
     Variable("IRIS_CPU_BIND", "0", "switch: ``iris run`` gives each rank cores of its own, as ``--cpu-bind``"),
     Variable("NVSHMEM_SYMMETRIC_SIZE", "heap size + 1/8 + 256 MiB",
              "NVSHMEM's own heap; the ``shmem`` heap provider sets it when unset, to hold Iris's heap"),
@@ -279,6 +283,15 @@ def ll_pack() -> bool | None:
     decode step runs it, packed ll took 5.2 us at 128 KiB and 6.7 at 256 KiB against push's 6.8 and 7.6, and was
     level with unpacked ll at 16-64 KiB (docs/benchmarks.md)."""
     return switch("IRIS_LL_PACK", None)
+
+
+def two_shot_writes() -> bool:
+    """IRIS_TWO_SHOT_WRITES (on unless 0): a two-member two_shot all_reduce into a separate output, past
+    ``Config.fused_bytes``, moves the halves by writes (each member writes the half the other reduces into the
+    other's output, then sums its own half and writes it to both) instead of reading the other's half. On
+    2 x H200, 128 MiB each way at once: SM stores 370 us, SM loads 404 us (one way: 366 and 364;
+    benchmarks/probes/bidirectional_probe.py)."""
+    return switch("IRIS_TWO_SHOT_WRITES", True)
 
 
 def simulation() -> bool:

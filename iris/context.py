@@ -53,7 +53,8 @@ def _validate(heap_size, allocator_type, debug) -> None:
     if allocator_type not in ALLOCATORS:
         raise ValueError(f"allocator_type={allocator_type!r} is not an allocator; use one of {', '.join(ALLOCATORS)}")
     # a switch set to a word it cannot read is refused now, before any allocation or collective
-    config.graph_replay(), config.native_replay(), config.debug_requested(), config.simulation(), config.ll_pack()
+    config.graph_replay(), config.native_replay(), config.debug_requested(), config.simulation(), config.ll_pack(),
+    config.two_shot_writes()
 
 
 class Iris(TensorFactories):

@@ -31,6 +31,8 @@ _SWITCHES = {
     "IRIS_DEBUG": lambda: "on" if config.debug_requested() else "off",
     "IRIS_LL_PACK": lambda: {True: "two 16-bit elements a word", False: "off (one element a word)",
                              None: "two 16-bit elements a word past 32768 elements (default)"}[config.ll_pack()],
+    "IRIS_TWO_SHOT_WRITES": lambda: ("on" if config.two_shot_writes() else "off (each member reads its half)")
+    + (" (default)" if not config.text("IRIS_TWO_SHOT_WRITES").strip() else ""),
     "IRIS_CPU_BIND": lambda: "iris run binds each rank to cores of its own" if config.cpu_bind_requested() else "off",
     "IRIS_WAIT_TIMEOUT": lambda: f"{config.wait_timeout_s():g} s (debug mode's waits)",
     "IRIS_LOG_LEVEL": config.log_level_name,

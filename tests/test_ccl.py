@@ -613,3 +613,47 @@ def test_push_and_ll_take_an_input_off_the_heap(ranks):
     for rank, (wrong, errors) in enumerate(ranks.run(_off_heap_inputs)):
         assert wrong == [], (rank, wrong)
         assert "input is not on the symmetric heap" in errors[0], (rank, errors)
+
+
+def _two_shot_of_two_members(writes):
+    """two_shot unfused (three launches, or five where the halves are written first), out of place and in place."""
+    from iris.ccl.all_reduce import all_reduce
+
+    os.environ["IRIS_TWO_SHOT_WRITES"] = writes
+    try:
+        ctx = iris.iris(1 << 22)
+        rank, world = ctx.get_rank(), ctx.get_num_ranks()
+        wrong, launches = [], set()
+        for numel in (1, 1000, 4099):  # one block, a ragged tail, an odd count of blocks of 64
+            for dtype in (torch.float32, torch.bfloat16, torch.int32):
+                for op in (ReduceOp.SUM, ReduceOp.MAX):
+                    def part(r):  # distinct small integers on every rank, exact in every dtype
+                        return (torch.arange(numel, device=ctx.get_device()) % 13 + 5 * r).to(dtype)
+                    every = torch.stack([part(r) for r in range(world)]).to(torch.float64)
+                    want = (every.sum(0) if op is ReduceOp.SUM else every.amax(0)).to(dtype)
+                    for in_place in (False, True):
+                        x = ctx.empty(numel, dtype=dtype)
+                        x.copy_(part(rank))
+                        out = x if in_place else ctx.full((numel,), -99, dtype=dtype)
+                        config = Config(all_reduce_variant="two_shot", block_size=64, fused_bytes=0)
+                        launched = all_reduce(out, x, ctx, op=op, config=config)
+                        launches.add((in_place, len(launched)))
+                        if not torch.equal(out, want):
+                            wrong.append((numel, str(dtype), op.name, in_place, int((out != want).sum())))
+        ctx.close()
+        return wrong, sorted(launches)
+    finally:
+        del os.environ["IRIS_TWO_SHOT_WRITES"]
+
+
+@pytest.mark.parametrize("writes", ["1", "0"])
+def test_two_shot_of_two_members_writes_each_half_to_its_owner_first_out_of_place(ranks, writes):
+    """Two members, a separate output, past fused_bytes: each member first writes its input's other half into
+    the other's output (the link keeps its rate both ways for writes, not for reads), then sums its own half
+    and writes it to both (five launches: three barriers between and around two kernels). In place, with
+    IRIS_TWO_SHOT_WRITES=0, or with more members: each member reads the other's half (three launches). The
+    result is the same either way."""
+    for rank, (wrong, launches) in enumerate(ranks.run(_two_shot_of_two_members, writes)):
+        assert wrong == [], (rank, wrong)
+        out_of_place = 5 if writes == "1" and ranks.world_size == 2 else 3
+        assert launches == [(False, out_of_place), (True, 3)], (rank, launches)

@@ -5,7 +5,9 @@ Variants (``Config.all_reduce_variant``):
   everything per rank: the fastest for small messages.
 - two_shot: member i reduces slice i of the elements (reading it from every member) and writes
   the result into every member's output: each element is read W times and written W times in
-  total, not per rank: the better choice for large messages.
+  total, not per rank: the better choice for large messages. With two members, a separate output and
+  past ``Config.fused_bytes``, each member first writes the other's half into the other's output, then
+  combines its own half there (writes keep the link's rate both ways; see :func:`writes_halves`).
 - atomic: each member starts its output from its own input, then atomically adds (max, min)
   its input into every other member's output. float32 and int32 for MAX and MIN; SUM also
   float16 and bfloat16 where the backend's atomics allow (see iris.capabilities).
@@ -58,6 +60,7 @@ from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.device.tracing import elements_bytes
 from iris.ccl.config import Config, ReduceOp
 from iris.capabilities import find_limitation
+from iris.config import two_shot_writes
 
 # The dtype names of benchmarks/ccl.py, which keys the tuned table by them.
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.int32: "int32"}
@@ -98,6 +101,26 @@ def _two_shot_piece(pid, src, dst, numel, members, count, index, cur, heap_bases
     mask = offs < numel
     acc = reduce_block(src, offs, mask, members, count, index, cur, heap_bases, OP, ACC).to(dst.dtype.element_ty)
     store_to_members(dst + offs, acc, members, count, index, cur, heap_bases, mask, 0)
+
+
+@triton.jit
+def _write_half_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, BLOCK: tl.constexpr):
+    """two_shot by writes (two members), first kernel: block ``pid`` of the other member's half of this member's
+    input (its blocks other, other + 2, ...) into the other's output, where the other sums it with its own."""
+    other = (index + 1) % count
+    offs = (tl.cast(pid, tl.int64) * count + other) * BLOCK + tl.arange(0, BLOCK)
+    rma.put(src + offs, dst + offs, cur, tl.load(members + other), heap_bases, mask=offs < numel)
+
+
+@triton.jit
+def _sum_written_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, OP: tl.constexpr,
+                       ACC: tl.constexpr, BLOCK: tl.constexpr):
+    """two_shot by writes, second kernel: block ``pid`` of this member's half, its own input combined with what
+    the other wrote into its output (the order two_shot's reads take: its own first), into both outputs."""
+    offs = (tl.cast(pid, tl.int64) * count + index) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    acc = combine(tl.load(src + offs, mask=mask).to(ACC), tl.load(dst + offs, mask=mask).to(ACC), OP)
+    store_to_members(dst + offs, acc.to(dst.dtype.element_ty), members, count, index, cur, heap_bases, mask, 0)
 
 
 @triton.jit
@@ -195,6 +218,10 @@ def _all_reduce_piece(pid, trace, src, dst, numel, members, count, index, cur, h
         _two_shot_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, OP, ACC, BLOCK)
     elif VARIANT == "one_shot":
         _one_shot_piece(pid, src, dst, numel, members, count, cur, heap_bases, OP, ACC, BLOCK)
+    elif VARIANT == "write_halves":  # two_shot by writes (see all_reduce), first kernel
+        _write_half_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, BLOCK)
+    elif VARIANT == "sum_written":  # and second
+        _sum_written_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, OP, ACC, BLOCK)
     elif (VARIANT == "atomic") or (VARIANT == "spinlock"):  # ring runs fused only: see _ring_piece
         _accumulate_piece(pid, src, dst, numel, members, count, index, cur, heap_bases, locks,
                           VARIANT == "spinlock", OP, ACC, BLOCK)
@@ -413,7 +440,29 @@ def all_reduce(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, 
     else:
         pieces = blocks
     team = ctx.team
-    return _common.run(ctx, group, async_op, fuse, _all_reduce_kernel, pieces, input, output, numel, chunk,
-                       members.tensor, members.size, members.index, ctx.get_rank(), ctx.get_heap_bases(),
-                       team.lock_words, team.ring_flags, team.ring_counts, VARIANT=variant, OP=op.value,
+    args = (input, output, numel, chunk, members.tensor, members.size, members.index, ctx.get_rank(),
+            ctx.get_heap_bases(), team.lock_words, team.ring_flags, team.ring_counts)
+    if variant == "two_shot" and writes_halves(members.size, output.data_ptr() == input.data_ptr(), fuse):
+        # no barrier after the writes' kernel: the sums' launch starts with one
+        return (_common.run(ctx, group, True, False, _all_reduce_kernel, pieces, *args, VARIANT="write_halves",
+                            OP=op.value, ACC=acc, BLOCK=config.block_size)
+                + _common.run(ctx, group, async_op, False, _all_reduce_kernel, pieces, *args, VARIANT="sum_written",
+                              OP=op.value, ACC=acc, BLOCK=config.block_size))
+    return _common.run(ctx, group, async_op, fuse, _all_reduce_kernel, pieces, *args, VARIANT=variant, OP=op.value,
                        ACC=acc, BLOCK=config.block_size)
+
+
+def writes_halves(members: int, in_place: bool, fused: bool) -> bool:
+    """Whether two_shot moves the halves by writes: two members, a separate output, three launches (past
+    ``Config.fused_bytes``) and IRIS_TWO_SHOT_WRITES on (the default). Each member first writes the half of its
+    input that the other reduces into the other's output (a barrier), then combines its own half with what
+    landed there and writes the result into both outputs (a barrier). The traffic is two_shot's, but all of it
+    writes: on 2 x H200 the link carried 128 MiB each way at once in 370 us by SM stores and 404 us by SM loads
+    (benchmarks/probes/bidirectional_probe.py). In place the first writes would overwrite the other's input
+    before it is read; with more members the other members' halves have no place to land.
+
+    Example:
+        >>> writes_halves(4, in_place=False, fused=False)
+        False
+    """
+    return members == 2 and not in_place and not fused and two_shot_writes()
