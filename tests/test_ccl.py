@@ -657,3 +657,47 @@ def test_two_shot_of_two_members_writes_each_half_to_its_owner_first_out_of_plac
         assert wrong == [], (rank, wrong)
         out_of_place = 5 if writes == "1" and ranks.world_size == 2 else 3
         assert launches == [(False, out_of_place), (True, 3)], (rank, launches)
+
+
+def _far_path_choices():
+    """Members on two nodes (forced with Config.hierarchy on this one host): the default variant up to ll's
+    capacity, and how many launches a two_shot of two members takes into a separate output, in place, fused
+    and not."""
+    from iris.ccl.all_reduce import all_reduce, all_reduce_preamble
+
+    ctx = iris.iris(1 << 22)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    two_nodes = tuple(range(world)) if world == 2 else None  # each member a node of its own
+    chosen = {}
+    for numel in (512, 1 << 18):  # 1 KiB and 512 KiB of bfloat16: ll's whole range, its capacity included
+        x = ctx.ones(numel, dtype=torch.bfloat16)
+        for nodes in (None, two_nodes):
+            chosen[(numel, nodes is not None)] = all_reduce_preamble(x, x, ctx, Config(hierarchy=nodes)).variant
+    launches = {}
+    x = ctx.full((1000,), rank + 1, dtype=torch.float32)
+    for fused_bytes in (1 << 30, 0):
+        for in_place in (False, True):
+            out = ctx.full((1000,), rank + 1, dtype=torch.float32) if in_place else ctx.zeros(1000)
+            config = Config(all_reduce_variant="two_shot", block_size=64, fused_bytes=fused_bytes, hierarchy=two_nodes)
+            launched = all_reduce(out, out if in_place else x, ctx, config=config)
+            launches[(fused_bytes > 0, in_place)] = (len(launched), out.unique().tolist())
+    ctx.close()
+    return chosen, launches
+
+
+def test_members_on_two_nodes_take_ll_up_to_its_capacity_and_two_shot_by_writes_at_any_size(ranks):
+    """On the far path (2 x H200, shmem heap, IRIS_NODE_MAP=0,1) ll took 12.1 us at 512 KiB against push's 22.7 (the
+    tuned table's choice there for one node), and two_shot by writes without the fused launch 25-37 us at
+    512 KiB-4 MiB against the fused reads' 36-79: members on two nodes take those (on one node the table's)."""
+    from iris.ccl.all_reduce import choose_variant
+
+    w = ranks.world_size
+    for rank, (chosen, launches) in enumerate(ranks.run(_far_path_choices)):
+        for (numel, far), variant in chosen.items():
+            near = choose_variant(2 * numel, True, w, torch.bfloat16)
+            assert variant == ("ll" if far and w == 2 else near), (rank, numel, far, variant)
+        writes = 5 if w == 2 else 3  # two launches between three barriers, or reads (three launches unfused)
+        assert launches == {(True, False): (5 if w == 2 else 1, [w * (w + 1) / 2]),
+                            (True, True): (1, [w * (w + 1) / 2]),
+                            (False, False): (writes, [w * (w + 1) / 2]),
+                            (False, True): (3, [w * (w + 1) / 2])}, (rank, launches)

@@ -74,6 +74,9 @@ LOCAL_OUTPUT = ("one_shot", "push", "ll")
 # Variants with their own kernel and landing zones in the heap's reserved tail (iris.ccl.all_reduce.push); they
 # read the input only on its own member, so it need not be on the heap (see input_on_heap).
 BARRIER_FREE = ("push", "ll")
+# Members on several nodes (each access to a rank on another node one of the transport's device calls) take ll by
+# default wherever it holds the message: on 2 x H200 with the shmem heap and IRIS_NODE_MAP=0,1, ll took 5.7-12.1 us
+# at 64-512 KiB against push's 11.9-22.7 (the tuned table's choice from 512 KiB on one node) and two_shot's 17.7-35.6.
 # Variants refused for members on several nodes (there every access to a rank on another node is one of the
 # transport's device calls: NVSHMEM's), with why: on 2 x H200 with the shmem heap and IRIS_NODE_MAP=0,1 each took
 # more than 10x the default's time (benchmarks/ccl.py).
@@ -317,11 +320,12 @@ class AllReduceWorkspace:
     hierarchical variant this member's node team and cross team (no memory: the collectives' state
     lives in the heap's reserved regions, see iris.team)."""
 
-    def __init__(self, variant: str, group, members, teams=None):
+    def __init__(self, variant: str, group, members, teams=None, across_nodes: bool = False):
         self.variant = variant
         self.group = group
         self.members = members
         self.teams = teams
+        self.across_nodes = across_nodes
 
 
 def _check_atomic(ctx, dtype, op) -> None:
@@ -373,10 +377,15 @@ def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=N
     in_place = input.numel() > 0 and output.data_ptr() == input.data_ptr()
     nodes = hierarchy.nodes_of_members(ctx, config, members, what)
     variant = config.all_reduce_variant
+    across_nodes = len(set(nodes)) > 1
     if variant is None:
-        hierarchical = hierarchy.pays(nodes)
-        variant = "hierarchical" if hierarchical else choose_variant(input.nbytes, in_place, members.size, input.dtype)
-    refusal = far_path_refusal(variant, len(set(nodes)) > 1)
+        if hierarchy.pays(nodes):
+            variant = "hierarchical"
+        elif across_nodes and all_reduce_push.holds("ll", input.numel(), input.element_size()):
+            variant = "ll"  # see the note above FAR_PATH_REFUSED
+        else:
+            variant = choose_variant(input.nbytes, in_place, members.size, input.dtype)
+    refusal = far_path_refusal(variant, across_nodes)
     if refusal is not None:
         raise ValueError(refusal)
     if in_place and variant not in IN_PLACE:
@@ -390,7 +399,7 @@ def all_reduce_preamble(output, input, ctx, config=None, workspace=None, group=N
     teams = None
     if variant == "hierarchical":
         teams = hierarchy.teams(members.ranks, nodes, ctx.get_rank())
-    return AllReduceWorkspace(variant, group, members, teams)
+    return AllReduceWorkspace(variant, group, members, teams, across_nodes)
 
 
 def all_reduce(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, config=None, workspace=None):
@@ -442,7 +451,8 @@ def all_reduce(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, 
     team = ctx.team
     args = (input, output, numel, chunk, members.tensor, members.size, members.index, ctx.get_rank(),
             ctx.get_heap_bases(), team.lock_words, team.ring_flags, team.ring_counts)
-    if variant == "two_shot" and writes_halves(members.size, output.data_ptr() == input.data_ptr(), fuse):
+    if variant == "two_shot" and writes_halves(members.size, output.data_ptr() == input.data_ptr(), fuse,
+                                               workspace.across_nodes):
         # no barrier after the writes' kernel: the sums' launch starts with one
         return (_common.run(ctx, group, True, False, _all_reduce_kernel, pieces, *args, VARIANT="write_halves",
                             OP=op.value, ACC=acc, BLOCK=config.block_size)
@@ -452,9 +462,12 @@ def all_reduce(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=False, 
                        ACC=acc, BLOCK=config.block_size)
 
 
-def writes_halves(members: int, in_place: bool, fused: bool) -> bool:
+def writes_halves(members: int, in_place: bool, fused: bool, across_nodes: bool = False) -> bool:
     """Whether two_shot moves the halves by writes: two members, a separate output, three launches (past
-    ``Config.fused_bytes``) and IRIS_TWO_SHOT_WRITES on (the default). Each member first writes the half of its
+    ``Config.fused_bytes``, or at any size for members on two nodes: there the fused launch's reads go through the
+    transport, and on 2 x H200 with the shmem heap and IRIS_NODE_MAP=0,1 two_shot by writes took 25.4, 27.4, 31.2
+    and 37.0 us at 512 KiB, 1, 2 and 4 MiB against 35.6, 41.9, 54.4 and 78.8 fused) and IRIS_TWO_SHOT_WRITES on
+    (the default). Each member first writes the half of its
     input that the other reduces into the other's output (a barrier), then combines its own half with what
     landed there and writes the result into both outputs (a barrier). The traffic is two_shot's, but all of it
     writes: on 2 x H200 the link carried 128 MiB each way at once in 370 us by SM stores and 404 us by SM loads
@@ -465,4 +478,4 @@ def writes_halves(members: int, in_place: bool, fused: bool) -> bool:
         >>> writes_halves(4, in_place=False, fused=False)
         False
     """
-    return members == 2 and not in_place and not fused and two_shot_writes()
+    return members == 2 and not in_place and (across_nodes or not fused) and two_shot_writes()
