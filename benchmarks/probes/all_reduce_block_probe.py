@@ -1,4 +1,4 @@
-"""Probe: all_reduce's one_shot and two_shot (and reduce_scatter) by ``Config.block_size``, beside torch symmetric memory.
+"""Probe: all_reduce's one_shot and two_shot (and reduce_scatter) by ``Config.block_size``, beside torch symm_mem.
 
     iris run -n 2 benchmarks/probes/all_reduce_block_probe.py        (NVIDIA GPUs, one rank per GPU)
     iris run -n 2 benchmarks/probes/all_reduce_block_probe.py --sizes 256M --blocks 1024 2048 4096 8192 \
