@@ -84,6 +84,8 @@ FAR_PATH_REFUSED = {
     "atomic": "one remote atomic per element: 300-6000x the default's time at 1 KiB-16 MiB",
     "spinlock": "a remote lock and element-wise remote reads and writes per tile: 12-13x the default's time at "
                 "8-16 MiB",
+    "ring": "a flag round trip to the next member per block and step: 3-11x the default's time at 1-16 MiB "
+            "(11.2x at 16 MiB, 820 us against 73)",
 }
 
 
