@@ -12,7 +12,9 @@ rank knows every rank's input (seeded), so each member checks its own result:
   updates land): their inputs are smaller (within +-4), so that every partial sum of up to 8
   members is exact even in bfloat16.
   Where the backend cannot do the atomic variant's dtype or op, the property is its refusal
-  (a TypeError naming the variant, before any launch), per iris.capabilities.
+  (a TypeError naming the variant, before any launch), per iris.capabilities; for members on several nodes
+  (IRIS_NODE_MAP=0,1 with the shmem heap), the refusal of the variants all_reduce refuses there (a ValueError,
+  per iris.ccl.all_reduce.far_path_refusal).
 """
 
 import pytest
@@ -25,6 +27,7 @@ from conformance.dtypes import element_size, values
 from conformance.profiles import current
 from iris.capabilities import find_limitation
 from iris.ccl import Config, ReduceOp
+from iris.ccl.all_reduce import far_path_refusal
 from iris.runtime import SELECTED
 
 REDUCE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32)
@@ -123,10 +126,12 @@ def _collective_on_rank(case):
         x = harness.region(src_offset, mine.numel(), dtype).view(mine.shape)
         x.copy_(harness.to_device(mine, device))
         target = x if case["in_place"] else out
-        refusal = _atomic_refusal(case)
-        if refusal:
-            return harness.Verdict(_expect_refusal(ctx.ccl.all_reduce, target, x, op=ReduceOp(case["reduce"]),
-                                                   group=group, config=config))
+        refused = (ValueError, "refused for members on several nodes") \
+            if _far_path_refused(ctx.get_node_map(), case) else (TypeError, "atomic variant") \
+            if _atomic_refusal(case) else None
+        if refused:
+            return harness.Verdict(_expect_refusal(ctx.ccl.all_reduce, *refused, target, x,
+                                                   op=ReduceOp(case["reduce"]), group=group, config=config))
         violations += harness.attempt(ctx.ccl.all_reduce, target, x, op=ReduceOp(case["reduce"]), group=group,
                                       config=config)
         out = target
@@ -170,12 +175,27 @@ def _atomic_refusal(case) -> bool:
     return find_limitation(SELECTED or "", "atomic", case["dtype"], concurrent=True) is not None
 
 
-def _expect_refusal(call, *args, **kwargs) -> list[str]:
+def _far_path_refused(node_map, case) -> bool:
+    """Whether all_reduce must refuse the case's variant for its members: one of those it refuses for members on
+    several nodes (``node_map``: ``ctx.get_node_map()``, the node of each rank)."""
+    return far_path_refusal(case.get("variant"), len({node_map[m] for m in case["members"]}) > 1) is not None
+
+
+def test_the_far_path_refusals_follow_the_members_nodes():
+    """The conformance cases expect a refusal exactly where all_reduce refuses: a refused variant (ring here) over
+    members on two nodes; not over members of one node, nor for a variant that runs there."""
+    ring, two_shot = dict(variant="ring", members=(0, 1)), dict(variant="two_shot", members=(0, 1))
+    assert _far_path_refused((0, 1), ring) and not _far_path_refused((0, 0), ring)
+    assert not _far_path_refused((0, 1), dict(ring, members=(1,))) and not _far_path_refused((0, 1), two_shot)
+
+
+def _expect_refusal(call, error, words, *args, **kwargs) -> list[str]:
+    """No violation where ``call`` raises ``error`` with ``words`` in its message."""
     try:
         call(*args, **kwargs)
-    except TypeError as exc:
-        return [] if "atomic variant" in str(exc) else [f"refused with an unexpected message: {exc}"]
-    return ["the atomic variant ran a dtype or op that the backend cannot update atomically"]
+    except error as exc:
+        return [] if words in str(exc) else [f"refused with an unexpected message: {exc}"]
+    return [f"ran a case it must refuse ({error.__name__}: ...{words}...)"]
 
 
 @st.composite
@@ -225,6 +245,8 @@ def _replayed_on_rank(case):
     x = harness.region((expected.numel() * element_size(dtype) // ALIGN + 1) * ALIGN, mine.numel(),
                        dtype).view(mine.shape)
     reduce = ReduceOp(case.get("reduce", "sum"))
+    if op == "all_reduce" and _far_path_refused(ctx.get_node_map(), case):  # refused there: the default runs instead
+        config = Config(block_size=case["block"], fused_bytes=case["fused_bytes"])
     calls = {"all_reduce": lambda: ctx.ccl.all_reduce(out, x, op=reduce, config=config),
              "reduce_scatter": lambda: ctx.ccl.reduce_scatter(out, x, op=reduce, config=config),
              "broadcast": lambda: ctx.ccl.broadcast(out, src=case["src"], config=config),
