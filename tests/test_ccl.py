@@ -646,7 +646,7 @@ def _two_shot_of_two_members(writes):
         del os.environ["IRIS_TWO_SHOT_WRITES"]
 
 
-@pytest.mark.parametrize("writes", ["1", "0"])
+@pytest.mark.parametrize("writes", ["1", pytest.param("0", marks=pytest.mark.slow)])  # "0": the reads, as before
 def test_two_shot_of_two_members_writes_each_half_to_its_owner_first_out_of_place(ranks, writes):
     """Two members, a separate output, past fused_bytes: each member first writes its input's other half into
     the other's output (the link keeps its rate both ways for writes, not for reads), then sums its own half

@@ -6,8 +6,9 @@ Variants (``Config.all_reduce_variant``):
 - two_shot: member i reduces slice i of the elements (reading it from every member) and writes
   the result into every member's output: each element is read W times and written W times in
   total, not per rank: the better choice for large messages. With two members, a separate output and
-  past ``Config.fused_bytes``, each member first writes the other's half into the other's output, then
-  combines its own half there (writes keep the link's rate both ways; see :func:`writes_halves`).
+  past ``Config.fused_bytes`` (at any size for members on two nodes), each member first writes the other's half
+  into the other's output, then combines its own half there (writes keep the link's rate both ways; see
+  :func:`writes_halves`).
 - atomic: each member starts its output from its own input, then atomically adds (max, min)
   its input into every other member's output. float32 and int32 for MAX and MIN; SUM also
   float16 and bfloat16 where the backend's atomics allow (see iris.capabilities).
@@ -469,12 +470,12 @@ def writes_halves(members: int, in_place: bool, fused: bool, across_nodes: bool 
     ``Config.fused_bytes``, or at any size for members on two nodes: there the fused launch's reads go through the
     transport, and on 2 x H200 with the shmem heap and IRIS_NODE_MAP=0,1 two_shot by writes took 25.4, 27.4, 31.2
     and 37.0 us at 512 KiB, 1, 2 and 4 MiB against 35.6, 41.9, 54.4 and 78.8 fused) and IRIS_TWO_SHOT_WRITES on
-    (the default). Each member first writes the half of its
-    input that the other reduces into the other's output (a barrier), then combines its own half with what
-    landed there and writes the result into both outputs (a barrier). The traffic is two_shot's, but all of it
-    writes: on 2 x H200 the link carried 128 MiB each way at once in 370 us by SM stores and 404 us by SM loads
-    (benchmarks/probes/bidirectional_probe.py). In place the first writes would overwrite the other's input
-    before it is read; with more members the other members' halves have no place to land.
+    (the default). Each member first writes the half of its input that the other reduces into the other's output
+    (a barrier), then combines its own half with what landed there and writes the result into both outputs (a
+    barrier). The traffic is two_shot's, but all of it writes: on 2 x H200 the link carried 128 MiB each way at
+    once in 370 us by SM stores and 404 us by SM loads (benchmarks/probes/bidirectional_probe.py). In place the
+    first writes would overwrite the other's input before it is read; with more members the other members' halves
+    have no place to land.
 
     Example:
         >>> writes_halves(4, in_place=False, fused=False)
