@@ -615,7 +615,16 @@ def test_push_and_ll_take_an_input_off_the_heap(ranks):
         assert "input is not on the symmetric heap" in errors[0], (rank, errors)
 
 
-def _two_shot_of_two_members(writes):
+# (elements, dtype, op) of the two-member two_shot test: the default tier's few (each pair of dtype and op is another
+# compilation of the kernels, for the CPU and for each cross-compile target), and the slow tier's whole matrix
+TWO_SHOT_FEW = ((4099, torch.float32, ReduceOp.SUM), (1000, torch.bfloat16, ReduceOp.MAX),
+                (4099, torch.int32, ReduceOp.SUM))
+TWO_SHOT_ALL = tuple((numel, dtype, op) for numel in (1, 1000, 4099)  # one block, a ragged tail, an odd count of
+                     for dtype in (torch.float32, torch.bfloat16, torch.int32)  # blocks of 64
+                     for op in (ReduceOp.SUM, ReduceOp.MAX))
+
+
+def _two_shot_of_two_members(writes, cases):
     """two_shot unfused (three launches, or five where the halves are written first), out of place and in place."""
     from iris.ccl.all_reduce import all_reduce
 
@@ -624,36 +633,37 @@ def _two_shot_of_two_members(writes):
         ctx = iris.iris(1 << 22)
         rank, world = ctx.get_rank(), ctx.get_num_ranks()
         wrong, launches = [], set()
-        for numel in (1, 1000, 4099):  # one block, a ragged tail, an odd count of blocks of 64
-            for dtype in (torch.float32, torch.bfloat16, torch.int32):
-                for op in (ReduceOp.SUM, ReduceOp.MAX):
-                    def part(r):  # distinct small integers on every rank, exact in every dtype
-                        return (torch.arange(numel, device=ctx.get_device()) % 13 + 5 * r).to(dtype)
-                    every = torch.stack([part(r) for r in range(world)]).to(torch.float64)
-                    want = (every.sum(0) if op is ReduceOp.SUM else every.amax(0)).to(dtype)
-                    for in_place in (False, True):
-                        x = ctx.empty(numel, dtype=dtype)
-                        x.copy_(part(rank))
-                        out = x if in_place else ctx.full((numel,), -99, dtype=dtype)
-                        config = Config(all_reduce_variant="two_shot", block_size=64, fused_bytes=0)
-                        launched = all_reduce(out, x, ctx, op=op, config=config)
-                        launches.add((in_place, len(launched)))
-                        if not torch.equal(out, want):
-                            wrong.append((numel, str(dtype), op.name, in_place, int((out != want).sum())))
+        for numel, dtype, op in cases:
+            def part(r):  # distinct small integers on every rank, exact in every dtype
+                return (torch.arange(numel, device=ctx.get_device()) % 13 + 5 * r).to(dtype)
+            every = torch.stack([part(r) for r in range(world)]).to(torch.float64)
+            want = (every.sum(0) if op is ReduceOp.SUM else every.amax(0)).to(dtype)
+            for in_place in (False, True):
+                x = ctx.empty(numel, dtype=dtype)
+                x.copy_(part(rank))
+                out = x if in_place else ctx.full((numel,), -99, dtype=dtype)
+                config = Config(all_reduce_variant="two_shot", block_size=64, fused_bytes=0)
+                launched = all_reduce(out, x, ctx, op=op, config=config)
+                launches.add((in_place, len(launched)))
+                if not torch.equal(out, want):
+                    wrong.append((numel, str(dtype), op.name, in_place, int((out != want).sum())))
         ctx.close()
         return wrong, sorted(launches)
     finally:
         del os.environ["IRIS_TWO_SHOT_WRITES"]
 
 
-@pytest.mark.parametrize("writes", ["1", pytest.param("0", marks=pytest.mark.slow)])  # "0": the reads, as before
-def test_two_shot_of_two_members_writes_each_half_to_its_owner_first_out_of_place(ranks, writes):
+@pytest.mark.parametrize("writes,cases", [("1", TWO_SHOT_FEW),
+                                          pytest.param("1", TWO_SHOT_ALL, marks=pytest.mark.slow),
+                                          pytest.param("0", TWO_SHOT_ALL, marks=pytest.mark.slow)],
+                         ids=["writes-few", "writes-all", "reads-all"])
+def test_two_shot_of_two_members_writes_each_half_to_its_owner_first_out_of_place(ranks, writes, cases):
     """Two members, a separate output, past fused_bytes: each member first writes its input's other half into
     the other's output (the link keeps its rate both ways for writes, not for reads), then sums its own half
     and writes it to both (five launches: three barriers between and around two kernels). In place, with
     IRIS_TWO_SHOT_WRITES=0, or with more members: each member reads the other's half (three launches). The
     result is the same either way."""
-    for rank, (wrong, launches) in enumerate(ranks.run(_two_shot_of_two_members, writes)):
+    for rank, (wrong, launches) in enumerate(ranks.run(_two_shot_of_two_members, writes, cases)):
         assert wrong == [], (rank, wrong)
         out_of_place = 5 if writes == "1" and ranks.world_size == 2 else 3
         assert launches == [(False, out_of_place), (True, 3)], (rank, launches)
