@@ -58,9 +58,9 @@ VARIABLES: tuple[Variable, ...] = (
              "unset, past 32768 elements (so ll takes 16-bit messages up to 512 KiB per rank); set it the same "
              "on every rank"),
     Variable("IRIS_TWO_SHOT_WRITES", "1",
-             "switch: all_reduce's two_shot of two members into a separate output, past ``Config.fused_bytes``, first "
-             "writes each member's half of the input that the other reduces into the other's output, instead of "
-             "each reading it (0: reads); set it the same on every rank"),
+             "switch: all_reduce's two_shot of two members into a separate output, past ``Config.fused_bytes`` (at "
+             "any size for members on two nodes), first writes each member's half of the input that the other "
+             "reduces into the other's output, instead of each reading it (0: reads); set it the same on every rank"),
     Variable("IRIS_CPU_BIND", "0", "switch: ``iris run`` gives each rank cores of its own, as ``--cpu-bind``"),
     Variable("NVSHMEM_SYMMETRIC_SIZE", "heap size + 1/8 + 256 MiB",
              "NVSHMEM's own heap; the ``shmem`` heap provider sets it when unset, to hold Iris's heap"),
@@ -287,10 +287,10 @@ def ll_pack() -> bool | None:
 
 def two_shot_writes() -> bool:
     """IRIS_TWO_SHOT_WRITES (on unless 0): a two-member two_shot all_reduce into a separate output, past
-    ``Config.fused_bytes``, moves the halves by writes (each member writes the half the other reduces into the
-    other's output, then sums its own half and writes it to both) instead of reading the other's half. On
-    2 x H200, 128 MiB each way at once: SM stores 370 us, SM loads 404 us (one way: 366 and 364;
-    benchmarks/probes/bidirectional_probe.py)."""
+    ``Config.fused_bytes`` (at any size for members on two nodes), moves the halves by writes (each member writes
+    the half the other reduces into the other's output, then sums its own half and writes it to both) instead of
+    reading the other's half. On 2 x H200, 128 MiB each way at once: SM stores 370 us, SM loads 404 us (one way:
+    366 and 364; benchmarks/probes/bidirectional_probe.py)."""
     return switch("IRIS_TWO_SHOT_WRITES", True)
 
 
