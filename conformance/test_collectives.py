@@ -126,9 +126,11 @@ def _collective_on_rank(case):
         x = harness.region(src_offset, mine.numel(), dtype).view(mine.shape)
         x.copy_(harness.to_device(mine, device))
         target = x if case["in_place"] else out
-        refused = (ValueError, "refused for members on several nodes") \
-            if _far_path_refused(ctx.get_node_map(), case) else (TypeError, "atomic variant") \
-            if _atomic_refusal(case) else None
+        refused = None  # (the error all_reduce must raise, words of its message) where it must refuse the case
+        if _far_path_refused(ctx.get_node_map(), case):
+            refused = (ValueError, "refused for members on several nodes")
+        elif _atomic_refusal(case):
+            refused = (TypeError, "atomic variant")
         if refused:
             return harness.Verdict(_expect_refusal(ctx.ccl.all_reduce, *refused, target, x,
                                                    op=ReduceOp(case["reduce"]), group=group, config=config))

@@ -46,6 +46,7 @@ def main() -> int:
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     if world != 2:
         ctx.error("bidirectional_probe: run it with 2 ranks: iris run -n 2 benchmarks/probes/bidirectional_probe.py")
+        ctx.close()
         return 2
     peer = 1 - rank
     heap_bases = ctx.get_heap_bases()
