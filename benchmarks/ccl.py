@@ -94,8 +94,8 @@ from _results import (add_csv_argument, check_csv_argument, default_csv, git_com
                       interleaved_median_us, parse_size, why_not, write_csv)
 
 import iris
-from iris.distributed import job_world_size
-from iris.capabilities import find_limitation
+from iris.runtime.distributed import job_world_size
+from iris.runtime.capabilities import find_limitation
 from iris.ccl import Config
 from iris.ccl.all_reduce import ELEMENT_SIZES, far_path_refusal
 from iris.ccl.all_reduce import push as all_reduce_push
@@ -229,8 +229,8 @@ def _null_kernel(x):
 
 def null_launch_rows(base, x) -> list[dict]:
     """The host's floor for one launch: an empty Triton kernel, launched by Triton and by iris's
-    remembered launch (iris.replay.bind, what a repeated collective replays)."""
-    from iris.replay import bind
+    remembered launch (iris.host.replay.bind, what a repeated collective replays)."""
+    from iris.host.replay import bind
 
     bound = bind(_null_kernel, (1,), x)
     return [{**base, "collective": "null", "dtype": "", "bytes": 0, "impl": label, "us": host_us(call),

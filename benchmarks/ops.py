@@ -76,7 +76,7 @@ from _results import (SPIN_CYCLES_PER_US, add_csv_argument, check_csv_argument, 
                       interleaved_median_us, why_not, write_csv)
 
 import iris
-from iris.distributed import job_world_size
+from iris.runtime.distributed import job_world_size
 from iris.ops import FusedConfig, matmul
 from iris.testing.fused_ops import OPS
 

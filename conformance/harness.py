@@ -237,7 +237,7 @@ def marks_for(feature: str, dtype=None, concurrent: bool = False) -> list:
     """pytest marks for a case the backend cannot run at all: a skip with the capability table's reason."""
     import pytest
 
-    from iris.capabilities import find_limitation
+    from iris.runtime.capabilities import find_limitation
     from iris.runtime import SELECTED
 
     row = find_limitation(SELECTED or "", feature, dtype, concurrent=concurrent)

@@ -11,7 +11,7 @@ Operands come in every form a kernel may pass them (``FORMS``): a block of the w
 a block of another dtype holding the same values, and a scalar kernel argument made from a
 Python int or float; each op converts them to the word's dtype, so all forms give the same bits.
 
-Gaps a backend cannot honour come from ``iris.capabilities`` and are marked
+Gaps a backend cannot honour come from ``iris.runtime.capabilities`` and are marked
 with its reason: never skipped silently.
 """
 
@@ -29,7 +29,7 @@ import iris
 from conformance import harness
 from conformance.dtypes import element_size, short_name
 from conformance.profiles import PROFILES, current
-from iris.capabilities import find_limitation
+from iris.runtime.capabilities import find_limitation
 from iris.runtime import SELECTED as BACKEND
 
 SEMS = ("relaxed", "acquire", "release", "acq_rel")

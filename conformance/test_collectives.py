@@ -12,7 +12,7 @@ rank knows every rank's input (seeded), so each member checks its own result:
   updates land): their inputs are smaller (within +-4), so that every partial sum of up to 8
   members is exact even in bfloat16.
   Where the backend cannot do the atomic variant's dtype or op, the property is its refusal
-  (a TypeError naming the variant, before any launch), per iris.capabilities; for members on several nodes
+  (a TypeError naming the variant, before any launch), per iris.runtime.capabilities; for members on several nodes
   (IRIS_NODE_MAP=0,1 with the shmem heap), the refusal of the variants all_reduce refuses there (a ValueError,
   per iris.ccl.all_reduce.far_path_refusal).
 """
@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from conformance import harness
 from conformance.dtypes import element_size, values
 from conformance.profiles import current
-from iris.capabilities import find_limitation
+from iris.runtime.capabilities import find_limitation
 from iris.ccl import Config, ReduceOp
 from iris.ccl.all_reduce import far_path_refusal
 from iris.runtime import SELECTED

@@ -15,9 +15,9 @@ the logger, the launcher's stack dumps) is set up by the first ``iris.iris(...)`
 """
 
 from iris import runtime as _runtime  # noqa: F401  (must come first: may enable the interpreter)
-from iris import iris as _iris_module  # the original's module iris.iris: loaded before the name becomes the factory
 from iris.context import Iris, iris
-from iris import ccl, mem, ops, tensor_creation
+from iris import ccl, compat, ops
+from iris.compat import mem, tensor_creation, tracing  # noqa: F401  (iris.tracing: the original's module path)
 from iris.device import (
     DeviceContext,
     DeviceTracing,
@@ -42,20 +42,21 @@ from iris.device import (
     translate,
     wait_until,
 )
-from iris.debug import DeviceAccessError, WaitTimeoutError
+from iris.host.debug import DeviceAccessError, WaitTimeoutError
 from iris.device.ordering import Scope, Semantic
 from iris.host.bench import do_bench, memset_tensor
 from iris.host.devices import get_device_id_for_rank, get_num_xcc
 from iris.host.pointers import CUDAArrayInterface, tensor_from_ptr
-from iris.logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level
+from iris.runtime.logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level
 from iris.memory.providers import HeapProviderRefusal
 
 Context = DeviceContext  # the original's newest name of the device context (iris.mem.triton.context.Context)
 
+compat.install()  # the original's module paths: iris.iris, iris.tracing, iris.tensor_creation, iris.mem
 # ``import iris.iris as m`` reads the attribute (the factory): it carries the module's names too.
-for _name in _iris_module.__all__:
+for _name in compat.iris_module.__all__:
     if _name != "iris":
-        setattr(iris, _name, getattr(_iris_module, _name))
+        setattr(iris, _name, getattr(compat.iris_module, _name))
 del _name
 
 __version__ = "0.1.0"

@@ -131,7 +131,7 @@ def switch(name: str, default: bool | None) -> bool | None:
 
 
 def cpu_bind_requested() -> bool:
-    """IRIS_CPU_BIND: ``iris run`` binds each rank to cores of its own (iris.cpu_binding)."""
+    """IRIS_CPU_BIND: ``iris run`` binds each rank to cores of its own (iris.runtime.cpu_binding)."""
     return switch("IRIS_CPU_BIND", False)
 
 
@@ -271,7 +271,7 @@ def graph_replay() -> bool:
 
 def native_replay() -> bool:
     """IRIS_NATIVE_REPLAY (on unless 0): a remembered call's graph is found and launched from C
-    (iris.replay.native), not by Python. On by default since 2 x H200 measured it: the slowest rank's host
+    (iris.host.replay.native), not by Python. On by default since 2 x H200 measured it: the slowest rank's host
     time per repeated all_reduce 4.3-5.3 us against 6.9-7.8 by Python (benchmarks/probes/eager_probe.py)."""
     return switch("IRIS_NATIVE_REPLAY", True)
 

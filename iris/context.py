@@ -8,19 +8,20 @@ import numbers
 
 import torch
 
-from iris import config, runtime, sim
+from iris import config, runtime
+from iris.runtime import sim
 from iris.device.context import TritonContext, build_context_tensor  # noqa: F401 (TritonContext: the original's
 # iris.context.TritonContext, imported from here by code written for it)
 from iris.device.rma import HEAP_BASES_SLOT
-from iris import debug as debug_mode
-from iris.distributed import init_distributed, node_map
+from iris.host import debug as debug_mode
+from iris.runtime.distributed import init_distributed, node_map
 from iris.host.devices import get_num_xcc
-from iris.logging import log
+from iris.runtime.logging import log
 from iris.memory.heap import SymmetricHeap
 from iris.memory.providers import HeapProviderRefusal, JobFacts, create_provider, provider_name
 from iris.memory.tensors import TensorFactories
 from iris.runtime import launch_options
-from iris.team import Team, reserved_layout
+from iris.host.team import Team, reserved_layout
 
 # "vmem" is the original's virtual-memory allocator, which maps an imported tensor into the heap; here it is the
 # same heap as "torch", and as_symmetric copies an imported tensor into it
@@ -73,7 +74,7 @@ class Iris(TensorFactories):
         debug: bound every device wait by IRIS_WAIT_TIMEOUT seconds and raise
             :class:`iris.WaitTimeoutError` naming what was awaited, and check every remote
             access's ranks and pointers (:class:`iris.DeviceAccessError`); also IRIS_DEBUG=1,
-            see :mod:`iris.debug`. Turn it on before the first iris kernel compiles.
+            see :mod:`iris.host.debug`. Turn it on before the first iris kernel compiles.
         heap: where the heap's memory comes from: ``"ipc"`` (default: CUDA/HIP IPC, or shared
             memory on the CPU backend) or ``"shmem"`` (one NVSHMEM/rocSHMEM allocation through
             torch's symmetric memory; one rank per GPU, torch.distributed initialized); default
@@ -139,7 +140,7 @@ class Iris(TensorFactories):
         comm.barrier()
 
     def set_debug(self, on: bool) -> None:
-        """Switch this context's debug mode (see :mod:`iris.debug`) on or off; other contexts keep theirs.
+        """Switch this context's debug mode (see :mod:`iris.host.debug`) on or off; other contexts keep theirs.
 
         Switching it on compiles the device checks into this process's kernels from then on, so do
         it (or pass ``debug=True``, or set IRIS_DEBUG=1) before the first kernel compiles; Triton

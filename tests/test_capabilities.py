@@ -1,6 +1,6 @@
 """The capability table: its answers, and a demonstration that each of its gaps is real.
 
-Every row of iris.capabilities.LIMITATIONS has a demonstration here that runs on that backend
+Every row of iris.runtime.capabilities.LIMITATIONS has a demonstration here that runs on that backend
 and fails if the gap disappears (a newer Triton fixed it): the row is then stale and must go.
 """
 
@@ -10,7 +10,7 @@ import triton
 import triton.language as tl
 
 import iris
-from iris.capabilities import LIMITATIONS, limitation
+from iris.runtime.capabilities import LIMITATIONS, limitation
 from iris.runtime import SELECTED
 from iris.testing.cross_compile import suspended
 
@@ -122,7 +122,7 @@ DEMONSTRATIONS = {
 
 def test_every_row_has_a_demonstration():
     rows = {(row.backend, row.feature, row.dtype) for row in LIMITATIONS}
-    assert rows == set(DEMONSTRATIONS), "a row of iris.capabilities needs a demonstration here (or must go)"
+    assert rows == set(DEMONSTRATIONS), "a row of iris.runtime.capabilities needs a demonstration here (or must go)"
 
 
 def _rows(concurrent: bool):

@@ -12,7 +12,7 @@ from iris.ccl import Config, ReduceOp
 from iris.ccl.all_reduce import far_path_refusal
 from iris.ccl.all_reduce import push as all_reduce_push
 from iris.ccl.config import ALL_REDUCE_VARIANTS
-from iris.team import LL_UNPACKED, LL_WORDS, PUSH_BYTES
+from iris.host.team import LL_UNPACKED, LL_WORDS, PUSH_BYTES
 from iris.testing import refusals
 
 
@@ -357,7 +357,7 @@ def test_every_program_counts_every_call_and_the_blocks_spread_the_message(ll, i
     PUSH_PROGRAMS, each counting every call, busy or not; the interpreter one program), and only the block grows:
     from LL_BLOCK words (ll on a GPU) or the configured block, to spread the message over the programs."""
     from iris.ccl.all_reduce.push import LL_BLOCK, launch_shape
-    from iris.team import PUSH_PROGRAMS
+    from iris.host.team import PUSH_PROGRAMS
 
     sizes = (1, 63, 64, 513, 8192, 8193, 1 << 17, LL_WORDS, 1 << 19)
     shapes = [launch_shape(words, 1024, ll, interpreted) for words in sizes]

@@ -188,7 +188,7 @@ def test_out_is_returned_itself_and_a_bad_out_raises_runtime_error():
 def test_iris_formatter_of_the_original():
     import logging
 
-    from iris.logging import IrisFormatter
+    from iris.runtime.logging import IrisFormatter
 
     record = logging.LogRecord("iris", logging.INFO, "", 0, "no rank", (), None)
     assert IrisFormatter().format(record) == "[Iris] no rank"

@@ -6,7 +6,7 @@ import triton
 import triton.language as tl
 
 import iris
-from iris.replay import bind, captured_graph, graph_launcher
+from iris.host.replay import bind, captured_graph, graph_launcher
 from iris.runtime import SELECTED as BACKEND
 
 pytestmark = pytest.mark.skipif(BACKEND != "cuda", reason="CUDA graphs need the cuda backend (a GPU)")

@@ -11,7 +11,7 @@
 - the environment-variable page is generated from ``iris.config.VARIABLES``, which names every
   variable iris/config.py reads or sets;
 - the CLI page is generated from ``iris.launch.build_parser()`` and shows every subcommand and option;
-- the capability page is generated from ``iris.capabilities.LIMITATIONS``.
+- the capability page is generated from ``iris.runtime.capabilities.LIMITATIONS``.
 
 No ranks, no kernels: this file runs in a second or two.
 """
@@ -252,7 +252,7 @@ def test_the_cli_page_lists_every_subcommand_and_option():
 
 
 def test_the_capability_page_lists_every_gap():
-    from iris.capabilities import LIMITATIONS
+    from iris.runtime.capabilities import LIMITATIONS
 
     page = _hook().capabilities_page()
     for row in LIMITATIONS:

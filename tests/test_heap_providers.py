@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 import iris
-from iris.capabilities import limitation
+from iris.runtime.capabilities import limitation
 from iris.device import nvshmem as engine
 from iris.memory.providers import PROVIDERS, JobFacts, create_provider, provider_name
 from iris.runtime import SELECTED
@@ -256,7 +256,7 @@ def _collective_frees_on_rank(world):
     """Each rank holds three allocations, views and releases them unevenly, and frees collectively."""
     import weakref
 
-    from iris.distributed import init_distributed
+    from iris.runtime.distributed import init_distributed
     from iris.memory.collective_free import CollectiveFrees
 
     comm = init_distributed("cpu", lambda rank: torch.device("cpu"))
@@ -432,7 +432,7 @@ def test_a_heap_the_engine_may_reach_lays_out_the_staging_slots_just_below_the_s
     slots and their lock words from the scratch word's address, so they must lie right below it. Every heap
     of a provider that may compile the engine path has them (the shmem heap compiles it wherever the
     engine maps no pointer to a rank, on one node too); the ipc heap, which never does, reserves none."""
-    from iris.team import reserved_layout
+    from iris.host.team import reserved_layout
 
     assert create_provider("shmem").reaches_by_engine and not create_provider("ipc").reaches_by_engine
     for world in (1, 2, 3, 8):

@@ -190,11 +190,11 @@ def _barriers_after_one_rank_starts_late(late_rank: int):
     all_reduce at once: every rank's start must have zeroed them before any rank passes iris.iris(), or a
     peer's first arrival lands before the zeroing and is wiped (both ranks then wait for ever). On the CPU
     the zeroing is synchronous; the GPUs are where this can fail."""
-    import iris.team
+    import iris.host.team
     from iris.ccl import Config
 
     late = int(os.environ["RANK"]) == late_rank
-    original = iris.team.Team.__init__
+    original = iris.host.team.Team.__init__
 
     def starts_late(team, *args, **kwargs):
         if late and torch.cuda.is_available():
@@ -202,7 +202,7 @@ def _barriers_after_one_rank_starts_late(late_rank: int):
         original(team, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(iris.team.Team, "__init__", starts_late)
+        patch.setattr(iris.host.team.Team, "__init__", starts_late)
         ctx = iris.iris(1 << 20)
     x = ctx.full((64,), float(ctx.get_rank() + 1))
     out = ctx.zeros(64)

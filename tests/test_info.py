@@ -54,7 +54,7 @@ def test_info_reports_a_setting_it_cannot_read_instead_of_failing():
 def test_the_native_replay_says_where_it_changes_nothing():
     """The C path launches graphs by the CUDA driver: on HIP (graph.replay()) and the CPU (no graphs) it is
     on in name only, and iris info says so."""
-    from iris.info import native_replay_meaning
+    from iris.launch.info import native_replay_meaning
 
     assert native_replay_meaning(True, "cuda") == "on: repeated calls launched from C"
     assert native_replay_meaning(False, "cuda") == "off"

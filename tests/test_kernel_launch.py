@@ -1,11 +1,11 @@
-"""iris.replay's call keys: what makes a repeated call the same call (its remembered launches are
+"""iris.host.replay's call keys: what makes a repeated call the same call (its remembered launches are
 relaunched as they are), on plain tensors, without ranks."""
 
 import gc
 
 import torch
 
-from iris.replay import call_key, weakly_held
+from iris.host.replay import call_key, weakly_held
 
 
 def test_a_call_key_tells_apart_what_the_launches_depend_on():

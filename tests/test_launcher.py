@@ -151,7 +151,7 @@ def test_needs_at_least_one_rank():
 
 def test_job_world_size_reads_the_launchers_variables(monkeypatch):
     """Before any context: torchrun/iris run's WORLD_SIZE, else an MPI launcher's size variable, else 1."""
-    from iris.distributed import job_world_size
+    from iris.runtime.distributed import job_world_size
 
     for name in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS",
                  "MV2_COMM_WORLD_SIZE"):
@@ -232,7 +232,7 @@ def test_a_bad_cpu_bind_switch_is_refused_by_name(tmp_path):
 
 
 def test_cpu_binding_spreads_ranks_over_numa_nodes_in_blocks_and_gives_whole_cores():
-    from iris.cpu_binding import binding, cores, cpu_list, numa_nodes, parse_cpu_list
+    from iris.runtime.cpu_binding import binding, cores, cpu_list, numa_nodes, parse_cpu_list
 
     two_nodes = [[0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]]  # 4 cores of 2 threads on each
 

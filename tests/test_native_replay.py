@@ -1,4 +1,4 @@
-"""iris.replay.native: the C host path of a repeated call makes call_key's key, finds the plan and launches
+"""iris.host.replay.native: the C host path of a repeated call makes call_key's key, finds the plan and launches
 its graph only where the Python path would launch it as it is.
 
 The C module is built here with the machine's C compiler, as on a GPU host. The CUDA driver's two functions
@@ -16,8 +16,8 @@ import pytest
 import torch
 from triton import knobs
 
-from iris.replay import native
-from iris.replay import Plans, call_key
+from iris.host.replay import native
+from iris.host.replay import Plans, call_key
 
 pytestmark = pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="no C compiler here")
 

@@ -1,4 +1,4 @@
-"""iris.replay.relaunch: a kernel launched with new arguments on every call gives what Triton's own launch gives,
+"""iris.host.replay.relaunch: a kernel launched with new arguments on every call gives what Triton's own launch gives,
 and its key tells apart everything Triton specializes on (on the CPU backend a call is Triton's own launch)."""
 
 import torch
@@ -6,7 +6,7 @@ import triton
 import triton.language as tl
 
 import iris  # noqa: F401  (the CPU backend: Triton's interpreter where there is no GPU)
-from iris.replay.relaunch import Relaunch, _key_of
+from iris.host.replay.relaunch import Relaunch, _key_of
 
 
 @triton.jit

@@ -3,14 +3,14 @@
     python benchmarks/probes/graph_launch_probe.py          (one NVIDIA GPU; PYTHONPATH=. from the repo root)
 
 A repeated ``ctx.ccl`` / ``ctx.ops`` call replays its launches from a CUDA graph
-(iris.replay.Plans), so on small collectives the host's cost of that graph launch is most of
+(iris.host.replay.Plans), so on small collectives the host's cost of that graph launch is most of
 the call (issue 21's eager figures). This times, on the same empty Triton kernel:
 
     kernel[grid]        Triton's own launch (binds and specializes the arguments on every call)
-    bound launch        iris.replay.bind's launch (the compiled kernel, arguments fixed)
+    bound launch        iris.host.replay.bind's launch (the compiled kernel, arguments fixed)
     graph.replay()      torch.cuda.CUDAGraph.replay() of a graph holding that one launch
     cuGraphLaunch       the driver's cuGraphLaunch of the same graph through ctypes
-                        (iris.replay.graph_launcher, what a remembered call uses)
+                        (iris.host.replay.graph_launcher, what a remembered call uses)
 
 Each figure: median and least of 7 batches of 5000 back-to-back calls, host time per call (the empty
 kernel's GPU time is below the launch rate); then the stream's time per call of the bound launch and
@@ -26,7 +26,7 @@ import torch
 import triton
 from _results import host_us_batches
 
-from iris.replay import bind, captured_graph, graph_launcher
+from iris.host.replay import bind, captured_graph, graph_launcher
 
 
 @triton.jit

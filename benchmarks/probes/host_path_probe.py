@@ -8,7 +8,7 @@ rank 0, the host microseconds per call of the whole call and of each piece of it
 
     whole call          ctx.ccl.all_reduce(out, x), the remembered plan's graph launched by the driver
     graph launch        that plan's launcher alone (cuGraphLaunch through ctypes)
-    call key            iris.replay.call_key of the call's arguments
+    call key            iris.host.replay.call_key of the call's arguments
     key lookup          the remembered plans' dict lookup of that key
     capture check       whether the current stream is being captured (the check the replay makes)
     current stream      the raw handle of the current stream (each graph launch asks for it)
@@ -33,7 +33,7 @@ import torch  # noqa: E402
 from _results import host_us_batches  # noqa: E402
 
 from iris.ccl import Config  # noqa: E402
-from iris.replay.plans import _current_stream, call_key, value_key  # noqa: E402
+from iris.host.replay.plans import _current_stream, call_key, value_key  # noqa: E402
 
 
 def main() -> int:

@@ -2,13 +2,13 @@
 
 - ``reference/environment.md`` from ``iris.config.VARIABLES`` (a variable added there appears here);
 - ``reference/cli.md`` from ``iris.launch.build_parser()`` (every subcommand, its usage and options);
-- ``reference/capabilities.md`` from ``iris.capabilities.LIMITATIONS``;
+- ``reference/capabilities.md`` from ``iris.runtime.capabilities.LIMITATIONS``;
 - ``changelog.md`` and ``contributing.md`` from the repository's CHANGELOG.md and CONTRIBUTING.md.
 
 Nothing here is committed as a page, so nothing can go stale. The docs build needs neither torch nor an
 installed Iris (``tox -e docs`` installs only mkdocs): config.py and capabilities.py import only the
 standard library and are loaded from their files, and ``build_parser`` (argparse only) is read out of
-launch.py's source and run alone. tests/test_docs.py calls the ``*_page`` functions to check the pages.
+iris/launch's source and run alone. tests/test_docs.py calls the ``*_page`` functions to check the pages.
 """
 
 from __future__ import annotations
@@ -70,12 +70,12 @@ def environment_page() -> str:
 
 
 def cli_parser() -> argparse.ArgumentParser:
-    """``iris.launch.build_parser()``, run from launch.py's source alone."""
-    source = (ROOT / "iris" / "launch.py").read_text()
+    """``iris.launch.build_parser()``, run from its source alone."""
+    source = (ROOT / "iris" / "launch" / "__init__.py").read_text()
     tree = ast.parse(source)
     function = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "build_parser")
     namespace = {"argparse": argparse}
-    exec(compile(ast.Module(body=[function], type_ignores=[]), "iris/launch.py", "exec"), namespace)
+    exec(compile(ast.Module(body=[function], type_ignores=[]), "iris/launch/__init__.py", "exec"), namespace)
     return namespace["build_parser"]()
 
 
@@ -118,13 +118,13 @@ def cli_page() -> str:
 
 
 def capabilities_page() -> str:
-    capabilities = _load("iris/capabilities.py")
+    capabilities = _load("iris/runtime/capabilities.py")
     lines = [
         "# Capability table",
         "",
         "What a backend cannot honour, each gap with its reason. This page is generated from "
-        "`iris.capabilities.LIMITATIONS`, the one table that tests and library code ask "
-        "(`iris.capabilities.limitation(backend, feature, dtype)`) instead of special-casing a backend: a case "
+        "`iris.runtime.capabilities.LIMITATIONS`, the one table that tests and library code ask "
+        "(`iris.runtime.capabilities.limitation(backend, feature, dtype)`) instead of special-casing a backend: a case "
         "the table names is marked with its reason, never skipped silently. Each row has a test that fails "
         "once the gap disappears (a newer Triton), so a stale row is found and deleted. A backend and feature "
         "not listed here has no known gap.",

@@ -12,7 +12,7 @@ make a heap buffer once (``stage = ctx.empty_like(t)``, or ``ctx.as_symmetric(t)
 allocates a new one on every call) and ``stage.copy_(t)`` before each collective; the benchmark
 (benchmarks/ccl.py) times this path beside the others as ``iris.copy_in``.
 
-A call remembers its launches (see :mod:`iris.replay`): called again with the same
+A call remembers its launches (see :mod:`iris.host.replay`): called again with the same
 tensors (address, shape, strides, dtype) and arguments, a collective skips its checks and
 Triton's per-call Python and relaunches them, so small messages cost little more than the
 GPU's time. Debug mode always takes the full path.
@@ -31,8 +31,8 @@ import torch
 
 from iris.ccl.config import AUTOTUNE, Config, ReduceOp
 from iris.ccl.moe import DispatchHandle, LocalExperts, MoEDispatchConfig, MoEDispatcher
-from iris.replay import Plans, value_key
-from iris.team import check_call
+from iris.host.replay import Plans, value_key
+from iris.host.team import check_call
 
 # The collectives, imported once here rather than in every call (an import statement costs about
 # 1-2 us per call, a fair part of a small collective's host time).
@@ -67,7 +67,7 @@ class CCL:
         self._tracing = ctx.tracing  # read on every call (its switch is in the call's key); it holds ctx weakly
 
     def _check(self, name: str, arguments: dict) -> None:
-        """Debug mode: every member of the group made this call (:func:`iris.team.check_call`). Called where a
+        """Debug mode: every member of the group made this call (:func:`iris.host.team.check_call`). Called where a
         call is not replayed (in debug mode no call is), with the method's ``locals()`` (its key, plan and self
         left out): a replayed call pays nothing for it."""
         check_call(self._ctx.team, name, {k: v for k, v in arguments.items() if k not in ("self", "key", "plan")})

@@ -6,7 +6,7 @@ import torch
 
 from iris.ccl.config import Config
 from iris.device.barrier import FUSED_PROGRAMS
-from iris.replay import BoundLaunch, bind
+from iris.host.replay import BoundLaunch, bind
 
 REDUCE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32)
 MOVE_DTYPES = REDUCE_DTYPES + (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -33,7 +33,7 @@ def run(ctx, group, async_op: bool, fuse: bool, kernel, programs: int, *args, fu
     ``TRACE`` (a constexpr of every collective kernel) is on while ``ctx.tracing`` is: the kernel then
     records its barrier rounds and each piece (:mod:`iris.device.tracing`).
 
-    Returns the launches, bound (:mod:`iris.replay`): ``ctx.ccl`` replays them when the same
+    Returns the launches, bound (:mod:`iris.host.replay`): ``ctx.ccl`` replays them when the same
     collective is called again with the same tensors.
     """
     team = ctx.team

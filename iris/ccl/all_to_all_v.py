@@ -37,7 +37,7 @@ from iris.ccl import _common
 from iris.device import rma, tracing
 from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.device.tracing import elements_bytes
-from iris.replay import bind
+from iris.host.replay import bind
 
 SPLIT_DTYPES = (torch.int64, torch.int32)
 # The most programs of the pulling launch. Every member must launch the same grid and make the same choice of

@@ -97,7 +97,7 @@ def _check(ctx, partial, residual, weight, out, out_scale) -> None:
 
 
 def launch(ctx, partial, residual, weight, eps: float, group, async_op: bool, out, out_scale=None) -> list:
-    """Check, then launch the kernel (see the module); returns its launches, bound (:mod:`iris.replay`)."""
+    """Check, then launch the kernel (see the module); returns its launches, bound (:mod:`iris.host.replay`)."""
     _check(ctx, partial, residual, weight, out, out_scale)
     quantize = out_scale is not None
     members = ctx.team.participants(group)  # checks membership too, before any launch

@@ -27,7 +27,7 @@ def _members_by_node(nodes: tuple[int, ...], ranks: tuple[int, ...]) -> dict[int
 
 
 def nodes_of_members(ctx, config, members, what: str) -> tuple[int, ...]:
-    """The node of each member of ``members`` (:class:`iris.team.Participants`): ``config.hierarchy``,
+    """The node of each member of ``members`` (:class:`iris.host.team.Participants`): ``config.hierarchy``,
     else the context's node map. Raises ValueError when the hierarchy is not one node per member."""
     if config.hierarchy is not None:
         if len(config.hierarchy) != members.size:  # before a default's choice reads it

@@ -38,7 +38,7 @@ import triton.language as tl
 
 from iris.ccl import _common
 from iris.ccl.config import Config
-from iris.replay.relaunch import Relaunch
+from iris.host.replay.relaunch import Relaunch
 
 #: The most programs of the row kernels below; each takes every programs-th row (or piece).
 MOVE_PROGRAMS = 1024
@@ -327,7 +327,7 @@ class MoEDispatcher:
         self._returned = torch.empty(sent_rows, hidden_dim, dtype=dtype, device=device)
         self._counts_in = torch.empty(world, self.local_experts, dtype=torch.int32, device=device)
         # the counts of the row exchanges live in buffers of their own, so that every call passes the same
-        # tensors and ctx.ccl replays its launches (iris.replay) instead of preparing them again
+        # tensors and ctx.ccl replays its launches (iris.host.replay) instead of preparing them again
         self._sent = torch.empty(world, dtype=torch.int64, device=device)
         self._returned_counts = torch.empty(world, dtype=torch.int64, device=device)
         self._one_row_each = torch.ones(world, dtype=torch.int64, device=device)
@@ -342,7 +342,7 @@ class MoEDispatcher:
         self._dispatch_config = Config(block_size=self.config.dispatch_block_size)
         self._combine_config = Config(block_size=self.config.combine_block_size)
         # the kernels' launches, their constexprs fixed: each call's tensors and counts go to the compiled kernel
-        # without Triton's per-call Python (iris.replay.relaunch)
+        # without Triton's per-call Python (iris.host.replay.relaunch)
         block, ranks = _row_block(hidden_dim), triton.next_power_of_2(world)
         local = triton.next_power_of_2(self.local_experts)
         self._pack = Relaunch(_pack_kernel, K=topk, EXPERTS=triton.next_power_of_2(num_experts), RANKS=ranks,

@@ -35,8 +35,8 @@ import triton.language as tl
 
 from iris.ccl import _common
 from iris.device import rma, sync
-from iris.replay import bind
-from iris.team import P2P_WORDS
+from iris.host.replay import bind
+from iris.host.team import P2P_WORDS
 
 # A rank's mailbox holds these int64 words per peer (the heap's reserved region "ccl.p2p_mail", [peer][word]).
 # On the sender, the peer's posts: how many receives it posted, and the last one's tensor (offset on the

@@ -39,7 +39,7 @@ from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.device.tracing import elements_bytes
 from iris.ccl.reduction import reduce_block
 from iris.ccl.config import LOAD_CACHE_MODIFIERS, Config, ReduceOp
-from iris.logging import WARNING, log
+from iris.runtime.logging import WARNING, log
 
 
 @triton.jit

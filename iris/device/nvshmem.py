@@ -49,7 +49,7 @@ SCRATCH_AFTER_BASES = tl.constexpr(18)
 
 # Block reads toward another node land in a staging slot of this rank's heap first (a getmem needs memory the
 # transport can write): STAGING_SLOTS slots of STAGING_BYTES each, then a lock word (int32) per slot, laid out
-# just below the scratch word in the reserved tail of every shmem heap (iris.team.reserved_layout): the
+# just below the scratch word in the reserved tail of every shmem heap (iris.host.team.reserved_layout): the
 # engine path is compiled in wherever the engine maps no pointer to a rank, across nodes or not.
 STAGING_SLOTS = tl.constexpr(256)
 STAGING_BYTES = tl.constexpr(8192)

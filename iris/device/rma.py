@@ -48,13 +48,13 @@ HEAP_BASES_SLOT = tl.constexpr(2)
 # spans nodes (before any kernel compiles). Off, no device op carries a trace of it.
 ENGINE = tl.constexpr(False)
 
-# Debug mode (iris.debug.enable, from IRIS_DEBUG=1 or iris.iris(debug=True)): translate checks its
+# Debug mode (iris.host.debug.enable, from IRIS_DEBUG=1 or iris.iris(debug=True)): translate checks its
 # ranks and pointers, and waits are bounded. Compile-time constants: without debug nothing is added.
 # Compiled in, the checks of a context run only while its debug word is set (ctx.set_debug): the
 # context tensor's last word, CHECKS_AFTER_BASES slots after the bases (past the tracing fields).
 DEBUG = tl.constexpr(False)
 CHECKS_AFTER_BASES = tl.constexpr(17)  # iris.device.tracing's HEADER + len(FIELDS)
-RECORD_ADDRESS = tl.constexpr(0)  # the int64 debug record, layout in iris/debug.py
+RECORD_ADDRESS = tl.constexpr(0)  # the int64 debug record, layout in iris/host/debug.py
 RANK_OUT_OF_RANGE_RECORD = tl.constexpr(3)
 OUTSIDE_HEAP_RECORD = tl.constexpr(4)
 NOT_THE_CURRENT_RANK_RECORD = tl.constexpr(5)

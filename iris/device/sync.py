@@ -33,7 +33,7 @@ from iris.runtime import interpreted
 
 COMPARISONS = ("==", "!=", ">=", ">", "<=", "<")
 
-# Debug mode (iris.debug.enable, from IRIS_DEBUG=1 or iris.iris(debug=True)) bounds every wait. These are
+# Debug mode (iris.host.debug.enable, from IRIS_DEBUG=1 or iris.iris(debug=True)) bounds every wait. These are
 # compile-time constants: without debug the spin loops carry no extra instruction.
 DEBUG = tl.constexpr(False)
 WAIT_TIMEOUT_NS = tl.constexpr(10_000_000_000)

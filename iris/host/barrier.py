@@ -10,7 +10,7 @@ import torch
 
 from iris.device.barrier import FUSED_PROGRAMS
 from iris.device.sync import barrier_kernel
-from iris.replay import BoundLaunch, bind
+from iris.host.replay import BoundLaunch, bind
 
 
 class DeviceBarrier:
@@ -18,7 +18,7 @@ class DeviceBarrier:
 
     Args:
         arrivals: ``world_size * FUSED_PROGRAMS`` int64 counters on the heap, at the same offset on
-            every rank ([slot][rank]; the heap's reserved region ``barrier.arrivals``, see iris.team).
+            every rank ([slot][rank]; the heap's reserved region ``barrier.arrivals``, see iris.host.team).
         rank, world_size: this rank and the job's size.
         heap_bases: the int64 heap-bases tensor on the device.
     """
@@ -88,7 +88,7 @@ class DeviceBarrier:
         return self._block
 
     def launch(self, group=None) -> BoundLaunch:
-        """The barrier kernel of ``group``, bound once (see :mod:`iris.replay`)."""
+        """The barrier kernel of ``group``, bound once (see :mod:`iris.host.replay`)."""
         launch = self._launches.get(group)
         if launch is None:
             launch = self._launches[group] = bind(barrier_kernel, (1,), *self.arguments(group), self._rank,

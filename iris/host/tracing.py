@@ -27,7 +27,7 @@ import weakref
 import torch
 
 from iris.device.tracing import EVENT_NAMES, FIELDS, HEADER, header_slot
-from iris.logging import INFO, log
+from iris.runtime.logging import INFO, log
 
 _DATA_MOVERS = ("put", "store", "copy")
 

@@ -32,7 +32,7 @@ class SymmetricHeap:
             see :meth:`region`.
         provider: where the memory comes from (:mod:`iris.memory.providers`; default: ``ipc``,
             the backend's own).
-        nodes: the node of each rank (:func:`iris.distributed.node_map`; None: one node).
+        nodes: the node of each rank (:func:`iris.runtime.distributed.node_map`; None: one node).
     """
 
     def __init__(self, backend, nbytes: int, device: torch.device, comm, layout: ReservedLayout | None = None,

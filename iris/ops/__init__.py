@@ -20,7 +20,7 @@ without one, ``ctx.ops`` makes it on first use and keeps it per problem. The ori
 forms (context first) are here too, each in a package of the op's name (``iris.ops.matmul_reduce_scatter``),
 which holds the op's kernels (one folder per op).
 
-A call remembers its launches (see :mod:`iris.replay`): called again with the same tensors
+A call remembers its launches (see :mod:`iris.host.replay`): called again with the same tensors
 (address, shape, strides, dtype), bias, config (by value), workspace and tracing switch, a fused op
 skips its checks and Triton's per-call Python and relaunches them (on an H200 host the full path
 cost 80-165 us per call, more than the GPU time of a decode-sized op). Debug mode always takes the
@@ -34,7 +34,7 @@ Example:
 
 import weakref
 
-from iris.replay import Plans, call_key, value_key
+from iris.host.replay import Plans, call_key, value_key
 from iris.ops.all_gather_matmul import kernel as _gather_matmul
 from iris.ops.matmul_all_gather import kernel as _matmul_gather
 from iris.ops.matmul_all_reduce import kernel as _matmul_reduce
@@ -46,7 +46,7 @@ from iris.ops.gemm_all_scatter import gemm_all_scatter, gemm_all_scatter_preambl
 from iris.ops.matmul_all_gather import matmul_all_gather, matmul_all_gather_preamble
 from iris.ops.matmul_all_reduce import matmul_all_reduce, matmul_all_reduce_preamble
 from iris.ops.matmul_reduce_scatter import matmul_reduce_scatter, matmul_reduce_scatter_preamble
-from iris.team import checked_across_ranks
+from iris.host.team import checked_across_ranks
 
 __all__ = ["FusedConfig", "FusedWorkspace", "Ops", "OpsNamespace", "Workspace",
            "all_gather_matmul", "all_gather_matmul_preamble", "gemm_all_scatter",

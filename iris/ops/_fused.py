@@ -276,7 +276,7 @@ def side_stream(device: torch.device):
     current stream.
 
     torch hands out streams from a pool of 32 per device, round robin, so a graph's capture stream (a new one per
-    capture, :func:`iris.replay.captured_graph`) or a user's stream is, every 32 draws, a given pool stream
+    capture, :func:`iris.host.replay.captured_graph`) or a user's stream is, every 32 draws, a given pool stream
     itself; forked onto the stream it forks from, the side work would wait for the kernels it runs beside.
 
     Example:

@@ -4,7 +4,7 @@ Every rank maps every peer's segment into its own address space, so the heap
 bases are plain addresses in this process and Triton's interpreter (which
 dereferences raw addresses) reads and writes other ranks' heaps directly. The
 interpreter's atomics are CPU atomic instructions on that shared memory, so
-32- and 64-bit atomics are atomic across processes (see iris.capabilities for
+32- and 64-bit atomics are atomic across processes (see iris.runtime.capabilities for
 what is not).
 
 Segments are named ``/iris_<job>_<context>_<rank>`` (see :mod:`iris.runtime.shm`),

@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 
 from iris import config
-from iris.logging import WARNING, log
+from iris.runtime.logging import WARNING, log
 
 #: Options of Triton's AMD backend that its NVIDIA backend lacks, as the original's kernels pass them
 #: (``instruction_sched_variant``: the name of ``schedule_hint`` before Triton 3.4).

@@ -517,7 +517,7 @@ def _compile_request(request: dict, target: Target) -> tuple[str, str]:
     import triton
     from triton.compiler import ASTSource
 
-    from iris import debug
+    from iris.host import debug
 
     try:
         kernel, why = _find_kernel(request["module"], request["qualname"], request["path"])

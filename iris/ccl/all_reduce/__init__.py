@@ -11,7 +11,7 @@ Variants (``Config.all_reduce_variant``):
   :func:`writes_halves`).
 - atomic: each member starts its output from its own input, then atomically adds (max, min)
   its input into every other member's output. float32 and int32 for MAX and MIN; SUM also
-  float16 and bfloat16 where the backend's atomics allow (see iris.capabilities).
+  float16 and bfloat16 where the backend's atomics allow (see iris.runtime.capabilities).
 - spinlock: as atomic, but each update is a plain read-modify-write of a block under a lock
   word of that block on the receiving member: any dtype and op.
 - push: no barrier; each member pushes its input into every other member's landing zone (in the
@@ -56,11 +56,11 @@ from iris.ccl.all_reduce import push as all_reduce_push
 from iris.ccl.all_reduce import tuned
 from iris.ccl.all_gather import store_to_members
 from iris.ccl.reduction import combine, reduce_block
-from iris.team import LOCK_WORDS
+from iris.host.team import LOCK_WORDS
 from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.device.tracing import elements_bytes
 from iris.ccl.config import Config, ReduceOp
-from iris.capabilities import find_limitation
+from iris.runtime.capabilities import find_limitation
 from iris.config import two_shot_writes
 
 # The dtype names of benchmarks/ccl.py, which keys the tuned table by them.
@@ -321,7 +321,7 @@ def all_reduce_to_new(tensor, ctx, stage, op=ReduceOp.SUM, group=None) -> torch.
 class AllReduceWorkspace:
     """What all_reduce_preamble prepares: the resolved variant, the group and its members, and for the
     hierarchical variant this member's node team and cross team (no memory: the collectives' state
-    lives in the heap's reserved regions, see iris.team)."""
+    lives in the heap's reserved regions, see iris.host.team)."""
 
     def __init__(self, variant: str, group, members, teams=None, across_nodes: bool = False):
         self.variant = variant

@@ -21,7 +21,7 @@ push calls between them wait for a flag that will not come (in debug mode every 
 bounded by IRIS_WAIT_TIMEOUT and raises :class:`iris.WaitTimeoutError`): make a new context.
 
 Memory: the heap's reserved tail holds, per rank, 2 x world x PUSH_BYTES of landing zones and
-2 x world x PUSH_PROGRAMS flags (:func:`iris.team.reserved_layout`); a message may be at most
+2 x world x PUSH_PROGRAMS flags (:func:`iris.host.team.reserved_layout`); a message may be at most
 PUSH_BYTES per rank.
 
 The ll variant (low latency, as NCCL's LL protocol) drops the flags: each 8-byte word carries data in its
@@ -49,9 +49,9 @@ from iris.device import rma, sync, tracing
 from iris.device.barrier import GROUP_ARGS
 from iris.device.tracing import elements_bytes, tracing_from_context
 from iris.ccl.reduction import combine
-from iris.replay import bind
+from iris.host.replay import bind
 from iris import config
-from iris.team import LL_UNPACKED, LL_WORDS, PUSH_BYTES, PUSH_PROGRAMS
+from iris.host.team import LL_UNPACKED, LL_WORDS, PUSH_BYTES, PUSH_PROGRAMS
 
 # The smallest block (words) of an ll launch on a GPU (see launch_shape): small, so that small messages fill the
 # programs. On 2 x H200, replayed after a GEMM as a decode step runs it: 16 KiB of bfloat16 4.4 us

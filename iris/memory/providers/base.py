@@ -25,7 +25,7 @@ class JobFacts:
 
     Attributes:
         backend: "cuda", "hip" or "cpu".
-        nodes: the node of each rank (:func:`iris.distributed.node_map`).
+        nodes: the node of each rank (:func:`iris.runtime.distributed.node_map`).
         devices: each rank's device, e.g. ``("cuda:0", "cuda:1")``.
         distributed: whether torch.distributed is initialized (the shmem engines bootstrap from it).
         engine: per rank, whether torch can run NVSHMEM/rocSHMEM there.
@@ -51,7 +51,7 @@ class HeapProvider(ABC):
     #: the name ``heap=`` and IRIS_HEAP spell
     name: str = ""
     #: whether its heaps may compile the engine path (:mod:`iris.device.nvshmem`: ranks it maps no pointer
-    #: to), whose block reads need staging slots in the heap's reserved tail (:func:`iris.team.reserved_layout`)
+    #: to), whose block reads need staging slots in the heap's reserved tail (:func:`iris.host.team.reserved_layout`)
     reaches_by_engine: bool = False
 
     @abstractmethod

@@ -28,7 +28,7 @@ import torch
 import triton.language as tl
 
 from iris import config
-from iris.capabilities import limitation
+from iris.runtime.capabilities import limitation
 from iris.memory.collective_free import CollectiveFrees
 from iris.memory.providers.base import HeapProvider, JobFacts
 from iris.runtime.base import HeapMemory, raise_if_any_rank_failed

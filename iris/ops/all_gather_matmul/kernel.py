@@ -53,7 +53,7 @@ import triton.language as tl
 from iris.ccl.all_gather import store_to_members
 from iris.device import sync, tracing
 from iris.device.barrier import GROUP_ARGS, enter
-from iris.replay import bind
+from iris.host.replay import bind
 from iris.ops import _fused
 from iris.ops.all_gather_matmul import vendor_gemm
 from iris.ops.config import FusedConfig
@@ -364,7 +364,7 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
                       workspace=None) -> tuple:
     """``output = all_gather(A_shard, dim=1) @ B (+ bias)``; every rank calls it (see the module).
 
-    Returns the workspace it uses and its launches, bound (:mod:`iris.replay`), not yet
+    Returns the workspace it uses and its launches, bound (:mod:`iris.host.replay`), not yet
     launched: ``ctx.ops`` launches them, and replays them on the same call again.
 
     Args:

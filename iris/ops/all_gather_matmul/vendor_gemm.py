@@ -35,7 +35,7 @@ from iris.device import tracing
 from iris.device.rma import HEAP_BASES_SLOT
 from iris.device.sync import wait_until
 from iris.device.tracing import tracing_from_context
-from iris.replay import bind, weakly_held
+from iris.host.replay import bind, weakly_held
 from iris.ops import _fused
 
 WHAT = "all_gather_matmul"
@@ -73,7 +73,7 @@ def _added_product(B, output, slot, first: int, rows: int) -> None:
 
 def launches(ctx, output, A_shard, B, bias, workspace) -> list:
     """The call's launches, in order, not yet launched (see the module); checked by the caller. They hold the
-    caller's tensors weakly (:func:`iris.replay.weakly_held`)."""
+    caller's tensors weakly (:func:`iris.host.replay.weakly_held`)."""
     members = ctx.team.participants(None)
     M, K_r = A_shard.shape
     slots = workspace.gathered.view(members.size, M, K_r)

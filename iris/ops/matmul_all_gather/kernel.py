@@ -42,7 +42,7 @@ from iris.ccl.all_gather import store_to_members
 from iris.device import tracing
 from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.device.tracing import elements_bytes
-from iris.replay import bind
+from iris.host.replay import bind
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import add_bias, hand_over, operand, take_over, tile_count, tile_of, tile_product
@@ -147,7 +147,7 @@ def preamble(what: str, along_m: bool, ctx, output, A, B, config=None) -> _fused
 def run(what: str, along_m: bool, ctx, output, A, B, bias=None, async_op=False, config=None,
         workspace=None) -> tuple:
     """One call of ``what`` (see the module): checks; returns the workspace it uses and its
-    launch, bound (:mod:`iris.replay`), not yet launched: ``ctx.ops`` launches and replays it."""
+    launch, bound (:mod:`iris.host.replay`), not yet launched: ``ctx.ops`` launches and replays it."""
     config = FusedConfig() if config is None else config
     _fused.check(what, ctx, output, A, B, bias, _output_shape(along_m, ctx.get_num_ranks()), symmetric_output=True)
     key, spec, tile = problem(what, along_m, ctx, A, B, config)

@@ -37,7 +37,7 @@ import triton.language as tl
 from iris.ccl.all_gather import store_to_members
 from iris.device import sync, tracing
 from iris.device.barrier import GROUP_ARGS, enter
-from iris.replay import bind
+from iris.host.replay import bind
 from iris.ops import _fused
 from iris.ops.gemm import add_bias, operand, tile_count, tile_of, tile_product
 

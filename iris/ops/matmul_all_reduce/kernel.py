@@ -77,7 +77,7 @@ import triton.language as tl
 from iris.ccl.all_gather import store_to_members
 from iris.device import rma, sync, tracing
 from iris.device.barrier import GROUP_ARGS, enter
-from iris.replay import bind
+from iris.host.replay import bind
 from iris.ops import _fused
 from iris.ops.matmul_all_reduce import copy_engine, pipelined
 from iris.ops.config import FusedConfig
@@ -444,7 +444,7 @@ def preamble(what: str, scatter: bool, ctx, output, A, B, config=None) -> _fused
 
 def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, workspace=None) -> tuple:
     """One call of ``what`` (see the module): checks; returns the workspace it uses and its
-    launches, bound (:mod:`iris.replay`), not yet launched: ``ctx.ops`` launches and replays them."""
+    launches, bound (:mod:`iris.host.replay`), not yet launched: ``ctx.ops`` launches and replays them."""
     config = FusedConfig() if config is None else config
     _check(what, ctx, output, A, B, bias, scatter, config)
     M, N = A.shape[0], B.shape[1]

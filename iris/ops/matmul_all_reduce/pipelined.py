@@ -30,7 +30,7 @@ import torch
 
 from iris.ccl.all_reduce import BARRIER_FREE, IN_PLACE
 from iris.ccl.config import Config
-from iris.replay import weakly_held
+from iris.host.replay import weakly_held
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import matmul

@@ -59,7 +59,7 @@ def enable_stack_dumps() -> None:
 
 
 class WaitTimeoutError(RuntimeError):
-    """A device wait or barrier gave up in debug mode (see :mod:`iris.debug`)."""
+    """A device wait or barrier gave up in debug mode (see :mod:`iris.host.debug`)."""
 
 
 class DeviceAccessError(RuntimeError):

@@ -6,8 +6,8 @@ Example:
     True
 """
 
-from iris.mem.triton.context import Context, DeviceContext, DeviceTracing, Tracing
-from iris.mem.triton.ops import (
+from iris.compat.mem.triton.context import Context, DeviceContext, DeviceTracing, Tracing
+from iris.compat.mem.triton.ops import (
     atomic_add,
     atomic_and,
     atomic_cas,

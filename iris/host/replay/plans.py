@@ -166,7 +166,7 @@ class Plans:
     being captured (the user's own graph gets the launches), nor while a Triton launch hook (a profiler)
     is installed; a plan whose capture fails keeps its launches. On CUDA, unless IRIS_NATIVE_REPLAY=0, a
     repeated call's key, lookup, checks and graph launch are one C call (:meth:`replay_call`,
-    iris.replay.native): on 2 x H200 the slowest rank's host time per small all_reduce 3.0-5.3 us against
+    iris.host.replay.native): on 2 x H200 the slowest rank's host time per small all_reduce 3.0-5.3 us against
     6.9-7.8 by Python (docs/benchmarks.md).
 
     Example:
@@ -183,7 +183,7 @@ class Plans:
             self.tensors = tuple(ref for launch in self.launches for ref in getattr(launch, "tensors", ()))
             self.captured = False  # whether a capture into a graph was tried
             self.launch_graph = None  # graph_launcher(graph) once captured (it holds the graph)
-            self.native = None  # (graph executable, device) where the driver launches it: iris.replay.native
+            self.native = None  # (graph executable, device) where the driver launches it: iris.host.replay.native
 
     def __init__(self, ctx):
         self._ctx = ctx  # the context (a weak proxy): its team says whether debug mode is on
@@ -197,7 +197,7 @@ class Plans:
         self._native, self._state = self._native_path() if native else (None, None)
 
     def _native_path(self):
-        """iris.replay.native's ``replay`` and its state for these plans, or (None, None) (said why, once)."""
+        """iris.host.replay.native's ``replay`` and its state for these plans, or (None, None) (said why, once)."""
         driver = _driver_functions()
         if driver is None:
             self._ctx.warning("IRIS_NATIVE_REPLAY: repeated calls take the Python path (the CUDA driver library did "
@@ -206,10 +206,10 @@ class Plans:
         return self._native_state(driver, torch._C._cuda_getCurrentRawStream)
 
     def _native_state(self, driver, current_stream):
-        """``(replay, state)`` of iris.replay.native for these plans, given the driver's two functions' addresses
+        """``(replay, state)`` of iris.host.replay.native for these plans, given the driver's two functions' addresses
         and the current-stream function, or (None, None) where the module cannot be built (said why). The
         state holds the team weakly, as these plans hold their context: the heap dies with the context."""
-        from iris.replay import native
+        from iris.host.replay import native
 
         module, why = native.load()
         if module is None:
@@ -229,7 +229,7 @@ class Plans:
         """``key = call_key(name, first, second, *rest)`` and :meth:`replay` of it, in one: ``(key, plan or None)``.
 
         With IRIS_NATIVE_REPLAY on (CUDA), a plan whose graph the driver launches is found and launched in one
-        C call (iris.replay.native); every other case takes :meth:`replay`.
+        C call (iris.host.replay.native); every other case takes :meth:`replay`.
 
         Example:
             >>> key, plan = plans.replay_call("all_reduce", out, x, op, group)
@@ -347,7 +347,7 @@ def graph_launcher(graph, device: int):
             raise RuntimeError(f"cuGraphLaunch of a remembered call's graph failed: CUresult {result}")
 
     launch_graph.graph = graph  # the executable lives as long as the graph
-    launch_graph.native = (handle.value, device)  # what iris.replay.native launches from C
+    launch_graph.native = (handle.value, device)  # what iris.host.replay.native launches from C
     return launch_graph
 
 

@@ -5,6 +5,6 @@ Example:
     >>> from iris.mem.triton.context import Context   # iris.DeviceContext
 """
 
-from iris.mem import triton
+from iris.compat.mem import triton
 
 __all__ = ["triton"]

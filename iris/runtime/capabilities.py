@@ -11,7 +11,7 @@ What the interpreter does *not* check, the compilers do: the cross-compile gate
 and gfx942, so a kernel the table lets through on the CPU still has to compile for both vendors.
 
 Example:
-    >>> from iris.capabilities import limitation
+    >>> from iris.runtime.capabilities import limitation
     >>> limitation("cpu", "atomic", "bfloat16")
     "Triton's interpreter has no bfloat16 atomics (numpy has no bfloat16 type)"
     >>> limitation("cuda", "atomic", "bfloat16") is None

@@ -32,7 +32,7 @@ from iris.device import (
     store,
     translate,
 )
-from iris.logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level
+from iris.runtime.logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level
 
 Context = DeviceContext
 

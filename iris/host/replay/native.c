@@ -1,12 +1,12 @@
 /* A remembered ccl/ops call, found and launched from C: the host path of a repeated small call.
  *
- * replay(state, name, first, second, rest) makes the key that iris.replay.call_key(name, first,
+ * replay(state, name, first, second, rest) makes the key that iris.host.replay.call_key(name, first,
  * second, *rest) makes, looks it up among the remembered plans and, where the plan's graph can go out
  * as it is, launches it by the driver's cuGraphLaunch on the current stream. It returns (key, plan)
  * when it launched, (key, None) when it did not (the caller's Python path then decides: a first call,
  * a first replay to capture, debug mode, a profiler's launch hook, a user's own capture, a plan whose
  * caller tensors are held weakly) and (None, None) where first or second is not a plain tensor (as
- * call_key). Built and loaded by iris/replay/native.py; see there for the state tuple.
+ * call_key). Built and loaded by iris/host/replay/native.py; see there for the state tuple.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -3,7 +3,7 @@
 A repeated small collective is host-bound (issue 21): on an H200 host its Python path (the call's key,
 the remembered plan's lookup, the checks, ctypes' ``cuGraphLaunch``) took 7-9 us per call against 3.2-4.8
 us of GPU time. ``native.c`` (beside this file) does the same work in one C call: it makes the key that
-:func:`iris.replay.call_key` makes, finds the plan and launches its graph by the driver, leaving
+:func:`iris.host.replay.call_key` makes, finds the plan and launches its graph by the driver, leaving
 every other case (first call, first replay, debug mode, a launch hook, a user's capture) to the Python path.
 
 It is compiled on first use with the system's C compiler (``$CC``, else ``cc``) against this Python's
@@ -13,7 +13,7 @@ under a name that holds the source's hash and the Python version. Where that fai
 headers) the context says why once and the Python path is used.
 Switch: ``IRIS_NATIVE_REPLAY`` (see iris.config).
 
-The state tuple ``replay`` takes (made once per :class:`iris.replay.Plans`):
+The state tuple ``replay`` takes (made once per :class:`iris.host.replay.Plans`):
 ``(plans dict, team (its .debug), triton.knobs.runtime, torch.Tensor, current raw stream function,
 cuStreamIsCapturing address, cuGraphLaunch address)``.
 

@@ -4,7 +4,7 @@ Versions (Iris, Python, torch, Triton), the backend and why it was chosen, each 
 capability or architecture, SMs, memory) and which pairs reach each other by peer access, the heap
 providers this process could use, Iris's switches as set and what each means here (a value Iris
 would refuse is reported as refused, not raised), and the gaps of the backend from the capability
-table (:mod:`iris.capabilities`). It creates no context, heap or process group.
+table (:mod:`iris.runtime.capabilities`). It creates no context, heap or process group.
 
 Example:
     $ iris info            # a few lines of text
@@ -80,7 +80,7 @@ def collect() -> dict:
     import triton
 
     import iris
-    from iris.capabilities import LIMITATIONS
+    from iris.runtime.capabilities import LIMITATIONS
     from iris.memory.providers.shmem import engine_available
 
     backend = iris.runtime.SELECTED
@@ -150,7 +150,7 @@ def render(facts: dict) -> str:
     for name, switch in facts["switches"].items():
         shown = repr(switch["value"]) if switch["value"] else "unset"
         lines.append(f"  {name:20} {shown:12} {switch['means']}")
-    lines.append(f"gaps of the {backend['name']} backend (iris.capabilities): {len(facts['gaps'])}")
+    lines.append(f"gaps of the {backend['name']} backend (iris.runtime.capabilities): {len(facts['gaps'])}")
     for gap in facts["gaps"]:
         lines.append(f"  {gap['feature']}{' (' + gap['dtype'] + ')' if gap['dtype'] else ''}: {gap['reason']}")
     return "\n".join(lines)

@@ -2,7 +2,7 @@
 
 ``kernel[grid](*args)`` binds every argument, works out what the compiler specializes on and looks the
 compiled kernel up on every call: on an H200 host tens of microseconds for a kernel of fifteen arguments,
-more than the GPU time of a small data mover. :func:`iris.replay.bind` removes it for a launch whose
+more than the GPU time of a small data mover. :func:`iris.host.replay.bind` removes it for a launch whose
 arguments never change; :class:`Relaunch` is for launches whose tensors and counts change from call to call
 (the MoE dispatcher's: new tokens and routing each time). It keeps the compiled kernels by a key that holds
 everything Triton specializes on (each tensor's dtype and 16-byte alignment, each integer's width and whether
@@ -24,7 +24,7 @@ import inspect
 
 import torch
 
-from iris.replay.plans import _RUNTIME_KNOBS, _compiles, _current_stream, _no_hook
+from iris.host.replay.plans import _RUNTIME_KNOBS, _compiles, _current_stream, _no_hook
 
 _INT32, _INT64 = 1 << 31, 1 << 63
 

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 import triton.language as tl
 
-from iris import debug as debug_mode
+from iris.host import debug as debug_mode
 from iris.device import nvshmem as engine
 from iris.device.barrier import FUSED_PROGRAMS
 from iris.host.barrier import DeviceBarrier
@@ -87,7 +87,7 @@ class Participants:
 
 
 class Team:
-    """One rank's handle on the job's ranks and their heaps (``ctx.team``); see :mod:`iris.team`.
+    """One rank's handle on the job's ranks and their heaps (``ctx.team``); see :mod:`iris.host.team`.
 
     Args:
         heap: this rank's SymmetricHeap, laid out with :func:`reserved_layout`.
@@ -98,7 +98,7 @@ class Team:
 
     def __init__(self, heap, rank: int, world_size: int, backend, heap_bases: torch.Tensor, comm=None):
         self.heap = heap
-        self.comm = comm  # the host communicator (iris.distributed), for debug mode's cross-rank checks
+        self.comm = comm  # the host communicator (iris.runtime.distributed), for debug mode's cross-rank checks
         self.rank = rank
         self.world_size = world_size
         self.backend = backend

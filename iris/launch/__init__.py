@@ -6,11 +6,11 @@ Output lines are prefixed with ``[rank R]``. When a rank fails, the others are
 stopped and the launcher exits with that rank's exit code (128 + N for a rank
 killed by signal N; a segmentation fault prints the rank's Python stack and a hint);
 after ``--timeout`` seconds each rank still running prints every thread's Python
-stack (ranks that made an Iris context: see :func:`iris.debug.enable_stack_dumps`; the launcher
+stack (ranks that made an Iris context: see :func:`iris.host.debug.enable_stack_dumps`; the launcher
 names the others), then every rank is stopped and the exit code is 124.
 
 With ``--cpu-bind`` (or IRIS_CPU_BIND=1) each rank runs on cores of its own, spread over the
-NUMA nodes (:mod:`iris.cpu_binding`); the launcher prints which.
+NUMA nodes (:mod:`iris.runtime.cpu_binding`); the launcher prints which.
 
 Nothing outlives the launcher: SIGTERM, SIGHUP and SIGINT (what ``timeout``, Slurm
 and Ctrl-C send) are forwarded to every rank's process group, which gets
@@ -36,7 +36,7 @@ import time
 import uuid
 
 from iris import config
-from iris.cpu_binding import binding, cpu_list
+from iris.runtime.cpu_binding import binding, cpu_list
 from iris.runtime import interpreted
 from iris.runtime.shm import remove_stale_segments
 
@@ -147,8 +147,8 @@ def _exit_code(returncode: int) -> int:
 
 
 def _dump_stacks(procs, ranks, heard) -> list[int]:
-    """SIGUSR1 to each of ``ranks`` (see :func:`iris.debug.enable_stack_dumps`), then wait for their stacks to arrive;
-    returns the ranks still running that printed nothing (a rank without an Iris context ignores the signal).
+    """SIGUSR1 to each of ``ranks`` (see :func:`iris.host.debug.enable_stack_dumps`), then wait for their stacks to
+    arrive; returns the ranks still running that printed nothing (a rank without an Iris context ignores the signal).
 
     A loaded host can take seconds to deliver them: the wait ends once every signalled rank has written a
     line since the signal and all have been quiet for STACK_DUMP_QUIET_SECONDS (STACK_DUMP_SECONDS at most)."""
@@ -226,7 +226,7 @@ def _watch(procs, timeout, sink, lock, heard) -> int:
 def run(nprocs: int, command: list[str], timeout: float | None = None, sink=None, cpu_bind: bool | None = None) -> int:
     """Run ``command`` (``[script, args...]`` or ``[-m, module, ...]``) as ``nprocs`` ranks; returns the exit code.
 
-    ``cpu_bind``: each rank on cores of its own (:mod:`iris.cpu_binding`); None: as IRIS_CPU_BIND says (off).
+    ``cpu_bind``: each rank on cores of its own (:mod:`iris.runtime.cpu_binding`); None: as IRIS_CPU_BIND says (off).
 
     Example:
         >>> run(2, ["examples/01_store/example.py", "--validate"], timeout=300)
@@ -299,7 +299,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "info":
-        from iris.info import collect, render  # imported here: `iris run` stays light
+        from iris.launch.info import collect, render  # imported here: `iris run` stays light
 
         facts = collect()
         print(json.dumps(facts, indent=2) if args.json else render(facts))
