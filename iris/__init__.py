@@ -18,30 +18,8 @@ from iris import runtime as _runtime  # noqa: F401  (must come first: may enable
 from iris.context import Iris, iris
 from iris import ccl, compat, ops
 from iris.compat import mem, tensor_creation, tracing  # noqa: F401  (iris.tracing: the original's module path)
-from iris.device import (
-    DeviceContext,
-    DeviceTracing,
-    TraceEvent,
-    TritonContext,
-    atomic_add,
-    atomic_and,
-    atomic_cas,
-    atomic_max,
-    atomic_min,
-    atomic_or,
-    atomic_sub,
-    atomic_xchg,
-    atomic_xor,
-    copy,
-    current_rank,
-    get,
-    load,
-    put,
-    signal,
-    store,
-    translate,
-    wait_until,
-)
+from iris import device
+from iris.device import *  # noqa: F403  (the device API: iris.load, iris.store, ...; device.__all__ lists it)
 from iris.host.debug import DeviceAccessError, WaitTimeoutError
 from iris.device.ordering import Scope, Semantic
 from iris.host.bench import do_bench, memset_tensor
@@ -50,7 +28,7 @@ from iris.host.pointers import CUDAArrayInterface, tensor_from_ptr
 from iris.runtime.logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level
 from iris.memory.providers import HeapProviderRefusal
 
-Context = DeviceContext  # the original's newest name of the device context (iris.mem.triton.context.Context)
+Context = device.DeviceContext  # the original's newest name of the device context (iris.mem.triton.context.Context)
 
 compat.install()  # the original's module paths: iris.iris, iris.tracing, iris.tensor_creation, iris.mem
 # ``import iris.iris as m`` reads the attribute (the factory): it carries the module's names too.
@@ -62,14 +40,11 @@ del _name
 __version__ = "0.1.0"
 
 __all__ = [
-    "CUDAArrayInterface", "Context", "DEBUG", "ERROR", "INFO", "WARNING", "DeviceAccessError", "DeviceContext",
-    "DeviceTracing", "HeapProviderRefusal", "Iris", "Scope", "Semantic", "TraceEvent", "TritonContext",
-    "WaitTimeoutError",
-    "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or", "atomic_sub", "atomic_xchg",
-    "atomic_xor", "ccl", "copy", "current_rank", "do_bench", "get", "get_device_id_for_rank", "get_num_xcc",
-    "iris", "load", "logger", "mem", "memset_tensor", "ops", "put", "set_logger_level", "signal", "store",
-    "tensor_creation", "tensor_from_ptr", "translate", "wait_until",
+    "CUDAArrayInterface", "Context", "DEBUG", "ERROR", "INFO", "WARNING", "DeviceAccessError", "HeapProviderRefusal",
+    "Iris", "Scope", "Semantic", "WaitTimeoutError", "ccl", "do_bench", "get_device_id_for_rank", "get_num_xcc",
+    "iris", "logger", "mem", "memset_tensor", "ops", "set_logger_level", "tensor_creation", "tensor_from_ptr",
 ]
+__all__ += device.__all__
 
 
 def __getattr__(name: str):

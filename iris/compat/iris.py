@@ -1,43 +1,23 @@
 """The original's module ``iris.iris``: code written for it imports from here
 (``from iris.iris import DeviceContext``), while ``iris.iris(heap_size)`` stays the factory.
 
-Both hold because the package imports this module before it binds the name ``iris`` to the factory:
-Python keeps a loaded submodule in ``sys.modules``, so ``from iris.iris import X`` finds this module,
-and the attribute ``iris.iris`` is the factory (which carries this module's names as attributes too, for
-``import iris.iris as m``).
+``import iris`` registers this module as ``iris.iris`` (:func:`iris.compat.install`) and binds the attribute
+``iris.iris`` to the factory, which carries this module's names as attributes too (for ``import iris.iris as m``).
 
 Example:
     >>> from iris.iris import DeviceContext, Iris
     >>> ctx = iris.iris(1 << 30)          # the factory, as before
 """
 
+from iris import device
 from iris.context import Iris, iris
-from iris.device import (
-    DeviceContext,
-    DeviceTracing,
-    TraceEvent,
-    atomic_add,
-    atomic_and,
-    atomic_cas,
-    atomic_max,
-    atomic_min,
-    atomic_or,
-    atomic_sub,
-    atomic_xchg,
-    atomic_xor,
-    copy,
-    get,
-    load,
-    put,
-    store,
-    translate,
-)
-from iris.runtime.logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level
+from iris.runtime import logging as log
 
-Context = DeviceContext
+Context = device.DeviceContext
+_DEVICE = [name for name in device.__all__ if name not in ("TritonContext", "current_rank", "signal", "wait_until")]
+_LOGGING = ["DEBUG", "ERROR", "INFO", "WARNING", "logger", "set_logger_level"]
+globals().update({name: getattr(device, name) for name in _DEVICE})
+globals().update({name: getattr(log, name) for name in _LOGGING})
 
-__all__ = [
-    "Context", "DEBUG", "DeviceContext", "DeviceTracing", "ERROR", "INFO", "Iris", "TraceEvent", "WARNING",
-    "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or", "atomic_sub", "atomic_xchg",
-    "atomic_xor", "copy", "get", "iris", "load", "logger", "put", "set_logger_level", "store", "translate",
-]
+__all__ = ["Context", "Iris", "iris"]
+__all__ += _DEVICE + _LOGGING

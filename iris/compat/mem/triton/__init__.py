@@ -6,25 +6,8 @@ Example:
     True
 """
 
-from iris.compat.mem.triton.context import Context, DeviceContext, DeviceTracing, Tracing
-from iris.compat.mem.triton.ops import (
-    atomic_add,
-    atomic_and,
-    atomic_cas,
-    atomic_max,
-    atomic_min,
-    atomic_or,
-    atomic_sub,
-    atomic_xchg,
-    atomic_xor,
-    copy,
-    get,
-    load,
-    put,
-    store,
-)
+from iris.compat.mem.triton import context, ops
 
-__all__ = [
-    "Context", "DeviceContext", "DeviceTracing", "Tracing", "atomic_add", "atomic_and", "atomic_cas", "atomic_max",
-    "atomic_min", "atomic_or", "atomic_sub", "atomic_xchg", "atomic_xor", "copy", "get", "load", "put", "store",
-]
+__all__ = context.__all__ + ops.__all__
+globals().update({name: getattr(context, name) for name in context.__all__})
+globals().update({name: getattr(ops, name) for name in ops.__all__})

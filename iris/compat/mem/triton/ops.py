@@ -1,6 +1,5 @@
 """The functional device ops under the original's newest path (``iris.mem.triton.ops``): ``iris.load``,
-``iris.store``, ``iris.get``, ``iris.put``, ``iris.copy`` and ``iris.atomic_*`` themselves (see
-:mod:`iris.device.rma` and :mod:`iris.device.atomics`).
+``iris.store``, ``iris.get``, ``iris.put``, ``iris.copy`` and ``iris.atomic_*`` themselves.
 
 Example:
     >>> from iris.mem.triton.ops import load
@@ -8,22 +7,9 @@ Example:
     True
 """
 
-from iris.device import (
-    atomic_add,
-    atomic_and,
-    atomic_cas,
-    atomic_max,
-    atomic_min,
-    atomic_or,
-    atomic_sub,
-    atomic_xchg,
-    atomic_xor,
-    copy,
-    get,
-    load,
-    put,
-    store,
-)
+from iris import device
 
-__all__ = ["atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or", "atomic_sub",
-           "atomic_xchg", "atomic_xor", "copy", "get", "load", "put", "store"]
+#: The device ops (no classes, no rank query): a subset of ``iris.device.__all__``.
+__all__ = [name for name in device.__all__ if name[0].islower() and name not in ("current_rank", "signal",
+                                                                                  "wait_until")]
+globals().update({name: getattr(device, name) for name in __all__})
