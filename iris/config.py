@@ -1,12 +1,15 @@
 """Every environment variable Iris reads or sets, in one place (no other module touches ``os.environ``).
 
-:data:`VARIABLES` names each one with its default and meaning; the documentation's environment-variable
-page is generated from it, and tests/test_docs.py checks that every name this module reads is there.
+:data:`VARIABLES` names each one with its default, its meaning and its kind (:data:`KINDS`): a user's switch or
+setting (``iris info`` shows each), a variable ``iris run`` and Iris's tools set for the processes they start, one
+the test suites and benchmarks read, or another program's. The documentation's environment-variable page is
+generated from it, and tests/test_docs.py checks that every name this module reads, and every name ``iris run`` and
+the tools set, is there.
 
-Values are read when asked for, not cached: a test may change one between contexts. The switches
-(IRIS_SIMULATION, IRIS_DEBUG, IRIS_GRAPH_REPLAY, IRIS_NATIVE_REPLAY, IRIS_LL_PACK, IRIS_TWO_SHOT_WRITES,
-IRIS_CPU_BIND) take 1, true, yes, on or 0, false, no, off (any case); any other word is refused with its name when
-a context is made (IRIS_CPU_BIND: when ``iris run`` starts), before any allocation.
+Values are read when asked for, not cached: a test may change one between contexts. A switch takes 1, true, yes,
+on or 0, false, no, off (any case) and its default when unset or empty; any other word is refused with its name,
+its value and those spellings (:func:`switch`). :func:`check_switches` reads them all: ``iris run`` calls it
+before it starts a rank.
 
 Example:
     >>> from iris import config
@@ -21,95 +24,123 @@ from typing import NamedTuple
 
 
 class Variable(NamedTuple):
-    """One environment variable: its ``name``, its ``default`` ("" for none) and what it does."""
+    """One environment variable: its ``name``, its ``default`` ("" for none), what it does and its ``kind``.
+
+    A switch's default is ``1`` (on), ``0`` (off) or a phrase (the setting's own choice, case by case)."""
 
     name: str
     default: str
     meaning: str
+    kind: str = "setting"
 
+
+#: The kinds of variable, in the order the environment page lists them, each with its heading there.
+KINDS = {
+    "switch": "Switches",
+    "setting": "Settings",
+    "launch": "Set by iris run and Iris's tools for the processes they start",
+    "tests": "Tests, conformance suite and benchmarks",
+    "outside": "Other programs' variables that Iris reads or sets",
+}
 
 VARIABLES: tuple[Variable, ...] = (
     Variable("IRIS_BACKEND", "what torch sees",
              "``cuda``, ``hip`` or ``cpu``: the backend, chosen when iris is imported (CPU where there is no GPU)"),
     Variable("IRIS_SIMULATION", "0",
-             "switch: several ranks per GPU on purpose (rank r on GPU r % device count), each rank's heap "
-             "bases written to JSON"),
+             "several ranks per GPU on purpose (rank r on GPU r % device count), each rank's heap bases written to "
+             "JSON", "switch"),
     Variable("IRIS_HEAP_BASES_PREFIX", "iris",
-             "prefix of those JSON files, ``<prefix>_rank_<r>_heap_bases.json``"),
+             "prefix of the heap-bases JSON files that ranks write in simulation (IRIS_SIMULATION), "
+             "``<prefix>_rank_<r>_heap_bases.json``"),
     Variable("IRIS_DEBUG", "0",
-             "switch: every context starts in debug mode (bounded waits, checked remote accesses, "
-             "cross-rank argument checks)"),
+             "every context starts in debug mode (bounded waits, checked remote accesses, cross-rank argument "
+             "checks)", "switch"),
     Variable("IRIS_WAIT_TIMEOUT", "10", "seconds a wait may last in debug mode before it gives up"),
-    Variable("IRIS_LOG_LEVEL", "WARNING", "level of the ``[Iris] [rank/world]`` log lines"),
+    Variable("IRIS_LOG_LEVEL", "WARNING", "level of the ``[Iris] [rank/world]`` log lines: DEBUG, INFO, WARNING or "
+             "ERROR"),
     Variable("IRIS_NODE_MAP", "from the ranks' host names",
              "the node of each rank, e.g. ``0,0,1,1``; the ``ipc`` heap refuses ranks on several nodes"),
     Variable("IRIS_HEAP", "ipc", "the heap provider: ``ipc`` (CUDA/HIP IPC, or shared memory on the CPU) or "
              "``shmem`` (NVSHMEM/rocSHMEM through torch's symmetric memory)"),
     Variable("IRIS_GRAPH_REPLAY", "1",
-             "switch: a repeated ``ctx.ccl``/``ctx.ops`` call replays its launches from a CUDA/HIP graph "
-             "captured on its second call"),
+             "a repeated ``ctx.ccl``/``ctx.ops`` call replays its launches from a CUDA/HIP graph captured on its "
+             "second call", "switch"),
     Variable("IRIS_NATIVE_REPLAY", "1",
-             "switch (CUDA): that replay is found and launched by a small C module built on first use, "
-             "not by Python"),
-    Variable("IRIS_NATIVE_CACHE", "~/.cache/iris/native", "where that C module is built"),
-    Variable("CC", "cc, else gcc", "the C compiler that builds it"),
+             "(CUDA) that replay is found and launched by a small C module built on first use, not by Python",
+             "switch"),
+    Variable("IRIS_NATIVE_CACHE", "~/.cache/iris/native", "where IRIS_NATIVE_REPLAY's C module is built"),
     Variable("IRIS_LL_PACK", "by size",
-             "switch: all_reduce's ``ll`` variant packs two 16-bit elements into each word: 1 always, 0 never; "
-             "unset, past 32768 elements (so ll takes 16-bit messages up to 512 KiB per rank); set it the same "
-             "on every rank"),
+             "all_reduce's ``ll`` variant packs two 16-bit elements into each word: 1 always, 0 never; unset, past "
+             "32768 elements (so ll takes 16-bit messages up to 512 KiB per rank); set it the same on every rank",
+             "switch"),
     Variable("IRIS_TWO_SHOT_WRITES", "1",
-             "switch: all_reduce's two_shot of two members into a separate output, past ``Config.fused_bytes`` (at "
-             "any size for members on two nodes), first writes each member's half of the input that the other "
-             "reduces into the other's output, instead of each reading it (0: reads); set it the same on every rank"),
-    Variable("IRIS_CPU_BIND", "0", "switch: ``iris run`` gives each rank cores of its own, as ``--cpu-bind``"),
-    Variable("NVSHMEM_SYMMETRIC_SIZE", "heap size + 1/8 + 256 MiB",
-             "NVSHMEM's own heap; the ``shmem`` heap provider sets it when unset, to hold Iris's heap"),
-    Variable("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "",
-             "CUDA MPS's share of a GPU per process; read by the ``shmem`` heap provider"),
+             "all_reduce's two_shot of two members into a separate output, past ``Config.fused_bytes`` (at any size "
+             "for members on two nodes), first writes each member's half of the input that the other reduces into "
+             "the other's output, instead of each reading it (0: reads); set it the same on every rank", "switch"),
+    Variable("IRIS_CPU_BIND", "0", "``iris run`` gives each rank cores of its own, as ``--cpu-bind``", "switch"),
     Variable("IRIS_QUIET_AMD_OPTIONS", "0",
-             "switch: no warning when an AMD-only launch option (``waves_per_eu``, ``matrix_instr_nonkdim``, "
-             "``kpack``, ...) is dropped on a target that does not know it (iris.runtime.launch_options)"),
+             "no warning when an AMD-only launch option (``waves_per_eu``, ``matrix_instr_nonkdim``, ``kpack``, "
+             "...) is dropped on a target that does not know it (iris.runtime.launch_options)", "switch"),
     Variable("IRIS_CPU_CUDA", "1",
-             "switch (CPU backend without a GPU): code written for CUDA runs on the host: ``device=\"cuda\"`` "
-             "means the CPU, ``torch.cuda``'s device, stream, event and synchronize calls are served there and "
-             "``init_process_group(backend=\"nccl\")`` runs on gloo (iris.runtime.cuda_on_cpu); ``0`` "
-             "leaves torch as it is"),
+             "(CPU backend without a GPU) code written for CUDA runs on the host: ``device=\"cuda\"`` means the "
+             "CPU, ``torch.cuda``'s device, stream, event and synchronize calls are served there and "
+             "``init_process_group(backend=\"nccl\")`` runs on gloo (iris.runtime.cuda_on_cpu); ``0`` leaves "
+             "torch as it is", "switch"),
     Variable("IRIS_CROSS_COMPILE", "",
-             "CPU backend: also compile every launched kernel for these GPU targets, e.g. "
-             "``cuda:90,hip:gfx942`` (the cross-compile gate)"),
-    Variable("IRIS_CROSS_COMPILE_CACHE", "~/.cache/iris/cross-compile", "where those compilations are cached"),
+             "CPU backend: also compile every launched kernel for these GPU targets, e.g. ``cuda:90,hip:gfx942`` "
+             "(the cross-compile gate)"),
+    Variable("IRIS_CROSS_COMPILE_CACHE", "~/.cache/iris/cross-compile",
+             "where the cross-compile gate's compilations are cached"),
     Variable("IRIS_ENGINE_CACHE", "~/.cache/iris/engine",
              "where NVSHMEM's device library, cut to the calls of the path across nodes, is kept"),
-    Variable("IRIS_COMPILE_TARGET", "", "set by the cross-compile gate in its workers: the target they compile for"),
-    Variable("IRIS_JOB_ID", "", "set by ``iris run`` and the test harness: names one launch's heap segments"),
-    Variable("IRIS_STACKS_ON_SIGUSR1", "", "set by ``iris run``: SIGUSR1 prints the rank's Python stacks"),
-    Variable("IRIS_TEST_TIMEOUT", "300", "tests: seconds a test's rank may take before the test fails"),
+    Variable("RANK", "", "the rank: set by ``iris run`` and the test harness, read from torchrun-style launchers "
+             "(torchrun, the Slurm recipes)", "launch"),
+    Variable("WORLD_SIZE", "", "the number of ranks, set and read as ``RANK``", "launch"),
+    Variable("LOCAL_RANK", "", "the rank's index on its node, set by ``iris run`` and the test harness (as torchrun "
+             "does) for programs that pick their GPU by it", "launch"),
+    Variable("LOCAL_WORLD_SIZE", "", "the number of ranks on the node, set as ``LOCAL_RANK``", "launch"),
+    Variable("MASTER_ADDR", "", "torch.distributed's rendezvous host, set and read as ``RANK``", "launch"),
+    Variable("MASTER_PORT", "", "torch.distributed's rendezvous port, set and read as ``RANK``", "launch"),
+    Variable("IRIS_JOB_ID", "", "set by ``iris run`` and the test harness: names one launch's heap segments",
+             "launch"),
+    Variable("IRIS_STACKS_ON_SIGUSR1", "", "set by ``iris run``: SIGUSR1 prints the rank's Python stacks", "launch"),
+    Variable("PYTHONUNBUFFERED", "", "set to ``1`` by ``iris run``: each rank's lines reach the launcher as they are "
+             "printed", "launch"),
+    Variable("PYTHONFAULTHANDLER", "", "set to ``1`` by ``iris run``: a rank that crashes (segmentation fault) "
+             "prints its Python stack", "launch"),
+    Variable("IRIS_COMPILE_TARGET", "", "set by the cross-compile gate in its workers: the target they compile for",
+             "launch"),
+    Variable("PYTHONPATH", "", "set by the cross-compile gate for its workers: the module path of the process "
+             "that launches the kernels, so that they import the kernels' modules", "launch"),
+    Variable("IRIS_TEST_TIMEOUT", "300", "tests: seconds a test's rank may take before the test fails (180 in the "
+             "conformance suite)", "tests"),
     Variable("IRIS_TEST_WORLDS", "2", "tests: the world sizes of the ``ranks`` fixture, e.g. ``2,4`` (the 4-rank "
-             "repeats: a core per rank, or simulation on one GPU)"),
+             "repeats: a core per rank, or simulation on one GPU)", "tests"),
     Variable("IRIS_FAILURE_LOG", "",
-             "tests: a file where each failing test is named as it fails (``iris.testing.failure_log``)"),
+             "tests: a file where each failing test is named as it fails (``iris.testing.failure_log``)", "tests"),
     Variable("IRIS_CONFORMANCE_PROFILE", "smoke",
              "conformance suite: the hypothesis profile, ``smoke``, ``ci``, ``dev`` or ``thorough`` (read by "
-             "conformance/; "
-             "``--hypothesis-profile`` wins)"),
+             "conformance/; ``--hypothesis-profile`` wins)", "tests"),
     Variable("IRIS_COMMIT", "", "benchmarks: the commit written into the result CSVs where the tree's .git is "
-             "stale or absent (read by benchmarks/)"),
-    Variable("TRITON_INTERPRET", "", "Triton's own switch; the CPU backend sets it to ``1``"),
-    Variable("RANK", "", "the rank, set by torchrun-style launchers (``iris run``, torchrun, Slurm recipes)"),
-    Variable("WORLD_SIZE", "", "the number of ranks, set by the same launchers"),
-    Variable("MASTER_ADDR", "", "torch.distributed's rendezvous host, set by the same launchers"),
-    Variable("MASTER_PORT", "", "torch.distributed's rendezvous port, set by the same launchers"),
-    Variable("OMPI_COMM_WORLD_SIZE", "", "Open MPI's world size: a job started by mpirun"),
-    Variable("PMI_SIZE", "", "MPICH's (and srun's PMI) world size: a job started by mpirun or srun"),
-    Variable("PMIX_SIZE", "", "PMIx's world size: a job started by a PMIx launcher"),
-    Variable("MPI_LOCALNRANKS", "", "MPICH Hydra's local rank count: a job started by mpirun"),
-    Variable("MV2_COMM_WORLD_SIZE", "", "MVAPICH2's world size: a job started by mpirun"),
+             "stale or absent (read by benchmarks/)", "tests"),
+    Variable("CC", "cc, else gcc", "the C compiler that builds the replay's C module", "outside"),
+    Variable("NVSHMEM_SYMMETRIC_SIZE", "heap size + 1/8 + 256 MiB",
+             "NVSHMEM's own heap; the ``shmem`` heap provider sets it when unset, to hold Iris's heap", "outside"),
+    Variable("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "",
+             "CUDA MPS's share of a GPU per process; read by the ``shmem`` heap provider", "outside"),
+    Variable("TRITON_INTERPRET", "", "Triton's own switch; the CPU backend sets it to ``1``", "outside"),
+    Variable("OMPI_COMM_WORLD_SIZE", "", "Open MPI's world size: a job started by mpirun", "outside"),
+    Variable("PMI_SIZE", "", "MPICH's (and srun's PMI) world size: a job started by mpirun or srun", "outside"),
+    Variable("PMIX_SIZE", "", "PMIx's world size: a job started by a PMIx launcher", "outside"),
+    Variable("MPI_LOCALNRANKS", "", "MPICH Hydra's local rank count: a job started by mpirun", "outside"),
+    Variable("MV2_COMM_WORLD_SIZE", "", "MVAPICH2's world size: a job started by mpirun", "outside"),
 )
 
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 MPI_SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
+_BY_NAME = {variable.name: variable for variable in VARIABLES}
 
 
 def text(name: str, default: str = "") -> str:
@@ -117,22 +148,54 @@ def text(name: str, default: str = "") -> str:
     return os.environ.get(name, default)
 
 
-def switch(name: str, default: bool | None) -> bool | None:
-    """A switch that is on (or off) unless set otherwise: 1, true, yes, on / 0, false, no, off (any case);
-    unset or empty: ``default`` (None: the setting's own choice, case by case). Any other value is refused,
-    naming it (a typo must not flip the switch)."""
+def switch_default(name: str) -> bool | None:
+    """The default of the switch ``name`` in :data:`VARIABLES`: True (``1``), False (``0``), else None (the
+    setting's own choice, case by case)."""
+    return {"1": True, "0": False}.get(_BY_NAME[name].default)
+
+
+def switch(name: str) -> bool | None:
+    """The switch ``name`` of :data:`VARIABLES`: 1, true, yes, on / 0, false, no, off (any case, spaces around
+    ignored); unset or empty: its default (:func:`switch_default`).
+
+    Raises:
+        ValueError: any other value, naming the variable, the value and the spellings it takes (a typo must not
+            flip the switch).
+
+    Example:
+        >>> switch("IRIS_DEBUG")  # IRIS_DEBUG unset: its default, off
+        False
+        >>> switch("IRIS_DEBUG")  # IRIS_DEBUG=maybe
+        Traceback (most recent call last):
+        ValueError: IRIS_DEBUG='maybe' is not a switch: 1, true, yes or on turns it on, 0, false, no or off turns it
+        off (any case); unset or empty, it is off
+    """
+    default = switch_default(name)
     value = text(name).strip().lower()
     if not value:
         return default
     if value in _TRUE or value in _FALSE:
         return value in _TRUE
-    raise ValueError(f"{name}={text(name)!r}: give 0 or 1 (or off/on), or leave it unset for the default "
-                     f"({'its own choice' if default is None else int(default)})")
+    unset = "its own choice" if default is None else "on" if default else "off"
+    raise ValueError(f"{name}={text(name)!r} is not a switch: {', '.join(_TRUE[:-1])} or {_TRUE[-1]} turns it on, "
+                     f"{', '.join(_FALSE[:-1])} or {_FALSE[-1]} turns it off (any case); unset or empty, it is "
+                     f"{unset}")
+
+
+def check_switches() -> None:
+    """Read every switch of :data:`VARIABLES`, so that a word none of them takes is refused before any work.
+
+    Raises:
+        ValueError: the first switch set to a word it does not take (see :func:`switch`).
+    """
+    for variable in VARIABLES:
+        if variable.kind == "switch":
+            switch(variable.name)
 
 
 def cpu_bind_requested() -> bool:
     """IRIS_CPU_BIND: ``iris run`` binds each rank to cores of its own (iris.runtime.cpu_binding)."""
-    return switch("IRIS_CPU_BIND", False)
+    return switch("IRIS_CPU_BIND")
 
 
 def backend_request() -> str:
@@ -192,18 +255,18 @@ def engine_cache() -> str:
 
 def quiet_amd_options() -> bool:
     """IRIS_QUIET_AMD_OPTIONS: AMD-only launch options are dropped off AMD without a warning."""
-    return switch("IRIS_QUIET_AMD_OPTIONS", False)
+    return switch("IRIS_QUIET_AMD_OPTIONS")
 
 
 def cpu_cuda() -> bool:
     """IRIS_CPU_CUDA: on the CPU backend without a GPU, ``device="cuda"`` and ``torch.cuda``'s calls are served
     by the host (iris.runtime.cuda_on_cpu)."""
-    return switch("IRIS_CPU_CUDA", True)
+    return switch("IRIS_CPU_CUDA")
 
 
 def debug_requested() -> bool:
     """IRIS_DEBUG: contexts start in debug mode."""
-    return switch("IRIS_DEBUG", False)
+    return switch("IRIS_DEBUG")
 
 
 def wait_timeout_s() -> float:
@@ -266,37 +329,33 @@ def default_nvshmem_symmetric_size(heap_bytes: int) -> None:
 
 def graph_replay() -> bool:
     """IRIS_GRAPH_REPLAY (on unless 0): remembered calls replay from a captured graph (one driver call per call)."""
-    return switch("IRIS_GRAPH_REPLAY", True)
+    return switch("IRIS_GRAPH_REPLAY")
 
 
 def native_replay() -> bool:
     """IRIS_NATIVE_REPLAY (on unless 0): a remembered call's graph is found and launched from C
-    (iris.host.replay.native), not by Python. On by default since 2 x H200 measured it: the slowest rank's host
-    time per repeated all_reduce 4.3-5.3 us against 6.9-7.8 by Python (benchmarks/probes/eager_probe.py)."""
-    return switch("IRIS_NATIVE_REPLAY", True)
+    (iris.host.replay.native), not by Python: less host time per repeated call."""
+    return switch("IRIS_NATIVE_REPLAY")
 
 
 def ll_pack() -> bool | None:
     """IRIS_LL_PACK: whether all_reduce's ll carries two 16-bit elements per word (2x the data a word, 4x the
     landing capacity for them): 1 always, 0 never, unset (None) only past the LL_UNPACKED elements an unpacked
-    message holds, so ll takes 16-bit messages up to 512 KiB per rank. On 2 x H200, replayed after a GEMM as a
-    decode step runs it, packed ll took 5.2 us at 128 KiB and 6.7 at 256 KiB against push's 6.8 and 7.6, and was
-    level with unpacked ll at 16-64 KiB (docs/benchmarks.md)."""
-    return switch("IRIS_LL_PACK", None)
+    message holds, so ll takes 16-bit messages up to 512 KiB per rank."""
+    return switch("IRIS_LL_PACK")
 
 
 def two_shot_writes() -> bool:
     """IRIS_TWO_SHOT_WRITES (on unless 0): a two-member two_shot all_reduce into a separate output, past
     ``Config.fused_bytes`` (at any size for members on two nodes), moves the halves by writes (each member writes
     the half the other reduces into the other's output, then sums its own half and writes it to both) instead of
-    reading the other's half. On 2 x H200, 128 MiB each way at once: SM stores 370 us, SM loads 404 us (one way:
-    366 and 364; benchmarks/probes/bidirectional_probe.py)."""
-    return switch("IRIS_TWO_SHOT_WRITES", True)
+    reading the other's half: NVLink keeps its rate in both directions at once for writes, not for reads."""
+    return switch("IRIS_TWO_SHOT_WRITES")
 
 
 def simulation() -> bool:
     """IRIS_SIMULATION: several ranks may share a GPU on purpose."""
-    return switch("IRIS_SIMULATION", False)
+    return switch("IRIS_SIMULATION")
 
 
 def heap_bases_prefix() -> str:

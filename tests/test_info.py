@@ -60,3 +60,33 @@ def test_the_native_replay_says_where_it_changes_nothing():
     assert native_replay_meaning(False, "cuda") == "off"
     assert "no effect on the hip backend" in native_replay_meaning(True, "hip")
     assert "no effect on the cpu backend" in native_replay_meaning(True, "cpu")
+
+
+def test_info_shows_every_setting_the_config_table_declares_for_users(monkeypatch):
+    """The switch list comes from iris.config.VARIABLES (every switch and setting a user sets), so a new one
+    cannot be left out: IRIS_CPU_CUDA, IRIS_QUIET_AMD_OPTIONS and IRIS_HEAP_BASES_PREFIX included."""
+    from iris import config
+    from iris.launch.info import collect, render
+
+    monkeypatch.setenv("IRIS_QUIET_AMD_OPTIONS", "maybe")
+    monkeypatch.setenv("IRIS_HEAP_BASES_PREFIX", "run7")
+    facts = collect()
+    users = [v.name for v in config.VARIABLES if v.kind in ("switch", "setting")]
+    assert list(facts["switches"]) == users
+    assert {"IRIS_CPU_CUDA", "IRIS_QUIET_AMD_OPTIONS", "IRIS_HEAP_BASES_PREFIX", "IRIS_CPU_BIND"} <= set(users)
+    quiet = facts["switches"]["IRIS_QUIET_AMD_OPTIONS"]
+    assert quiet["value"] == "maybe" and quiet["means"].startswith("refused: IRIS_QUIET_AMD_OPTIONS='maybe'"), quiet
+    assert facts["switches"]["IRIS_HEAP_BASES_PREFIX"]["value"] == "run7"
+    assert "run7_rank_<r>_heap_bases.json" in facts["switches"]["IRIS_HEAP_BASES_PREFIX"]["means"]
+    text = render(facts)
+    assert all(f"  {name} " in text for name in users), text
+    # a switch or setting without words of its own in info: on or off, its value, or its default, said so
+    monkeypatch.delenv("IRIS_NODE_MAP", raising=False)
+    monkeypatch.setenv("IRIS_DEBUG", "")
+    switches = collect()["switches"]
+    assert switches["IRIS_DEBUG"]["means"] == "off (default)"
+    assert switches["IRIS_NODE_MAP"]["means"] == "from the ranks' host names (default)"
+    monkeypatch.setenv("IRIS_DEBUG", "Yes")
+    monkeypatch.setenv("IRIS_NODE_MAP", "0,1")
+    switches = collect()["switches"]
+    assert switches["IRIS_DEBUG"]["means"] == "on" and switches["IRIS_NODE_MAP"]["means"] == "0,1"

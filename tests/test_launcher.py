@@ -144,6 +144,48 @@ def test_crash_inside_iris_leaves_no_segments(tmp_path):
     assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"iris_{job}")]
 
 
+def test_a_module_runs_as_every_rank_program_with_dash_m(tmp_path):
+    """``iris run -n 2 -m pkg.mod args...`` runs ``python -m pkg.mod args...`` as each rank, as python -m does:
+    every word after the module's name is the module's, options of iris run's own names included."""
+    package = tmp_path / "tinypkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "hello.py").write_text(textwrap.dedent("""
+        import os, sys
+        print("module", __name__, "rank", os.environ["RANK"], "of", os.environ["WORLD_SIZE"], "args", sys.argv[1:])
+    """))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    proc = subprocess.run([sys.executable, "-m", "iris", "run", "-n", "2", "--timeout", "120", "-m", "tinypkg.hello",
+                           "--flag", "x", "-n", "5"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for rank in range(2):
+        assert f"[rank {rank}] module __main__ rank {rank} of 2 args ['--flag', 'x', '-n', '5']" in proc.stdout, \
+            proc.stdout
+
+
+@pytest.mark.parametrize("words, program", [
+    (["s.py"], ["s.py"]),
+    (["s.py", "--validate", "-m", "x"], ["s.py", "--validate", "-m", "x"]),  # after the script: the script's
+    (["-m", "pkg.mod"], ["-m", "pkg.mod"]),
+    (["-m", "pkg.mod", "a", "--flag", "-n", "3"], ["-m", "pkg.mod", "a", "--flag", "-n", "3"]),
+    (["--", "-m", "pkg.mod", "--x"], ["-m", "pkg.mod", "--x"]),  # the older spelling still works
+])
+def test_the_ranks_program_is_a_script_or_a_module(words, program):
+    from iris.launch import build_parser, rank_program
+
+    args = build_parser().parse_args(["run", "-n", "2", *words])
+    assert rank_program(args) == program
+
+
+@pytest.mark.parametrize("words, message", [([], "give a script or -m MODULE"), (["-m"], "-m needs a module name")])
+def test_a_run_without_a_program_is_refused(words, message):
+    proc = subprocess.run([sys.executable, "-m", "iris", "run", "-n", "2", *words], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
 def test_needs_at_least_one_rank():
     proc = subprocess.run([sys.executable, "-m", "iris", "run", "-n", "0", "x.py"], capture_output=True, text=True)
     assert proc.returncode == 2 and "need at least one rank" in proc.stderr
@@ -229,6 +271,17 @@ def test_a_bad_cpu_bind_switch_is_refused_by_name(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "iris", "run", "-n", "1", "x.py"],
                           env=dict(os.environ, IRIS_CPU_BIND="sometimes"), capture_output=True, text=True)
     assert proc.returncode == 2 and "IRIS_CPU_BIND='sometimes'" in proc.stderr, proc.stderr
+
+
+def test_a_switch_set_to_a_word_it_does_not_know_stops_iris_run_before_any_rank_starts(tmp_path):
+    """Every switch of iris.config, not only the launcher's own: IRIS_QUIET_AMD_OPTIONS=maybe is refused by name."""
+    script = tmp_path / "never.py"
+    script.write_text("print('a rank started')\n")
+    proc = subprocess.run([sys.executable, "-m", "iris", "run", "-n", "1", str(script)],
+                          env=dict(os.environ, IRIS_QUIET_AMD_OPTIONS="maybe"), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "IRIS_QUIET_AMD_OPTIONS='maybe'" in proc.stderr and "a rank started" not in proc.stdout, proc.stderr
 
 
 def test_cpu_binding_spreads_ranks_over_numa_nodes_in_blocks_and_gives_whole_cores():

@@ -46,20 +46,24 @@ def environment_page() -> str:
         "",
         "Every variable Iris reads or sets. This page is generated from `iris.config.VARIABLES`: "
         "`iris/config.py` is the one module of Iris that touches the environment, and a test checks that "
-        "every name it reads is in that table.",
+        "every name it reads, and every name `iris run` and Iris's tools set, is in that table.",
         "",
-        "The switches take `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off` (any case); any other word is "
-        "refused, naming the variable, when a context is made (before any allocation). Values are read when "
-        "asked for, not cached. `iris info` prints every `IRIS_*` switch as set here and what it means.",
+        "A switch takes `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off` (any case); unset or empty, its "
+        "default. Any other word is refused with the variable's name, the value and these spellings: by `iris run` "
+        "before it starts a rank, and when the switch is read. Values are read when asked for, not cached. "
+        "`iris info` prints every switch and setting below as set here and what it means.",
         "",
-        "| variable | default | meaning |",
-        "|---|---|---|",
     ]
-    for variable in config.VARIABLES:
-        default = variable.default if " " in variable.default else f"`{variable.default}`" if variable.default else ""
-        lines.append(f"| `{variable.name}` | {_markdown(default)} | {_markdown(variable.meaning)} |")
+    for kind, heading in config.KINDS.items():
+        lines += [f"## {heading}", "", "| variable | default | meaning |", "|---|---|---|"]
+        for variable in config.VARIABLES:
+            if variable.kind != kind:
+                continue
+            default = variable.default
+            default = default if " " in default else f"`{default}`" if default else ""
+            lines.append(f"| `{variable.name}` | {_markdown(default)} | {_markdown(variable.meaning)} |")
+        lines.append("")
     lines += [
-        "",
         "On GPUs keep NVLink multicast off in every program, Iris's or not: "
         "`export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1` "
         "(the tox GPU environments, the images and the Slurm scripts set them). On shared hosts multicast "

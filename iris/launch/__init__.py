@@ -1,7 +1,10 @@
-"""``iris run -n N [--timeout S] [--cpu-bind] script.py [args...]``: start N ranks on this machine.
+"""``iris run -n N [--timeout S] [--cpu-bind] script.py [args...]`` (or ``-m module [args...]``): start N ranks on
+this machine.
 
-Each rank gets the environment Iris's bootstrap reads (RANK, LOCAL_RANK,
-WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) plus IRIS_JOB_ID.
+Each rank runs ``python script.py args...`` (or ``python -m module args...``) with the environment Iris's
+bootstrap reads (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) plus IRIS_JOB_ID
+(every variable it sets: :data:`iris.config.VARIABLES`). A switch of :mod:`iris.config` set to a word it does
+not take stops the launch before any rank starts.
 Output lines are prefixed with ``[rank R]``. When a rank fails, the others are
 stopped and the launcher exits with that rank's exit code (128 + N for a rank
 killed by signal N; a segmentation fault prints the rank's Python stack and a hint);
@@ -282,17 +285,44 @@ def build_parser() -> argparse.ArgumentParser:
     """
     parser = argparse.ArgumentParser(prog="iris", description="Iris command-line tools")
     sub = parser.add_subparsers(dest="command", required=True)
-    run_parser = sub.add_parser("run", help="run a script as N ranks on this machine")
+    run_parser = sub.add_parser(
+        "run", help="run a script (or a module, with -m) as N ranks on this machine",
+        usage="iris run [-h] -n NPROCS [--timeout TIMEOUT] [--cpu-bind] (script [args ...] | -m MODULE [args ...])")
     run_parser.add_argument("-n", "--nprocs", type=int, required=True, help="number of ranks")
     run_parser.add_argument("--timeout", type=float, default=None, help="stop every rank after this many seconds")
     run_parser.add_argument("--cpu-bind", action="store_true", default=None,
                             help="give each rank cores of its own, spread over the NUMA nodes (IRIS_CPU_BIND=1)")
-    run_parser.add_argument("script", help="Python script to run (or -m module)")
+    # -m takes the rest of the line, as python -m does: the module's name, then its own arguments
+    run_parser.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE",
+                            help="run this module as each rank's program (python -m MODULE); every word after it "
+                                 "is the module's")
+    run_parser.add_argument("script", nargs="?", help="the Python script each rank runs")
     run_parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the script")
     sub.add_parser("cleanup", help="remove the shared-memory segments that killed ranks left in /dev/shm")
-    info_parser = sub.add_parser("info", help="versions, backend, GPUs, heap providers and switches, for a bug report")
+    info_parser = sub.add_parser(
+        "info", help="versions, backend, GPUs, heap providers, switches and settings, for a bug report")
     info_parser.add_argument("--json", action="store_true", help="the same facts as JSON")
     return parser
+
+
+def rank_program(args: argparse.Namespace) -> list[str]:
+    """The ranks' program as ``python`` takes it, from ``iris run``'s parsed arguments: ``[script, args...]``, or
+    ``["-m", module, args...]``. ``iris run -n 2 -- -m module`` (the older spelling) gives the same.
+
+    Raises:
+        ValueError: neither a script nor a module, or ``-m`` without a module's name.
+
+    Example:
+        >>> rank_program(build_parser().parse_args(["run", "-n", "2", "-m", "pkg.mod", "--flag"]))
+        ['-m', 'pkg.mod', '--flag']
+    """
+    if args.module is not None:
+        if not args.module:
+            raise ValueError("-m needs a module name: iris run -n N -m package.module [args ...]")
+        return ["-m", *args.module]
+    if args.script is None:
+        raise ValueError("give a script or -m MODULE: iris run -n N script.py [args ...]")
+    return [args.script, *args.args]
 
 
 def main(argv=None) -> int:
@@ -315,10 +345,12 @@ def main(argv=None) -> int:
     if args.timeout is not None and not args.timeout > 0:
         parser.error(f"--timeout {args.timeout:g}: must be positive (seconds)")
     try:
+        program = rank_program(args)
+        config.check_switches()  # every rank would refuse a switch it cannot read: say so once, before they start
         cpu_bind = config.cpu_bind_requested() if args.cpu_bind is None else args.cpu_bind
     except ValueError as exc:
         parser.error(str(exc))
-    return run(args.nprocs, [args.script, *args.args], timeout=args.timeout, cpu_bind=cpu_bind)
+    return run(args.nprocs, program, timeout=args.timeout, cpu_bind=cpu_bind)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,10 @@
 
 Versions (Iris, Python, torch, Triton), the backend and why it was chosen, each GPU (name, compute
 capability or architecture, SMs, memory) and which pairs reach each other by peer access, the heap
-providers this process could use, Iris's switches as set and what each means here (a value Iris
-would refuse is reported as refused, not raised), and the gaps of the backend from the capability
-table (:mod:`iris.runtime.capabilities`). It creates no context, heap or process group.
+providers this process could use, every switch and setting of :data:`iris.config.VARIABLES` as set and
+what each means here (a value Iris would refuse is reported as refused, not raised), and the gaps of the
+backend from the capability table (:mod:`iris.runtime.capabilities`). It creates no context, heap or
+process group.
 
 Example:
     $ iris info            # a few lines of text
@@ -19,25 +20,47 @@ import platform
 from iris import config
 from iris.memory.providers import provider_name
 
-# The switches a user sets, each with the config reader that says what it means in this process.
-_SWITCHES = {
+# What a user's switch or setting means in this process, where more can be said than on or off and the value:
+# each a config reader. Every switch and setting of iris.config.VARIABLES is shown (see _meanings), these or not.
+_MEANINGS = {
     "IRIS_BACKEND": lambda: config.backend_request() or "chosen by what torch sees",
     "IRIS_SIMULATION": lambda: "several ranks per GPU" if config.simulation() else "off",
+    "IRIS_HEAP_BASES_PREFIX": lambda: (f"{config.heap_bases_prefix()}_rank_<r>_heap_bases.json in simulation"
+                                       + ("" if config.text("IRIS_HEAP_BASES_PREFIX") else " (default)")),
     "IRIS_HEAP": lambda: provider_name(None) + ("" if config.heap_request() else " (default)"),
-    "IRIS_NODE_MAP": lambda: config.text("IRIS_NODE_MAP") or "from the ranks' host names",
     "IRIS_GRAPH_REPLAY": lambda: ("on" if config.graph_replay() else "off")
     + (" (default)" if not config.text("IRIS_GRAPH_REPLAY").strip() else "") + _no_graphs_here(),
     "IRIS_NATIVE_REPLAY": lambda: native_replay_meaning(config.native_replay(), _selected()),
-    "IRIS_DEBUG": lambda: "on" if config.debug_requested() else "off",
+    "IRIS_NATIVE_CACHE": config.native_cache,
     "IRIS_LL_PACK": lambda: {True: "two 16-bit elements a word", False: "off (one element a word)",
                              None: "two 16-bit elements a word past 32768 elements (default)"}[config.ll_pack()],
     "IRIS_TWO_SHOT_WRITES": lambda: ("on" if config.two_shot_writes() else "off (each member reads its half)")
     + (" (default)" if not config.text("IRIS_TWO_SHOT_WRITES").strip() else ""),
     "IRIS_CPU_BIND": lambda: "iris run binds each rank to cores of its own" if config.cpu_bind_requested() else "off",
+    "IRIS_QUIET_AMD_OPTIONS": lambda: ("on: AMD-only launch options dropped without a warning"
+                                       if config.quiet_amd_options() else
+                                       "off: a warning for each AMD-only launch option dropped"),
+    "IRIS_CPU_CUDA": lambda: ("on: where torch sees no GPU, the CPU backend serves device=\"cuda\" and torch.cuda"
+                              if config.cpu_cuda() else "off: torch left as it is"),
     "IRIS_WAIT_TIMEOUT": lambda: f"{config.wait_timeout_s():g} s (debug mode's waits)",
     "IRIS_LOG_LEVEL": config.log_level_name,
     "IRIS_CROSS_COMPILE": lambda: config.cross_compile_targets() or "off",
+    "IRIS_CROSS_COMPILE_CACHE": config.cross_compile_cache,
+    "IRIS_ENGINE_CACHE": config.engine_cache,
 }
+
+
+def _generic(variable):
+    """What a switch or setting without an entry in _MEANINGS means: on or off, or its value, else its default."""
+    if variable.kind == "switch":
+        return lambda: ("on" if config.switch(variable.name) else "off") + \
+            ("" if config.text(variable.name).strip() else " (default)")
+    return lambda: config.text(variable.name) or f"{variable.default} (default)"
+
+
+def _meanings() -> dict:
+    """Every switch and setting a user sets (iris.config.VARIABLES, in its order), each with its reader."""
+    return {v.name: _MEANINGS.get(v.name) or _generic(v) for v in config.VARIABLES if v.kind in ("switch", "setting")}
 
 
 def _selected() -> str:
@@ -98,7 +121,7 @@ def collect() -> dict:
                            "not available: " + ("the CPU backend" if backend == "cpu" else
                                                 "torch has no NVSHMEM/rocSHMEM for this GPU")},
         "mpi4py": importlib.util.find_spec("mpi4py") is not None,
-        "switches": {name: _meaning(name, reader) for name, reader in _SWITCHES.items()},
+        "switches": {name: _meaning(name, reader) for name, reader in _meanings().items()},
         "gaps": [{"feature": row.feature, "dtype": row.dtype, "reason": row.reason}
                  for row in LIMITATIONS if row.backend == backend],
     }
@@ -149,7 +172,7 @@ def render(facts: dict) -> str:
     lines.append("switches:")
     for name, switch in facts["switches"].items():
         shown = repr(switch["value"]) if switch["value"] else "unset"
-        lines.append(f"  {name:20} {shown:12} {switch['means']}")
+        lines.append(f"  {name:24} {shown:12} {switch['means']}")
     lines.append(f"gaps of the {backend['name']} backend (iris.runtime.capabilities): {len(facts['gaps'])}")
     for gap in facts["gaps"]:
         lines.append(f"  {gap['feature']}{' (' + gap['dtype'] + ')' if gap['dtype'] else ''}: {gap['reason']}")
