@@ -10,12 +10,11 @@ import torch
 
 from iris import config, runtime
 from iris.runtime import sim
-from iris.device.context import TritonContext, build_context_tensor  # noqa: F401 (TritonContext: the original's
-# iris.context.TritonContext, imported from here by code written for it)
+# TritonContext: an earlier name of DeviceContext that code imports from here
+from iris.device.context import TritonContext, build_context_tensor  # noqa: F401
 from iris.device.rma import HEAP_BASES_SLOT
 from iris.host import debug as debug_mode
 from iris.runtime.distributed import init_distributed, node_map
-from iris.host.devices import get_num_xcc
 from iris.runtime.logging import log
 from iris.memory.heap import SymmetricHeap
 from iris.memory.providers import HeapProviderRefusal, JobFacts, create_provider, provider_name
@@ -23,8 +22,8 @@ from iris.memory.tensors import TensorFactories
 from iris.runtime import launch_options
 from iris.host.team import Team, reserved_layout
 
-# "vmem" is the original's virtual-memory allocator, which maps an imported tensor into the heap; here it is the
-# same heap as "torch", and as_symmetric copies an imported tensor into it
+# "vmem" (a virtual-memory allocator elsewhere) gives the same heap as "torch": as_symmetric copies an imported
+# tensor into it
 ALLOCATORS = ("torch", "vmem")
 
 
@@ -34,7 +33,7 @@ def _job_facts(backend, comm, nodes, device, provider) -> JobFacts:
     import torch.distributed as dist
 
     engine = False
-    if provider.name == "shmem" and backend.name != "cpu":
+    if provider.name == "shmem" and backend.find_limitation("shmem_heap") is None:
         from iris.memory.providers.shmem import engine_available
 
         engine = engine_available()
@@ -68,7 +67,7 @@ class Iris(TensorFactories):
     Args:
         heap_size: bytes of symmetric heap per rank (default 1 GiB).
         allocator_type: ``"torch"``: the heap is one device allocation exposed
-            as a torch tensor. ``"vmem"`` (the original's virtual-memory allocator) is accepted and
+            as a torch tensor. ``"vmem"`` (a virtual-memory allocator elsewhere) is accepted and
             gives the same heap: ``as_symmetric`` then copies an imported tensor into it rather
             than mapping its memory.
         debug: bound every device wait by IRIS_WAIT_TIMEOUT seconds and raise
@@ -94,8 +93,8 @@ class Iris(TensorFactories):
         provider = create_provider(provider_name(heap))
         debug_mode.enable_stack_dumps()  # under `iris run` only: SIGUSR1 prints the stacks (sent at its timeout)
         backend = runtime.get_backend()
-        comm = init_distributed(backend.name, backend.device_for)
-        launch_options.install(backend.name, comm.rank, comm.world_size)  # the original's AMD options run anywhere
+        comm = init_distributed(backend)
+        launch_options.install(backend, comm.rank, comm.world_size)  # AMD-only launch options run anywhere
         sizes = comm.all_gather_object(int(heap_size))
         if len(set(sizes)) != 1:
             raise ValueError(f"every rank must pass the same heap_size; got {sizes} (by rank)")
@@ -111,7 +110,7 @@ class Iris(TensorFactories):
         self.num_ranks = comm.world_size
         backend.activate(device)
         self._device = device
-        self.device = str(device)  # a string, as the original's ("cuda:0"); get_device(): the torch.device
+        self.device = str(device)  # a string ("cuda:0"); get_device(): the torch.device
         self.gpu_id = device.index or 0
         self.heap_size = int(heap_size)
         # device barrier, collectives, and the engine's staging where the provider may compile its path
@@ -124,7 +123,7 @@ class Iris(TensorFactories):
                               f"allocated on {device}: {error}. Pass a smaller heap_size to iris.iris().") from error
         words = build_context_tensor(self.cur_rank, self.num_ranks, self.heap.bases, device,
                                      engine_scratch=self.heap.region("engine.scratch").data_ptr())
-        self._debug_word = words[-2:-1]  # past the original's layout, which get_device_context() keeps
+        self._debug_word = words[-2:-1]  # past the layout get_device_context() keeps
         self._device_context = words[:-2]
         # a view of the context tensor's bases: device ops find the current rank just before them
         self.heap_bases = self._device_context[HEAP_BASES_SLOT.value:HEAP_BASES_SLOT.value + self.num_ranks]
@@ -250,10 +249,10 @@ class Iris(TensorFactories):
 
         Example: ``ctx.get_num_xcc()  # 8 on an MI300X``
         """
-        return get_num_xcc(self.gpu_id) if self.backend.name == "hip" else 1
+        return self.backend.xcc_count(self.gpu_id)
 
     def __allocate(self, num_elements: int, dtype: torch.dtype) -> torch.Tensor:
-        """The original's private allocator (``ctx._Iris__allocate``, which its tests call): :meth:`allocate`."""
+        """``ctx._Iris__allocate``, a private name some tests call: :meth:`allocate`."""
         return self.allocate(num_elements, dtype)
 
     def get_heap_provider(self) -> str:
@@ -320,12 +319,9 @@ class Iris(TensorFactories):
         self.team.diagnose_now_in_debug()
 
     def broadcast(self, value, source_rank: int = 0, *, src: int | None = None):
-        """Send ``value`` from rank ``source_rank`` to every rank and return it (the original's name;
-        ``src=``, torch.distributed's, is taken too).
-
-        Tensors and numpy arrays come back as numpy arrays (as in the original
-        Iris; a tensor of a dtype numpy lacks, such as bfloat16, comes back as a
-        CPU tensor); scalars and other picklable objects keep their type.
+        """Send ``value`` from rank ``source_rank`` (or ``src=``, torch.distributed's name) to every rank and
+        return it. Tensors and numpy arrays come back as numpy arrays (a dtype numpy lacks, such as bfloat16,
+        as a CPU tensor); scalars and other picklable objects keep their type.
 
         Example:
             >>> seed = ctx.broadcast(1234 if ctx.get_rank() == 0 else None, source_rank=0)
@@ -358,11 +354,10 @@ class Iris(TensorFactories):
         log(_logging.ERROR, message, self.cur_rank, self.num_ranks)
 
 
-    # the original's July-2025 names: log (shown like info), log_debug, log_stats. It printed log and
-    # log_stats unconditionally; here every line follows the logger's level (IRIS_LOG_LEVEL).
+    # log (shown like info), log_debug, log_stats: each line follows the logger's level (IRIS_LOG_LEVEL)
 
     def log(self, message: str) -> None:
-        """Log at info level as ``[Iris] [rank/world] message`` (the original's ``log``).
+        """Log at info level as ``[Iris] [rank/world] message``.
 
         Example:
             >>> ctx.log(f"validated {n} elements")
@@ -370,7 +365,7 @@ class Iris(TensorFactories):
         log(_logging.INFO, message, self.cur_rank, self.num_ranks)
 
     def log_debug(self, message: str) -> None:
-        """Log at debug level (the original's ``log_debug``; the same as :meth:`debug`).
+        """Log at debug level (the same as :meth:`debug`).
 
         Example:
             >>> ctx.log_debug(f"heap base {hex(ctx.get_heap_bases()[0].item())}")
@@ -378,7 +373,7 @@ class Iris(TensorFactories):
         log(_logging.DEBUG, message, self.cur_rank, self.num_ranks)
 
     def log_stats(self, message: str) -> None:
-        """Log a measurement at info level (the original's ``log_stats``).
+        """Log a measurement at info level.
 
         Example:
             >>> ctx.log_stats(f"bandwidth {gbps:.1f} GB/s")
@@ -392,8 +387,7 @@ class Iris(TensorFactories):
 
         Divide a difference of timestamps by it to get milliseconds. AMD: ``s_memrealtime``, 100 MHz
         (100000); NVIDIA: the global timer, in nanoseconds (1000000); CPU backend: the host's monotonic
-        clock in nanoseconds (1000000). The original's ``wall_clock_rate(rank)`` asks the device whose
-        index is ``rank``; here any rank of the job may be given, default this one.
+        clock in nanoseconds (1000000). Any rank of the job may be given, default this one.
 
         Args:
             rank: a rank of the job (default: this rank).

@@ -196,7 +196,7 @@ def _pipelines_chosen():
     # (no effect on the fused kernel, as in code written for the original) keeps the fused kernel
     chosen += [chunks(ctx, FusedConfig(all_reduce_variant=variant), tall)
                for variant in ("two_shot", "hierarchical", "one_shot", "atomic", "ll", "push")]
-    pipelines = not ctx.team.backend.interpreted and copy_refusal(ctx) is None and world >= 4
+    pipelines = ctx.team.backend.has_streams and copy_refusal(ctx) is None and world >= 4
     ctx.close()
     return chosen, pipelines
 

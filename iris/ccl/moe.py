@@ -1,7 +1,7 @@
 """MoE dispatch and combine: each token's hidden state to the ranks of its top-k experts, and the weighted sum of
 the experts' outputs back, with every count on the device (nothing waits on the host).
 
-The original's API: ``dispatcher = ctx.ccl.moe_dispatcher(hidden_dim=..., num_experts=..., topk=...,
+The API: ``dispatcher = ctx.ccl.moe_dispatcher(hidden_dim=..., num_experts=..., topk=...,
 max_tokens=...)``; ``recv, local_meta, handle = dispatcher.dispatch(tokens, topk_idx, topk_weight)`` gives this
 rank's experts the tokens routed to them from every rank, grouped by local expert (expert e's rows at
 ``local_meta.offsets[e]`` to ``local_meta.offsets[e + 1]``, in source-rank order, then token order);
@@ -203,9 +203,9 @@ def _regroup_kernel(src, dst, src_scales, dst_scales, counts, kept_counts, exper
 
 
 def _programs(ctx, work: int) -> int:
-    """Programs of a row kernel: one under the interpreter (which runs them one after another), else one per
+    """Programs of a row kernel: one where a launch's programs run in turn (more only cost time), else one per
     piece of ``work`` up to MOVE_PROGRAMS."""
-    return 1 if ctx.team.backend.interpreted else max(1, min(MOVE_PROGRAMS, work))
+    return 1 if ctx.team.backend.runs_programs_in_turn else max(1, min(MOVE_PROGRAMS, work))
 
 
 def _row_block(hidden: int) -> int:

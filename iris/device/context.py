@@ -31,7 +31,7 @@ from triton.language.core import _aggregate as aggregate
 from iris.device import atomics, rma, sync
 from iris.device import tracing as trace
 from iris.device.tracing import DeviceTracing, _DeviceTracing, payload_bytes, tracing_from_context
-from iris.runtime import interpreted
+from iris.runtime import device_facts
 
 RANK_SLOT, WORLD_SLOT, HEAP_BASES_SLOT = rma.RANK_SLOT, rma.WORLD_SLOT, rma.HEAP_BASES_SLOT
 
@@ -236,10 +236,11 @@ class _InterpretedMethod:
 
 
 def bind_methods(aggregate_class, source_class) -> None:
-    """Give the aggregate its source class's jit methods (bound by hand under the interpreter)."""
+    """Give the aggregate its source class's jit methods (bound by hand where jit functions run as Python)."""
+    as_python = not device_facts().compiles_kernels
     for name, member in vars(source_class).items():
         if not name.startswith("__") and callable(member):
-            if interpreted():
+            if as_python:
                 setattr(aggregate_class, name, _InterpretedMethod(member))
             elif not hasattr(aggregate_class, name):
                 setattr(aggregate_class, name, member)
@@ -248,4 +249,4 @@ def bind_methods(aggregate_class, source_class) -> None:
 bind_methods(DeviceContext, _DeviceContext)
 bind_methods(DeviceTracing, _DeviceTracing)
 
-TritonContext = DeviceContext  # the original's earlier name for it
+TritonContext = DeviceContext  # an earlier name, kept for code that uses it

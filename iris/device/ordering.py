@@ -1,10 +1,8 @@
 """``Semantic`` and ``Scope``: named memory orderings and scopes for the device ops' ``sem`` and ``scope``.
 
-Each member *is* the string Triton and Iris's device ops take (``Semantic.ACQUIRE == "acquire"``), so
-the two spellings mix freely: pass a member as a ``tl.constexpr`` argument (as the original's tests
-do), or write the word inside the kernel (``sem="release"``). Reading a member inside a kernel
-(``sem=iris.Semantic.RELEASE`` in the kernel's body) compiles with the newest Triton but not with
-Triton 3.6, whose code generator passes it on as a value rather than a constant: pass it in.
+Each member *is* the string Triton and Iris's device ops take (``Semantic.ACQUIRE == "acquire"``), so the
+two spellings mix freely: pass a member as a ``tl.constexpr`` argument, or write the word in the kernel
+(``sem="release"``). A member read inside a kernel's body does not compile with Triton 3.6: pass it in.
 
 A flag or counter that another GPU observes needs ``Scope.SYS`` with release/acquire ordering.
 

@@ -14,25 +14,21 @@ Rank arguments name the direction the data flows, from ``from_rank`` to
 ``heap_bases`` is ``ctx.get_heap_bases()``. When both ranks are the same the
 access is an ordinary local one.
 
-(*) The original's docstrings name ``to_rank`` the current rank of a load or get, its
-implementation ``from_rank``: here one of the two must be the current rank (found by
-:func:`current_rank`), and the other is read. docs/programming-model.md has the table of
-every op's convention, the original's and ours.
-
-Compatibility note: an early form of the original API (seed 002) spelled
-``store`` as ``put(pointer, value, from_rank, to_rank, heap_bases, mask)``.
-Here ``put`` is the pointer-to-pointer form above; call ``store`` for the
-value form.
+(*) Code names the two ranks of a read in both orders: one of them must be the current rank
+(found by :func:`current_rank`), and the other is read. docs/programming-model.md has every op's
+convention.
 """
 
 import triton
 import triton.language as tl
 
 from iris.device import nvshmem as engine
-from iris.runtime.select import gpu_vendor
+from iris.runtime import device_facts
 
-# Whether kernels become AMD code here (a HIP GPU, or a cross-compile worker for a hip target).
-ON_HIP = tl.constexpr(gpu_vendor() == "hip")
+# The inline assembly kernels carry here (iris.runtime.device_facts: a cross-compile worker's is its target's).
+# Neither: Triton's interpreter runs the kernels as Python, and device code takes its host path.
+PTX = tl.constexpr(device_facts().inline_asm == "ptx")
+AMDGCN = tl.constexpr(device_facts().inline_asm == "amdgcn")
 
 # The host checks that every heap base is a multiple of this many bytes.
 _CHUNK_BYTES = tl.constexpr(16)
@@ -243,8 +239,7 @@ def _write(pointer, value, cur, to_rank, heap_bases, mask, cache_modifier):
 @triton.jit
 def _peer_of(rank_a, rank_b, heap_bases):
     """(current rank, the other one) of two ranks of which one is the current rank: the order in which a
-    read names them does not matter (the original's docstrings and implementation name them in
-    opposite orders). In debug mode, two ranks that are both not the current rank are reported."""
+    read names them does not matter. In debug mode, two ranks that are both not the current rank are reported."""
     cur = current_rank(heap_bases)
     if DEBUG:
         wrong = ((cur != rank_a) & (cur != rank_b)) | tl.zeros([1], tl.int1)  # ranks may be blocks or constexprs
@@ -260,8 +255,7 @@ def load(pointer, to_rank, from_rank, heap_bases, mask=None, other=None, cache_m
     """Read ``from_rank``'s memory at ``pointer`` into the current rank (``to_rank``).
 
     The two ranks may come in either order: one of them is the current rank (the pointer is local
-    to it), the other is read (the original's implementation reads ``to_rank`` from ``from_rank``;
-    its docstring says the opposite: both run as meant).
+    to it), the other is read.
 
     Args:
         pointer: block of pointers, local to the current rank.
@@ -299,11 +293,10 @@ def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, load_cache_
     """Copy the other rank's ``from_ptr`` into the current rank's ``to_ptr``.
 
     Both pointers are in the current rank's address space. One of the two ranks is the current
-    rank, the other is read, in either order: ``get(src, dst, peer, cur_rank, ...)`` (the original's
-    docstring) and ``get(src, dst, cur_rank, peer, ...)`` (its implementation, and the code
-    written for it) both copy ``peer``'s ``src`` into the local ``dst``. ``load_cache_modifier`` (of the remote
-    read) and ``store_cache_modifier`` (of the local write) go to ``tl.load`` and ``tl.store`` (None: Triton's
-    default).
+    rank, the other is read, in either order: ``get(src, dst, peer, cur_rank, ...)`` and
+    ``get(src, dst, cur_rank, peer, ...)`` both copy ``peer``'s ``src`` into the local ``dst``.
+    ``load_cache_modifier`` (remote read) and ``store_cache_modifier`` (local write) go to ``tl.load`` and
+    ``tl.store`` (None: Triton's default).
 
     Example:
         >>> iris.get(src + offs, dst + offs, peer, cur_rank, heap_bases, mask=offs < n)

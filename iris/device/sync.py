@@ -28,8 +28,7 @@ import time
 import triton
 import triton.language as tl
 
-from iris.device.rma import ON_HIP, as_element, debug_report, far_update, near_lanes, translate
-from iris.runtime import interpreted
+from iris.device.rma import AMDGCN, PTX, as_element, debug_report, far_update, near_lanes, translate
 
 COMPARISONS = ("==", "!=", ">=", ">", "<=", "<")
 
@@ -37,9 +36,8 @@ COMPARISONS = ("==", "!=", ">=", ">", "<=", "<")
 # compile-time constants: without debug the spin loops carry no extra instruction.
 DEBUG = tl.constexpr(False)
 WAIT_TIMEOUT_NS = tl.constexpr(10_000_000_000)
-_INTERPRETED = tl.constexpr(interpreted())
-# AMD Instinct's s_memrealtime counts at a constant 100 MHz: 10 ns per tick.
-_HIP_NS_PER_TICK = tl.constexpr(10)
+# s_memrealtime counts at a constant 100 MHz on AMD Instinct GPUs: 10 ns per tick.
+_MEMREALTIME_NS_PER_TICK = tl.constexpr(10)
 WAIT_UNTIL_RECORD = tl.constexpr(1)
 DEVICE_BARRIER_RECORD = tl.constexpr(2)
 
@@ -54,15 +52,15 @@ _host_clock_ns.__triton_builtin__ = True
 
 @triton.jit
 def _clock_ns():
-    if _INTERPRETED:
-        now = _host_clock_ns()  # only ever run by Triton's interpreter, which runs this body as Python
-    elif ON_HIP:
+    if AMDGCN:
         ticks = tl.inline_asm_elementwise("s_memrealtime $0\n s_waitcnt lgkmcnt(0)", "=s", [], dtype=tl.int64,
                                           is_pure=False, pack=1)
-        now = ticks * _HIP_NS_PER_TICK
-    else:
+        now = ticks * _MEMREALTIME_NS_PER_TICK
+    elif PTX:
         now = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False,
                                         pack=1)
+    else:
+        now = _host_clock_ns()  # only ever run by Triton's interpreter, which runs this body as Python
     return now
 
 
@@ -71,10 +69,9 @@ def async_proxy_fence():
     """Order this thread's view of global memory before its later TMA (async proxy) loads: after an
     acquire, what peers stored with ordinary stores is then what a tensor descriptor reads (PTX
     ``fence.proxy.async.global``; NVIDIA only, where descriptors load; nothing elsewhere)."""
-    if not _INTERPRETED:
-        if not ON_HIP:
-            tl.inline_asm_elementwise("fence.proxy.async.global;\n mov.u32 $0, 0;", "=r", [], dtype=tl.int32,
-                                      is_pure=False, pack=1)
+    if PTX:
+        tl.inline_asm_elementwise("fence.proxy.async.global;\n mov.u32 $0, 0;", "=r", [], dtype=tl.int32,
+                                  is_pure=False, pack=1)
 
 
 @triton.jit

@@ -1,7 +1,7 @@
 """Device-side tracing: the records a kernel writes when built with ``DeviceContext.initialize(..., tracing=True)``.
 
 The host side is :mod:`iris.host.tracing` (``ctx.tracing.enable()``, ``export()``). The context tensor
-carries, after the heap bases (the original's layout)::
+carries, after the heap bases::
 
     [TRACE_SLOT + 0] tracing enabled (0 or 1)     [TRACE_SLOT + 1] max_events
     [TRACE_SLOT + 2] address of the event counter  [TRACE_SLOT + 3] address of the op counter
@@ -28,14 +28,14 @@ import triton
 import triton.language as tl
 from triton.language.core import _aggregate as aggregate
 
-from iris.device.rma import CHECKS_AFTER_BASES, HEAP_BASES_SLOT, ON_HIP
-from iris.device.sync import _INTERPRETED, _clock_ns
+from iris.device.rma import AMDGCN, CHECKS_AFTER_BASES, HEAP_BASES_SLOT, PTX
+from iris.device.sync import _clock_ns
 
-# Per event, one int64 each, in the context tensor's order (the original's 13 fields). END holds the end
+# Per event, one int64 each, in the context tensor's order. END holds the end
 # timestamp of an event with a duration (0: an instant); OP_INDEX is the event's place on its rank.
 FIELDS = ("event_id", "pid", "pid_m", "pid_n", "cur_rank", "target_rank", "xcc_id", "cu_id", "timestamp",
           "address", "end", "op_index", "payload_size")
-HEADER = 4  # enabled, max_events, event counter, op counter (the original's; op_index is the event's slot here)
+HEADER = 4  # enabled, max_events, event counter, op counter (op_index is the event's slot)
 
 
 def header_slot(world_size: int) -> int:
@@ -44,7 +44,7 @@ def header_slot(world_size: int) -> int:
 
 
 def context_length(world_size: int) -> int:
-    """The context tensor's length (the original's): rank, world, bases, the tracing header and one
+    """The context tensor's length: rank, world, bases, the tracing header and one
     address per field."""
     return header_slot(world_size) + HEADER + len(FIELDS)
 
@@ -54,7 +54,7 @@ assert HEADER + len(FIELDS) == CHECKS_AFTER_BASES.value, "the debug word follows
 (F_EVENT_ID, F_PID, F_PID_M, F_PID_N, F_CUR_RANK, F_TARGET_RANK, F_XCC_ID, F_CU_ID, F_TIMESTAMP, F_ADDRESS, F_END,
  F_OP_INDEX, F_PAYLOAD_SIZE) = (tl.constexpr(row) for row in range(len(FIELDS)))
 
-# Event kinds (the original's numbers: 0-1023 Iris ops, 1024- user data movement, 2048- user compute,
+# Event kinds (0-1023 Iris ops, 1024- user data movement, 2048- user compute,
 # 3072- synchronization; signal is ours). Each is also a constexpr of this module: tracing.PUT, ...
 EVENT_NAMES = {
     0: "load", 1: "store", 2: "get", 3: "put", 4: "copy", 5: "atomic_add", 6: "atomic_sub", 7: "atomic_cas",
@@ -106,23 +106,23 @@ TraceEvent = aggregate(_TraceEvent)
 
 @triton.jit
 def _core_id():
-    """The SM (NVIDIA) or compute unit (AMD: shader engine and CU of HW_ID) this program runs on; 0 when
-    interpreted."""
-    if _INTERPRETED:
-        core = tl.full((), 0, tl.int32)
-    elif ON_HIP:
+    """The SM (NVIDIA) or compute unit (AMD: shader engine and CU of HW_ID) this program runs on; 0 where
+    kernels carry no assembly (Triton's interpreter)."""
+    if AMDGCN:
         hw = tl.inline_asm_elementwise("s_getreg_b32 $0, hwreg(HW_REG_HW_ID)", "=s", [], dtype=tl.int32,
                                        is_pure=False, pack=1)
         core = ((hw >> 13) & 0x7) * 16 + ((hw >> 8) & 0xF)  # SE_ID * 16 + CU_ID
-    else:
+    elif PTX:
         core = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        core = tl.full((), 0, tl.int32)
     return core
 
 
 @triton.jit
 def _xcc_id():
-    """The accelerator die (AMD XCC) this program runs on; 0 on NVIDIA and when interpreted."""
-    if ON_HIP and not _INTERPRETED:
+    """The accelerator die (AMD XCC) this program runs on; 0 elsewhere."""
+    if AMDGCN:
         xcc = tl.inline_asm_elementwise("s_getreg_b32 $0, hwreg(HW_REG_XCC_ID)", "=s", [], dtype=tl.int32,
                                         is_pure=False, pack=1) & 0xF
     else:

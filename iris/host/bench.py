@@ -1,4 +1,4 @@
-"""Timing host code the way the original's examples do: ``iris.do_bench`` and ``iris.memset_tensor``.
+"""Timing code every rank runs in step: ``iris.do_bench``, and ``iris.memset_tensor``.
 
 :func:`do_bench` runs ``fn`` once, warms it up, then times ``n_repeat`` runs, each after the
 ``barrier_fn`` / ``preamble_fn`` hooks and a cache flush, so every rank starts each run together
@@ -35,7 +35,7 @@ def _nothing() -> None:
 
 
 def _quantiles(times: list[float], quantiles) -> list[float]:
-    """Linear interpolation between the closest ranks, as numpy's default (and the original) does."""
+    """Linear interpolation between the closest ranks, as numpy's default does."""
     ordered = sorted(times)
     last = len(ordered) - 1
     found = []
@@ -100,7 +100,7 @@ class _EventTimer:
 def do_bench(fn: Callable[[], object], barrier_fn: Callable[[], object] = _nothing,
              preamble_fn: Callable[[], object] = _nothing, n_warmup: int = 25, n_repeat: int = 100,
              quantiles=None, return_mode: str = "mean"):
-    """Time ``fn`` in milliseconds, every rank in step (the original's ``iris.do_bench``).
+    """Time ``fn`` in milliseconds, every rank in step.
 
     ``fn`` runs once untimed, then ``n_warmup`` times untimed, then ``n_repeat`` times timed. Before
     each of these runs: ``barrier_fn()``, ``preamble_fn()`` (reset what ``fn`` consumes, e.g. zero
@@ -130,7 +130,7 @@ def do_bench(fn: Callable[[], object], barrier_fn: Callable[[], object] = _nothi
         >>> times = iris.do_bench(step, ctx.barrier, reset_flags, n_warmup=5, n_repeat=20, return_mode="all")
     """
     _check(fn, barrier_fn, preamble_fn, n_warmup, n_repeat, quantiles, return_mode)
-    on_gpu = not runtime.get_backend().interpreted
+    on_gpu = runtime.get_backend().has_streams  # device events time the work
     barrier_fn()
     preamble_fn()
     fn()
@@ -160,10 +160,7 @@ def do_bench(fn: Callable[[], object], barrier_fn: Callable[[], object] = _nothi
 
 
 def memset_tensor(tensor: torch.Tensor, value) -> torch.Tensor:
-    """Fill ``tensor`` with ``value`` in stream order (the original's ``iris.memset_tensor``).
-
-    The original accepts contiguous int32 tensors only; any tensor and any value its dtype holds
-    is accepted here (a superset: code written for the original runs unchanged).
+    """Fill ``tensor`` (any tensor) with ``value`` (any value its dtype holds) in stream order.
 
     Args:
         tensor: the tensor to fill (on the heap or not).

@@ -1,4 +1,4 @@
-"""Tensors over memory given by address: the original's ``iris.CUDAArrayInterface`` and ``iris.tensor_from_ptr``.
+"""Tensors over memory given by address: ``iris.CUDAArrayInterface`` and ``iris.tensor_from_ptr``.
 
 A GPU address becomes a tensor through ``__cuda_array_interface__`` (no copy); on the CPU backend, where
 ``device="cuda"`` means the heap's device as everywhere in Iris, through a ctypes buffer (no copy either).
@@ -67,7 +67,7 @@ class CUDAArrayInterface:
 
 def _on_cpu(device) -> bool:
     wanted = torch.device(device) if not isinstance(device, torch.device) else device
-    return wanted.type == "cpu" or (wanted.type == "cuda" and runtime.SELECTED == "cpu")
+    return wanted.type == "cpu" or (wanted.type == "cuda" and runtime.backend_class().memory_on_host)
 
 
 def tensor_from_ptr(ptr: int, size_bytes: int, dtype: torch.dtype = torch.float32, device: str = "cuda",

@@ -165,21 +165,21 @@ def summarize(events: list[dict]) -> dict:
             "idle_us": (stop - start) / 1000 - covered / len(programs) / 1000, "kinds": kinds}
 
 
-def _track(event: dict, interpreted: bool) -> str:
-    return f"program {event['pid']}" if interpreted else f"SM/CU {event['cu_id']} (XCC {event['xcc_id']})"
+def _track(event: dict, by_program: bool) -> str:
+    return f"program {event['pid']}" if by_program else f"SM/CU {event['cu_id']} (XCC {event['xcc_id']})"
 
 
 def _chrome_trace(ranks: list[tuple[int, list[dict]]], world_size: int, backend) -> dict:
     """Chrome trace JSON of ``ranks``' events: complete or instant events, flows from signal to wait.
-    Tracks are programs where the backend interprets kernels (they run one after another), else SMs/CUs."""
-    interpreted = backend.interpreted
+    Tracks are programs where a launch's programs run one after another, else SMs/CUs."""
+    by_program = backend.runs_programs_in_turn
     stamps = [e["timestamp"] for _, events in ranks for e in events]
     origin = min(stamps) if stamps else 0
     trace = []
     for rank, events in ranks:
         trace.append({"name": "process_name", "ph": "M", "pid": rank, "args": {"name": f"rank {rank}"}})
         for event in events:
-            record = {"name": event["name"], "cat": "iris", "pid": rank, "tid": _track(event, interpreted),
+            record = {"name": event["name"], "cat": "iris", "pid": rank, "tid": _track(event, by_program),
                       "ts": (event["timestamp"] - origin) / 1000,
                       "args": {k: event[k] for k in FIELDS if k not in ("timestamp", "end")}}
             record["args"]["address"] = hex(event["address"])
@@ -188,13 +188,13 @@ def _chrome_trace(ranks: list[tuple[int, list[dict]]], world_size: int, backend)
             else:
                 record.update(ph="i", s="t")
             trace.append(record)
-    trace += _flows(ranks, origin, interpreted)
+    trace += _flows(ranks, origin, by_program)
     return {"traceEvents": trace, "displayTimeUnit": "ns",
             "metadata": {"world_size": world_size, "backend": backend.name, "time_origin_ns": origin,
                          "ranks": [rank for rank, _ in ranks], "fields": list(FIELDS)}}
 
 
-def _flows(ranks: list[tuple[int, list[dict]]], origin: int, interpreted: bool) -> list[dict]:
+def _flows(ranks: list[tuple[int, list[dict]]], origin: int, by_program: bool) -> list[dict]:
     """A flow (Chrome "s" -> "f") from each signal, and from the last put/store/copy its program made to
     the same rank before it, to the wait_until on the target rank that watched the same heap word."""
     by_rank = dict(ranks)
@@ -213,8 +213,8 @@ def _flows(ranks: list[tuple[int, list[dict]]], origin: int, interpreted: bool) 
                 number += 1
                 name = f"{source['name']} -> wait"
                 flows.append({"name": name, "cat": "flow", "ph": "s", "id": number, "pid": sender,
-                              "tid": _track(source, interpreted), "ts": (source["timestamp"] - origin) / 1000})
+                              "tid": _track(source, by_program), "ts": (source["timestamp"] - origin) / 1000})
                 flows.append({"name": name, "cat": "flow", "ph": "f", "bp": "e", "id": number, "pid": waiter,
-                              "tid": _track(wait, interpreted),
+                              "tid": _track(wait, by_program),
                               "ts": (max(wait["end"], wait["timestamp"]) - origin) / 1000})
     return flows

@@ -3,8 +3,7 @@
 NVSHMEM's and rocSHMEM's free waits for every rank (``nvshmem_free`` includes a barrier). Left to
 the garbage collector, a shmem heap is freed when the last tensor viewing it dies: at different
 moments on different ranks, and at exit on some ranks only (objects in reference cycles, a rank that
-ends first), so the rank that frees waits forever for the others (seen on 2 x H200 and on one
-H200 under MPS: after ``benchmarks/rma.py`` with the shmem heap, one rank never exited).
+ends first), so the rank that frees waits forever for the others.
 
 :class:`CollectiveFrees` holds every such allocation of the process, in the order made (the same
 on every rank, since making one is collective). An allocation is freed only inside a collective

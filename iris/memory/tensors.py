@@ -2,8 +2,7 @@
 
 They follow torch's signatures and semantics (size as varargs or one sequence,
 dtype defaulting to torch's default, ``out=``, ``requires_grad``, ``generator``
-where torch has one). ``device="cuda"``, as code written for the original
-passes it, means the heap's device on every backend.
+where torch has one). ``device="cuda"`` means the heap's device on every backend.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ def normalize_size(size) -> tuple[int, ...]:
         TypeError: a dimension is not an integer.
         ValueError: a dimension is negative.
     """
-    while len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):  # the original unwraps any depth
+    while len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):  # nested at any depth
         size = tuple(size[0])
     dims = []
     for dim in size:
@@ -34,8 +33,8 @@ def normalize_size(size) -> tuple[int, ...]:
 
 
 class OutTensorError(ValueError, RuntimeError):
-    """A factory's ``out=`` tensor that cannot hold the result: RuntimeError, as the original raises
-    (and torch for a bad ``out=``), and ValueError, as Iris raised before."""
+    """A factory's ``out=`` tensor that cannot hold the result: a RuntimeError (as torch raises for a bad
+    ``out=``) and a ValueError (as Iris raised before)."""
 
 
 class TensorFactories:
@@ -69,7 +68,7 @@ class TensorFactories:
         if out.numel() != torch.Size(shape).numel() or not out.is_contiguous():
             raise OutTensorError(f"out= has shape {tuple(out.shape)}; it must be contiguous with "
                                  f"{torch.Size(shape).numel()} elements")
-        return out if tuple(out.shape) == tuple(shape) else out.view(shape)  # out itself, as the original
+        return out if tuple(out.shape) == tuple(shape) else out.view(shape)  # out itself
 
     @staticmethod
     def _finish(tensor: torch.Tensor, requires_grad: bool) -> torch.Tensor:
@@ -95,8 +94,7 @@ class TensorFactories:
         return self._finish(self._new(size, dtype, device, layout, out), requires_grad)
 
     def allocate(self, num_elements: int, dtype: torch.dtype) -> torch.Tensor:
-        """An uninitialized 1-D heap tensor of ``num_elements`` (the original's low-level allocator;
-        the same as ``ctx.empty(num_elements, dtype=dtype)``).
+        """An uninitialized 1-D heap tensor of ``num_elements`` (``ctx.empty(num_elements, dtype=dtype)``).
 
         Example:
             >>> flags = ctx.allocate(64, torch.int32)
@@ -104,7 +102,7 @@ class TensorFactories:
         return self._new((num_elements,), dtype, None)
 
     def parse_size(self, size) -> tuple[tuple[int, ...], int]:
-        """The shape and element count of a size as the factories take it (the original's ``parse_size``).
+        """The shape and element count of a size as the factories take it.
 
         Args:
             size: the ``*size`` of a factory call, as a tuple (``(2, 3)``, ``((2, 3),)``, nested at any depth,
@@ -128,7 +126,7 @@ class TensorFactories:
         return shape, math.prod(shape)
 
     def deallocate(self, pointer) -> None:
-        """Accepted and ignored, as in the original: the heap is a bump allocator whose memory returns to
+        """Accepted and ignored: the heap is a bump allocator whose memory returns to
         the system when the context closes (:meth:`close`), not tensor by tensor.
 
         Args:
@@ -179,7 +177,7 @@ class TensorFactories:
         """
         if end is None:
             start, end = 0, start
-        if step == 0:  # ValueError, as the original raises (torch raises RuntimeError)
+        if step == 0:  # ValueError (torch raises RuntimeError)
             raise ValueError("arange: step must be non-zero")
         if (end - start) * step < 0:
             raise ValueError(f"arange: upper bound and lower bound inconsistent with step sign "

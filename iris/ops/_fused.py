@@ -1,10 +1,8 @@
 """What the fused GEMM + communication operations share on the host: checks, workspaces, launch sizes.
 
-A fused op is one persistent kernel per rank. Its workspace (heap slots that peers write, flags
-they count on, local counters) is described by a *spec*, ``{name: Buffer}``, for one problem:
-the op, the output shape, the dtype and the tile. :class:`Workspace` holds the tensors and the
-problem's key; a call checks the key, so a workspace is never used for a problem it was not
-made for.
+A fused op is one persistent kernel per rank. Its workspace (heap slots peers write, flags, counters) is a
+*spec*, ``{name: Buffer}``, for one problem (op, output shape, dtype, tile); :class:`Workspace` holds the
+tensors and the problem's key, which each call checks.
 """
 
 from __future__ import annotations
@@ -31,12 +29,8 @@ class Buffer:
 
 
 class Workspace:
-    """The tensors of one fused op for one problem (``key``); the tensors are attributes by name.
-
-    Made on every rank at the same point (heap allocations are collective) by the op's
-    ``*_preamble`` or, on first use, by ``ctx.ops``. ``Workspace(key, tensors)`` wraps tensors
-    carved elsewhere (the conformance suite lays them over an arena of random bytes).
-    """
+    """The tensors of one fused op for one problem (``key``), as attributes by name: made collectively by the
+    op's ``*_preamble`` or, on first use, by ``ctx.ops``; ``Workspace(key, tensors)`` wraps tensors made elsewhere."""
 
     def __init__(self, key: tuple, tensors: dict[str, torch.Tensor]):
         self.key = key
@@ -55,51 +49,26 @@ class Workspace:
         return cls(key, tensors)
 
 
-# FusedConfig's default tile gives way where it leaves most programs idle (decode-like M) to one of these,
-# each with its time per tile relative to the default's, as measured on 2 x H200 (K 8192, bf16;
-# docs/benchmarks.md, "Decode-like M" and "One wave, half the tile"): a 64 x 128 tile took 42-46 us
-# against the default 128 x 256's 81-97 us (a quarter of the work for about 0.53 of the time); a 128 x 128
-# tile, half the work, about 0.88 of the time (the fused ops with one wave of it against one wave of
-# the default: 10-12 us less on 85-96 us of compute, at three shapes).
+# Smaller tiles the default gives way to where it leaves most programs idle (decode-like M), and what K parts
+# cost: times per tile relative to the default's, measured on H100 and H200 (bf16). Below SPLIT_MIN_ROWS rows
+# the small tile's parts compete in place of the default's.
 HALF_TILE = dict(block_size_n=128)
 HALF_TILE_COST = 0.88
 SMALL_TILE = dict(block_size_m=64, block_size_n=128, num_warps=4, num_stages=4)
 SMALL_TILE_COST = 0.53
-# A K part of the default tile (FusedConfig.split_k): 1 / S of the tile's time plus this, the hand-over of a
-# float32 tile through the workspace and the finisher's wait. On 2 x H100 (docs/benchmarks.md, "K split") two
-# parts of the default tile at 256 output rows took the place of half tiles 8-15 us faster on about 75 us of
-# compute: a part cost about 0.6-0.67 of the tile against 0.88 for a half tile.
-SPLIT_COST = 0.15
-# Below this many output rows the default tile's parts do not compete: at M 128 they were 12-13% slower than the
-# small and half tiles at two of three shapes on the same 2 x H100 (level at the third), though the costs above
-# say otherwise.
+SPLIT_COST = 0.15  # a part: 1 / S of the tile plus this (a float32 tile handed over through the workspace)
 SPLIT_MIN_ROWS = 256
-# Below SPLIT_MIN_ROWS the small tile's parts compete instead (a part: 1 / S of SMALL_TILE_COST plus SPLIT_COST):
-# on 2 x H100 at M 128 N 8192 (64 small tiles on 132 programs) two parts of it were faster than it whole
-# (gemm_all_scatter 48.0 us against 59.0, matmul_all_gather 64.5 against 68.2; docs/benchmarks.md, "Small tiles
-# in K parts"), and at N 14336 (112 small tiles, 224 parts: two waves) slower (78.3 against 72.1, 106.0 against
-# 100.7), as these costs say.
-# The K splits a kernel that takes them (iris.ops.matmul_all_gather.kernel) is fitted among.
 SPLITS = (1, 2, 4)
 _TILE_FIELDS = ("block_size_m", "block_size_n", "block_size_k", "group_size_m", "num_warps", "num_stages")
 
 
 def fitted_launch(config: FusedConfig, rows: int, cols: int, programs: int, dtype: torch.dtype,
                   splits: tuple[int, ...] | None = None) -> dict:
-    """The tile constexprs and launch options (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps,
-    num_stages, and SPLIT where ``splits`` is given) for an (rows, cols) output on ``programs``
-    concurrent programs.
-
-    ``config``'s own, except where its tile fields are all at their defaults: then, of the default
-    tile, :data:`HALF_TILE` and :data:`SMALL_TILE`, the one whose waves of ``programs`` tiles finish
-    soonest at its measured cost per tile (the default on a tie). A tile set by hand is used as set.
-    float32 operands take half the K depth, so that the stages take the shared memory they take in
-    16 bits.
-
-    ``splits``: the K splits the caller's kernel takes (:data:`SPLITS`; None: it takes none, and the
-    result has no SPLIT). ``config.split_k`` where set; else, from :data:`SPLIT_MIN_ROWS` rows, the
-    default tile cut in each of them competes too (below, the small tile cut), a part costing 1 / S of the
-    tile plus :data:`SPLIT_COST`.
+    """The tile constexprs and launch options (BLOCK_M/N/K, GROUP_M, num_warps, num_stages, and SPLIT where
+    ``splits``, the K splits the caller's kernel takes, is given) for an (rows, cols) output on ``programs``
+    concurrent programs. A tile set by hand is used as set; the default gives way to :data:`HALF_TILE`,
+    :data:`SMALL_TILE` or (unless ``config.split_k`` is set) a tile cut in K parts, whichever finishes its waves
+    soonest at its cost per tile. float32 operands take half the K depth (the same shared memory as 16 bits).
 
     Example:
         >>> fitted_launch(FusedConfig(), 128, 8192, 132, torch.bfloat16)["BLOCK_M"]   # 32 tiles: too few
@@ -129,10 +98,8 @@ def fitted_launch(config: FusedConfig, rows: int, cols: int, programs: int, dtyp
 
 
 def split_last_round(tiles: int, programs: int, choices) -> tuple[int, int]:
-    """(whole, parts): the first ``whole`` of ``tiles`` output tiles are computed whole, and each of the rest (the
-    last round's on ``programs`` concurrent programs) in ``parts`` K parts, the one of ``choices`` that finishes
-    that round soonest, a part costing 1 / S of a tile plus :data:`SPLIT_COST` (the first of equals; 1 part:
-    none split, ``whole`` is every tile).
+    """(whole, parts): the first ``whole`` of ``tiles`` output tiles whole, each of the last round's (on ``programs``
+    concurrent programs) in ``parts`` K parts, the one of ``choices`` that finishes that round soonest.
 
     Example:
         >>> split_last_round(448, 128, SPLITS)   # 3 rounds whole, then 64 tiles in halves: 128 programs busy
@@ -152,15 +119,13 @@ def tile(ctx, config: FusedConfig, dtype: torch.dtype, rows: int, cols: int,
     """The tile and launch options of one call with an (rows, cols) output: :func:`fitted_launch` for
     this rank's concurrent programs on a GPU; the interpreter's own small tile on the CPU backend (K split
     only as ``config.split_k`` says)."""
-    if ctx.team.backend.interpreted:
+    if not ctx.team.backend.compiles_kernels:
         launch = dict(INTERPRETED_TILE, num_warps=config.num_warps, num_stages=config.num_stages)
         return launch if splits is None else dict(launch, SPLIT=config.split_k or 1)
     return fitted_launch(config, rows, cols, concurrent_programs(ctx), dtype, splits)
 
 
-# FusedConfig(tma_loads=None) takes the descriptors where this rank's A has at least this many rows: on
-# 2 x H200 they made the fused ops 7-18% faster at M >= 4096 (every op and N measured), mixed at M 1024
-# and slower at 128-512 (docs/benchmarks.md).
+# FusedConfig(tma_loads=None) takes the descriptors from this many rows of A (faster there on H200, not below)
 TMA_AUTO_ROWS = 2048
 
 
@@ -170,7 +135,7 @@ def tma_loads(ctx, config: FusedConfig, A: torch.Tensor, B: torch.Tensor) -> boo
     16-byte aligned rows and base. Then Triton needs an allocator for the descriptors; one on the
     context's device is installed unless one is set."""
     wanted = config.tma_loads if config.tma_loads is not None else A.shape[0] >= TMA_AUTO_ROWS
-    if not wanted or ctx.team.backend.name == "hip":
+    if not wanted or not ctx.team.backend.tensor_descriptors:
         return False
     for t in (A, B):
         if t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
@@ -192,14 +157,10 @@ def sm_share(ctx) -> int:
 
 
 def concurrent_programs(ctx) -> int:
-    """How many programs of one launch this rank can count on running at the same time.
-
-    One per SM of :func:`sm_share` (the fused kernels' tiles fill an SM's shared memory; every
-    rank must get the same answer, since the fused kernels pair program p of every rank), at most
-    FUSED_PROGRAMS (one barrier slot each). Triton's interpreter runs a launch's programs one after
-    another: 1.
-    """
-    return 1 if ctx.team.backend.interpreted else min(FUSED_PROGRAMS, sm_share(ctx))
+    """Programs of one launch this rank can count on running at once: one per SM of :func:`sm_share` (a tile
+    fills an SM's shared memory; the same on every rank, which pair program p), at most FUSED_PROGRAMS (one
+    barrier slot each); 1 where a launch's programs run in turn."""
+    return 1 if ctx.team.backend.runs_programs_in_turn else min(FUSED_PROGRAMS, sm_share(ctx))
 
 
 def launch_size(ctx, tiles: int) -> int:
@@ -262,7 +223,7 @@ def copy_refusal(ctx) -> str | None:
     if 0 in ctx.team.heap.bases:
         return ("FusedConfig(copy_engine=True) copies into every member's heap, and a member here is reached only "
                 "through the engine (another node); use copy_engine=False")
-    if not ctx.team.backend.interpreted:
+    if ctx.team.backend.has_copy_engine:
         devices = [ctx.backend.device_for(rank) for rank in range(ctx.get_num_ranks())]
         if len(set(devices)) < len(devices):
             return ("FusedConfig(copy_engine=True) needs one GPU per rank; here ranks share a GPU "
@@ -271,13 +232,9 @@ def copy_refusal(ctx) -> str | None:
 
 
 def side_stream(device: torch.device):
-    """The side stream of a fused op's work beside its kernels on ``device`` (copy_engine's copies, the pipeline's
-    chunk sums: :mod:`iris.ops.matmul_all_reduce.pipelined`): one of two streams per process and device, never the
-    current stream.
-
-    torch hands out streams from a pool of 32 per device, round robin, so a graph's capture stream (a new one per
-    capture, :func:`iris.host.replay.captured_graph`) or a user's stream is, every 32 draws, a given pool stream
-    itself; forked onto the stream it forks from, the side work would wait for the kernels it runs beside.
+    """The stream of a fused op's work beside its kernels on ``device`` (copy_engine's copies, the pipeline's chunk
+    sums): one of two per process and device, never the current one (torch's pool of 32 streams hands a capture
+    or user stream out again every 32 draws; forked onto itself, the side work would wait for the kernels).
 
     Example:
         >>> side = side_stream(A.device)       # the same stream for the same current stream: fork, then join
@@ -289,8 +246,7 @@ def side_stream(device: torch.device):
 
 @functools.cache
 def _side_streams(device: torch.device) -> tuple:
-    """Two different streams from torch's pool (a second draw that hits the first is drawn again; a pool of one
-    stream, if a build had it, gives it twice: the side work then runs in order, after the kernels)."""
+    """Two different streams from torch's pool (a pool of one stream gives it twice: the work then runs in order)."""
     first = torch.cuda.Stream(device)
     draws = (torch.cuda.Stream(device) for _ in range(64))
     return first, next((stream for stream in draws if stream != first), first)
@@ -316,17 +272,14 @@ def flag_set(ctx, flags: torch.Tensor, member: int, position: int) -> tuple:
 
 
 def copied(ctx, transfers: list, flags: torch.Tensor, device: torch.device) -> tuple:
-    """(send, finish): ``send`` forks a side stream off the current one and queues ``transfers``, (dst, src,
-    size) copies in that order (a flag set after its data, :func:`flag_set`); ``finish`` clears this rank's
-    ``flags`` on the current stream (the next call's barrier orders it before any member sets them again)
-    and joins the side stream back. On a GPU the runtime's asynchronous copies between devices (the copy
-    engine, no SM), so they run beside the kernel queued next; on the CPU backend plain copies between
-    the mapped heaps, at once. Both capture into a CUDA graph."""
-    backend, interpreted = ctx.backend, ctx.team.backend.interpreted
+    """(send, finish): ``send`` queues ``transfers``, (dst, src, size) copies in order (a flag after its data), on a
+    side stream where the backend has streams (the copy engine runs them beside the next kernel; elsewhere they
+    run at once); ``finish`` clears this rank's ``flags`` on the current stream and joins the side stream."""
+    backend = ctx.backend
 
     def send():
         stream = None
-        if not interpreted:
+        if backend.has_streams:
             stream = side_stream(device)
             stream.wait_stream(torch.cuda.current_stream())
         for dst, src, size in transfers:  # in order on one stream: a member's data lands before its flag
@@ -334,19 +287,15 @@ def copied(ctx, transfers: list, flags: torch.Tensor, device: torch.device) -> t
 
     def finish():
         flags.zero_()
-        if not interpreted:
+        if backend.has_streams:
             torch.cuda.current_stream().wait_stream(side_stream(device))
 
     return send, finish
 
 
 def sent_by_copies(ctx, source: torch.Tensor, slots: torch.Tensor, flags: torch.Tensor) -> tuple:
-    """(send, finish): the launches that copy ``source`` into slot ``index`` (this rank's position) of
-    ``slots`` on every other member and then set that member's ``flags[index]`` to 1, and that clear this
-    rank's ``flags`` after the kernel that waited for them (FusedConfig.copy_engine; :func:`copied`).
-
-    ``send`` forks a side stream off the current one (after the entry barrier queued before it) and queues
-    the copies there, so they run beside the kernel queued next; ``finish`` clears the flags and joins.
+    """(send, finish) of FusedConfig.copy_engine (:func:`copied`): copy ``source`` into this rank's slot of
+    ``slots`` on every other member, then set that member's flag; clear this rank's flags after the kernel.
 
     Example:
         >>> send, finish = sent_by_copies(ctx, A_shard, workspace.gathered, workspace.flags)
@@ -364,8 +313,8 @@ def sent_by_copies(ctx, source: torch.Tensor, slots: torch.Tensor, flags: torch.
 
 
 def standalone(op: str, operand: str = "A"):
-    """(``op``, ``op``_preamble) with the context first, the original's standalone forms: each calls
-    ``ctx.ops.<op>`` (returning the workspace, as the original's does) or its preamble.
+    """(``op``, ``op``_preamble) with the context first, as standalone functions: each calls ``ctx.ops.<op>``
+    (returning the workspace) or its preamble.
 
     Example:
         >>> matmul_all_reduce, matmul_all_reduce_preamble = standalone("matmul_all_reduce")
@@ -380,6 +329,6 @@ def standalone(op: str, operand: str = "A"):
     for function, name in ((call, op), (preamble, f"{op}_preamble")):
         function.__name__ = function.__qualname__ = name
         function.__module__ = f"iris.ops.{op}"
-        function.__doc__ = (f"``ctx.ops.{name}(ctx, output, {operand}, B, ...)`` with the context first (the "
-                            "original's standalone form); see :mod:`iris.ops`.")
+        function.__doc__ = (f"``ctx.ops.{name}(ctx, output, {operand}, B, ...)`` with the context first (a "
+                            "standalone form); see :mod:`iris.ops`.")
     return call, preamble

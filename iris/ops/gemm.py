@@ -232,9 +232,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, bi
     args = (a, b, out, bias if bias is not None else out, M, N, K, a.stride(0), a.stride(1), b.stride(0),
             b.stride(1), out.stride(0), out.stride(1))
     backend = get_backend()
-    if backend.interpreted:
+    upcast = backend.upcasts_narrow_floats
+    if not backend.compiles_kernels:  # nothing to autotune: one small tile
         programs = min(tile_count(M, N, INTERPRETED_TILE), 4)
-        _gemm_kernel[(programs,)](*args, HAS_BIAS=bias is not None, UPCAST=True, **INTERPRETED_TILE)
+        _gemm_kernel[(programs,)](*args, HAS_BIAS=bias is not None, UPCAST=upcast, **INTERPRETED_TILE)
         return out
     units = backend.compute_unit_count(a.device)
     programs = units if programs is None else max(1, min(programs, units))
@@ -242,5 +243,5 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, bi
     def grid(meta):
         return (min(programs, tile_count(M, N, meta)),)
 
-    _tuned_gemm_kernel[grid](*args, HAS_BIAS=bias is not None, UPCAST=False)
+    _tuned_gemm_kernel[grid](*args, HAS_BIAS=bias is not None, UPCAST=upcast)
     return out

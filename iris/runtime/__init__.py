@@ -4,9 +4,10 @@ The choice is made once, when ``iris`` is imported, because the CPU backend
 must switch Triton to its interpreter before any kernel is defined.
 """
 
-from iris.runtime.base import Backend, HeapMemory
-from iris.runtime.select import (BACKENDS, BackendError, backend_name, compile_target, create_backend, interpreted,
-                                 prepare_interpreter)
+from iris.runtime import select
+from iris.runtime.base import Backend, DeviceFacts, HeapMemory
+from iris.runtime.select import (BACKENDS, BackendError, backend_name, compile_target, create_backend, device_facts,
+                                 interpreted, prepare_interpreter)
 
 try:
     SELECTED = backend_name()
@@ -39,11 +40,29 @@ def get_backend() -> Backend:
         raise _SELECTION_ERROR
     if _instance is None:
         _instance = create_backend(SELECTED)
-        if not _instance.interpreted:
+        if _instance.compiles_kernels:
             from iris.runtime.compile_cache import install as _install_compile_cache
 
             _install_compile_cache()  # the ranks of a job compile each kernel once, not once each
     return _instance
 
 
-__all__ = ["BACKENDS", "Backend", "BackendError", "HeapMemory", "SELECTED", "get_backend", "interpreted"]
+def backend_class(name: str | None = None) -> type[Backend]:
+    """The class of the backend called ``name`` (None: this process's), whose facts need no device.
+
+    Raises:
+        ValueError: no backend has that name (or IRIS_BACKEND names none).
+        BackendError: the requested backend cannot run here.
+
+    Example:
+        >>> iris.runtime.backend_class().memory_on_host      # True on the CPU backend
+    """
+    if name is None:
+        if _SELECTION_ERROR is not None:
+            raise _SELECTION_ERROR
+        name = SELECTED
+    return select.backend_class(name)
+
+
+__all__ = ["BACKENDS", "Backend", "BackendError", "DeviceFacts", "HeapMemory", "SELECTED", "backend_class",
+           "device_facts", "get_backend", "interpreted"]

@@ -1,10 +1,6 @@
-"""The one interface every backend implements.
-
-A backend knows how to pick a rank's device, how to make the memory behind a
-symmetric heap visible to every rank, and how to wait for a device. Everything
-else in Iris is written against this interface, so there is no ``if cpu:``
-elsewhere in the code.
-"""
+"""The one interface every backend implements: a rank's device, the memory behind a symmetric heap mapped
+into every rank, waiting for a device, and what the backend can do (its facts). The rest of Iris is written
+against it, so there is no ``if cpu:`` elsewhere."""
 
 from __future__ import annotations
 
@@ -17,13 +13,8 @@ import torch
 
 @dataclass
 class HeapMemory:
-    """The memory behind one rank's symmetric heap, as seen from this process.
-
-    Attributes:
-        local: this rank's heap as a flat ``uint8`` tensor on the heap's device.
-        bases: every rank's heap base address, valid in this process.
-        release_peers: undoes the mapping of the other ranks' heaps (local call).
-    """
+    """One rank's heap as this process sees it: ``local`` (flat ``uint8`` tensor on the heap's device),
+    every rank's base address valid here (``bases``), and ``release_peers`` to unmap the peers' heaps."""
 
     local: torch.Tensor
     bases: list[int]
@@ -43,13 +34,79 @@ def raise_if_any_rank_failed(comm, failure: str | None) -> None:
         raise MemoryError(failure or f"rank {rank} could not make its heap: {failures[rank]}")
 
 
-class Backend(ABC):
-    """A place Iris runs: CUDA GPUs, HIP GPUs or CPUs under Triton's interpreter."""
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What device code compiles against, read at import as Triton constants (:func:`iris.runtime.device_facts`;
+    a cross-compile worker's are its target's): ``inline_asm`` "ptx", "amdgcn", or None where Triton's interpreter
+    runs kernels as Python (``compiles_kernels`` False) and device code takes its host path.
 
-    #: Short name, as IRIS_BACKEND spells it.
+    Example: ``AMDGCN = tl.constexpr(device_facts().inline_asm == "amdgcn")``
+    """
+
+    inline_asm: str | None
+    compiles_kernels: bool
+
+
+class Backend(ABC):
+    """A place Iris runs: CUDA GPUs, HIP GPUs or CPUs under Triton's interpreter. Callers ask it capability
+    questions (:data:`FACTS`, each answered in the backend's own module), never which backend it is.
+
+    Example: ``programs = 1 if backend.runs_programs_in_turn else backend.compute_unit_count(device)``
+    """
+
+    #: Short name, as IRIS_BACKEND spells it (labels and the capability table; not for decisions).
     name: str = ""
-    #: True where Triton kernels run under the interpreter (no GPU code).
+    #: The inverse of :attr:`compiles_kernels` (scripts read it).
     interpreted: bool = False
+
+    FACTS = ("compiles_kernels", "runs_programs_in_turn", "upcasts_narrow_floats", "has_streams", "has_copy_engine",
+             "tensor_descriptors", "native_graph_launch", "engine_reaches_other_nodes", "memory_on_host",
+             "inline_asm", "xcc_count", "arch_name")
+
+    #: Triton compiles kernels for the device (autotuning, a compile cache); False: its interpreter runs them.
+    compiles_kernels: bool
+    #: The programs of one launch run one after another in program-id order: more programs add no concurrency.
+    runs_programs_in_turn: bool
+    #: 16-bit float operands of ``tl.dot`` are cast to float32 first (the ``UPCAST`` constexpr of iris.ops).
+    upcasts_narrow_floats: bool
+    #: Work queues on device streams and runs asynchronously: side streams, timing events, graphs.
+    has_streams: bool
+    #: :meth:`copy` between devices runs on a copy engine beside the kernels, not at once on the host.
+    has_copy_engine: bool
+    #: Kernels may load tiles through tensor descriptors (``tl.make_tensor_descriptor``, TMA).
+    tensor_descriptors: bool
+    #: A captured graph can be launched from C through the driver (iris.host.replay.native).
+    native_graph_launch: bool
+    #: The shmem engine's device path reaches ranks on other nodes (iris.device.nvshmem).
+    engine_reaches_other_nodes: bool
+    #: The heap is host memory: ``device="cuda"`` names the host, as the heap's device.
+    memory_on_host: bool
+    #: The inline assembly compiled kernels carry ("ptx", "amdgcn"), or None (see :class:`DeviceFacts`).
+    inline_asm: str | None
+
+    @abstractmethod
+    def xcc_count(self, device_index: int | None = None) -> int:
+        """Accelerator dies (XCCs) of device ``device_index`` (None: the current device); 1 where there is one."""
+
+    @staticmethod
+    @abstractmethod
+    def arch_name(props) -> str:
+        """The architecture of a device from its torch properties ("sm_90", "gfx942:sramecc+"), "" if none."""
+
+    @classmethod
+    def limitations(cls) -> tuple:
+        """The rows of the capability table (:mod:`iris.runtime.capabilities`) for this backend."""
+        from iris.runtime.capabilities import LIMITATIONS
+
+        return tuple(row for row in LIMITATIONS if row.backend == cls.name)
+
+    @classmethod
+    def find_limitation(cls, feature: str, dtype=None, concurrent: bool = False):
+        """The capability table's row saying this backend cannot honour ``feature`` (for ``dtype``), or None:
+        ``ctx.backend.find_limitation("atomic", torch.bfloat16, concurrent=True)``."""
+        from iris.runtime.capabilities import find_limitation
+
+        return find_limitation(cls.name, feature, dtype, concurrent)
 
     @abstractmethod
     def device_count(self) -> int:

@@ -49,8 +49,8 @@ LIMITATIONS: tuple[Limitation, ...] = (
                "CUDA graphs record work queued on a GPU; the CPU backend runs each kernel on the host at once, "
                "so there is nothing to capture or replay"),
     Limitation("cpu", "inline_asm", None,
-               "Triton's interpreter cannot run inline assembly (PTX or AMDGCN); device code branches on "
-               "iris.runtime.interpreted() around it (the debug clock), and the cross-compile gate still "
+               "Triton's interpreter cannot run inline assembly (PTX or AMDGCN); device code takes a host path "
+               "where iris.runtime.device_facts() has none (the debug clock), and the cross-compile gate still "
                "compiles the assembly for each GPU target"),
     Limitation("cpu", "concurrent_programs", None,
                "Triton's interpreter runs the programs of a launch one after another, in program-id order: "

@@ -43,6 +43,25 @@ def _address(mapping: mmap.mmap) -> int:
 class CpuBackend(Backend):
     name = "cpu"
     interpreted = True
+    # Triton's interpreter runs each launch's programs in turn, on the host, at once; its bfloat16 tl.dot is
+    # wrong (numpy has no bfloat16), so dot operands go in as float32; it emulates tensor descriptors.
+    compiles_kernels = False
+    runs_programs_in_turn = True
+    upcasts_narrow_floats = True
+    has_streams = False
+    has_copy_engine = False
+    tensor_descriptors = True
+    native_graph_launch = False
+    engine_reaches_other_nodes = False
+    memory_on_host = True
+    inline_asm = None
+
+    def xcc_count(self, device_index=None) -> int:
+        return 1
+
+    @staticmethod
+    def arch_name(props) -> str:
+        return ""
 
     def device_count(self) -> int:
         return 1

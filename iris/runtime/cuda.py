@@ -12,3 +12,20 @@ class CudaBackend(IpcBackend):
     runtime_prefix = "cuda"
     library_fragment = "libcudart.so"
     fallback_libraries = ("libcudart.so.13", "libcudart.so.12", "libcudart.so")
+    compiles_kernels = True
+    runs_programs_in_turn = False
+    upcasts_narrow_floats = False
+    has_streams = True
+    has_copy_engine = True
+    tensor_descriptors = True  # TMA
+    native_graph_launch = True  # cuGraphLaunch from C
+    engine_reaches_other_nodes = True  # NVSHMEM's device calls
+    memory_on_host = False
+    inline_asm = "ptx"
+
+    def xcc_count(self, device_index=None) -> int:
+        return 1
+
+    @staticmethod
+    def arch_name(props) -> str:
+        return f"sm_{props.major}{props.minor}"

@@ -1,6 +1,6 @@
 """Programs written for CUDA run unchanged on the CPU backend: ``device="cuda"`` means the CPU.
 
-The original's tests and examples say ``device="cuda"`` (``"cuda:0"``, ``torch.device("cuda", i)``,
+Programs written for GPUs say ``device="cuda"`` (``"cuda:0"``, ``torch.device("cuda", i)``,
 ``.cuda()``, ``.to("cuda")``, ``torch.set_default_device("cuda")``), call ``torch.cuda.set_device``,
 ``synchronize``, ``current_device``, time with ``torch.cuda.Event(enable_timing=True)``, queue work in a
 ``torch.cuda.stream(...)``, and start torch.distributed with ``backend="nccl"``. On the CPU backend, where
@@ -336,13 +336,13 @@ _SERVED = {
 }
 
 
-def _named_lazy_init(original):
+def _named_lazy_init(torch_lazy_init):
     """torch.cuda's ``_lazy_init``, reached by any call not served here: torch's error, naming that call."""
 
-    @functools.wraps(original)
+    @functools.wraps(torch_lazy_init)
     def _lazy_init():
         try:
-            original()
+            torch_lazy_init()
         except Exception as exc:
             message = _refusal(f"{_torch_cuda_caller()}()", "it needs a GPU, and the CPU backend has none")
             try:
@@ -382,10 +382,10 @@ def host_backend(backend):
     return backend
 
 
-def _gloo_for_nccl(original, call: str):
-    signature = inspect.signature(original)
+def _gloo_for_nccl(torch_call, call: str):
+    signature = inspect.signature(torch_call)
 
-    @functools.wraps(original)
+    @functools.wraps(torch_call)
     def wrapped(*args, **kwargs):
         bound = signature.bind_partial(*args, **kwargs)
         requested = bound.arguments.get("backend")
@@ -394,7 +394,7 @@ def _gloo_for_nccl(original, call: str):
             _warn_nccl_once(call, requested)
         if _names_cuda(bound.arguments.get("device_id")):
             bound.arguments["device_id"] = None  # gloo binds no device
-        return original(*bound.args, **bound.kwargs)
+        return torch_call(*bound.args, **bound.kwargs)
 
     return wrapped
 

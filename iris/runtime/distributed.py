@@ -160,15 +160,18 @@ def _destroy_process_group() -> None:
         dist.destroy_process_group()
 
 
-def init_distributed(backend_name: str, device_for_rank) -> Communicator:
+def init_distributed(backend, device_for_rank=None) -> Communicator:
     """Find or create the job's communicator (see the module docstring).
 
     Args:
-        backend_name: the Iris backend ("cuda", "hip" or "cpu"); decides the
-            torch.distributed backend when Iris initializes it itself.
-        device_for_rank: callable(rank) -> torch.device, used so that NCCL binds
-            each rank to its own GPU.
+        backend: the Iris backend, whose ``device_for`` places each rank.
+        device_for_rank: callable(rank) -> torch.device, in place of ``backend.device_for``: where a group
+            Iris starts itself binds each rank (NCCL: its own GPU; gloo where ranks are on the CPU or share one).
+
+    Example:
+        >>> comm = init_distributed(runtime.get_backend())
     """
+    device_for_rank = device_for_rank or backend.device_for
     if dist.is_available() and dist.is_initialized():
         return TorchCommunicator()
     launched = config.launcher_rank_and_world()

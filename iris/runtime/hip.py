@@ -5,7 +5,18 @@ backend (iris/runtime/ipc.py); it has not run on an AMD GPU (none is available
 to the project), so only symbol names, handle size and selection are tested.
 """
 
+import ctypes
+
+import torch
+
 from iris.runtime.ipc import IpcBackend
+
+#: hipDeviceAttributeNumberOfXccs in ROCm 7's hipDeviceAttribute_t (ROCm 6's enum has no such entry).
+HIP_ATTRIBUTE_XCC_COUNT = 10018
+
+#: XCCs of the AMD architectures that have several, where the device cannot be asked (ROCm 6): MI300X/MI325X
+#: (gfx942) and MI350/MI355X (gfx950) have 8; a device partitioned (CPX) reports fewer through the attribute.
+XCC_COUNT_BY_ARCH = {"gfx942": 8, "gfx950": 8}
 
 
 def configure_compiler() -> None:
@@ -21,16 +32,60 @@ def configure_compiler() -> None:
     knobs.amd.use_buffer_atomics = False
 
 
+def hip_xcc_count(lib, index: int, hip_version: str | None, arch: str) -> int:
+    """The XCC count of AMD device ``index``: asked of the HIP runtime ``lib`` (a ctypes library) from ROCm 7,
+    else (or where it refuses) :data:`XCC_COUNT_BY_ARCH` for ``arch`` (``gcnArchName``, e.g. ``gfx942:sramecc+``).
+
+    Example:
+        >>> hip_xcc_count(None, 0, "6.4", "gfx942")
+        8
+    """
+    major = int(str(hip_version).split(".")[0]) if hip_version and str(hip_version)[0].isdigit() else 0
+    if lib is not None and major >= 7:
+        count = ctypes.c_int(0)
+        try:
+            status = lib.hipDeviceGetAttribute(ctypes.byref(count), ctypes.c_int(HIP_ATTRIBUTE_XCC_COUNT),
+                                               ctypes.c_int(index))
+        except (AttributeError, OSError):
+            status = -1
+        if status == 0 and count.value > 0:
+            return count.value
+    return XCC_COUNT_BY_ARCH.get(arch.split(":")[0], 1)
+
+
 class HipBackend(IpcBackend):
     name = "hip"
     runtime_prefix = "hip"
     library_fragment = "libamdhip64.so"
     fallback_libraries = ("libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so")
+    compiles_kernels = True
+    runs_programs_in_turn = False
+    upcasts_narrow_floats = False
+    has_streams = True
+    has_copy_engine = True
+    tensor_descriptors = False  # no TMA: the fused ops load tiles by pointer
+    native_graph_launch = False  # graphs go out by graph.replay()
+    engine_reaches_other_nodes = False  # rocSHMEM's device calls are not wired (docs/multi-node.md)
+    memory_on_host = False
+    inline_asm = "amdgcn"
+
+    def __init__(self):
+        super().__init__()
+        configure_compiler()  # made with the backend: before the first kernel compiles
+        self._xcc_counts: dict[int, int] = {}
 
     def wall_clock_rate_khz(self, device) -> int:
         """s_memrealtime counts at a constant 100 MHz on AMD Instinct GPUs (iris.device.sync)."""
         return 100_000
 
-    def __init__(self):
-        super().__init__()
-        configure_compiler()  # made with the backend: before the first kernel compiles
+    def xcc_count(self, device_index=None) -> int:
+        index = torch.cuda.current_device() if device_index is None else int(device_index)
+        if index not in self._xcc_counts:
+            arch = torch.cuda.get_device_properties(index).gcnArchName
+            self._xcc_counts[index] = hip_xcc_count(getattr(self.runtime, "lib", None), index, torch.version.hip,
+                                                    arch)
+        return self._xcc_counts[index]
+
+    @staticmethod
+    def arch_name(props) -> str:
+        return getattr(props, "gcnArchName", "")

@@ -1,31 +1,13 @@
 """AMD-only launch options on the other targets: dropped with one warning per name, kept on AMD.
 
-The original's kernels are launched with options only Triton's AMD backend knows::
-
-    kernel[grid](..., num_warps=8, num_stages=2, waves_per_eu=2, matrix_instr_nonkdim=16, kpack=2)
-
-Triton's NVIDIA backend refuses them (``KeyError: 'Keyword argument waves_per_eu was specified but
-unrecognised'``, raised by ``JITFunction._pack_args`` in triton/runtime/jit.py once
-``CUDABackend.parse_options`` has kept only the options it knows), and Triton's interpreter drops
-every keyword that is not a kernel parameter without a word, an unknown one too
-(``GridExecutor.__call__`` in triton/runtime/interpreter.py). Here, in this one place:
-
-- on AMD (HIP) every option reaches Triton unchanged;
-- on NVIDIA (CUDA) and on the CPU backend (the interpreter), the options in :data:`AMD_ONLY` are
-  dropped before Triton sees them, unless the kernel has a parameter of that name; each name is
-  announced once per process by a warning line of the ``iris`` logger (IRIS_QUIET_AMD_OPTIONS=1
-  silences it);
-- on the CPU backend, an option that no target knows (neither Triton's NVIDIA nor its AMD
-  backend) and that is no kernel parameter is an error, as it is on a GPU;
-- Triton's behaviour for every option it knows is unchanged.
-
-The filter is installed by the first ``iris.iris(...)`` (:func:`install`), not at ``import iris``,
-which changes nothing outside iris but the interpreter switch. The cross-compile gate
-(:mod:`iris.testing.cross_compile`) applies :func:`for_target` per target: a kernel compiles for
-gfx942 with the options and for sm_90 without them.
+Kernels tuned for AMD pass options only Triton's AMD backend knows (``waves_per_eu=2, kpack=2``);
+Triton's NVIDIA backend refuses them with a KeyError and its interpreter drops any keyword silently.
+Here: on AMD every option reaches Triton; elsewhere :data:`AMD_ONLY` options that are no kernel
+parameter are dropped, each announced once (IRIS_QUIET_AMD_OPTIONS=1 silences it); on the CPU
+backend an option no target knows is an error, as on a GPU. The first ``iris.iris(...)`` installs
+the filter (:func:`install`); the cross-compile gate applies :func:`for_target` per target.
 
 Example:
-    >>> ctx = iris.iris(1 << 30)
     >>> kernel[grid](x, n, BLOCK=1024, waves_per_eu=2, kpack=2)   # runs on NVIDIA, AMD and the CPU
     [Iris] [0/2] launch option waves_per_eu=2 ignored: only AMD GPUs know it (this is cuda) ...
 """
@@ -37,8 +19,7 @@ import functools
 from iris import config
 from iris.runtime.logging import WARNING, log
 
-#: Options of Triton's AMD backend that its NVIDIA backend lacks, as the original's kernels pass them
-#: (``instruction_sched_variant``: the name of ``schedule_hint`` before Triton 3.4).
+#: Options of Triton's AMD backend that its NVIDIA one lacks (instruction_sched_variant: schedule_hint before 3.4).
 AMD_ONLY = frozenset({"waves_per_eu", "matrix_instr_nonkdim", "kpack", "schedule_hint",
                       "instruction_sched_variant"})
 
@@ -48,8 +29,7 @@ _announced: set[str] = set()
 
 @functools.lru_cache(maxsize=None)
 def known_options() -> frozenset:
-    """Every launch option some target knows: the option fields of Triton's NVIDIA and AMD backends,
-    an autotuning config's reserved keywords, and :data:`AMD_ONLY`."""
+    """Every launch option some target knows: Triton's NVIDIA and AMD options, autotuning's, AMD_ONLY."""
     import triton
 
     names = set(AMD_ONLY) | set(triton.Config({}).all_kwargs()) | {"ir_override", "maxnreg", "debug"}
@@ -63,16 +43,9 @@ def known_options() -> frozenset:
 
 
 def for_target(vendor: str | None, kwargs: dict, params) -> dict:
-    """The launch keywords ``kwargs`` as a target of ``vendor`` takes them.
-
-    Args:
-        vendor: ``"hip"`` (everything kept), ``"cuda"`` or None (the interpreter): :data:`AMD_ONLY`
-            options dropped.
-        kwargs: the launch's keyword arguments (kernel arguments and options).
-        params: the kernel's parameter names (an option of the same name is a kernel argument, kept).
-
-    Returns:
-        dict: ``kwargs`` itself when nothing is dropped, else a filtered copy.
+    """``kwargs`` (a launch's keywords) as a target of ``vendor`` takes them: ``"hip"`` keeps them all;
+    ``"cuda"`` and None (the interpreter) drop the :data:`AMD_ONLY` options that name no kernel parameter
+    (``params``). ``kwargs`` itself comes back when nothing is dropped.
 
     Example:
         >>> for_target("cuda", {"BLOCK": 64, "kpack": 2}, ["x", "BLOCK"])
@@ -103,25 +76,24 @@ def _refuse_unknown(kwargs: dict, params, kernel: str) -> None:
 def _install_for_gpu(vendor: str) -> None:
     from triton.runtime.jit import JITFunction
 
-    original = JITFunction.__dict__.get("_iris_run_before_options", JITFunction.run)
+    triton_run = JITFunction.__dict__.get("_iris_run_before_options", JITFunction.run)
 
     def run(self, *args, grid, warmup, **kwargs):
         if not AMD_ONLY.isdisjoint(kwargs):  # a set test: the common launch pays nothing more
             params = self.arg_names
             _announce(kwargs, params, vendor)
             kwargs = for_target(vendor, kwargs, params)
-        return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+        return triton_run(self, *args, grid=grid, warmup=warmup, **kwargs)
 
-    JITFunction._iris_run_before_options = original
+    JITFunction._iris_run_before_options = triton_run
     JITFunction.run = run
 
 
 def _install_for_interpreter() -> None:
     from triton.runtime.interpreter import GridExecutor
 
-    # GridExecutor runs each interpreted launch after InterpretedFunction.run, where the cross-compile gate
-    # sits: the gate still sees the AMD options (and compiles gfx942 with them).
-    original = GridExecutor.__dict__.get("_iris_call_before_options", GridExecutor.__call__)
+    # after InterpretedFunction.run, where the cross-compile gate still sees the AMD options (for gfx942)
+    triton_call = GridExecutor.__dict__.get("_iris_call_before_options", GridExecutor.__call__)
 
     def __call__(self, *args, **kwargs):
         params = self.arg_names
@@ -129,26 +101,27 @@ def _install_for_interpreter() -> None:
             _refuse_unknown(kwargs, params, getattr(self.fn, "__name__", "the kernel"))
             _announce(kwargs, params, "the CPU backend")
             kwargs = for_target(None, kwargs, params)
-        return original(self, *args, **kwargs)
+        return triton_call(self, *args, **kwargs)
 
-    GridExecutor._iris_call_before_options = original
+    GridExecutor._iris_call_before_options = triton_call
     GridExecutor.__call__ = __call__
 
 
-def install(backend: str, rank, num_ranks) -> None:
-    """Filter launch options for ``backend`` ("cuda", "hip" or "cpu") from now on; warnings name ``rank``.
+def install(backend, rank, num_ranks) -> None:
+    """Filter launch options for ``backend`` (an :class:`iris.runtime.Backend`) from now on; warnings name ``rank``.
 
     Called by every ``iris.iris(...)``; installs once per process (the backend does not change).
     """
     _state["rank"], _state["num_ranks"] = rank, num_ranks
-    if _state["installed"] is not None or backend == "hip":
-        _state["installed"] = _state["installed"] or backend
+    name = backend.name
+    if _state["installed"] is not None or name == "hip":
+        _state["installed"] = _state["installed"] or name
         return
-    if backend == "cpu":
-        _install_for_interpreter()
+    if backend.compiles_kernels:
+        _install_for_gpu(name)
     else:
-        _install_for_gpu(backend)
-    _state["installed"] = backend
+        _install_for_interpreter()
+    _state["installed"] = name
 
 
 def forget_announcements() -> None:

@@ -19,7 +19,7 @@ logger = logging.getLogger("iris")
 
 class IrisFormatter(logging.Formatter):
     """``[Iris] [rank/world] message``, or ``[Iris] message`` for a record that carries no rank
-    (``iris_rank`` / ``iris_num_ranks`` attributes), as the original's formatter."""
+    (``iris_rank`` / ``iris_num_ranks`` attributes)."""
 
     def format(self, record):
         rank = getattr(record, "iris_rank", None)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
+
 from iris import config
 
-BACKENDS = ("cuda", "hip", "cpu")
+#: Each backend's module and class, by the name IRIS_BACKEND spells (a new backend: one entry here, one module).
+_CLASSES = {"cuda": ("iris.runtime.cuda", "CudaBackend"), "hip": ("iris.runtime.hip", "HipBackend"),
+            "cpu": ("iris.runtime.cpu", "CpuBackend")}
+BACKENDS = tuple(_CLASSES)
 
 
 class BackendError(RuntimeError):
@@ -121,18 +126,35 @@ def _mend_interpreter_index() -> None:
     interpreter._patch_lang_tensor = _patch_lang_tensor
 
 
+def backend_class(name: str):
+    """The class of the backend called ``name`` (imports only that backend's module; makes no backend).
+
+    Raises:
+        ValueError: no backend has that name.
+    """
+    if name not in _CLASSES:
+        raise ValueError(f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}")
+    module, cls = _CLASSES[name]
+    return getattr(importlib.import_module(module), cls)
+
+
 def create_backend(name: str):
     """Instantiate the backend called ``name`` (imports only that backend's module)."""
-    if name == "cuda":
-        from iris.runtime.cuda import CudaBackend
+    return backend_class(name)()
 
-        return CudaBackend()
-    if name == "hip":
-        from iris.runtime.hip import HipBackend
 
-        return HipBackend()
-    if name == "cpu":
-        from iris.runtime.cpu import CpuBackend
+def device_facts():
+    """The facts device code of this process compiles against (:class:`iris.runtime.base.DeviceFacts`): the
+    interpreter's where it runs the kernels, else those of the backend whose code the kernels become (a
+    cross-compile worker: its target's). Read at each call (the interpreter switch may change before import).
 
-        return CpuBackend()
-    raise ValueError(f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}")
+    Example:
+        >>> device_facts()        # on the CPU backend
+        DeviceFacts(inline_asm=None, compiles_kernels=False)
+    """
+    from iris.runtime.base import DeviceFacts
+
+    if interpreted():
+        return DeviceFacts(inline_asm=None, compiles_kernels=False)
+    vendor = gpu_vendor()
+    return DeviceFacts(inline_asm=backend_class(vendor).inline_asm if vendor else None, compiles_kernels=True)

@@ -319,14 +319,14 @@ def install(targets: list[Target]) -> Gate:
     if _gate is not None:
         _gate.close()
     _gate = Gate(targets)
-    original = InterpretedFunction.__dict__.get("_iris_original_run", InterpretedFunction.run)
+    triton_run = InterpretedFunction.__dict__.get("_iris_run_before_gate", InterpretedFunction.run)
 
     def run(self, *args, grid, warmup, **kwargs):
         if _gate is not None and not warmup:
             _gate.check(self, args, kwargs)
-        return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+        return triton_run(self, *args, grid=grid, warmup=warmup, **kwargs)
 
-    InterpretedFunction._iris_original_run = original
+    InterpretedFunction._iris_run_before_gate = triton_run
     InterpretedFunction.run = run
     return _gate
 
@@ -351,9 +351,9 @@ def install_from_environment() -> Gate | None:
 def asked() -> bool:
     """Whether this process's launches go through the gate: IRIS_CROSS_COMPILE names targets and the
     backend is interpreted (a GPU backend compiles every kernel for real)."""
-    from iris.runtime import interpreted
+    from iris.runtime import device_facts
 
-    return bool(config.cross_compile_targets()) and interpreted()
+    return bool(config.cross_compile_targets()) and not device_facts().compiles_kernels
 
 
 def install_if_asked() -> Gate | None:
@@ -401,10 +401,10 @@ def enable(spec: str) -> Gate | None:
     Only the CPU backend needs it (a GPU backend compiles every kernel for real): elsewhere this does
     nothing and returns None.
     """
-    from iris.runtime import interpreted
+    from iris.runtime import device_facts
 
     targets = parse_targets(spec)
-    if not targets or not interpreted():
+    if not targets or device_facts().compiles_kernels:
         return None
     config.set_cross_compile_targets(",".join(t.name for t in targets))
     return install(targets)

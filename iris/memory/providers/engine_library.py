@@ -1,9 +1,9 @@
 """NVSHMEM's device library cut down to the functions Iris calls, so that a kernel links it in a moment.
 
 NVSHMEM ships its device functions as one LLVM bitcode file of about 31 MB. Triton parses the whole
-file for every kernel it compiles with ``extern_libs`` (measured: 3-4 s per kernel on this CPU, about
-5 s on an H200 host, most of a small kernel's compile), and a job across nodes compiles every kernel
-with it. The engine path calls a score of those functions (:data:`iris.device.nvshmem.SYMBOLS`).
+file for every kernel it compiles with ``extern_libs`` (seconds per kernel, most of a small kernel's
+compile), and a job across nodes compiles every kernel with it. The engine path calls a score of those
+functions (:data:`iris.device.nvshmem.SYMBOLS`).
 
 :func:`slim_library` compiles a probe kernel that calls each of them once, with the whole library,
 takes the LLVM module right after Triton linked it (everything the calls need and nothing else: a few

@@ -28,6 +28,7 @@ import torch
 import triton.language as tl
 
 from iris import config
+from iris.runtime import backend_class
 from iris.runtime.capabilities import limitation
 from iris.memory.collective_free import CollectiveFrees
 from iris.memory.providers.base import HeapProvider, JobFacts
@@ -167,7 +168,7 @@ class ShmemHeap(HeapProvider):
         shared = _refusal_of_shared_devices(job)
         if shared:
             return shared
-        if job.backend == "hip":
+        if not backend_class(job.backend).engine_reaches_other_nodes:
             return self.spans_nodes_refusal(
                 job, "the device path toward a rank on another node is built on NVSHMEM's device calls only; "
                      "rocSHMEM's (AMD) are not wired yet: start one job per node for now (docs/multi-node.md)")

@@ -1,4 +1,4 @@
-"""``iris.ops.all_gather_matmul(ctx, ...)``, at the original's module path.
+"""``iris.ops.all_gather_matmul(ctx, ...)``: the op as a function of the context.
 
 One folder, the op and its paths: :mod:`~iris.ops.all_gather_matmul.kernel` (the fused kernel) and
 :mod:`~iris.ops.all_gather_matmul.vendor_gemm` (the gathered shards multiplied by the vendor's GEMM).

@@ -292,9 +292,7 @@ def takes_vendor_gemm(ctx, config, output, A_shard) -> bool:
     """Whether this call multiplies by the vendor's GEMM (FusedConfig.vendor_gemm,
     :mod:`iris.ops.all_gather_matmul.vendor_gemm`).
     None: where the call leaves Iris's kernel's own knobs unset (copy_engine, tma_loads, split_k), A is bfloat16
-    or float16, output has A's dtype and A_shard can go by copies (:func:`_copy_obstacle`): on 2 x H100 it was
-    1.01x-1.30x of torch's fused op at every shape of the sweep and Iris's kernel 0.96x-1.30x (two runs each
-    of benchmarks/ops.py's all_gather_matmul sweep, with ``--config vendor_gemm=1`` and ``vendor_gemm=0``)."""
+    or float16, output has A's dtype and A_shard can go by copies (:func:`_copy_obstacle`), as measured."""
     if config.vendor_gemm is not None:
         return config.vendor_gemm
     return (config.copy_engine is None and config.tma_loads is None and config.split_k is None
@@ -308,8 +306,7 @@ def last_round(tiles: int, programs: int, members: int, split_k: int | None) -> 
     ones up to ``members`` (1 part: none split, ``whole`` is every tile).
 
     ``split_k`` (FusedConfig) where set, at most one part per member; else the parts that finish the last round
-    soonest (:func:`iris.ops._fused.split_last_round`; on 2 x H100, 64 tiles of the default tile in a last round
-    of 128 programs left half of them idle for half a tile's time, docs/benchmarks.md).
+    soonest (:func:`iris.ops._fused.split_last_round`: a last round of 64 tiles on 128 programs leaves half idle).
 
     Example:
         >>> last_round(448, 128, 2, None)   # 3 rounds whole, 64 tiles in two halves: 128 programs busy
@@ -370,7 +367,7 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
     Args:
         output: (M, N), float32, bfloat16 or float16, on this rank's device (need not be on the heap).
         A_shard: (M, K_r) this rank's columns of A, bfloat16 or float16; B: (W * K_r, N), the same dtype.
-        bias: optional (N,). async_op: accepted for the original API; each rank's output is complete
+        bias: optional (N,). async_op: accepted; each rank's output is complete
             when its kernel ends, so nothing waits after it.
         config: an :class:`iris.ops.FusedConfig`. workspace: from ``ctx.ops.all_gather_matmul_preamble``.
     """
@@ -392,7 +389,7 @@ def all_gather_matmul(ctx, output, A_shard, B, bias=None, async_op=False, config
         A_shard, B, output, bias if bias is not None else output, workspace.gathered, workspace.flags,
         workspace.calls, workspace.parts, workspace.ready, M, N, K_r, split, whole, A_shard.stride(0),
         A_shard.stride(1), B.stride(0), B.stride(1), output.stride(0), output.stride(1),
-        *_fused.barrier_arguments(ctx), HAS_BIAS=bias is not None, UPCAST=ctx.team.backend.interpreted,
+        *_fused.barrier_arguments(ctx), HAS_BIAS=bias is not None, UPCAST=ctx.team.backend.upcasts_narrow_floats,
         WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block, TRACE=ctx.tracing.enabled,
         TMA=tma, PUSHED=not copied, HOISTED=tma and K_r % tile["BLOCK_K"] == 0, **tile)
     if copied:  # barrier, the copies forked off, the kernel, then its flags cleared and the copies joined

@@ -1,9 +1,8 @@
 """all_gather_matmul by the vendor's GEMM (``FusedConfig(vendor_gemm=True)``): copies gather, torch multiplies.
 
 Where the GEMM is most of the call (many waves of tiles), the fused op takes the GEMM's time, and the
-vendor's library (cuBLAS, hipBLASLt; through torch) runs that GEMM faster than Iris's Triton tile loop:
-on 2 x H100 cuBLAS took 714.7 us against 787.4 at M 4096 N 8192, and 5463.8 against 6208.5 at M 16384
-N 14336 (docs/benchmarks.md, "2 x H100 at c811e24"). This way keeps the overlap and drops the tile loop:
+vendor's library (cuBLAS, hipBLASLt; through torch) runs that GEMM faster than Iris's Triton tile loop.
+This way keeps the overlap and drops the tile loop:
 
 1. an entry barrier (every member has finished reading its slots in the previous call);
 2. A_shard goes to every other member's slot by copies on a side stream, each followed by that member's

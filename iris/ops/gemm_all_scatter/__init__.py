@@ -1,4 +1,4 @@
-"""``iris.ops.gemm_all_scatter(ctx, ...)``, at the original's module path.
+"""``iris.ops.gemm_all_scatter(ctx, ...)``: the op as a function of the context.
 
 The kernel is in :mod:`iris.ops.matmul_all_gather.kernel`.
 

@@ -161,7 +161,7 @@ def run(what: str, along_m: bool, ctx, output, A, B, bias=None, async_op=False, 
         A, B, output, bias if bias is not None else output, parts, getattr(workspace, "ready", parts), M, N,
         A.shape[1], whole, A.stride(0), A.stride(1), B.stride(0), B.stride(1), output.stride(0), output.stride(1),
         *_fused.barrier_arguments(ctx), ALONG_M=along_m, HAS_BIAS=bias is not None,
-        UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(), EXIT_BARRIER=not async_op,
+        UPCAST=ctx.team.backend.upcasts_narrow_floats, WORLD=ctx.get_num_ranks(), EXIT_BARRIER=not async_op,
         BARRIER_BLOCK=ctx.team.barrier.block, TRACE=ctx.tracing.enabled,
         TMA=whole > 0 and _fused.tma_loads(ctx, config, A, B), **tile)  # the whole tiles' loads
     return workspace, [launch]

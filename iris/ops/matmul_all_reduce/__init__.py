@@ -1,4 +1,4 @@
-"""``iris.ops.matmul_all_reduce(ctx, ...)``, at the original's module path.
+"""``iris.ops.matmul_all_reduce(ctx, ...)``: the op as a function of the context.
 
 One folder, the op and its paths: :mod:`~iris.ops.matmul_all_reduce.kernel` (the fused kernel, also
 matmul_reduce_scatter's), :mod:`~iris.ops.matmul_all_reduce.copy_engine` (the partials sent by copies) and

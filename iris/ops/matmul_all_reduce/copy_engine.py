@@ -184,12 +184,8 @@ def _transfers(ctx, stage, partials, flags, M, width, chunk_rows, chunks) -> lis
 
 def by_default(ctx, config, A, B) -> bool:
     """FusedConfig.copy_engine None: by copies where nothing stands in the way (:func:`obstacle`) and a
-    member's block (M, N / W) has more tiles than one wave of programs. On 2 x H100 (docs/benchmarks.md, "The
-    reduce ops' partials by copies"): matmul_reduce_scatter 4-9% faster at M 1024 N 14336 (1.75 waves) and M
-    4096-16384, 27% slower at M 1024 N 8192 (one wave: the second launch waits for copies nothing else hides);
-    matmul_all_reduce 0-8% faster from M 4096 (level at M 1024 N 14336), 5-27% slower at M 512-1024 N 8192.
-    Measured at 2 ranks only, so taken there only (:data:`BY_DEFAULT_RANKS`); beyond, the pushes (and
-    matmul_all_reduce's owner-reduce) stay the default until measured."""
+    member's block (M, N / W) has more tiles than one wave of programs (within one wave the second launch waits
+    for copies nothing hides). Measured faster at 2 ranks only, so taken there only (:data:`BY_DEFAULT_RANKS`)."""
     if ctx.get_num_ranks() != BY_DEFAULT_RANKS:
         return False
     M, N = A.shape[0], B.shape[1]
@@ -227,7 +223,7 @@ def run(ctx, output, A, B, bias, config, workspace, gather: bool = False) -> tup
     own_columns = output[:, index * width:(index + 1) * width] if gather else output
     # descriptor loads where a member's first column of B is 16-byte aligned too
     tma = _fused.tma_loads(ctx, config, A, B) and (width * B.element_size()) % 16 == 0
-    common = dict(TRACE=ctx.tracing.enabled, TMA=tma, UPCAST=ctx.team.backend.interpreted, WORLD=world,
+    common = dict(TRACE=ctx.tracing.enabled, TMA=tma, UPCAST=ctx.team.backend.upcasts_narrow_floats, WORLD=world,
                   BARRIER_BLOCK=ctx.team.barrier.block, **tile)
     tiles = tile_count(M, width, tile)
     send = bind(_send_kernel, (_fused.launch_size(ctx, tiles * (world - 1)),), A, B, workspace.stage,

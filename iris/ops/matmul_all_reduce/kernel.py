@@ -4,7 +4,7 @@ The tensor-parallel row-split layer: every rank holds its K-shard, ``A`` (M, K_r
 (K_r, N), and the result is the sum over ranks of ``A_r @ B_r`` (+ ``bias`` once).
 ``matmul_all_reduce`` gives every rank the whole (M, N) sum; ``matmul_reduce_scatter`` gives rank
 ``r`` columns ``[r * N / W, (r + 1) * N / W)``, an (M, N / W) output, or, given a full (M, N) output, the
-original Iris's layout: the output cut in ``FusedConfig.block_size_m`` x ``block_size_n`` blocks numbered
+block-run layout: the output cut in ``FusedConfig.block_size_m`` x ``block_size_n`` blocks numbered
 row-major, rank ``r`` gets blocks ``[r * B / W, (r + 1) * B / W)`` of the B blocks (the last rank also the
 rest) and zeros elsewhere.
 
@@ -26,9 +26,8 @@ instead of every member, step 2 stores the partial only into the slot of the til
 i-th tile of program p belongs to member (p + i) % W); the owner, in step 3, also keeps its sum
 in its own slot (in place of its partial) and counts the tile on every other member; two tiles
 later each other member waits for that count and reads the sum from the owner into its output.
-(Storing the sum on every member instead cost the owner W - 1 tiles of stores in one step, while the
-same program on every other member waits for it: on 4 x H100 the reads were up to 10% faster from
-M 4096, docs/benchmarks.md.) A rank moves about
+(Storing the sum on every member instead costs the owner W - 1 tiles of stores in one step, while the
+same program on every other member waits for it.) A rank moves about
 2 (W - 1) / W tiles' bytes per tile instead of W - 1 (docs/benchmarks.md has the model); at 2
 ranks both send one and push-to-all, a hop shorter, stays the default.
 
@@ -106,7 +105,7 @@ def _owner(tile, programs, count):
 
 @triton.jit
 def _in_run(rows, cols, position, count, run_m, run_n, runs_n, per_rank, RUNS: tl.constexpr):
-    """Which elements of a tile belong to the member at ``position`` in the original Iris's reduce_scatter
+    """Which elements of a tile belong to the member at ``position`` in reduce_scatter's block-run
     layout (``RUNS``): the (M, N) output cut in ``run_m`` x ``run_n`` blocks numbered row-major, ``per_rank``
     consecutive blocks to each member, the last member also taking the rest (all of them when there are fewer
     blocks than members). Without ``RUNS`` every element."""
@@ -146,9 +145,8 @@ def _finish(tile, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, widt
             GROUP_M: tl.constexpr):
     """If this rank gets partials of ``tile``: wait for every member's slot, sum them in member order,
     write. Under owner-reduce the owner also keeps the sum in its own slot and counts the tile on every
-    other member (:func:`_collect` reads it from there). In the original's layout (``RUNS``) every member
-    gets the tile's flag; this rank sums its own elements and writes zeros at the others, as the original
-    leaves them."""
+    other member (:func:`_collect` reads it from there). In the block-run layout (``RUNS``) every member
+    gets the tile's flag; this rank sums its own elements and writes zeros at the others."""
     tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
     lo, own = _owned(index, N, width, SCATTER)
     if _receives(tile, tile_n, index, lo, own, programs, count, OWNER, BLOCK_N):
@@ -332,7 +330,7 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, outbox, flags, seen, stage,
 
 
 def in_runs(scatter: bool, output, A, B) -> bool:
-    """Whether a reduce_scatter call asks for the original Iris's layout: an (M, N) output, of which this rank
+    """Whether a reduce_scatter call asks for the block-run layout: an (M, N) output, of which this rank
     gets its run of ``block_size_m`` x ``block_size_n`` blocks (see :func:`_in_run`) and zeros elsewhere."""
     shapes = [tuple(getattr(t, "shape", ())) for t in (output, A, B)]
     return scatter and len(shapes[1]) == len(shapes[2]) == 2 and shapes[0] == (shapes[1][0], shapes[2][1])
@@ -374,7 +372,7 @@ def kernel_problem(what: str, scatter: bool, ctx, output, A, B, config):
 
 
 def _runs_of(ctx, config: FusedConfig, M: int, N: int) -> tuple[int, int, int, int]:
-    """The original's layout (:func:`_in_run`): its block height and width, blocks per row, blocks per rank."""
+    """The block-run layout (:func:`_in_run`): its block height and width, blocks per row, blocks per rank."""
     run_m, run_n = config.block_size_m, config.block_size_n
     runs_n = -(-N // run_n)
     return run_m, run_n, runs_n, (-(-M // run_m) * runs_n) // ctx.get_num_ranks()
@@ -398,8 +396,7 @@ def reduces_at_owner(scatter: bool, ctx, config: FusedConfig) -> bool:
     return ctx.get_num_ranks() > 2 if config.reduce_at_owner is None else config.reduce_at_owner
 
 
-#: The all_reduce variants matmul_all_reduce takes: the original's newest release takes one_shot and two_shot only
-#: (it refuses the rest); push, ll and hierarchical are Iris's, for the chunks of its pipeline.
+#: The all_reduce variants matmul_all_reduce takes (push, ll and hierarchical for the chunks of its pipeline).
 MATMUL_ALL_REDUCE_VARIANTS = (None, "one_shot", "two_shot", "push", "ll", "hierarchical")
 
 
@@ -414,7 +411,7 @@ def _check(what, ctx, output, A, B, bias, scatter: bool, config: FusedConfig) ->
                          "chunks' sums go by iris.ccl.all_reduce, not by copies; pass one or the other")
     if config.copy_engine and in_runs(scatter, output, A, B):
         raise ValueError(f"{what}: FusedConfig(copy_engine=True) sends each rank its N / {world} columns, but an "
-                         f"({A.shape[0]}, {B.shape[1]}) output asks for the original Iris's layout (each rank its run "
+                         f"({A.shape[0]}, {B.shape[1]}) output asks for the block-run layout (each rank its run "
                          "of block_size_m x block_size_n blocks): pass an (M, N / W) output, or copy_engine=None")
     if config.copy_engine:  # asked for: refused aloud (None takes the pushes where copies cannot go)
         refusal = copy_engine.obstacle(ctx, config, B.shape[1])
@@ -460,7 +457,7 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
     tiles = tile_count(M, N, tile)
     comm = config.comm_programs
     if comm:  # every program may wait only on lower ids of its own launch: the communicators come last
-        compute = 1 if ctx.team.backend.interpreted else max(1, _fused.concurrent_programs(ctx) - comm)
+        compute = max(1, _fused.concurrent_programs(ctx) - comm)
         programs = min(compute, tiles) + comm
         stage, ready, calls = workspace.stage, workspace.ready, workspace.calls
     else:
@@ -474,7 +471,7 @@ def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, wor
         output.stride(0), output.stride(1), *_fused.barrier_arguments(ctx), *_runs_of(ctx, config, M, N),
         SCATTER=scatter and not runs, OWNER=reduces_at_owner(scatter, ctx, config), RUNS=runs,
         TRACE=ctx.tracing.enabled, TMA=_fused.tma_loads(ctx, config, A, B), HAS_BIAS=bias is not None,
-        UPCAST=ctx.team.backend.interpreted, WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block,
+        UPCAST=ctx.team.backend.upcasts_narrow_floats, WORLD=ctx.get_num_ranks(), BARRIER_BLOCK=ctx.team.barrier.block,
         COMM_PROGRAMS=comm, **tile)]
     if comm:  # on the stream, after the launch: the next call's tiles carry the next epoch
         launches.append(functools.partial(calls.add_, 1))

@@ -1,23 +1,13 @@
 """``matmul_all_reduce`` as a pipeline of row chunks: ``FusedConfig(pipeline_chunks=C)``.
 
-Instead of the fused kernel (:mod:`iris.ops.matmul_all_reduce.kernel`), Iris's GEMM (:func:`iris.ops.gemm.matmul`)
-computes this rank's partial product C row chunks at a time into a heap buffer, and each chunk, once
-computed, is summed over the ranks in place by ``iris.ccl.all_reduce`` (the variant its size takes) and
-copied into the output, on a side stream, while the next chunks compute. The GEMM leaves
-some SMs to the collectives (:func:`gemm_programs`). Launches, in order on the current stream: a barrier (every
-member's previous call has read what this call overwrites), then per chunk its GEMM and the fork of its
-sum; the last launch joins the side stream back, so the output is complete in stream order after the
-call, as with the fused kernel. On the CPU backend everything runs in order on the one stream. With
-``FusedConfig(vendor_gemm=True)`` torch's GEMM (cuBLAS, hipBLASLt) computes each chunk instead of Iris's,
-on every SM (the chunks' sums take SMs as they free up).
+Iris's GEMM (:func:`iris.ops.gemm.matmul`) computes this rank's partial product C row chunks at a time into a
+heap buffer, leaving some SMs free (:func:`gemm_programs`), and each chunk is summed in place by
+``iris.ccl.all_reduce`` and copied into the output on a side stream while the next chunks compute. Launches,
+in stream order: a barrier, per chunk its GEMM and the fork of its sum, then the join: the output is complete
+in stream order after the call. ``vendor_gemm=True``: torch's GEMM computes each chunk, on every SM.
 
-Why: at 4 ranks the fused kernel's SMs compute and move 1.5 output's bytes per rank at once and took
-about the GEMM's time plus the all_reduce's where the all_reduce takes longer than the GEMM
-(docs/benchmarks.md, "4 x H100"); here the GEMM and the collectives run side by side on separate SMs.
-Measured against the fused kernel on 4 x H100 (docs/benchmarks.md, "The pipeline of row chunks" and "The
-pipeline from 4096 rows at 4 ranks"): 4 chunks 4-22% faster at M 16384, 11% faster at M 4096 N 8192 and level
-at N 14336, 63-68% slower at M 1024; at 2 ranks (2 x H100) 8-80% slower at every shape; so
-``pipeline_chunks=None`` takes it only from :data:`BY_DEFAULT_RANKS` ranks and :data:`BY_DEFAULT_ROWS` rows
+Why: where the all_reduce takes longer than the GEMM, the fused kernel's SMs take about the sum of both; here
+they run side by side. Measured faster from 4 ranks and 4096 rows only, which ``pipeline_chunks=None`` takes
 (:func:`chunks`).
 
 Example:
@@ -35,16 +25,12 @@ from iris.ops import _fused
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import matmul
 
-# SMs the GEMM leaves to the chunks' all_reduce (FusedConfig.pipeline_comm_sms None): COMM_SMS, or DEEP_K_COMM_SMS
-# where this rank's K (A's columns) is DEEP_K or more, so that its GEMM takes about as long as the sums or longer
-# and needs the SMs more. On 4 x H100 (docs/benchmarks.md, "The SMs the pipeline's GEMM leaves to the sums"),
-# K 2048 per rank: 16 the fastest of 4-48 (8: 7-10% slower); K 3584: 4 or 8 (8: 6-10% faster than 16).
+# SMs the GEMM leaves to the chunks' all_reduce (FusedConfig.pipeline_comm_sms None): fewer where this rank's K
+# is deep (its GEMM as long as the sums or longer), as measured on H100s
 COMM_SMS = 16
 DEEP_K = 3072
 DEEP_K_COMM_SMS = 8
-# FusedConfig.pipeline_chunks None: BY_DEFAULT_CHUNKS chunks from this many ranks and output rows (measured at 4
-# ranks on 4 x H100: 4-22% faster than the fused kernel at M 16384, 11% at M 4096 N 8192, level at M 4096 N 14336,
-# 63-68% slower at M 1024; 8 ranks, where the all_reduce's share of the time is larger still, not measured).
+# FusedConfig.pipeline_chunks None: BY_DEFAULT_CHUNKS chunks from this many ranks and output rows (measured)
 BY_DEFAULT_RANKS = 4
 BY_DEFAULT_ROWS = 4096
 BY_DEFAULT_CHUNKS = 4
@@ -67,18 +53,16 @@ def default_chunks(world: int, rows: int) -> int:
 def chunks(ctx, config: FusedConfig, A) -> int:
     """How many row chunks this matmul_all_reduce call pipelines by; 0: the fused kernel.
 
-    ``config.pipeline_chunks`` where given (0: the fused kernel). None: :data:`BY_DEFAULT_CHUNKS` with
-    ``vendor_gemm=True``; else :func:`default_chunks`, but the fused
-    kernel on the CPU backend, where ranks share a GPU or a member is on another node (as measured: one GPU per
-    rank, one node), where a mode of the fused kernel is asked for (comm_programs, reduce_at_owner or
-    copy_engine given), and where ``all_reduce_variant`` names a variant that cannot sum every chunk in place
-    (code written for the original passes any; the fused kernel ignores it).
+    ``config.pipeline_chunks`` where given. None: :data:`BY_DEFAULT_CHUNKS` with ``vendor_gemm=True``; else
+    :func:`default_chunks`, but the fused kernel where nothing runs beside it (no streams: the CPU backend),
+    where ranks share a GPU or a member is on another node (measured: one GPU per rank, one node), where a mode
+    of the fused kernel is asked for, and where ``all_reduce_variant`` cannot sum every chunk in place.
     """
     if config.pipeline_chunks is not None:
         return config.pipeline_chunks
     if config.vendor_gemm:  # the vendor's GEMM runs only in the pipeline
         return BY_DEFAULT_CHUNKS
-    if fused_kernel_asked_for(config) or ctx.team.backend.interpreted or _fused.copy_refusal(ctx) is not None:
+    if fused_kernel_asked_for(config) or not ctx.team.backend.has_streams or _fused.copy_refusal(ctx) is not None:
         return 0
     return default_chunks(ctx.get_num_ranks(), A.shape[0])
 
@@ -93,7 +77,7 @@ def fused_kernel_asked_for(config: FusedConfig) -> bool:
     """
     if config.comm_programs or config.reduce_at_owner is not None or config.copy_engine is not None:
         return True
-    return config.all_reduce_variant not in ANY_CHUNK_IN_PLACE  # as the original's code may pass any
+    return config.all_reduce_variant not in ANY_CHUNK_IN_PLACE
 
 
 def problem(output, A, B) -> tuple:
@@ -154,8 +138,8 @@ def run(ctx, output, A, B, bias, count: int, workspace, variant: str | None = No
     rows = chunk_rows(M, count)
     for first, end in rows:  # each chunk's sum checked now (in place, a landing zone's size), not mid-call
         ctx.ccl.all_reduce_preamble(partials[first:end], partials[first:end], config=sums)
-    interpreted = ctx.team.backend.interpreted
-    programs = None if interpreted else gemm_programs(_fused.sm_share(ctx), comm_sms, A.shape[1])
+    backend = ctx.team.backend
+    programs = gemm_programs(_fused.sm_share(ctx), comm_sms, A.shape[1]) if backend.compiles_kernels else None
     bias_here = bias if ctx.team.participants(None).index == 0 else None  # added once, by member 0
 
     device = A.device
@@ -172,7 +156,7 @@ def run(ctx, output, A, B, bias, count: int, workspace, variant: str | None = No
 
     def summed(first: int, end: int):
         def launch(output):
-            side = None if interpreted else _fused.side_stream(device)
+            side = _fused.side_stream(device) if backend.has_streams else None
             if side is not None:  # behind the chunk's GEMM, beside the next chunks'
                 side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):  # None: the one stream, in order
@@ -181,7 +165,7 @@ def run(ctx, output, A, B, bias, count: int, workspace, variant: str | None = No
         return weakly_held(launch, output)
 
     def joined():
-        if not interpreted:
+        if backend.has_streams:
             torch.cuda.current_stream().wait_stream(_fused.side_stream(device))
 
     launches = [ctx.team.barrier.launch(None)]

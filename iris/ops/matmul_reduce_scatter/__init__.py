@@ -1,4 +1,4 @@
-"""``iris.ops.matmul_reduce_scatter(ctx, ...)``, at the original's module path.
+"""``iris.ops.matmul_reduce_scatter(ctx, ...)``: the op as a function of the context.
 
 The kernel is in :mod:`iris.ops.matmul_all_reduce.kernel`.
 
