@@ -52,9 +52,7 @@ def _validate(heap_size, allocator_type, debug) -> None:
         raise ValueError(f"heap_size={heap_size} must be positive (bytes of symmetric heap per rank)")
     if allocator_type not in ALLOCATORS:
         raise ValueError(f"allocator_type={allocator_type!r} is not an allocator; use one of {', '.join(ALLOCATORS)}")
-    # a switch set to a word it cannot read is refused now, before any allocation or collective
-    config.graph_replay(), config.native_replay(), config.debug_requested(), config.simulation(), config.ll_pack(),
-    config.two_shot_writes()
+    config.check_switches()  # a switch set to a word it cannot read is refused now, before any allocation
 
 
 class Iris(TensorFactories):

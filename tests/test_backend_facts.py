@@ -48,10 +48,13 @@ ALLOWED = [
                                                    "by it (backend_class, capabilities)"),
     ("context.py", 'self.debug(f"{backend.name} heap', "a label in a log line"),
     ("host/tracing.py", '"backend": backend.name', "a label in the trace's metadata"),
+    ("launch/info.py", "_no_graphs_on(backend.name)", "iris info names the backend in its text"),
+    ("launch/info.py", "{backend.name} backend (its graphs", "iris info names the backend in its text"),
+    ("launch/info.py", '"name": backend.name', "iris info names the backend in its text"),
+    ("launch/info.py", "backend.name.upper()", "iris info names the backend in its text"),
+    ("launch/info.py", '"hip": torch.version.hip', "iris info prints torch's build's versions"),
     ("ccl/all_reduce/", None, "pending: iris/ccl/all_reduce (lead)"),
     ("host/replay/plans.py", None, "pending: iris/host/replay/plans.py (lead)"),
-    ("launch/__init__.py", None, "pending: iris/launch/__init__.py (lead)"),
-    ("launch/info.py", None, "pending: iris/launch/info.py (lead)"),
 ]
 
 

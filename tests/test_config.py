@@ -110,8 +110,6 @@ def test_a_context_refuses_a_switch_it_cannot_read_before_allocating(monkeypatch
         iris.iris(1 << 20)
 
 
-@pytest.mark.xfail(strict=True, reason="a context checks six switches by name (iris/context.py's _validate): it "
-                   "must call config.check_switches() to refuse these too (iris run refuses them already)")
 @pytest.mark.parametrize("name", ["IRIS_QUIET_AMD_OPTIONS", "IRIS_CPU_BIND"])
 def test_a_context_refuses_every_switch_it_cannot_read(monkeypatch, name):
     import iris

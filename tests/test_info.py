@@ -55,11 +55,12 @@ def test_the_native_replay_says_where_it_changes_nothing():
     """The C path launches graphs by the CUDA driver: on HIP (graph.replay()) and the CPU (no graphs) it is
     on in name only, and iris info says so."""
     from iris.launch.info import native_replay_meaning
+    from iris.runtime import backend_class
 
-    assert native_replay_meaning(True, "cuda") == "on: repeated calls launched from C"
-    assert native_replay_meaning(False, "cuda") == "off"
-    assert "no effect on the hip backend" in native_replay_meaning(True, "hip")
-    assert "no effect on the cpu backend" in native_replay_meaning(True, "cpu")
+    assert native_replay_meaning(True, backend_class("cuda")) == "on: repeated calls launched from C"
+    assert native_replay_meaning(False, backend_class("cuda")) == "off"
+    assert "no effect on the hip backend" in native_replay_meaning(True, backend_class("hip"))
+    assert "no effect on the cpu backend" in native_replay_meaning(True, backend_class("cpu"))
 
 
 def test_info_shows_every_setting_the_config_table_declares_for_users(monkeypatch):

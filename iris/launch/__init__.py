@@ -40,7 +40,7 @@ import uuid
 
 from iris import config
 from iris.runtime.cpu_binding import binding, cpu_list
-from iris.runtime import interpreted
+from iris.runtime import device_facts
 from iris.runtime.shm import remove_stale_segments
 
 TIMEOUT_EXIT_CODE = 124
@@ -74,7 +74,7 @@ def rank_command(command: list[str]) -> list[str]:
     """A rank's command line: ``python *command``; with the cross-compile gate asked for (IRIS_CROSS_COMPILE,
     an interpreted backend) through the gate's runner, which installs it before the script runs
     (``python -m iris.testing.cross_compile --run *command``, a testing tool named here, not imported)."""
-    if config.cross_compile_targets() and interpreted():
+    if config.cross_compile_targets() and not device_facts().compiles_kernels:
         return [sys.executable, "-m", "iris.testing.cross_compile", "--run", *command]
     return [sys.executable, *command]
 

@@ -30,7 +30,7 @@ _MEANINGS = {
     "IRIS_HEAP": lambda: provider_name(None) + ("" if config.heap_request() else " (default)"),
     "IRIS_GRAPH_REPLAY": lambda: ("on" if config.graph_replay() else "off")
     + (" (default)" if not config.text("IRIS_GRAPH_REPLAY").strip() else "") + _no_graphs_here(),
-    "IRIS_NATIVE_REPLAY": lambda: native_replay_meaning(config.native_replay(), _selected()),
+    "IRIS_NATIVE_REPLAY": lambda: native_replay_meaning(config.native_replay(), _backend()),
     "IRIS_NATIVE_CACHE": config.native_cache,
     "IRIS_LL_PACK": lambda: {True: "two 16-bit elements a word", False: "off (one element a word)",
                              None: "two 16-bit elements a word past 32768 elements (default)"}[config.ll_pack()],
@@ -63,37 +63,42 @@ def _meanings() -> dict:
     return {v.name: _MEANINGS.get(v.name) or _generic(v) for v in config.VARIABLES if v.kind in ("switch", "setting")}
 
 
-def _selected() -> str:
+def _backend():
+    """The class of the backend this process runs (its facts need no device), or None where none can run."""
     import iris
 
-    return iris.runtime.SELECTED
+    try:
+        return iris.runtime.backend_class()
+    except (ValueError, iris.runtime.BackendError):
+        return None
 
 
 def _no_graphs_here() -> str:
-    """What IRIS_GRAPH_REPLAY changes on this backend: nothing where kernels run at once on the host."""
-    import iris
-
-    return _no_graphs_on(_selected()) if iris.runtime.interpreted() else ""
+    """What IRIS_GRAPH_REPLAY changes on this backend: nothing where there are no streams to capture."""
+    backend = _backend()
+    return _no_graphs_on(backend.name) if backend is not None and not backend.has_streams else ""
 
 
 def _no_graphs_on(backend: str) -> str:
     return f"; no effect on the {backend} backend (no graphs to capture)"
 
 
-def native_replay_meaning(on: bool, backend: str) -> str:
-    """What IRIS_NATIVE_REPLAY does on ``backend``: the C path launches a repeated call's graph by the CUDA
-    driver, so on HIP (``graph.replay()``) and the CPU (no graphs) it changes nothing.
+def native_replay_meaning(on: bool, backend) -> str:
+    """What IRIS_NATIVE_REPLAY does on ``backend`` (a backend class): the C path launches a repeated call's graph
+    by the driver, so where graphs go out by ``graph.replay()`` or there are no graphs it changes nothing.
 
     Example:
-        >>> native_replay_meaning(True, "hip")
+        >>> native_replay_meaning(True, iris.runtime.backend_class("hip"))
         'on; no effect on the hip backend (its graphs go out by graph.replay())'
     """
     if not on:
         return "off"
-    if backend == "cpu":
-        return "on" + _no_graphs_on(backend)
-    if backend == "hip":
-        return "on; no effect on the hip backend (its graphs go out by graph.replay())"
+    if backend is None:  # no backend can run here
+        return "on"
+    if not backend.has_streams:
+        return "on" + _no_graphs_on(backend.name)
+    if not backend.native_graph_launch:
+        return f"on; no effect on the {backend.name} backend (its graphs go out by graph.replay())"
     return "on: repeated calls launched from C"
 
 
@@ -103,27 +108,27 @@ def collect() -> dict:
     import triton
 
     import iris
-    from iris.runtime.capabilities import LIMITATIONS
     from iris.memory.providers.shmem import engine_available
 
-    backend = iris.runtime.SELECTED
+    backend = iris.runtime.backend_class()
     requested = config.backend_request()
+    shmem_refused = backend.find_limitation("shmem_heap")
     return {
         "versions": {"iris": iris.__version__, "python": platform.python_version(), "torch": torch.__version__,
                      "triton": triton.__version__, "cuda": torch.version.cuda, "hip": torch.version.hip},
-        "backend": {"name": backend,
+        "backend": {"name": backend.name,
                     "why": f"IRIS_BACKEND={requested}" if requested else
-                    ("torch sees a GPU" if backend != "cpu" else "torch sees no GPU"),
-                    "kernels": "Triton's interpreter" if iris.runtime.interpreted() else "compiled for the GPU"},
+                    ("torch sees no GPU" if backend.memory_on_host else "torch sees a GPU"),
+                    "kernels": "compiled for the GPU" if iris.runtime.device_facts().compiles_kernels else
+                    "Triton's interpreter"},
         "devices": _devices(backend),
         "heap_providers": {"ipc": "available",
-                           "shmem": "available" if backend != "cpu" and engine_available() else
-                           "not available: " + ("the CPU backend" if backend == "cpu" else
+                           "shmem": "available" if shmem_refused is None and engine_available() else
+                           "not available: " + (f"the {backend.name.upper()} backend" if shmem_refused else
                                                 "torch has no NVSHMEM/rocSHMEM for this GPU")},
         "mpi4py": importlib.util.find_spec("mpi4py") is not None,
         "switches": {name: _meaning(name, reader) for name, reader in _meanings().items()},
-        "gaps": [{"feature": row.feature, "dtype": row.dtype, "reason": row.reason}
-                 for row in LIMITATIONS if row.backend == backend],
+        "gaps": [{"feature": row.feature, "dtype": row.dtype, "reason": row.reason} for row in backend.limitations()],
     }
 
 
@@ -135,8 +140,8 @@ def _meaning(name: str, reader) -> dict:
     return {"value": config.text(name), "means": means}
 
 
-def _devices(backend: str) -> list[dict]:
-    if backend == "cpu":
+def _devices(backend) -> list[dict]:
+    if backend.memory_on_host:
         return []
     import torch
 
@@ -144,7 +149,7 @@ def _devices(backend: str) -> list[dict]:
     count = torch.cuda.device_count()
     for index in range(count):
         props = torch.cuda.get_device_properties(index)
-        arch = getattr(props, "gcnArchName", "") if backend == "hip" else f"sm_{props.major}{props.minor}"
+        arch = backend.arch_name(props)
         devices.append({"index": index, "name": props.name, "arch": arch, "units": props.multi_processor_count,
                         "memory_gib": round(props.total_memory / (1 << 30), 1),
                         "peers": [other for other in range(count)
