@@ -12,7 +12,7 @@ from iris.ccl import Config, ReduceOp
 from iris.ccl.all_reduce import far_path_refusal
 from iris.ccl.all_reduce import push as all_reduce_push
 from iris.ccl.config import ALL_REDUCE_VARIANTS
-from iris.host.team import LL_UNPACKED, LL_WORDS, PUSH_BYTES
+from iris.ccl.all_reduce.push import LL_UNPACKED, LL_WORDS, PUSH_BYTES
 from iris.testing import refusals
 
 
@@ -347,8 +347,8 @@ def test_push_takes_a_mebibyte_per_rank(ranks):
     assert all(wrong == 0 for wrong in ranks.run(_push_all_reduce_of_a_mebibyte))
 
 
-@pytest.mark.parametrize("ll,interpreted", [(False, False), (False, True), (True, False), (True, True)])
-def test_every_program_counts_every_call_and_the_blocks_spread_the_message(ll, interpreted):
+@pytest.mark.parametrize("ll,in_turn", [(False, False), (False, True), (True, False), (True, True)])
+def test_every_program_counts_every_call_and_the_blocks_spread_the_message(ll, in_turn):
     """push and ll count their pushes per program and reuse each landing half every other count. If a program sat
     out a call (fewer programs for a small message), its count fell behind the others', a word could land in the
     same half in two calls in a row under different programs, and a fast member's next call overwrote a word a
@@ -357,18 +357,18 @@ def test_every_program_counts_every_call_and_the_blocks_spread_the_message(ll, i
     PUSH_PROGRAMS, each counting every call, busy or not; the interpreter one program), and only the block grows:
     from LL_BLOCK words (ll on a GPU) or the configured block, to spread the message over the programs."""
     from iris.ccl.all_reduce.push import LL_BLOCK, launch_shape
-    from iris.host.team import PUSH_PROGRAMS
+    from iris.ccl.all_reduce.push import PUSH_PROGRAMS
 
     sizes = (1, 63, 64, 513, 8192, 8193, 1 << 17, LL_WORDS, 1 << 19)
-    shapes = [launch_shape(words, 1024, ll, interpreted) for words in sizes]
-    assert {programs for _, programs in shapes} == {1 if interpreted else PUSH_PROGRAMS}, shapes
-    smallest = 1024 if interpreted or not ll else LL_BLOCK
+    shapes = [launch_shape(words, 1024, ll, in_turn) for words in sizes]
+    assert {programs for _, programs in shapes} == {1 if in_turn else PUSH_PROGRAMS}, shapes
+    smallest = 1024 if in_turn or not ll else LL_BLOCK
     for (block, programs), words in zip(shapes, sizes):
         assert block >= smallest and block & (block - 1) == 0, (words, block)
         assert block * programs >= words or block == smallest, (words, block, programs)  # one block a program
         assert block == smallest or block * programs < 2 * words, (words, block, programs)  # no larger than that
-    assert launch_shape(8192, 1024, ll=True, interpreted=False) == (64, PUSH_PROGRAMS)  # 16 KiB of bf16
-    assert launch_shape(1 << 17, 1024, ll=True, interpreted=False) == (1024, PUSH_PROGRAMS)
+    assert launch_shape(8192, 1024, ll=True, in_turn=False) == (64, PUSH_PROGRAMS)  # 16 KiB of bf16
+    assert launch_shape(1 << 17, 1024, ll=True, in_turn=False) == (1024, PUSH_PROGRAMS)
 
 
 def test_a_tuned_push_or_ll_entry_is_the_default_in_place_too_and_never_past_its_landing_zones(monkeypatch):

@@ -46,7 +46,7 @@ from iris.ccl import Config
 ctx = iris.iris(1 << 16)
 x = ctx.ones(100)
 if ctx.get_rank() == 1:
-    ctx.team.ll_counts += 4   # as after calls that failed part-way on rank 1 alone: its push carries 5, not 1
+    ctx.team.region("ccl.ll_counts").add_(4)  # as after calls that failed part-way on rank 1 alone: 5, not 1
 try:
     ctx.ccl.all_reduce(x, x, config=Config(all_reduce_variant="ll"))
 except iris.WaitTimeoutError as exc:

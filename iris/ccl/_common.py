@@ -22,20 +22,14 @@ def config_or_default(config) -> Config:
 
 def run(ctx, group, async_op: bool, fuse: bool, kernel, programs: int, *args, fused_programs: int | None = None,
         **constexprs) -> list[BoundLaunch]:
-    """Launch a collective's ``kernel`` (its ``programs`` pieces of work) inside the group's barriers.
+    """Launch a collective's ``kernel`` (its ``programs`` pieces of work) inside the group's barriers; returns
+    the launches, bound (``ctx.ccl`` replays them).
 
-    ``fuse`` False: ``device_barrier``, the kernel over ``programs`` programs, and (unless
-    ``async_op``) ``device_barrier`` again: every member's buffers are ready before, and every
-    write has landed after. ``fuse`` True: one launch whose programs run the barriers themselves
-    and share the pieces (see :mod:`iris.device.barrier`): ``fused_programs`` of them, the same on
-    every member (default: ``programs``), at most FUSED_PROGRAMS. ``args`` end with ``cur,
-    heap_bases``-style arguments of the kernel; the barrier's state and ``programs`` follow them.
-    ``TRACE`` (a constexpr of every collective kernel) is on while ``ctx.tracing`` is: the kernel then
-    records its barrier rounds and each piece (:mod:`iris.device.tracing`).
-
-    Returns the launches, bound (:mod:`iris.host.replay`): ``ctx.ccl`` replays them when the same
-    collective is called again with the same tensors.
-    """
+    ``fuse`` False: a barrier, the kernel over ``programs`` programs and, unless ``async_op``, a barrier (every
+    member's buffers ready before, every write landed after). ``fuse`` True: one launch whose programs run the
+    barriers themselves (:mod:`iris.device.barrier`), ``fused_programs`` of them (default ``programs``, at most
+    FUSED_PROGRAMS), the same on every member. The barrier's state and ``programs`` follow ``args``; ``TRACE``
+    is on while ``ctx.tracing`` is."""
     team = ctx.team
     barrier = team.barrier
     arrivals, expected, _, _ = barrier.arguments(group)

@@ -1,7 +1,8 @@
-"""all_to_all in the original's layout: column chunk j of every member's (M, W*N) input goes to member j."""
+"""all_to_all over (M, W*N) tensors: column chunk j of member i's input lands as column chunk i of member j's output."""
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
@@ -9,6 +10,11 @@ from iris.device import rma, tracing
 from iris.ccl import _common
 from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.device.tracing import elements_bytes
+from iris.memory.reserved import Region, declare
+
+# all_to_all_v's table (iris.ccl.all_to_all_v): each rank's (rows, first row), written by a call's members before
+# it reads them. Declared here until all_to_all_v's own module declares it.
+A2AV_TABLE = declare(Region("ccl.a2av_table", 2, torch.int64, order=70, per_rank=True, lifetime="call"))
 
 
 @triton.jit

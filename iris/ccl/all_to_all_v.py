@@ -299,7 +299,7 @@ def _exchange(ctx, group, async_op, config, members, output, input, counts, send
     # the table: (rows, first row) from each rank, in the heap's reserved tail. Never zeroed: every member
     # writes its slot (its rank's) on every member before the barrier that the reads follow (a fill here would
     # race with a faster member's writes, which nothing orders before it)
-    table = ctx.team.a2av_table
+    table = ctx.team.region("ccl.a2av_table")
     size = members.size
     publish = bind(_publish_kernel, (1,), counts, counts if send_at is None else send_at, available, table,
                    members.tensor, size, ctx.get_rank(), ctx.get_heap_bases(), WORLD=triton.next_power_of_2(size),

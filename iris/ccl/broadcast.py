@@ -9,13 +9,8 @@ from iris.ccl.all_gather import _all_gather_kernel
 
 
 def broadcast(tensor, ctx, src=0, group=None, async_op=False, config=None):
-    """Overwrite ``tensor`` on every member with rank ``src``'s (like ``torch.distributed.broadcast``).
-
-    Args:
-        tensor: on the symmetric heap, the same shape and dtype on every member.
-        ctx: the Iris context.
-        src: the global rank that sends (a member of ``group``).
-        group, async_op, config: as for :func:`iris.ccl.all_gather.all_gather`.
+    """Overwrite ``tensor`` (on the heap) on every member with global rank ``src``'s, as
+    ``torch.distributed.broadcast``; ``group``, ``async_op``, ``config`` as for all_gather.
 
     Example:
         >>> weights = ctx.zeros(1024)
@@ -27,8 +22,7 @@ def broadcast(tensor, ctx, src=0, group=None, async_op=False, config=None):
     if src not in members.ranks:
         raise ValueError(f"broadcast: src={src!r} is not a member of the group {list(members.ranks)}")
     numel = tensor.numel()
-    # all_gather's kernel with index 0 (the same slot of every member) and one repeat (steps 0, 0), with
-    # work only on the source; the others take part in the barriers (inside the kernel when fused).
+    # all_gather's kernel with index 0 (every member's same slot), work only on the source; all take the barriers
     pieces = triton.cdiv(numel, config.block_size)
     return _common.run(ctx, group, async_op, _common.fuse(config, tensor.nbytes), _all_gather_kernel,
                        pieces if ctx.get_rank() == src else 0, tensor, tensor, numel, numel, 0, 0, members.tensor,

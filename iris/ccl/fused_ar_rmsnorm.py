@@ -1,21 +1,13 @@
 """All-reduce, residual add and RMSNorm in one kernel: ``ctx.ccl.all_reduce_rmsnorm(partial, residual, weight)``.
 
-The step that ends every tensor-parallel transformer block: each rank holds its partial (tokens, hidden) output
-of a row-parallel layer; the sum over ranks is added to the residual stream (in place), and the result is
-normalised, ``out = residual * rsqrt(mean(residual ** 2) + eps) * weight``, row by row. For an fp8 GEMM next,
-``out`` may be float8 e4m3 (``torch.float8_e4m3fn``) with ``out_scale`` (tokens,) float32: each row is stored
-divided by its scale, ``amax(row) / 448`` (the format's largest value), so ``out.float() * out_scale[:, None]``
-is the normalised row.
-
-One launch: its programs pass the group's barrier (every member's partial is ready), then each takes rows:
-reads the row's partial from every member in member order (every rank gets the same bits, as with the
-one_shot all_reduce), rounds the sum to the partial's dtype, adds it to the residual row (stored back in the
-residual's dtype), and writes the normalised row, all in float32 in between; the rows need no second pass over
-memory. Unless ``async_op``, the programs pass the barrier again at the end: no member overwrites its partial
-while another still reads it. Only ``partial`` must be on the symmetric heap.
-
-The original Iris's name and signature (its ``iris/ccl/fused_ar_rmsnorm.py``); it runs an all_reduce and then a
-local kernel, and returns a heap tensor; here the result is a new tensor, or ``out``.
+The step that ends every tensor-parallel transformer block: the sum over ranks of each rank's partial (tokens,
+hidden) output is added to the residual stream (in place), and the result normalised row by row,
+``out = residual * rsqrt(mean(residual ** 2) + eps) * weight``; for an fp8 GEMM next, ``out`` may be float8
+e4m3 with ``out_scale`` (each row stored divided by ``amax(row) / 448``). One launch: past the group's barrier
+each program reads its rows' partials from every member in member order (the same bits everywhere), rounds
+the sum to the partial's dtype, adds and normalises in float32: no second pass over memory. Unless
+``async_op``, a closing barrier keeps a member from overwriting its partial while another reads it. Only
+``partial`` must be on the symmetric heap.
 
 Example:
     >>> partial = ctx.empty(tokens, hidden, dtype=torch.bfloat16)   # a row-parallel GEMM writes it
@@ -112,17 +104,9 @@ def all_reduce_rmsnorm(partial, residual, weight, ctx, eps: float = 1e-6, group=
                        config=None, out=None, out_scale=None):
     """``residual += sum over members of partial``; returns ``rmsnorm(residual) * weight`` (see the module).
 
-    Args:
-        partial: (tokens, hidden), bf16/fp16/fp32, on the symmetric heap: this rank's part of the sum.
-        residual: (tokens, hidden), updated in place (need not be on the heap).
-        weight: (hidden,), the RMSNorm scale.
-        ctx: the Iris context.
-        eps: added to the mean square before the reciprocal square root.
-        group: a torch.distributed group (None: every rank).
-        async_op: True leaves out the closing barrier: barrier before writing ``partial`` again.
-        config: accepted for the original's signature (its tile sizes tune its AMD kernels); unused.
-        out: where to write the result (None: a new tensor like ``partial``); float8 e4m3 with ``out_scale``.
-        out_scale: with an fp8 ``out``: a (tokens,) float32 tensor that receives each row's scale.
+    ``partial`` (tokens, hidden) on the heap, ``residual`` updated in place, ``weight`` (hidden,); ``eps`` added
+    to the mean square; ``async_op`` leaves out the closing barrier; ``config`` accepted, unused; ``out`` (None:
+    a new tensor) may be float8 e4m3 with ``out_scale``, (tokens,) float32, receiving each row's scale.
 
     Example:
         >>> out = all_reduce_rmsnorm(partial, residual, weight, ctx)   # or ctx.ccl.all_reduce_rmsnorm(...)

@@ -1,11 +1,8 @@
 """Members on nodes: the teams the hierarchical collectives run over, and when a hierarchy pays.
 
-Which node a member is on comes from ``Config.hierarchy`` (one number per member, any grouping), else
-the context's node map. A hierarchical collective runs a step among the members of each node (the
-node team) and a step among the members at the same place on their nodes (the cross team: one per
-node), so the network carries only the cross step's traffic (docs/multi-node.md). Used by
-:mod:`iris.ccl.all_reduce.hierarchical`, :func:`iris.ccl.all_gather.all_gather` and
-:mod:`iris.ccl.reduce_scatter`.
+A member's node comes from ``Config.hierarchy`` (one number per member), else the context's node map. A
+hierarchical collective runs a step among each node's members (the node team) and one among the members
+at the same place on their nodes (the cross team), so the network carries only the cross step's traffic.
 
 Example:
     >>> teams((0, 1, 2, 3), (0, 0, 1, 1), rank=2)
@@ -27,8 +24,7 @@ def _members_by_node(nodes: tuple[int, ...], ranks: tuple[int, ...]) -> dict[int
 
 
 def nodes_of_members(ctx, config, members, what: str) -> tuple[int, ...]:
-    """The node of each member of ``members`` (:class:`iris.host.team.Participants`): ``config.hierarchy``,
-    else the context's node map. Raises ValueError when the hierarchy is not one node per member."""
+    """The node of each of ``members``: ``config.hierarchy`` (ValueError unless one per member), else the node map."""
     if config.hierarchy is not None:
         if len(config.hierarchy) != members.size:  # before a default's choice reads it
             raise ValueError(f"{what}: Config.hierarchy names {len(config.hierarchy)} nodes; the group has "
@@ -41,19 +37,9 @@ def nodes_of_members(ctx, config, members, what: str) -> tuple[int, ...]:
 @functools.lru_cache(maxsize=64)  # asked on every call not replayed, of the same few layouts
 def teams(ranks: tuple[int, ...], nodes: tuple[int, ...], rank: int,
           what: str = "all_reduce (hierarchical)") -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(the node team, the cross team) of ``rank`` among members ``ranks`` on ``nodes`` (one per member).
-
-    The node team is ``rank``'s node's members in member order; the cross team, the members that
-    are at the same place on their node as ``rank`` on its own, one per node in order of first
-    appearance.
-
-    Raises:
-        ValueError: ``nodes`` is not one per member, or the nodes hold different numbers of members.
-
-    Example:
-        >>> teams((0, 1, 2, 3), (0, 0, 1, 1), rank=2)
-        ((2, 3), (0, 2))
-    """
+    """(node team, cross team) of ``rank`` among ``ranks`` on ``nodes``: its node's members in member order, and
+    the members at its place on each node, in order of first appearance. ValueError unless ``nodes`` is one per
+    member and the nodes hold as many members each."""
     if len(nodes) != len(ranks):
         raise ValueError(f"{what}: one node per member: got {len(nodes)} for {len(ranks)} "
                          f"members (Config.hierarchy, or the context's node map)")
@@ -69,15 +55,14 @@ def teams(ranks: tuple[int, ...], nodes: tuple[int, ...], rank: int,
 
 
 def pays(nodes: tuple[int, ...]) -> bool:
-    """Whether a hierarchical collective is the default for members on ``nodes``: several nodes, the same
-    number of members on each, more than one (one per node: the flat collective moves the same)."""
+    """Whether a hierarchical collective is the default on ``nodes``: several, as many members on each, more
+    than one (with one per node the flat collective moves the same)."""
     sizes = {len(members) for members in _members_by_node(nodes, nodes).values()}
     return len(sizes) == 1 and sizes.pop() > 1 and len(set(nodes)) > 1
 
 
 def blocked(nodes: tuple[int, ...]) -> bool:
-    """Whether each node's members are consecutive in member order, the nodes of one size (as torchrun and
-    Slurm number ranks node by node): the layout whose gathered blocks a strided step can place."""
+    """Whether the nodes' members are consecutive in member order, as many on each (torchrun's numbering)."""
     by_node = _members_by_node(nodes, tuple(range(len(nodes))))
     sizes = {len(members) for members in by_node.values()}
     return len(sizes) == 1 and all(members == list(range(members[0], members[0] + len(members)))
@@ -85,14 +70,7 @@ def blocked(nodes: tuple[int, ...]) -> bool:
 
 
 def dealt(nodes: tuple[int, ...]) -> bool:
-    """Whether members are dealt to the nodes in turn, member g on the (g mod N)-th of N nodes (as a job
-    numbered round-robin over its nodes): each place's members (one per node) are then consecutive in
-    member order, the layout whose gathered blocks a cross step places in one run.
-
-    Example:
-        >>> dealt((0, 1, 0, 1)), dealt((0, 0, 1, 1))
-        (True, False)
-    """
+    """Whether members are dealt to the nodes in turn, member g on the (g mod N)-th of N nodes (round-robin)."""
     count = len(set(nodes))
     return len(nodes) % count == 0 and len(set(nodes[:count])) == count and \
         all(node == nodes[g % count] for g, node in enumerate(nodes))
@@ -100,14 +78,7 @@ def dealt(nodes: tuple[int, ...]) -> bool:
 
 @functools.lru_cache(maxsize=64)
 def arrangement(nodes: tuple[int, ...]) -> str | None:
-    """How a hierarchical all_gather or reduce_scatter runs over members on ``nodes``: "blocked" (members
-    in node blocks), "dealt" (dealt to the nodes in turn), or None (flat: the hierarchy does not pay, or
-    the layout is neither).
-
-    Example:
-        >>> arrangement((0, 0, 1, 1)), arrangement((0, 1, 0, 1)), arrangement((0, 1, 1, 0))
-        ('blocked', 'dealt', None)
-    """
+    """How a hierarchical all_gather or reduce_scatter runs on ``nodes``: "blocked", "dealt", or None (flat)."""
     if not pays(nodes):
         return None
     return "blocked" if blocked(nodes) else "dealt" if dealt(nodes) else None

@@ -1,21 +1,11 @@
 """Point to point: ``send``, ``recv`` and ``sendrecv`` between two ranks, on the device, no host round trip.
 
-A message goes straight from the sender's tensor into the receiver's, with no staging copy, by
-rendezvous: ``recv`` posts where its tensor is (its offset on the receiver's heap and its size) into a
-mailbox on the sender and, once the sender says the message is in, returns; ``send`` waits for that post,
-stores its tensor into the receiver's and signals it. Every count lives on the device (each rank counts
-the messages it sent to and received from each peer), so the calls can be captured in a CUDA graph and
-replayed, and nothing waits on the host. Messages between two ranks are matched in the order they were
-sent.
-
-Because ``send`` waits for the matching ``recv`` to be posted (as MPI's synchronous send does), two ranks
-that send to each other both call ``sendrecv`` (which posts its receive first), or order their calls
-(one sends first, the other receives first). In debug mode a wait that lasts past IRIS_WAIT_TIMEOUT is
-reported with the rank and the word it waited on, instead of hanging.
-
-Where each tensor lives: the received tensor on the symmetric heap (the sender stores into it); the sent
-one may be any device tensor of the sender. Both have the same dtype and number of elements (a receiving
-tensor with fewer takes what fits).
+By rendezvous, with no staging copy: ``recv`` posts where its tensor is (offset on the receiver's heap, size)
+into a mailbox on the sender and waits; ``send`` waits for that post, stores its tensor into the receiver's
+and signals it. The counts live on the device, so a CUDA graph can capture the calls; messages between two
+ranks match in send order. ``send`` waits for the matching post (as MPI's synchronous send): two ranks
+sending to each other call ``sendrecv`` (which posts first) or order their calls. The received tensor is on
+the heap; the sent one may be any device tensor of the same dtype and size.
 
 Example:
     >>> x = ctx.zeros(1024)
@@ -23,29 +13,32 @@ Example:
     ...     ctx.ccl.send(torch.ones(1024, device=ctx.get_device()), dst=1)
     ... elif ctx.get_rank() == 1:
     ...     ctx.ccl.recv(x, src=0)                     # x is all ones
-    >>> world, rank = ctx.get_num_ranks(), ctx.get_rank()
-    >>> ring = ctx.zeros(1024)
-    >>> ctx.ccl.sendrecv(x, ring, dst=(rank + 1) % world, src=(rank - 1) % world)
 """
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
 from iris.ccl import _common
 from iris.device import rma, sync
 from iris.host.replay import bind
-from iris.host.team import P2P_WORDS
+from iris.memory.reserved import Region, declare
 
-# A rank's mailbox holds these int64 words per peer (the heap's reserved region "ccl.p2p_mail", [peer][word]).
-# On the sender, the peer's posts: how many receives it posted, and the last one's tensor (offset on the
-# peer's heap, bytes). On the receiver, the sender's count of messages stored into its tensors.
+# A rank's mailbox words per peer ("ccl.p2p_mail", [peer][word]): on the sender, the peer's posts (receives posted,
+# the last one's heap offset and bytes); on the receiver, the sender's count of messages stored.
 POSTED = tl.constexpr(0)
 OFFSET = tl.constexpr(1)
 NBYTES = tl.constexpr(2)
 DONE = tl.constexpr(3)
-WORDS = tl.constexpr(P2P_WORDS)
+WORDS = tl.constexpr(4)
+# the mailbox; this rank's counts of the messages sent to and received from each peer, and of a send's programs
+# done (local)
+REGIONS = declare(Region("ccl.p2p_mail", WORDS.value, torch.int64, order=60, per_rank=True),
+                  Region("ccl.p2p_sent", 1, torch.int64, per_rank=True, on_heap=False),
+                  Region("ccl.p2p_received", 1, torch.int64, per_rank=True, on_heap=False),
+                  Region("ccl.p2p_finished", 1, torch.int32, per_rank=True, on_heap=False))
 
 
 @triton.jit
@@ -110,8 +103,9 @@ def send_launches(ctx, tensor, dst, group=None, tag=0, config=None) -> list:
     _peer(ctx, what, "dst", dst, group)
     team = ctx.team
     pieces = max(1, triton.cdiv(tensor.numel(), config.block_size))
-    return [bind(_send_kernel, (pieces,), tensor.reshape(-1), tensor.numel(), team.heap_start, team.p2p_mail,
-                 team.p2p_sent, team.p2p_finished, dst, ctx.get_rank(), ctx.get_heap_bases(),
+    return [bind(_send_kernel, (pieces,), tensor.reshape(-1), tensor.numel(), team.heap_start,
+                 team.region("ccl.p2p_mail"), team.region("ccl.p2p_sent"), team.region("ccl.p2p_finished"), dst,
+                 ctx.get_rank(), ctx.get_heap_bases(),
                  ELEMENT=tensor.element_size(), BLOCK=config.block_size)]
 
 
@@ -123,7 +117,8 @@ def recv_launches(ctx, tensor, src, group=None, tag=0, post=True, wait=True) -> 
     _peer(ctx, what, "src", src, group)
     team = ctx.team
     offset = tensor.data_ptr() - team.heap.base if tensor.numel() else 0
-    return [bind(_recv_kernel, (1,), offset, tensor.nbytes, team.p2p_mail, team.p2p_received, src, ctx.get_rank(),
+    return [bind(_recv_kernel, (1,), offset, tensor.nbytes, team.region("ccl.p2p_mail"),
+                 team.region("ccl.p2p_received"), src, ctx.get_rank(),
                  ctx.get_heap_bases(), POST=post, WAIT=wait)]
 
 
@@ -135,21 +130,9 @@ def _launch(ctx, launches: list) -> list:
 
 
 def send(tensor, ctx, dst, group=None, tag=0, config=None) -> list:
-    """Store ``tensor`` into the tensor rank ``dst`` passes to its matching :func:`recv`.
-
-    Stream-ordered: the launch waits on the device until ``dst`` has posted its receive, so the sender's
-    later work on the stream runs after the message is in ``dst``'s tensor (``tensor`` may then change).
-
-    Args:
-        tensor: any device tensor of this rank, contiguous; the receiver's has its dtype and size.
-        ctx: the Iris context.
-        dst: the global rank that receives (a member of ``group``, not this rank).
-        group: a torch.distributed group both ranks belong to, or None.
-        tag: 0 (messages between two ranks are matched in order).
-        config: an :class:`iris.ccl.Config` (``block_size``: elements per program).
-
-    Returns:
-        The launch, bound (``ctx.ccl`` keeps it to replay the call).
+    """Store ``tensor`` (contiguous, any device tensor) into the tensor global rank ``dst`` passes to its matching
+    :func:`recv`; stream-ordered (later work on the stream runs after the message is in). ``group``: one both
+    ranks belong to; ``tag``: 0; ``config.block_size``: elements per program. Returns the launch, bound.
 
     Example:
         >>> ctx.ccl.send(torch.arange(8.0, device=ctx.get_device()), dst=1)
@@ -158,14 +141,8 @@ def send(tensor, ctx, dst, group=None, tag=0, config=None) -> list:
 
 
 def recv(tensor, ctx, src, group=None, tag=0, config=None) -> list:
-    """Receive rank ``src``'s next :func:`send` into ``tensor`` (on the symmetric heap).
-
-    Stream-ordered: the launch posts ``tensor`` to ``src`` and waits on the device until the message is in.
-
-    Args:
-        tensor: on the symmetric heap, contiguous; the sender's has its dtype and size.
-        ctx, group, tag, config: as for :func:`send`.
-        src: the global rank that sends (a member of ``group``, not this rank).
+    """Receive rank ``src``'s next :func:`send` into ``tensor`` (on the heap, contiguous); stream-ordered: posts
+    ``tensor`` to ``src`` and waits on the device until the message is in. The rest as for :func:`send`.
 
     Example:
         >>> x = ctx.zeros(8)
@@ -176,12 +153,10 @@ def recv(tensor, ctx, src, group=None, tag=0, config=None) -> list:
 
 
 def sendrecv(send_tensor, recv_tensor, ctx, dst, src, group=None, tag=0, config=None) -> list:
-    """:func:`send` ``send_tensor`` to ``dst`` while receiving ``src``'s message into ``recv_tensor``: the receive
-    is posted first, so ranks that all call sendrecv (a ring, a pair swapping) never wait on each other.
+    """:func:`send` ``send_tensor`` to ``dst`` while receiving ``src``'s message into ``recv_tensor``, the receive
+    posted first: ranks that all call it (a ring, a pair swapping) never wait on each other.
 
     Example:
-        >>> world, rank = ctx.get_num_ranks(), ctx.get_rank()
-        >>> mine, theirs = ctx.full((64,), float(rank)), ctx.zeros(64)
         >>> ctx.ccl.sendrecv(mine, theirs, dst=(rank + 1) % world, src=(rank - 1) % world)
     """
     return _launch(ctx, recv_launches(ctx, recv_tensor, src, group, tag, wait=False)

@@ -1,27 +1,20 @@
 """reduce_scatter: each member gets the reduction (over all members) of its own part of the input.
 
 Two layouts, told apart by the output's size:
-- torch's (``reduce_scatter_tensor``): input (W*M, N), output (M, N); member i gets rows
-  ``[i*M, (i+1)*M)`` reduced;
-- the original Iris's (its newest): input and output both (M, N) (a 1-D tensor counts as one row, more
-  dimensions as (M, the rest)); the tensor is cut into tiles of ``Config.block_size_m`` x
-  ``block_size_n``, numbered in bands of ``Config.swizzle_size`` tile rows, column by column inside a
-  band (tile t of a band of height h: tile row t mod h, tile column t div h). Member i owns tiles i,
-  i + W, i + 2W, ... (``Config.all_reduce_distribution`` 0) or the i-th run of cdiv(tiles, W)
-  consecutive tiles (1, the default); it gets those tiles reduced, at the same positions, and the rest
-  of its output is left as it was. With ``config=None`` the tiles are 32 x 64 (16 x 64 from 16M
-  elements on), block distribution, as the original's defaults.
+- torch's (``reduce_scatter_tensor``): input (W*M, N), output (M, N); member i gets rows [i*M, (i+1)*M)
+  reduced. For the whole job on several nodes in node blocks (or dealt to the nodes in turn) it reduces
+  hierarchically: inside the node, member i gets its node's sum of its counterparts' parts into a kept heap
+  workspace, then across nodes among the members at place i. The network carries (N - 1) parts per member
+  instead of (W - G); a heap without room for the workspace reduces flat (logged).
+- tiled: input and output of one shape (M, N) (1-D: one row; more dimensions: (M, the rest)), cut into
+  ``Config.block_size_m`` x ``block_size_n`` tiles numbered in bands of ``Config.swizzle_size`` tile rows,
+  column by column inside a band. Member i owns tiles i, i + W, ... (``Config.all_reduce_distribution`` 0)
+  or the i-th run of cdiv(tiles, W) (1, the default) and gets them reduced in place of its output; the rest
+  is left as it was. ``config=None``: 32 x 64 tiles (16 x 64 from 16M elements on), runs.
 
-In torch's layout, members on several nodes in node blocks (G members on each of N nodes, numbered node
-by node; the nodes from ``Config.hierarchy`` or the context's node map) reduce hierarchically when the
-group is the whole job: first inside the node, where the member at place i gets its node's sum of parts
-i, G + i, 2G + i, ... (one per node: its counterparts' parts) into a kept heap workspace of N parts (one
-launch for all N), then across nodes among the members at place i, each getting its own part summed over
-the nodes. The network then carries (N - 1) parts per member instead of (W - G); floats are rounded to the
-data's dtype between the steps. Members dealt to the nodes in turn (member g on the (g mod N)-th node)
-reduce the same way. A group that is not the whole job reduces flat (the workspace is a heap allocation
-that every rank makes), and so do other layouts, one node, and a heap with no room for the workspace
-(logged).
+Example:
+    >>> ctx.ccl.reduce_scatter(mine, x)                    # torch's: mine is x's (M, N) part i, reduced
+    >>> ctx.ccl.reduce_scatter(tiles, ctx.ones(256, 128))  # tiled: this member's tiles of the sum
 """
 
 from __future__ import annotations
@@ -105,8 +98,8 @@ def _reduce_scatter_tiles_kernel(src, dst, m, n, src_m, src_n, dst_m, dst_n, mem
                                  DISTRIBUTION: tl.constexpr, GROUP: tl.constexpr, OP: tl.constexpr,
                                  ACC: tl.constexpr, CACHE: tl.constexpr, BLOCK_M: tl.constexpr,
                                  BLOCK_N: tl.constexpr):
-    """The original's layout: the ``programs`` tiles this member owns of the (m, n) ``src`` (strides src_m,
-    src_n), each reduced over the members into the same tile of ``dst`` (see the module doc)."""
+    """The tiled layout: the ``programs`` tiles this member owns of the (m, n) ``src`` (strides src_m, src_n),
+    each reduced over the members into the same tile of ``dst`` (see the module doc)."""
     trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, FUSED, BARRIER_BLOCK, TRACE)
     for pid in range(tl.program_id(0), programs, tl.num_programs(0)):  # skeleton: iris.device.barrier
         _reduce_scatter_tile(pid, trace, src, dst, m, n, src_m, src_n, dst_m, dst_n, members, count, index, cur,
@@ -126,15 +119,12 @@ def _part_of(input, index: int, numel: int) -> int:
 
 
 class ReduceScatterWorkspace:
-    """The original's workspace of the "ring_chunked" reduce_scatter: ``flags`` (one int32 per tile, on the
-    heap), ``ring_buffer``, ``prepared`` and ``variant``. Iris's ring_chunked reduces with direct reads (see
-    :class:`iris.ccl.Config`), so it makes and checks the flags as the original does but needs no ring
-    buffer: ``ring_buffer`` stays None.
+    """The "ring_chunked" reduce_scatter's workspace: ``flags`` (one int32 per tile, on the heap), made and
+    checked, ``prepared``, ``variant``; ``ring_buffer`` stays None (ring_chunked reduces with direct reads).
 
     Example:
-        >>> from iris.ccl.reduce_scatter import ReduceScatterWorkspace
-        >>> workspace = ReduceScatterWorkspace()
-        >>> ctx.ccl.reduce_scatter(out, x, config=Config(reduce_scatter_variant="ring_chunked"), workspace=workspace)
+        >>> ctx.ccl.reduce_scatter(out, x, config=Config(reduce_scatter_variant="ring_chunked"),
+        ...                        workspace=ReduceScatterWorkspace())
     """
 
     __slots__ = ("ring_buffer", "flags", "prepared", "variant")
@@ -147,9 +137,9 @@ class ReduceScatterWorkspace:
 
 
 def _prepare_ring_workspace(ctx, M, N, dtype, total_tiles, workspace):
-    """Make (or zero) ``workspace``'s flags for ``total_tiles`` tiles of an (M, N) ``dtype`` problem, as the
-    original's function of this name (collective: every member makes the same heap allocation)."""
-    del M, N, dtype  # the original's ring buffer, which Iris does not need
+    """Make (or zero) ``workspace``'s flags for ``total_tiles`` tiles (collective: every member allocates alike);
+    M, N and ``dtype`` would size a ring buffer, which direct reads do not need."""
+    del M, N, dtype
     if workspace.flags is None or workspace.flags.numel() != total_tiles:
         workspace.flags = ctx.zeros((total_tiles,), dtype=torch.int32)
     else:
@@ -159,7 +149,7 @@ def _prepare_ring_workspace(ctx, M, N, dtype, total_tiles, workspace):
 
 
 def _default_tiles(numel: int) -> Config:
-    """The original's Config when none is given: 32 x 64 tiles (16 x 64 from 16M elements on), blocks."""
+    """The tiled layout's Config when none is given (module doc)."""
     return Config(block_size_m=16 if numel >= 16 * 1024 * 1024 else 32, block_size_n=64, all_reduce_distribution=1)
 
 
@@ -172,7 +162,7 @@ def _as_matrix(tensor):
     try:
         return tensor.view(tensor.shape[0], -1)
     except RuntimeError as exc:
-        raise ValueError(f"reduce_scatter: a {tensor.dim()}-D tensor in the original's layout must be viewable "
+        raise ValueError(f"reduce_scatter: a {tensor.dim()}-D tensor in the tiled layout must be viewable "
                          f"as (M, N) ({exc}); pass a contiguous one or a 2-D view") from exc
 
 
@@ -189,30 +179,22 @@ def reduce_scatter(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=Fal
     """Reduce ``input`` over the members; keep this member's part in ``output`` (layouts: see module doc).
 
     Args:
-        output: (M, N) for input (W*M, N) (torch's layout), or input's shape (the original's: this member's
-            tiles); any device tensor of this rank (in torch's layout it may be this member's own part of
-            input; in the original's it may not overlap input).
+        output: (M, N) for input (W*M, N) (torch's layout; may be this member's own part of input), or input's
+            shape (tiled: this member's tiles; may not overlap input); any device tensor of this rank.
         input: on the symmetric heap (the other members read it).
-        ctx: the Iris context.
-        op: ReduceOp.SUM (default), MAX or MIN; floats accumulate in float32.
-        group, async_op: as for :func:`iris.ccl.all_gather.all_gather`. With async_op=True,
-            barrier before changing ``input`` again.
-        config: an :class:`iris.ccl.Config`: ``block_size`` (torch's layout); ``block_size_m``,
-            ``block_size_n``, ``swizzle_size``, ``all_reduce_distribution`` and ``cache_modifier`` (the
-            original's); ``reduce_scatter_variant`` "two_shot" or "ring_chunked".
-        workspace: a :class:`ReduceScatterWorkspace` for "ring_chunked" (made here when None); a workspace
-            with fewer flags than the call has tiles is refused, as in the original.
+        ctx, op: the Iris context; ReduceOp.SUM (default), MAX or MIN (floats accumulate in float32).
+        group, async_op: as for :func:`iris.ccl.all_gather.all_gather` (async_op: barrier before changing input).
+        config: an :class:`iris.ccl.Config`: ``block_size`` (torch's layout); ``block_size_m``, ``block_size_n``,
+            ``swizzle_size``, ``all_reduce_distribution``, ``cache_modifier``, ``reduce_scatter_variant`` (tiled).
+        workspace: a :class:`ReduceScatterWorkspace` for "ring_chunked" (made here when None; one with fewer
+            flags than the call's tiles is refused).
 
     Returns:
-        The launches, bound (``ctx.ccl`` keeps them to replay the call).
+        The launches, bound (``ctx.ccl`` replays them).
 
     Example:
-        >>> world = ctx.get_num_ranks()
-        >>> x = ctx.ones(world * 1024, dtype=torch.bfloat16)
         >>> mine = torch.empty(1024, dtype=torch.bfloat16, device=ctx.get_device())
-        >>> ctx.ccl.reduce_scatter(mine, x)   # mine == world everywhere
-        >>> tiles = ctx.zeros(256, 128, dtype=torch.bfloat16)   # the original's layout: this member's tiles
-        >>> ctx.ccl.reduce_scatter(tiles, ctx.ones(256, 128, dtype=torch.bfloat16))
+        >>> ctx.ccl.reduce_scatter(mine, ctx.ones(ctx.get_num_ranks() * 1024, dtype=torch.bfloat16))
     """
     op = ReduceOp(op) if not isinstance(op, ReduceOp) else op
     what = "reduce_scatter"
@@ -229,7 +211,7 @@ def reduce_scatter(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=Fal
                          f"{tuple(input.shape)} {input.dtype}")
     if tiled:
         if _overlaps(output, input):
-            raise ValueError(f"{what}: in the original's layout (output of input's shape) output may not overlap "
+            raise ValueError(f"{what}: in the tiled layout (output of input's shape) output may not overlap "
                              "input: the other members read every tile of input")
         return _reduce_tiles(ctx, _as_matrix(output), _as_matrix(input), op, group, async_op, config, workspace)
     if _overlaps(output, input) and output.data_ptr() != _part_of(input, members.index, output.numel()):
@@ -247,7 +229,7 @@ def reduce_scatter(output, input, ctx, op=ReduceOp.SUM, group=None, async_op=Fal
 
 
 def _reduce_tiles(ctx, output, input, op, group, async_op: bool, config, workspace) -> list:
-    """The original's layout (module doc) on (M, N) views: this member's tiles, one program each."""
+    """The tiled layout (module doc) on (M, N) views: this member's tiles, one program each."""
     members = ctx.team.participants(group)
     m, n = input.shape
     rows, cols = triton.cdiv(m, config.block_size_m), triton.cdiv(n, config.block_size_n)
@@ -292,9 +274,8 @@ def _reduce(ctx, output, input, op, group, async_op: bool, config, repeats: int 
 
 
 def _node_sums(ctx, numel: int, dtype):
-    """The hierarchical steps' heap workspace of ``numel`` elements, kept by ``ctx.ccl``; None where the heap
-    has no room for it: that call, and every later one of that size and dtype, reduces flat (every rank
-    alike: the heaps of a job hold the same allocations)."""
+    """The hierarchical steps' heap workspace of ``numel`` elements, kept by ``ctx.ccl``; None where the heap has
+    no room (then every call of that size reduces flat, on every rank alike)."""
     def make():
         try:
             return ctx.empty(numel, dtype=dtype)
@@ -308,14 +289,11 @@ def _node_sums(ctx, numel: int, dtype):
 
 
 def _reduce_hierarchically(ctx, output, input, op, config, node_team, cross_team, sums, blocked: bool) -> list:
-    """reduce_scatter of members in node blocks (``blocked``) or dealt to the nodes in turn (module doc), with
-    M elements per part, G members per node and N nodes. In node blocks member g = n G + i (node n, place
-    i): inside the node, in one launch, for each node m the node's members reduce parts m G, ..., m G + G - 1
-    and the member at place i keeps part m G + i's node sum at ``sums[m M:]``. Dealt, member g = i N + n:
-    the parts of place i's cross team are one run, i N, ..., i N + N - 1, which one reduce inside the node
-    leaves in ``sums``. Then the cross team of place i reduces ``sums``, member n getting part n (its own).
-    The last step always ends with its barrier: the next call rewrites the ``sums`` that this one's cross
-    members read."""
+    """reduce_scatter of members in node blocks (``blocked``) or dealt to the nodes in turn, M elements per
+    part, G members per node, N nodes. Blocked (member g = n G + i): one launch inside the node leaves part
+    m G + i's node sum at ``sums[m M:]`` for each node m; dealt (g = i N + n): place i's parts are one run,
+    reduced inside the node into ``sums``. Then place i's cross team reduces ``sums``, always ending with its
+    barrier (the next call rewrites the ``sums`` this one's cross members read)."""
     numel, size, count = output.numel(), len(node_team), len(cross_team)
     inside = dataclasses.replace(config, hierarchy=None)  # each step's members: one node, or one per node
     if blocked:  # node 0's node sums and the parts they sum; node m's, m M and m G M further on

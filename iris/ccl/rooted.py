@@ -1,14 +1,9 @@
 """The collectives with a root: ``reduce`` (to ``dst``), ``gather`` (to ``dst``) and ``scatter`` (from ``src``).
 
-Each runs inside its group's device barriers like every collective (:mod:`iris.ccl`), in the layout of
-torch.distributed's ``reduce``, ``gather`` and ``scatter`` with the blocks stacked along dim 0 (the
-original's layout): ``gather``'s output and ``scatter``'s input are (W*M, N), member i's block the
-i-th. ``dst`` and ``src`` are global ranks, members of the group (as for :func:`iris.ccl.broadcast.broadcast`).
-
-Where each tensor lives: the tensor another member reaches is on the symmetric heap, allocated by every
-member alike (the same shape on each: ``reduce``'s input, which the root reads; ``gather``'s output, which
-every member writes into the root's; ``scatter``'s output, which the root writes into every member's). The
-rest may be any device tensor of the rank.
+torch.distributed's layouts with the blocks stacked along dim 0 (``gather``'s output and ``scatter``'s input
+(W*M, N), member i's block the i-th), inside the group's barriers; ``dst`` and ``src`` are global ranks. The
+tensors another member reaches are on the heap, the same shape on each member (``reduce``'s input,
+``gather``'s output, ``scatter``'s output); the rest may be any device tensor.
 
 Example:
     >>> x = ctx.full((4096,), float(ctx.get_rank() + 1))
@@ -91,25 +86,13 @@ def _stacked(what: str, whole, whole_name: str, block, block_name: str, size: in
 
 
 def reduce(output, input, ctx, dst=0, op=ReduceOp.SUM, group=None, async_op=False, config=None):
-    """Like ``torch.distributed.reduce``: rank ``dst``'s ``output`` = ``input`` reduced over the members.
-
-    Args:
-        output: on rank ``dst``, where the reduction lands (any device tensor; ``input`` itself for in place);
-            the other members leave theirs as it was. ``input``'s shape and dtype.
-        input: on the symmetric heap, the same shape on every member (rank ``dst`` reads each member's).
-        ctx: the Iris context.
-        dst: the global rank that receives the reduction (a member of ``group``).
-        op: ReduceOp.SUM (default), MAX or MIN; floats accumulate in float32.
-        group, async_op: as for :func:`iris.ccl.all_gather.all_gather` (with ``async_op`` the members may
-            change ``input`` only after a ``ctx.device_barrier(group)``: rank ``dst`` may still read it).
-        config: an :class:`iris.ccl.Config` (``block_size``).
-
-    Returns:
-        The launches, bound (``ctx.ccl`` keeps them to replay the call).
+    """Like ``torch.distributed.reduce``: rank ``dst``'s ``output`` (any device tensor, ``input`` itself in
+    place) = ``input`` (on the heap) reduced over the members by ``op``; the others' output is left as it was.
+    ``group``, ``async_op`` (barrier before changing ``input``), ``config`` as for all_gather; returns the
+    launches, bound.
 
     Example:
-        >>> x = ctx.full((1024,), float(ctx.get_rank() + 1))
-        >>> ctx.ccl.reduce(x, x, dst=0)      # rank 0: 1 + 2 + ... + W everywhere in x
+        >>> ctx.ccl.reduce(x, x, dst=0)      # rank 0: the sum over members in x
     """
     op = ReduceOp(op) if not isinstance(op, ReduceOp) else op
     config = _common.config_or_default(config)
@@ -131,23 +114,12 @@ def reduce(output, input, ctx, dst=0, op=ReduceOp.SUM, group=None, async_op=Fals
 
 
 def gather(output, input, ctx, dst=0, group=None, async_op=False, config=None):
-    """Like ``torch.distributed.gather``, stacked: rank ``dst``'s ``output[i*M:(i+1)*M] = input`` of member i.
-
-    Args:
-        output: (W*M, N) on the symmetric heap, allocated by every member (every member writes rank
-            ``dst``'s); W = group size. The others' is left as it was.
-        input: (M, N), any device tensor of this rank (read locally).
-        ctx: the Iris context.
-        dst: the global rank that receives the blocks (a member of ``group``).
-        group, async_op: as for :func:`iris.ccl.all_gather.all_gather`.
-        config: an :class:`iris.ccl.Config` (``block_size``).
-
-    Returns:
-        The launches, bound (``ctx.ccl`` keeps them to replay the call).
+    """Like ``torch.distributed.gather``, stacked: rank ``dst``'s ``output`` (W*M, N), on the heap on every
+    member, gets member i's (M, N) ``input`` as block i. ``group``, ``async_op``, ``config`` as for all_gather;
+    returns the launches, bound.
 
     Example:
-        >>> out = ctx.zeros(ctx.get_num_ranks() * 128, 64)
-        >>> ctx.ccl.gather(out, ctx.ones(128, 64), dst=0)
+        >>> ctx.ccl.gather(ctx.zeros(ctx.get_num_ranks() * 128, 64), ctx.ones(128, 64), dst=0)
     """
     config = _common.config_or_default(config)
     what = "gather"
@@ -163,24 +135,12 @@ def gather(output, input, ctx, dst=0, group=None, async_op=False, config=None):
 
 
 def scatter(output, input, ctx, src=0, group=None, async_op=False, config=None):
-    """Like ``torch.distributed.scatter``, stacked: member i's ``output`` = block i of rank ``src``'s ``input``.
-
-    Args:
-        output: (M, N) on the symmetric heap, on every member (rank ``src`` writes each member's).
-        input: (W*M, N) on rank ``src``, any device tensor of it (read locally); W = group size. The other
-            members pass a tensor of the same shape and dtype, which is not read.
-        ctx: the Iris context.
-        src: the global rank whose blocks are sent (a member of ``group``).
-        group, async_op: as for :func:`iris.ccl.all_gather.all_gather`.
-        config: an :class:`iris.ccl.Config` (``block_size``).
-
-    Returns:
-        The launches, bound (``ctx.ccl`` keeps them to replay the call).
+    """Like ``torch.distributed.scatter``, stacked: member i's ``output`` (M, N), on the heap, gets block i of
+    rank ``src``'s (W*M, N) ``input`` (the others pass one of that shape, unread). ``group``, ``async_op``,
+    ``config`` as for all_gather; returns the launches, bound.
 
     Example:
-        >>> blocks = ctx.arange(ctx.get_num_ranks() * 64, dtype=torch.float32)
-        >>> mine = ctx.zeros(64)
-        >>> ctx.ccl.scatter(mine, blocks, src=0)    # member i: 64 * i, ..., 64 * i + 63
+        >>> ctx.ccl.scatter(mine, blocks, src=0)    # member i: block i of rank 0's blocks
     """
     config = _common.config_or_default(config)
     what = "scatter"

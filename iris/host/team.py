@@ -1,15 +1,14 @@
-"""The team handle: what collectives and fused ops need of a context, and nothing more.
+"""The team handle (``ctx.team``): what collectives and fused ops need of a context, and nothing more.
 
-In the spirit of torch's symmetric-memory handle: this rank, the world, the heap and its bases,
-the device barrier's state, the collectives' reserved regions (lock words, ring flags) and the
-groups' member tensors. ``Iris`` composes a heap and a team (``ctx.team``); ``iris.ccl`` and
-``iris.ops`` reach the job through it, never through the context's private attributes.
+As torch's symmetric-memory handle: this rank, the world, the heap and its bases, the device barrier,
+the groups' member tensors, and the scratch regions the collectives declare (:mod:`iris.memory.reserved`),
+looked up by name; ``iris.ccl`` and ``iris.ops`` never reach into the context's private attributes.
 
 Example:
     >>> team = ctx.team
     >>> members = team.participants(None)          # all ranks: .ranks, .index, .size, .tensor
     >>> arrivals, expected, _, _ = team.barrier.arguments(None)
-    >>> team.lock_words.shape                      # torch.Size([4096]), int32, on the heap
+    >>> team.region("ccl.locks").shape             # a collective's region: torch.Size([4096]), on the heap
 """
 
 from __future__ import annotations
@@ -21,63 +20,34 @@ import inspect
 
 import torch
 import torch.distributed as dist
-import triton.language as tl
 
 from iris.host import debug as debug_mode
 from iris.device import nvshmem as engine
 from iris.device.barrier import FUSED_PROGRAMS
 from iris.host.barrier import DeviceBarrier
-from iris.memory.reserved import ReservedLayout
-
-# all_reduce's spinlock words (int32) per rank: block b of an output is guarded by word b % LOCK_WORDS
-# of its member.
-LOCK_WORDS = tl.constexpr(4096)
-# all_reduce's push variant (iris.ccl.all_reduce.push): the largest message it takes (bytes per rank), and
-# the most programs of one call (each with its own flags and counts per peer). On 2 x H100, replayed from a
-# graph, push with 1 MiB zones and 128 programs beat torch symmetric memory's two_shot at 128 KiB-1 MiB
-# (7.2 against 8.5 us at 256 KiB, 10.0-10.2 against 11.5-11.9 at 1 MiB) where 32 programs trailed it from
-# 512 KiB (docs/benchmarks.md); the zones cost 2 x world MiB of each rank's heap tail, as ll's do.
-PUSH_BYTES = 1 << 20
-PUSH_PROGRAMS = 128
-# all_reduce's ll variant (the same module): the most 8-byte words of a message, each carrying the push's
-# number beside one element (or two of 16 bits with IRIS_LL_PACK: 512 KiB of bfloat16), and its programs count
-# like push's. With IRIS_LL_PACK off a message holds at most LL_UNPACKED elements (the landing zones ll was
-# measured with on GPUs).
-LL_WORDS = 128 << 10
-LL_UNPACKED = 32 << 10
-# send/recv's mailbox words per peer (iris.ccl.p2p: posted, offset, bytes, done)
-P2P_WORDS = 4
+from iris.memory import reserved
 
 
-def reserved_layout(world_size: int, engine_path: bool = False) -> ReservedLayout:
-    """The heap's reserved tail of a team of ``world_size`` ranks (the same on every rank); a heap whose
-    provider may compile the engine path (``engine_path``: HeapProvider.reaches_by_engine) adds the engine's
-    staging slots for block reads."""
+def reserved_layout(world_size: int, engine_path: bool = False) -> reserved.ReservedLayout:
+    """The heap's reserved tail of a team of ``world_size`` ranks (the same on every rank): the device
+    barrier's arrivals, the regions the collectives declared, and last the engine's words; a heap whose
+    provider may compile the engine path (``engine_path``: HeapProvider.reaches_by_engine) adds the
+    engine's staging slots for block reads."""
     staging = [  # just below the scratch word, where iris.device.nvshmem finds them
         ("engine.staging", engine.STAGING_SLOTS.value * engine.STAGING_BYTES.value // 8, torch.int64),
         ("engine.staging_locks", engine.STAGING_SLOTS.value, torch.int32),
     ] if engine_path else []
-    return ReservedLayout([
+    return reserved.ReservedLayout([
         ("barrier.arrivals", world_size * FUSED_PROGRAMS, torch.int64),  # [slot][rank], see iris.host.barrier
-        ("ccl.locks", LOCK_WORDS.value, torch.int32),
-        ("ccl.ring_flags", FUSED_PROGRAMS, torch.int64),  # a program's counter: its left neighbour adds 1 per step
-        # all_reduce's push variant (iris.ccl.all_reduce.push): [half][sender] landing zones and flags per program
-        ("ccl.push_landing", 2 * world_size * PUSH_BYTES // 8, torch.int64),
-        ("ccl.push_flags", 2 * world_size * PUSH_PROGRAMS, torch.int32),
-        ("ccl.ll_landing", 2 * world_size * LL_WORDS, torch.int64),  # [half][sender] words: flag | element
-        ("ccl.p2p_mail", world_size * P2P_WORDS, torch.int64),  # [peer][word], see iris.ccl.p2p
-        ("ccl.a2av_table", 2 * world_size, torch.int64),  # all_to_all_v's (rows, first row) from each rank
+        *((r.name, r.elements(world_size), r.dtype, r.alignment) for r in reserved.declared() if r.on_heap),
         *staging,
         ("engine.scratch", 2, torch.int64),  # what engine calls that move nothing aim at (iris.device.nvshmem)
     ])
 
 
 class Participants:
-    """This rank's view of a group: the member ranks, its index, their device tensor.
-
-    Made once per group and team (:meth:`Team.participants`): a collective then copies nothing from
-    the host, so it can be captured in a CUDA graph.
-    """
+    """This rank's view of a group: the member ranks, its index, their device tensor; made once per group
+    (:meth:`Team.participants`), so a collective copies nothing from the host and a CUDA graph can capture it."""
 
     def __init__(self, rank: int, ranks: tuple[int, ...], tensor: torch.Tensor):
         self.ranks = ranks
@@ -87,14 +57,8 @@ class Participants:
 
 
 class Team:
-    """One rank's handle on the job's ranks and their heaps (``ctx.team``); see :mod:`iris.host.team`.
-
-    Args:
-        heap: this rank's SymmetricHeap, laid out with :func:`reserved_layout`.
-        rank, world_size: this rank and the job's size.
-        backend: the runtime Backend (device count, synchronize).
-        heap_bases: every rank's heap base, int64, on the heap's device.
-    """
+    """One rank's handle on the job's ranks and their heaps; ``heap`` laid out with :func:`reserved_layout`,
+    ``backend`` the runtime Backend, ``heap_bases`` every rank's heap base (int64, on the heap's device)."""
 
     def __init__(self, heap, rank: int, world_size: int, backend, heap_bases: torch.Tensor, comm=None):
         self.heap = heap
@@ -105,36 +69,31 @@ class Team:
         self.device = heap.device
         self.heap_bases = heap_bases
         self.barrier = DeviceBarrier(heap.region("barrier.arrivals"), rank, world_size, heap_bases)
-        self.lock_words = heap.region("ccl.locks")
-        self.ring_flags = heap.region("ccl.ring_flags")
-        self.lock_words.zero_()  # the reserved tail is not zeroed by the allocator
-        self.ring_flags.zero_()
-        self.ring_counts = torch.zeros_like(self.ring_flags)  # local: what each ring program has seen so far
-        self.push_landing = heap.region("ccl.push_landing").view(torch.uint8)
-        self.push_flags = heap.region("ccl.push_flags")
-        self.push_flags.zero_()
         # a heap that may reach a rank by the engine (a provider that compiles its path: HeapProvider.reaches_by_engine)
         self.heap_reaches_by_engine = "engine.staging_locks" in heap.layout
         if self.heap_reaches_by_engine:  # every staging slot free
             heap.region("engine.staging_locks").zero_()
-        # local: pushes sent to and received from each rank, per program ([sent | received][rank][program])
-        self.push_counts = torch.zeros(2 * world_size * PUSH_PROGRAMS, dtype=torch.int32, device=heap.device)
-        # the ll variant's own landing words and counts: its flags live in the words, so a word left by a push
-        # call (raw data) must never be read as one of its words
-        self.ll_landing = heap.region("ccl.ll_landing")
-        self.ll_landing.zero_()  # flag 0: no push of the ll variant ever carries it
-        self.ll_counts = torch.zeros_like(self.push_counts)
-        # send/recv (iris.ccl.p2p): the mailbox, and local counts of the messages sent to and received from each
-        # peer, and of a send's programs done; the heap's first byte, to address a posted tensor from its offset
-        self.p2p_mail = heap.region("ccl.p2p_mail")
-        self.p2p_mail.zero_()
-        self.p2p_sent = torch.zeros(world_size, dtype=torch.int64, device=heap.device)
-        self.p2p_received = torch.zeros_like(self.p2p_sent)
-        self.p2p_finished = torch.zeros(world_size, dtype=torch.int32, device=heap.device)
-        self.heap_start = heap.start
-        self.a2av_table = heap.region("ccl.a2av_table")  # a call's members write their slots before it reads
+        self.heap_start = heap.start  # the heap's first byte: a kernel addresses a heap offset from it
+        self._regions = {}
+        for region in reserved.declared():
+            if not region.on_heap:
+                self._regions[region.name] = torch.zeros(region.elements(world_size), dtype=region.dtype,
+                                                         device=heap.device)
+            elif region.name in heap.layout:  # a region declared after this heap was laid out is not in it
+                self._regions[region.name] = heap.region(region.name)
+                if region.zeroed:
+                    self._regions[region.name].zero_()
         self._participants: dict[tuple[int, ...], Participants] = {}
         self.debug = False  # this context's debug mode (ctx.set_debug): cross-rank checks and diagnoses
+
+    def region(self, name: str) -> torch.Tensor:
+        """The scratch region ``name`` a collective declared (:class:`iris.memory.reserved.Region`): a view of
+        the heap's reserved tail, or this rank's own tensor for a local one."""
+        try:
+            return self._regions[name]
+        except KeyError:
+            raise KeyError(f"no region {name!r} in this team; it has {sorted(self._regions)} (a collective "
+                           "declares its regions when imported, before the context is made)") from None
 
     def participants(self, group) -> Participants:
         """The (cached) :class:`Participants` of ``group`` (None: all ranks); checks membership first."""
@@ -187,17 +146,13 @@ def describe(value) -> str:
         return repr(value)
     if dist.is_available() and isinstance(value, dist.ProcessGroup):
         return f"group of ranks {dist.get_process_group_ranks(value)}"
-    variant = getattr(value, "variant", None)  # an all_reduce workspace
+    variant = getattr(value, "variant", None)  # a workspace names its variant
     return type(value).__name__ + (f"({variant})" if variant else "")
 
 
 def check_agreement(team: Team, what: str, group, call: dict[str, str]) -> None:
-    """Debug mode: raise on every member of ``group`` unless all of them made the same ``call``
-    (collective over the group's members, on the host; ``call`` as :func:`describe` gives it).
-
-    Raises:
-        ValueError: naming each argument that differs and what every member passed.
-    """
+    """Debug mode: raise ValueError on every member of ``group`` (naming each argument that differs) unless all
+    made the same ``call`` (as :func:`describe` gives it); collective on the host."""
     members = team.barrier.members_of(group)
     if group is None:
         calls = team.comm.all_gather_object(call)
@@ -215,9 +170,8 @@ def check_agreement(team: Team, what: str, group, call: dict[str, str]) -> None:
 
 
 def check_call(team: Team, what: str, arguments: dict) -> None:
-    """In debug mode, check that every member of the call's group made the same call ``what`` with these
-    ``arguments`` (by name, as :func:`describe` compares them; ``group`` among them: the members), by
-    :func:`check_agreement`; nothing when debug mode is off.
+    """In debug mode, :func:`check_agreement` that every member of ``arguments["group"]`` made call ``what`` with
+    these ``arguments``; nothing when debug mode is off.
 
     Example:
         >>> check_call(ctx.team, "all_reduce", {"output_tensor": out, "input_tensor": x, "group": None})
@@ -229,9 +183,7 @@ def check_call(team: Team, what: str, arguments: dict) -> None:
 
 
 def checked_across_ranks(method):
-    """Decorate a ``ctx.ops`` method: in debug mode, first :func:`check_call` with the call's arguments;
-    nothing else is done when debug mode is off. (``ctx.ccl``'s methods, whose host path is most of a small
-    collective's time, check where a call is not replayed instead: in debug mode none is.)
+    """Decorate a ``ctx.ops`` method: in debug mode, first :func:`check_call` with the call's arguments.
 
     Example:
         >>> class Ops:

@@ -1,8 +1,9 @@
-"""The symmetric heap: one region per rank, carved by a bump allocator.
+"""The symmetric heap: one region per rank, carved by a bump allocator. Every rank allocates alike, so an
+object's offset from its heap base is the same everywhere: ``remote = heap_bases[to] + (ptr - heap_bases[from])``.
 
-Every rank performs the same allocations in the same order, so an object's
-offset from its heap base is the same on every rank: that is what makes
-``remote = heap_bases[to] + (ptr - heap_bases[from])`` correct.
+Example:
+    >>> heap = SymmetricHeap(backend, 1 << 30, device, comm, layout=reserved_layout(world))
+    >>> x = heap.allocate((1024,), torch.float32)
 """
 
 from __future__ import annotations
@@ -21,19 +22,9 @@ def _element_size(dtype: torch.dtype) -> int:
 
 
 class SymmetricHeap:
-    """This rank's share of the symmetric heap.
-
-    Args:
-        backend: the Backend that provides the memory.
-        nbytes: bytes of heap per rank that allocations may use.
-        device: the heap's device.
-        comm: the job's Communicator (creation is collective).
-        layout: the regions past ``nbytes`` that Iris itself uses (:mod:`iris.memory.reserved`);
-            see :meth:`region`.
-        provider: where the memory comes from (:mod:`iris.memory.providers`; default: ``ipc``,
-            the backend's own).
-        nodes: the node of each rank (:func:`iris.runtime.distributed.node_map`; None: one node).
-    """
+    """This rank's share: ``nbytes`` that allocations may use, then the reserved ``layout``
+    (:mod:`iris.memory.reserved`), from ``provider`` (default ``ipc``, the backend's own); made collectively
+    over ``comm``; ``nodes``: each rank's node (None: one)."""
 
     def __init__(self, backend, nbytes: int, device: torch.device, comm, layout: ReservedLayout | None = None,
                  provider=None, nodes: tuple[int, ...] | None = None):
@@ -68,14 +59,8 @@ class SymmetricHeap:
 
     def allocate(self, shape: int | tuple[int, ...], dtype: torch.dtype,
                  alignment: int = MIN_ALIGNMENT) -> torch.Tensor:
-        """A new uninitialized tensor of ``shape`` and ``dtype`` on the heap.
-
-        ``shape`` may be a number of elements, as the original's ``heap.allocate(num_elements, dtype)``
-        takes: the tensor is then one-dimensional.
-
-        Raises:
-            MemoryError: the heap has not enough free bytes left.
-        """
+        """A new uninitialized tensor of ``shape`` (or a number of elements: one-dimensional) and ``dtype``;
+        MemoryError where the heap has not enough free bytes left."""
         if self._memory is None:
             raise RuntimeError("this Iris context is closed; create a new one with iris.iris()")
         if isinstance(shape, int):
@@ -92,11 +77,7 @@ class SymmetricHeap:
         return region.view(dtype).view(shape)
 
     def region(self, name: str) -> torch.Tensor:
-        """Reserved region ``name`` of the layout (the same offset on every rank), as a tensor.
-
-        Example:
-            >>> arrivals = heap.region("barrier.arrivals")
-        """
+        """Reserved region ``name`` of the layout (the same offset on every rank), as a tensor."""
         offset, count, dtype = self.layout.place(name)
         start = self.size + offset
         return self._memory.local[start : start + count * _element_size(dtype)].view(dtype)

@@ -1,38 +1,93 @@
-"""The heap's reserved tail: named regions that Iris itself uses, laid out once, the same on every rank.
-
-Past the ``heap_size`` bytes that allocations may use, every rank's heap ends in a tail of
-regions that other ranks reach by the same offset: the device barrier's arrival counters, the
-collectives' lock words and ring flags. A :class:`ReservedLayout` is the one place that lays
-them out; the heap hands out each region as a tensor (:meth:`iris.memory.heap.SymmetricHeap.region`).
+"""The heap's reserved tail: named regions Iris itself uses, past the bytes allocations may use, at the same
+offset on every rank. Collectives declare their scratch (:class:`Region`) in their own modules when
+imported; the team lays the declared regions out (:func:`iris.host.team.reserved_layout`) and hands each
+out by name (``ctx.team.region(name)``).
 
 Example:
-    >>> layout = ReservedLayout([("barrier", 2 * 128, torch.int64), ("locks", 4096, torch.int32)])
-    >>> layout.nbytes, layout.place("locks")
-    (18432, (2048, 4096, torch.int32))
+    >>> declare(Region("my_op.flags", 128, torch.int64, order=100))   # a collective's module, at import
+    >>> ReservedLayout([("barrier", 256, torch.int64), ("locks", 4096, torch.int32)]).place("locks")
+    (2048, 4096, torch.int32)
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
+
+LIFETIMES = ("context", "call")
+
+
+@dataclasses.dataclass(frozen=True)
+class Region:
+    """A collective's scratch: ``count`` elements of ``dtype`` (times the team's size with ``per_rank``).
+
+    ``lifetime`` "context": state kept from call to call, zeroed when the team is made; "call": written
+    before it is read in each call, never zeroed. ``on_heap`` False: this rank's own memory, not in the
+    tail. ``order``: its place in the tail (lower first), so the layout never depends on import order.
+    ``alignment``: bytes (0: the element size)."""
+
+    name: str
+    count: int
+    dtype: torch.dtype
+    order: int = 0
+    per_rank: bool = False
+    lifetime: str = "context"
+    on_heap: bool = True
+    alignment: int = 0
+
+    def __post_init__(self):
+        if self.lifetime not in LIFETIMES:
+            raise ValueError(f"Region.lifetime={self.lifetime!r}: one of {LIFETIMES}")
+
+    @property
+    def zeroed(self) -> bool:
+        return self.lifetime == "context"
+
+    def elements(self, world_size: int) -> int:
+        return self.count * world_size if self.per_rank else self.count
+
+
+_DECLARED: dict[str, Region] = {}
+
+
+def declare(*regions: Region) -> tuple[Region, ...]:
+    """Add ``regions`` to every team made from now on (again: nothing changes); returns them."""
+    for region in regions:
+        known = _DECLARED.setdefault(region.name, region)
+        if known != region:
+            raise ValueError(f"reserved region {region.name!r} is declared twice, differently: {known} and {region}")
+    return regions
+
+
+def declared() -> tuple[Region, ...]:
+    """Every declared region, in tail order."""
+    return tuple(sorted(_DECLARED.values(), key=lambda region: (region.order, region.name)))
 
 
 class ReservedLayout:
-    """Regions ``(name, count, dtype)`` one after another, each aligned to its element size."""
+    """Regions ``(name, count, dtype[, alignment])`` one after another, each aligned to ``alignment`` bytes
+    (default: its element size)."""
 
-    def __init__(self, regions: list[tuple[str, int, torch.dtype]]):
+    def __init__(self, regions: list[tuple]):
         self._places: dict[str, tuple[int, int, torch.dtype]] = {}
         offset = 0
-        for name, count, dtype in regions:
+        for name, count, dtype, *alignment in regions:
             if name in self._places:
                 raise ValueError(f"reserved region {name!r} is laid out twice")
             size = torch.empty((), dtype=dtype).element_size()
-            offset = -(-offset // size) * size
+            align = alignment[0] if alignment and alignment[0] else size
+            offset = -(-offset // align) * align
             self._places[name] = (offset, count, dtype)
             offset += count * size
         self.nbytes = offset
 
     def __contains__(self, name: str) -> bool:
         return name in self._places
+
+    def names(self) -> list[str]:
+        """The regions' names, in tail order."""
+        return list(self._places)
 
     def place(self, name: str) -> tuple[int, int, torch.dtype]:
         """(offset in the tail, element count, dtype) of region ``name``."""

@@ -1,39 +1,19 @@
-"""all_reduce's push variant: one launch, no barrier; each member pushes its input into every other member's
-landing zone, then reduces what landed.
+"""all_reduce's push and ll variants: one launch, no barrier; each member pushes its input into every other
+member's landing zone, then sums its own input and what landed, in member order.
 
-The barrier variants spend two device barriers per call (one before: every member's input is
-ready; one after: nobody still reads it), each a round of flags over the link. Here a member never
-reads another's memory: program p of each member stores its blocks of the input into every other
-member's landing zone and sets a flag there (release), then waits for the flags of every other
-member's program p (acquire) and sums, in member order, its own input and what landed. One
-exchange of flags instead of two barriers, and nothing for the host to wait for: a call can be
-captured in a CUDA graph and replayed.
+Where a barrier variant spends two device barriers per call, program p of each member stores its blocks
+into every peer's zone and sets a flag there (release), waits for every peer's program p (acquire), and
+sums: one exchange of flags, nothing for the host to wait for (a CUDA graph can replay it). The zones are
+double-buffered and counted per pair of members and program (push n lands in half n % 2 with flag n + 1),
+so members that also meet in other groups stay in step. A call that fails part-way on one member leaves
+that pair's counts apart (later calls wait; debug mode's waits raise :class:`iris.WaitTimeoutError`): make
+a new context. A message is at most PUSH_BYTES per rank (the zones: :data:`REGIONS`).
 
-The landing zones are reused, so they are double-buffered and counted per pair of members: for each
-peer and program, a member counts the pushes it sent (``counts[0]``) and received (``counts[1]``);
-push n goes to slot n % 2 with flag value n + 1. A member's push n + 2 to a peer comes after its
-call that received the peer's push n + 1, which the peer made in a call after the one that read
-push n: slot n % 2 is free again. Counting per pair, not per call, keeps members that also meet in
-other groups in step.
-
-A call that fails part-way on one member (a launch error) leaves that pair's counts apart, and later
-push calls between them wait for a flag that will not come (in debug mode every device wait is
-bounded by IRIS_WAIT_TIMEOUT and raises :class:`iris.WaitTimeoutError`): make a new context.
-
-Memory: the heap's reserved tail holds, per rank, 2 x world x PUSH_BYTES of landing zones and
-2 x world x PUSH_PROGRAMS flags (:func:`iris.host.team.reserved_layout`); a message may be at most
-PUSH_BYTES per rank.
-
-The ll variant (low latency, as NCCL's LL protocol) drops the flags: each 8-byte word carries data in its
-low half and the push's number in its high half, stored at once. A reader spins on the words themselves
-(:func:`iris.device.sync.wait_flagged_words`) and may sum a block as soon as its words carry the number:
-no release fence before a flag, no separate flag round, and the blocks of one program are read as they
-land. A word carries one element (4x the data's bytes for 16-bit ones, at most LL_UNPACKED elements per
-rank) or, past LL_UNPACKED 16-bit elements (always with IRIS_LL_PACK=1, never with 0), two of them (2x the
-bytes, at most LL_WORDS words per rank): :func:`holds`, :func:`ll_pack`. On GPUs a message spreads over
-PUSH_PROGRAMS programs in blocks of at least LL_BLOCK words (:func:`launch_shape`). Its landing words and counts are its
-own (a word a push call left there holds raw data, which could carry any number). Toward a rank on another node
-(the shmem heap's engine path) each word goes as one 8-byte put of the engine: compiled in, not yet run there.
+ll (low latency, as NCCL's LL protocol) drops the flags: each 8-byte word carries data in its low half and
+the push's number in its high half; a reader spins on the words (:func:`iris.device.sync.wait_flagged_words`)
+and sums a block once its words carry the number. A word holds one element, or two 16-bit ones past
+LL_UNPACKED elements (IRIS_LL_PACK: :func:`ll_pack`, :func:`holds`). Toward another node each word goes as one
+8-byte put of the engine. ll's landing words and counts are its own (a push leaves raw data in its zones).
 
 Example:
     >>> ctx.ccl.all_reduce(out, x, config=Config(all_reduce_variant="push"))
@@ -42,21 +22,45 @@ Example:
 
 from __future__ import annotations
 
+import functools
+
+import torch
 import triton
 import triton.language as tl
 
+from iris import config
+from iris.ccl.all_reduce.kernel import accumulator
+from iris.ccl.all_reduce.variant import Variant
+from iris.ccl.reduction import combine
 from iris.device import rma, sync, tracing
 from iris.device.barrier import GROUP_ARGS
 from iris.device.tracing import elements_bytes, tracing_from_context
-from iris.ccl.reduction import combine
 from iris.host.replay import bind
-from iris import config
-from iris.host.team import LL_UNPACKED, LL_WORDS, PUSH_BYTES, PUSH_PROGRAMS
+from iris.memory.reserved import Region, declare
 
+# push: the largest message (bytes per rank), and the most programs of one call (each with its own flags and
+# counts per peer); 128 programs with 1 MiB zones kept push ahead of a two_shot up to 1 MiB where fewer programs
+# fell behind (docs/benchmarks.md). The zones cost 2 x world MiB of each rank's heap tail, as ll's do.
+PUSH_BYTES = 1 << 20
+PUSH_PROGRAMS = 128
+# ll: the most 8-byte words of a message, each carrying the push's number beside one element (or two of 16 bits
+# with IRIS_LL_PACK: 512 KiB of bfloat16); with IRIS_LL_PACK off at most LL_UNPACKED elements.
+LL_WORDS = 128 << 10
+LL_UNPACKED = 32 << 10
 # The smallest block (words) of an ll launch on a GPU (see launch_shape): small, so that small messages fill the
-# programs. On 2 x H200, replayed after a GEMM as a decode step runs it: 16 KiB of bfloat16 4.4 us
-# in blocks of 64 words (128 programs) against 5.9 us in blocks of 1024 (8 programs).
+# programs (a decode step's all_reduce runs faster in many small blocks than in a few large ones).
 LL_BLOCK = 64
+
+# [half][sender] landing zones and flags per program on the heap; local counts [sent | received][rank][program].
+# ll's landing words and counts are its own: its flags live in the words, so a word a push call left (raw data)
+# must never be read as one of its words; flag 0 (zeroed) is never a push's number.
+REGIONS = declare(
+    Region("ccl.push_landing", 2 * PUSH_BYTES // 8, torch.int64, order=30, per_rank=True, lifetime="call"),
+    Region("ccl.push_flags", 2 * PUSH_PROGRAMS, torch.int32, order=40, per_rank=True),
+    Region("ccl.ll_landing", 2 * LL_WORDS, torch.int64, order=50, per_rank=True),
+    Region("ccl.push_counts", 2 * PUSH_PROGRAMS, torch.int32, per_rank=True, on_heap=False),
+    Region("ccl.ll_counts", 2 * PUSH_PROGRAMS, torch.int32, per_rank=True, on_heap=False),
+)
 
 
 @triton.jit
@@ -68,11 +72,8 @@ def _slot(base, count_word, rank, WORLD: tl.constexpr, SIZE: tl.constexpr):
 @triton.jit
 def _member_block(src, landing, received, members, j, cur, offs, mask, WORLD: tl.constexpr, PROGRAMS: tl.constexpr,
                   CAPACITY: tl.constexpr, BLOCK: tl.constexpr):
-    """Member ``j``'s block at ``offs``: this member's own from ``src``, a peer's from its slot here.
-
-    No branch, two masked loads. The lanes' test is a block, not a scalar: Triton 3.9's interpreter
-    turns a block mask & a scalar bool into int32 and refuses it as a mask.
-    """
+    """Member ``j``'s block at ``offs``: this member's own from ``src``, a peer's from its slot here. The lanes'
+    test is a block, not a scalar: Triton's interpreter refuses a block mask & a scalar bool as a mask."""
     member = tl.load(members + j)
     lanes = member + tl.zeros([BLOCK], tl.int32)
     landed = _slot(landing, received + member * PROGRAMS, member, WORLD, CAPACITY)
@@ -273,50 +274,61 @@ def check_capacity(variant: str, input) -> None:
                          f"per rank in its landing zones, got {got}; use one_shot or two_shot for larger messages")
 
 
-def launch_shape(words: int, block_size: int, ll: bool, interpreted: bool) -> tuple[int, int]:
+def launch_shape(words: int, block_size: int, ll: bool, in_turn: bool) -> tuple[int, int]:
     """``(block, programs)`` of a push (``ll``: an ll) launch for a message of ``words`` (elements, or ll words).
 
-    Both variants count their pushes per program and reuse each landing half every other count, so every
-    program must count every call: if one sat out a call, its count fell behind, a word could land in the same
-    half in two calls in a row under two programs, and a fast member's next call overwrote a word a slow member
-    still read (4 simulated ranks on one H200 got 34 wrong ll results in 3000 soak calls when the grid shrank for
-    small messages). So the grid never depends on the message: on a GPU PUSH_PROGRAMS programs, a program without
-    blocks only counting the call; under Triton's interpreter one (it runs programs one after another, where more
-    only cost time). The block spreads the message over the programs: from ``block_size`` (ll on a GPU: LL_BLOCK
-    words, so that small messages fill the programs) up to the power of two that gives each program one block
-    (the interpreter keeps ``block_size``).
+    Every program counts every call (one that sat out would fall behind, and a word could land in a half a slow
+    member still reads), so the grid never depends on the message: PUSH_PROGRAMS, or one where a launch's
+    programs run one after another (``in_turn``: the interpreter). The block spreads the message over them, from
+    ``block_size`` (ll on a GPU: LL_BLOCK words) up to one block per program.
 
     Example:
-        >>> launch_shape(8192, 1024, ll=True, interpreted=False)   # 16 KiB of bf16: 128 programs of 64 words
+        >>> launch_shape(8192, 1024, ll=True, in_turn=False)   # 16 KiB of bf16: 128 programs of 64 words
         (64, 128)
-        >>> launch_shape(1 << 17, 1024, ll=True, interpreted=False)  # 512 KiB packed: 128 programs of 1024 words
+        >>> launch_shape(1 << 17, 1024, ll=True, in_turn=False)  # 512 KiB packed: 128 programs of 1024 words
         (1024, 128)
     """
-    if interpreted:
+    if in_turn:
         return block_size, 1
     smallest = LL_BLOCK if ll else block_size
     return max(smallest, triton.next_power_of_2(triton.cdiv(words, PUSH_PROGRAMS))), PUSH_PROGRAMS
 
 
-def launch(ctx, output, input, members, op: str, acc, block_size: int, ll: bool = False):
-    """Launch the push (``ll``: the ll) all_reduce of ``input`` into ``output`` on the current stream; returns
-    the bound launches."""
-    team = ctx.team
+def _launch(ctx, output, input, op, config, workspace, ll: bool) -> list:
+    team, members = ctx.team, workspace.members
     world = ctx.get_num_ranks()
     if ll:  # blocks of words, ll_pack elements each
         pack = ll_pack(input.element_size(), input.numel())
-        kernel, buffers, extra = _all_reduce_ll_kernel, (team.ll_landing, team.ll_counts), {"PACK": pack}
+        kernel, buffers, extra = (_all_reduce_ll_kernel, (team.region("ccl.ll_landing"), team.region("ccl.ll_counts")),
+                                  {"PACK": pack})
     else:
         pack = 1
-        kernel, buffers, extra = _all_reduce_push_kernel, (team.push_landing.view(input.dtype), team.push_flags,
-                                                           team.push_counts), {}
+        kernel, buffers, extra = _all_reduce_push_kernel, (team.region("ccl.push_landing").view(input.dtype),
+                                                           team.region("ccl.push_flags"),
+                                                           team.region("ccl.push_counts")), {}
     words = triton.cdiv(input.numel(), pack)
-    block, programs = launch_shape(words, block_size, ll, ctx.backend.interpreted)
+    block, programs = launch_shape(words, config.block_size, ll, ctx.backend.runs_programs_in_turn)
     blocks = triton.cdiv(words, block)
     bound = bind(kernel, (programs,), input, output, input.numel(), blocks, members.tensor, members.size,
                  members.index, ctx.get_rank(), ctx.get_heap_bases(), *buffers, WORLD=world, PROGRAMS=PUSH_PROGRAMS,
-                 CAPACITY=buffers[0].numel() // (2 * world), OP=op, ACC=acc, BLOCK=block,
+                 CAPACITY=buffers[0].numel() // (2 * world), OP=op.value, ACC=accumulator(input.dtype), BLOCK=block,
                  TRACE=ctx.tracing.enabled, **extra)
     bound()
     team.diagnose_now_in_debug()
     return [bound]
+
+
+def launch_push(ctx, output, input, op, config, workspace, async_op: bool) -> list:
+    return _launch(ctx, output, input, op, config, workspace, ll=False)
+
+
+def launch_ll(ctx, output, input, op, config, workspace, async_op: bool) -> list:
+    return _launch(ctx, output, input, op, config, workspace, ll=True)
+
+
+# Neither has a barrier (async_op changes nothing); both read the input only here (push's block put toward another
+# node reads it as a transfer's source: on the heap where the heap may reach a rank by the engine).
+PUSH = Variant("push", launch_push, in_place=True, local_output=True, barrier_free=True, peers_read_input=False,
+               engine_reads_input=True, check=functools.partial(check_capacity, "push"))
+LL = Variant("ll", launch_ll, in_place=True, local_output=True, barrier_free=True, peers_read_input=False,
+             check=functools.partial(check_capacity, "ll"))
