@@ -1,15 +1,7 @@
 """Every environment variable Iris reads or sets, in one place (no other module touches ``os.environ``).
 
-:data:`VARIABLES` names each one with its default, its meaning and its kind (:data:`KINDS`): a user's switch or
-setting (``iris info`` shows each), a variable ``iris run`` and Iris's tools set for the processes they start, one
-the test suites and benchmarks read, or another program's. The documentation's environment-variable page is
-generated from it, and tests/test_docs.py checks that every name this module reads, and every name ``iris run`` and
-the tools set, is there.
-
-Values are read when asked for, not cached: a test may change one between contexts. A switch takes 1, true, yes,
-on or 0, false, no, off (any case) and its default when unset or empty; any other word is refused with its name,
-its value and those spellings (:func:`switch`). :func:`check_switches` reads them all: ``iris run`` calls it
-before it starts a rank.
+:data:`VARIABLES` is the table the environment page is generated from. Values are read when asked for, not
+cached, since a test may change one between contexts.
 
 Example:
     >>> from iris import config
@@ -24,9 +16,8 @@ from typing import NamedTuple
 
 
 class Variable(NamedTuple):
-    """One environment variable: its ``name``, its ``default`` ("" for none), what it does and its ``kind``.
-
-    A switch's default is ``1`` (on), ``0`` (off) or a phrase (the setting's own choice, case by case)."""
+    """One environment variable: ``name``, ``default`` ("" for none; a switch's ``1``, ``0`` or a phrase), ``meaning``
+    and ``kind``."""
 
     name: str
     default: str
@@ -34,7 +25,7 @@ class Variable(NamedTuple):
     kind: str = "setting"
 
 
-#: The kinds of variable, in the order the environment page lists them, each with its heading there.
+#: The kinds of variable, with their headings, in the environment page's order.
 KINDS = {
     "switch": "Switches",
     "setting": "Settings",
@@ -149,18 +140,15 @@ def text(name: str, default: str = "") -> str:
 
 
 def switch_default(name: str) -> bool | None:
-    """The default of the switch ``name`` in :data:`VARIABLES`: True (``1``), False (``0``), else None (the
-    setting's own choice, case by case)."""
+    """The default of the switch ``name``: True, False, or None (the setting's own choice)."""
     return {"1": True, "0": False}.get(_BY_NAME[name].default)
 
 
 def switch(name: str) -> bool | None:
-    """The switch ``name`` of :data:`VARIABLES`: 1, true, yes, on / 0, false, no, off (any case, spaces around
-    ignored); unset or empty: its default (:func:`switch_default`).
+    """The switch ``name``: 1, true, yes, on / 0, false, no, off (any case); unset or empty: its default.
 
     Raises:
-        ValueError: any other value, naming the variable, the value and the spellings it takes (a typo must not
-            flip the switch).
+        ValueError: any other value (a typo must not flip the switch).
 
     Example:
         >>> switch("IRIS_DEBUG")  # IRIS_DEBUG unset: its default, off
@@ -183,7 +171,7 @@ def switch(name: str) -> bool | None:
 
 
 def check_switches() -> None:
-    """Read every switch of :data:`VARIABLES`, so that a word none of them takes is refused before any work.
+    """Read every switch, so a bad word is refused before any work (``iris run`` calls it first).
 
     Raises:
         ValueError: the first switch set to a word it does not take (see :func:`switch`).
@@ -194,7 +182,7 @@ def check_switches() -> None:
 
 
 def cpu_bind_requested() -> bool:
-    """IRIS_CPU_BIND: ``iris run`` binds each rank to cores of its own (iris.runtime.cpu_binding)."""
+    """IRIS_CPU_BIND: ``iris run`` binds each rank to cores of its own."""
     return switch("IRIS_CPU_BIND")
 
 
@@ -229,7 +217,7 @@ def set_cross_compile_targets(spec: str) -> None:
 
 
 def _cache(variable: str, name: str) -> str:
-    """The directory ``variable`` names, else ``~/.cache/iris/<name>``: where Iris keeps what it builds once."""
+    """The directory ``variable`` names, else ``~/.cache/iris/<name>``."""
     return text(variable) or os.path.join(os.path.expanduser("~"), ".cache", "iris", name)
 
 
@@ -259,8 +247,7 @@ def quiet_amd_options() -> bool:
 
 
 def cpu_cuda() -> bool:
-    """IRIS_CPU_CUDA: on the CPU backend without a GPU, ``device="cuda"`` and ``torch.cuda``'s calls are served
-    by the host (iris.runtime.cuda_on_cpu)."""
+    """IRIS_CPU_CUDA: on the CPU backend without a GPU, ``torch.cuda``'s calls are served by the host."""
     return switch("IRIS_CPU_CUDA")
 
 
@@ -320,36 +307,32 @@ def heap_request() -> str:
 
 
 def default_nvshmem_symmetric_size(heap_bytes: int) -> None:
-    """Size NVSHMEM's symmetric heap (read once, when torch first starts the engine in this process) to
-    hold a heap of ``heap_bytes`` and the engine's own allocations (torch's signal pads), unless the
-    user set NVSHMEM_SYMMETRIC_SIZE. Its default, 1 GiB, is smaller than Iris's default heap."""
+    """Size NVSHMEM's symmetric heap for ``heap_bytes`` plus the engine's own, unless the user set it.
+
+    Why: its 1 GiB default is smaller than Iris's default heap."""
     if "NVSHMEM_SYMMETRIC_SIZE" not in os.environ:
         os.environ["NVSHMEM_SYMMETRIC_SIZE"] = str(heap_bytes + heap_bytes // 8 + (256 << 20))
 
 
 def graph_replay() -> bool:
-    """IRIS_GRAPH_REPLAY (on unless 0): remembered calls replay from a captured graph (one driver call per call)."""
+    """IRIS_GRAPH_REPLAY (on unless 0): remembered calls replay from a captured graph."""
     return switch("IRIS_GRAPH_REPLAY")
 
 
 def native_replay() -> bool:
-    """IRIS_NATIVE_REPLAY (on unless 0): a remembered call's graph is found and launched from C
-    (iris.host.replay.native), not by Python: less host time per repeated call."""
+    """IRIS_NATIVE_REPLAY (on unless 0): a remembered call's graph is launched from C, saving host time."""
     return switch("IRIS_NATIVE_REPLAY")
 
 
 def ll_pack() -> bool | None:
-    """IRIS_LL_PACK: whether all_reduce's ll carries two 16-bit elements per word (2x the data a word, 4x the
-    landing capacity for them): 1 always, 0 never, unset (None) only past the LL_UNPACKED elements an unpacked
-    message holds, so ll takes 16-bit messages up to 512 KiB per rank."""
+    """IRIS_LL_PACK: whether all_reduce's ll packs two 16-bit elements per word (None: by size)."""
     return switch("IRIS_LL_PACK")
 
 
 def two_shot_writes() -> bool:
-    """IRIS_TWO_SHOT_WRITES (on unless 0): a two-member two_shot all_reduce into a separate output, past
-    ``Config.fused_bytes`` (at any size for members on two nodes), moves the halves by writes (each member writes
-    the half the other reduces into the other's output, then sums its own half and writes it to both) instead of
-    reading the other's half: NVLink keeps its rate in both directions at once for writes, not for reads."""
+    """IRIS_TWO_SHOT_WRITES (on unless 0): a two-member two_shot moves halves by writes, not reads.
+
+    Why: NVLink keeps its rate in both directions at once for writes, not for reads."""
     return switch("IRIS_TWO_SHOT_WRITES")
 
 
@@ -376,12 +359,9 @@ def test_timeout_s() -> float:
 
 
 def test_worlds() -> tuple[int, ...]:
-    """IRIS_TEST_WORLDS: the world sizes tests/ runs its rank pools at (default 2; 2 ranks are the default tier's,
-    every other size the slow tier's).
+    """IRIS_TEST_WORLDS: the world sizes tests/ runs its rank pools at (default 2).
 
-    Example: ``IRIS_TEST_WORLDS=2,4 pytest tests -m ""`` repeats every pooled test at 4 ranks too (on a machine
-    with a core per rank, or ``IRIS_SIMULATION=1`` on one GPU); ``IRIS_SIMULATION=1 IRIS_TEST_WORLDS=8 pytest
-    tests/test_ops.py -m ""`` runs the fused ops' tests at 8 ranks.
+    Example: ``IRIS_TEST_WORLDS=2,4 pytest tests -m ""`` repeats every pooled test at 4 ranks too.
     """
     value = text("IRIS_TEST_WORLDS", "2")
     try:
@@ -425,8 +405,7 @@ def child_environment(drop: tuple[str, ...] = (), **values: str) -> dict[str, st
 
 
 def export(drop: tuple[str, ...] = (), **values: str) -> None:
-    """Set ``values`` and remove ``drop`` in this process's own environment (a rank process of the
-    test harness becomes a rank before it imports iris)."""
+    """Set ``values`` and remove ``drop`` in this process's own environment."""
     for name in drop:
         os.environ.pop(name, None)
     os.environ.update(values)

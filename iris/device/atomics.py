@@ -1,14 +1,8 @@
 """Atomic read-modify-write on any rank's heap, from a Triton kernel.
 
-Every function acts from the current rank (``from_rank``, where ``pointer`` is
-local) on ``to_rank``'s memory and returns the old values, like ``tl.atomic_*``.
-Value and compare operands may be Python numbers, constexprs or blocks of any dtype: each op
-converts them to the word's dtype (:func:`iris.device.rma.as_element`). ``sem`` (relaxed,
-acquire, release, acq_rel) and ``scope`` (cta, gpu, sys) are passed to Triton unchanged; None
-means Triton's defaults (acq_rel, gpu).
-
-A flag or counter that another GPU observes needs ``scope="sys"`` and
-release/acquire ordering: ``scope="gpu"`` only orders accesses within one GPU.
+Each op acts from the current rank (``from_rank``) on ``to_rank``'s memory and returns the old values, like
+``tl.atomic_*``; operands are converted to the word's dtype. ``sem`` and ``scope`` go to Triton (None: acq_rel,
+gpu); a word another GPU observes needs ``scope="sys"`` with release/acquire.
 
 Example:
     >>> old = iris.atomic_add(counter, 1, cur_rank, peer, heap_bases, sem="release", scope="sys")
@@ -53,8 +47,7 @@ def _near_atomic(OP: tl.constexpr, target, word, near, sem, scope):
 
 @triton.jit
 def _update(OP: tl.constexpr, pointer, word, from_rank, to_rank, heap_bases, mask, sem, scope):
-    """``OP`` of ``word`` (the element's dtype) on ``to_rank``'s ``pointer`` in ``mask``: Triton's atomic
-    toward a rank of the node, the engine's toward another node; returns the old values."""
+    """``OP`` of ``word`` on ``to_rank``'s ``pointer``: Triton's atomic in the node, the engine's beyond it."""
     near = near_lanes(to_rank, heap_bases, mask)
     old = _near_atomic(OP, translate(pointer, from_rank, to_rank, heap_bases, near), word, near, sem, scope)
     return far_update(OP, old, pointer, word, from_rank, to_rank, heap_bases, mask, sem)
@@ -76,11 +69,8 @@ def atomic_sub(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None
 def atomic_cas(pointer, cmp, val, from_rank, to_rank, heap_bases, sem=None, scope=None):
     """Where ``to_rank``'s ``pointer`` equals ``cmp``, store ``val``; returns the old values.
 
-    ``cmp`` and ``val`` are converted to the word's dtype (and broadcast to the pointer's shape),
-    so ``atomic_cas(p, 1 << 33, 7, ...)`` on an int64 word compares all 8 bytes. Float words are
-    compared and swapped as integers of the same width, bit for bit, as the GPUs' compare-and-swap
-    does (-0.0 is not 0.0; a NaN matches its own bits): Triton 3.6 cannot compile a float
-    compare-and-swap for AMD at all ('llvm.cmpxchg' takes integers only).
+    Float words compare bit for bit (-0.0 is not 0.0), as integers: Triton 3.6 cannot compile a float
+    compare-and-swap for AMD.
     """
     # Unlike the other atomics, Triton's compare-and-swap does not broadcast its operands.
     cmp = as_element(cmp, pointer)
@@ -108,11 +98,7 @@ def _bitwise_cas(target, cmp, val, INT: tl.constexpr, sem, scope):
 
 @triton.jit
 def atomic_xchg(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None):
-    """Atomically replace ``to_rank``'s ``pointer`` with ``val``; returns the old values.
-
-    Float words are exchanged as integers of the same width: an exchange moves bits, and
-    Triton's interpreter has no float exchange.
-    """
+    """Atomically replace ``to_rank``'s ``pointer`` with ``val``; returns the old values."""
     return _update("xchg", pointer, as_element(val, pointer), from_rank, to_rank, heap_bases, mask, sem, scope)
 
 
@@ -136,12 +122,10 @@ def atomic_or(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None,
 
 @triton.jit
 def _float_min(target, val, INT: tl.constexpr, UINT: tl.constexpr, mask, sem, scope):
-    """Float minimum as two integer atomics, as Triton itself lowers it: where the operand's sign bit is
-    clear, a signed-integer min on the word's bits; where it is set, an unsigned-integer max. Spelled
-    out because Triton 3.6/3.7 type the unsigned half as a pointer, and their interpreter then returns
-    float64 old values converted instead of bit-cast (4.6e18 for 21.25). Compiled, this is the same
-    instruction sequence as ``tl.atomic_min`` (checked bit for bit on an H100, Triton 3.6)."""
-    if target.type.is_block():  # a scalar operand: one per lane, so that both halves' masks are blocks
+    """Float minimum as two integer atomics (signed min where the sign is clear, unsigned max where set).
+
+    Spelled out as Triton lowers it because Triton 3.6/3.7's interpreter returns wrong old values."""
+    if target.type.is_block():  # both halves' masks must be blocks
         val = tl.broadcast_to(val, target.shape)
     bits = val.to(INT, bitcast=True)
     negative = bits < 0

@@ -1,22 +1,10 @@
-"""The fused barrier every collective and fused-op kernel shares (device side).
+"""The barrier every collective and fused-op kernel enters and leaves (device side).
 
-A collective kernel runs either as many programs between two ``device_barrier`` launches, or
-``FUSED``: one launch instead of three, for small messages. There each of its programs (at most
-:data:`FUSED_PROGRAMS`) enters a barrier with the programs of the same id on
-the other members, does its share of the pieces, and leaves through that barrier again.
-
-Why program-wise barriers suffice: program p of every member uses barrier slot p. Entering, it
-waits until program p of every member has started, so every member's kernel has started and the
-work before it on each stream is done. Leaving, it waits until program p of every member is
-done with all of its reads and writes. Once every program of a member has left, every program of
-every other member is done touching that member's memory. No program waits for another program
-of its own launch, so the programs need not run at the same time. Every member must launch the
-same number of programs.
-
-Every collective's kernel has the one skeleton below, fused or not (``iris.ccl._common.run``
-launches it): unfused, the grid has one program per piece, so the loop runs once and both
-barriers are compiled out; fused, at most FUSED_PROGRAMS programs share the pieces between the
-barriers.
+Unfused, a kernel has one program per piece between two ``device_barrier`` launches and both barriers compile
+out. ``FUSED`` (one launch instead of three, for small messages), program p of every member meets at barrier
+slot p on entry and on exit. That suffices: entering, every member's kernel has started, so the work before it
+on each stream is done; once all of a member's programs have left, no peer touches its memory. No program
+waits on its own launch, so programs need not be co-resident; every member launches the same grid.
 
 Example:
     >>> @triton.jit(do_not_specialize=GROUP_ARGS)
@@ -27,10 +15,6 @@ Example:
     ...     for pid in range(tl.program_id(0), pieces, tl.num_programs(0)):
     ...         piece(pid, trace, ...)  # records its span: trace.start(tracing.PUT, ...) ... trace.end(span)
     ...     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
-
-``enter`` returns the program's tracing handle (:mod:`iris.device.tracing`, from the context tensor
-``heap_bases`` lies in): built with ``TRACE``, it records each barrier round as a "barrier" span
-and the pieces record theirs; built without, it records nothing and compiles to nothing.
 """
 
 import triton
@@ -40,21 +24,17 @@ from iris.device.rma import HEAP_BASES_SLOT
 from iris.device.sync import barrier_round
 from iris.device.tracing import BARRIER, tracing_from_context
 
-# Barrier slots: slot 0 is device_barrier's own; a fused kernel's program p uses slot p, so a fused
-# launch has at most this many programs.
+# Barrier slots; a fused kernel's program p uses slot p, so a fused launch has at most this many programs.
 FUSED_PROGRAMS = 128
 
-# Kernel arguments that name ranks or the group's size: kept generic, so one compilation serves every
-# rank and group (Triton would otherwise specialize on a value of 1). Use as
-# ``@triton.jit(do_not_specialize=GROUP_ARGS)``.
+# Rank and group-size arguments, kept generic so one compilation serves every rank and group.
 GROUP_ARGS = ("count", "index", "cur")
 
 
 @triton.jit
 def enter(arrivals, expected, members, count, cur, heap_bases, WORLD: tl.constexpr, ENTER_BARRIER: tl.constexpr,
           BARRIER_BLOCK: tl.constexpr, TRACE: tl.constexpr):
-    """This program's entry barrier (slot ``program_id``), when ``ENTER_BARRIER`` (a fused launch):
-    every member's buffers are ready. Returns the program's tracing handle (records only with ``TRACE``)."""
+    """Entry barrier of a fused launch; returns the program's tracing handle (records only with ``TRACE``)."""
     trace = tracing_from_context(heap_bases - HEAP_BASES_SLOT, WORLD, TRACE)
     if ENTER_BARRIER:
         slot = tl.program_id(0) * WORLD  # the slots' counters lie one world's worth apart

@@ -1,33 +1,14 @@
 """The path toward ranks on another node: NVSHMEM's device calls, on the shmem heap.
 
-A rank on another node has no pointer: its heap base is 0 in the context tensor (the shmem heap
-writes 0 for every rank the node map puts on another node). When the job spans nodes, the shmem
-heap switches :data:`ON` on before any kernel compiles, and every remote access of
-:mod:`iris.device.rma`, :mod:`iris.device.atomics` and :mod:`iris.device.sync` then splits its lanes:
-those toward a rank of the node take the pointer path as before, the others call the engine here,
-one call per lane (``nvshmem_<type>_g``/``_p``, ``nvshmem_<type>_atomic_*``), where NVSHMEM picks
-its transport (NVLink inside a node, InfiniBand across). With :data:`ON` off (every job inside one
-node) none of this is compiled.
+A rank on another node has heap base 0 in the context tensor. With :data:`ON` (set by the shmem heap of a job
+across nodes), every remote access of :mod:`iris.device.rma`, :mod:`iris.device.atomics` and
+:mod:`iris.device.sync` splits its lanes: near ranks take the pointer path, far ones call NVSHMEM here.
 
-Triton gives a lane of a small block to several threads; every one of them makes the lane's call
-(an extern call is not predicated as a store is), so a write is made once per copy, with each
-copy's value: values read from memory that the program has just written must be read after a
-barrier (``iris.put`` does that), or the copies may disagree. Atomics are made by thread 0 alone.
-
-In a read or a write, lanes that must not touch memory (masked off, or toward a rank of the node)
-still make the call, since a call cannot be predicated per lane (an atomic, made lane by lane, skips
-them): they are pointed at the heap's engine scratch word on
-the current rank (a reserved region, its address in the context tensor past the debug word), so a
-put, get or atomic there changes nothing anybody reads.
-
-NVSHMEM has fetch-add, swap and compare-and-swap on 32- and 64-bit words; every other atomic (and,
-or, xor, min, max, float add) is a compare-and-swap loop here, and a 16-bit one a loop on the 32-bit
-word that holds it. Each call moves one element, except where ``iris.put`` or ``iris.get`` moves a
-block whose lanes are one run of consecutive elements on both sides (a 1-D block, or a tile of whole
-rows), with its local side in the heap: one block-wide ``putmem``/``getmem`` then moves the run; and
-where a read (``iris.load``, the collectives' reductions) takes such a block of at most STAGING_BYTES: one
-``getmem`` lands it in a staging slot of this rank's heap (taken under a lock word, given back after), and
-the program loads it from there.
+Why it looks odd: an extern call cannot be predicated per lane, so lanes that must not touch memory are
+pointed at the current rank's engine scratch word; several threads may make one lane's call, so written
+values must be read after a barrier, and atomics are made by thread 0 alone. Atomics NVSHMEM lacks are
+compare-and-swap loops. Consecutive runs move with one block-wide ``putmem``/``getmem``; small block reads
+land in a staging slot of this rank's heap first.
 
 Example (what ``iris.store`` compiles to toward rank ``peer`` when the job spans nodes)::
 
@@ -39,18 +20,15 @@ import triton
 import triton.language as tl
 from triton.language import core
 
-# Compile the engine path (set by the shmem heap of a job across nodes; see iris.memory.providers.shmem).
+# Compile the engine path (set by the shmem heap of a job across nodes).
 ON = tl.constexpr(False)
 
-# The context tensor: HEAP_BASES_SLOT (2) + world words of bases, then the tracing fields and the debug
-# word (iris.device.rma.CHECKS_AFTER_BASES = 17 words past the bases), then the scratch word's address.
+# The scratch word's address lies past the bases, the tracing fields and the debug word.
 _WORLD_BEFORE_BASES = tl.constexpr(1)  # rma.HEAP_BASES_SLOT - rma.WORLD_SLOT
 SCRATCH_AFTER_BASES = tl.constexpr(18)
 
-# Block reads toward another node land in a staging slot of this rank's heap first (a getmem needs memory the
-# transport can write): STAGING_SLOTS slots of STAGING_BYTES each, then a lock word (int32) per slot, laid out
-# just below the scratch word in the reserved tail of every shmem heap (iris.host.team.reserved_layout): the
-# engine path is compiled in wherever the engine maps no pointer to a rank, across nodes or not.
+# Staging slots for block reads (a getmem needs memory the transport can write), then a lock word per slot,
+# just below the scratch word in every shmem heap's reserved tail.
 STAGING_SLOTS = tl.constexpr(256)
 STAGING_BYTES = tl.constexpr(8192)
 
@@ -60,9 +38,7 @@ SYMBOLS: tuple[str, ...] = ()
 
 
 def _extern(signatures: dict[tuple[str, ...], tuple[str, str]]):
-    """A device function of NVSHMEM's library, called once per lane (arguments broadcast together):
-    ``signatures`` maps the argument types to (symbol, result type), so one name serves every width
-    and the argument types pick the symbol."""
+    """An NVSHMEM device function called once per lane; ``signatures`` maps argument types to (symbol, result)."""
     global SYMBOLS
     SYMBOLS += tuple(symbol for symbol, _ in signatures.values())
     table = {tuple(core.dtype(t) for t in args): (symbol, core.dtype(result))
@@ -77,8 +53,7 @@ def _extern(signatures: dict[tuple[str, ...], tuple[str, str]]):
 
 
 def _by_width(name: str, widths: tuple[int, ...], operands: int, result: str | None):
-    """``nvshmem_uint<w>_<name>`` for each width w: (address, ``operands`` words of w bits, PE) -> the old
-    word (``result`` None) or ``result``."""
+    """``nvshmem_uint<w>_<name>`` for each width w: (address, ``operands`` words, PE) -> old word or ``result``."""
     return _extern({("int64",) + (f"uint{w}",) * operands + ("int32",):
                     (f"nvshmem_uint{w}_{name}", result or f"uint{w}") for w in widths})
 
@@ -220,9 +195,7 @@ def get_values(pointer, rank, cur, heap_bases, lanes):
 
 @triton.jit
 def acquire_slot(locks, start):
-    """A staging slot of the ``STAGING_SLOTS`` whose lock words are ``locks``, taken (its word set to 1): the
-    first free one from ``start`` on. A holder waits for nothing else before it gives its slot back, so a
-    program that finds every slot taken waits only for programs that are running."""
+    """Take the first free staging slot from ``start`` on; holders wait on nothing, so this cannot deadlock."""
     slot = start % STAGING_SLOTS
     while tl.atomic_cas(locks + slot, 0, 1, sem="acquire", scope="gpu") != 0:
         slot = (slot + 1) % STAGING_SLOTS
@@ -244,8 +217,7 @@ def _staging_locks(heap_bases):
 
 @triton.jit
 def _staged_read(near, pointer, rank, cur, heap_bases, lanes):
-    """(whether it did, ``near`` with ``lanes`` read) where ``lanes`` of ``rank``'s ``pointer`` are one run (or a
-    tile of row runs): one getmem (per row) into a staging slot of this rank's heap, then loads from there."""
+    """(whether it did, ``near`` with ``lanes`` read): runs read by getmem into a staging slot, loaded from there."""
     locks = _staging_locks(heap_bases)
     slot = acquire_slot(locks, tl.program_id(0) + tl.program_id(1) * 61 + tl.program_id(2) * 127)
     slot_start = locks.to(tl.int64) - (STAGING_SLOTS - slot) * STAGING_BYTES
@@ -261,9 +233,7 @@ def _staged_read(near, pointer, rank, cur, heap_bases, lanes):
 
 @triton.jit
 def read(near, pointer, rank, cur, heap_bases, far_lanes, mask):
-    """``near`` (the pointer path's result) with the lanes of ``mask`` toward a far rank read through the engine:
-    a block of at most STAGING_BYTES whose lanes are one run (or a tile of row runs) with one getmem (per row)
-    through a staging slot, any other lanes with one read each."""
+    """``near`` with the far lanes of ``mask`` read through the engine (staged runs, else one read per lane)."""
     lanes = and_mask(mask, far_lanes)
     result = near
     if any_lane(lanes):
@@ -289,17 +259,10 @@ def put_values(pointer, value, rank, cur, heap_bases, lanes):
 
 @triton.jit
 def _runs(remote, local, rank, cur, heap_bases, lanes, index, AXIS: tl.constexpr):
-    """The runs of the ``lanes`` of pointer blocks ``remote`` (on ``rank``) and ``local`` (one shape) along
-    ``AXIS`` (None: the whole block; 1: each row of a 2-D block), ``index`` (int32) being each lane's place
-    along it: whether some lane is selected and every run that has lanes is consecutive elements on each
-    side in lane order, all toward one rank, each local run inside this rank's heap (memory every transport
-    can move); and each run's (remote start, local start, bytes: 0 where it has no lanes), the rank.
+    """The runs of ``lanes`` of ``remote`` (on ``rank``) and ``local`` along ``AXIS`` (None: whole block; 1: rows).
 
-    Compiled into every put and get toward other nodes, so it spends few reductions (each one a round of
-    shuffles per row a thread holds: the bulk of a fused op's code with the engine in): per run the first
-    index and the count (32-bit) and the remote start and local offset (64-bit); then one flag over the
-    block says whether any selected lane disagrees with its run (a lane past first + count - 1 where count
-    lanes are selected is a hole: indices are distinct) or with the rank of the block."""
+    Returns (ok, remote start, local start, bytes, rank): ok where every run is consecutive on both sides,
+    toward one rank, its local side in this rank's heap. Few reductions: this is in every far put and get."""
     size: tl.constexpr = 1 if remote.dtype.element_ty == tl.int1 else remote.dtype.element_ty.primitive_bitwidth // 8
     selected = lanes & (index >= 0)  # a block even where lanes is one flag
     ranks = rank + tl.zeros(remote.shape, tl.int32)
@@ -328,15 +291,14 @@ def _runs(remote, local, rank, cur, heap_bases, lanes, index, AXIS: tl.constexpr
 
 @triton.jit
 def _run(remote, local, rank, cur, heap_bases, lanes):
-    """_runs over the whole block: one run in lane order (a 1-D block, or a tile of whole rows; a tile
-    whose rows are apart is not one)."""
+    """_runs over the whole block as one run in lane order."""
     index = tl.reshape(tl.arange(0, remote.numel), remote.shape)
     return _runs(remote, local, rank, cur, heap_bases, lanes, index, None)
 
 
 @triton.jit
 def _row_runs(remote, local, rank, cur, heap_bases, lanes):
-    """_runs row by row, for a 2-D block: a run per row (a tile of a wider matrix), a row may have none."""
+    """_runs row by row, for a tile of a wider matrix."""
     column = tl.arange(0, remote.shape[1])[None, :] + tl.zeros(remote.shape, tl.int32)
     return _runs(remote, local, rank, cur, heap_bases, lanes, column, 1)
 
@@ -357,10 +319,8 @@ def _move(PUT: tl.constexpr, far_start, near_start, nbytes, pe):
 
 @triton.jit
 def move_run(PUT: tl.constexpr, remote, local, rank, cur, heap_bases, lanes):
-    """Where the ``lanes`` of ``rank``'s ``remote`` and of ``local`` are one run (see _run), move them with
-    one block-wide call: ``putmem`` (PUT: local -> remote) or ``getmem`` (remote -> local, every thread
-    sees the data after it); where a 2-D tile's rows are runs each (see _row_runs), one call per row.
-    Returns whether it did (then no lane needs a call of its own)."""
+    """Move ``lanes`` between ``local`` and ``rank``'s ``remote`` with one block-wide call per run (PUT: to
+    remote); returns whether it did, so no lane needs a call of its own."""
     moved = any_lane(lanes) & False
     if remote.type.is_block():
         if any_lane(lanes):
@@ -418,17 +378,14 @@ def _thread_index(like):
 
 @triton.jit
 def _from_first_thread(words):
-    """The scalar ``words`` of thread 0, in every thread. Triton computes a scalar in every thread; an
-    atomic's result exists only in the thread that made it. Element 0 of a 1024-element block lies in
-    thread 0 alone (no program has more threads), so the block's sum is thread 0's value."""
+    """Thread 0's scalar ``words`` in every thread: an atomic's result exists only where it was made."""
     first = (tl.arange(0, 1024) == 0) & (_thread_index(words.to(tl.int64)) == 0)
     return tl.sum(tl.where(first, words, 0), axis=0).to(words.dtype)
 
 
 @triton.jit
 def _one_half_update(op: tl.constexpr, at, val, at_pe, element: tl.constexpr):
-    """A 16-bit atomic (scalars, thread 0's call counts): NVSHMEM has none, so a compare-and-swap loop on
-    the aligned 32-bit word that holds it, leaving the other half as it finds it (as GPUs do)."""
+    """A 16-bit atomic as a compare-and-swap loop on its 32-bit word (NVSHMEM has none)."""
     word_at = (at // 4) * 4  # thread 0's word; the scratch word in the others, whose calls change nothing
     shift = _from_first_thread(((at - word_at) * 8).to(tl.uint32))  # thread 0's half, in every thread
     others = ~(tl.full((), 0xFFFF, tl.uint32) << shift)
@@ -450,9 +407,7 @@ def _one_half_update(op: tl.constexpr, at, val, at_pe, element: tl.constexpr):
 
 @triton.jit
 def _one_update(op: tl.constexpr, address, val, pe, cur, scratch, element: tl.constexpr):
-    """One element's atomic toward ``pe`` (scalars), made by thread 0 alone (an atomic made by every
-    thread would count many times; the others act on the scratch word here); every thread gets its
-    old value."""
+    """One element's atomic toward ``pe``, made by thread 0 alone (others would count again); all get the old value."""
     bits: tl.constexpr = element.primitive_bitwidth
     alone = _thread_index(address) == 0
     at = tl.where(alone, address, scratch)
@@ -490,12 +445,10 @@ def _lane_value(values, lane, element: tl.constexpr):
 
 @triton.jit
 def update(op: tl.constexpr, near, pointer, val, rank, cur, heap_bases, lanes, sem: tl.constexpr):
-    """The atomic ``op`` ("add", "post": an add whose old values nobody reads, "xchg", "and", "or", "xor",
-    "min", "max", or "cas" with ``val`` the pair (compare, desired), compared bitwise as the GPUs do) of
-    ``val`` on ``rank``'s ``pointer`` in ``lanes``;
-    returns ``near`` with those lanes' old values. A release (``sem`` release, acq_rel or None) first
-    fences the engine's earlier puts and atomics. One element at a time, each by one thread: NVSHMEM has
-    fetch-add, swap and compare-and-swap; the other operations are compare-and-swap loops."""
+    """The atomic ``op`` of ``val`` on ``rank``'s ``pointer`` in ``lanes``; ``near`` with their old values.
+
+    "post" is an add whose old values nobody reads; "cas" takes ``val`` as (compare, desired). A release
+    first fences the engine's earlier puts and atomics."""
     element: tl.constexpr = pointer.dtype.element_ty
     bits: tl.constexpr = element.primitive_bitwidth
     result = near

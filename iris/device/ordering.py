@@ -1,10 +1,7 @@
-"""``Semantic`` and ``Scope``: named memory orderings and scopes for the device ops' ``sem`` and ``scope``.
+"""Named memory orderings and scopes for the device ops' ``sem`` and ``scope``.
 
-Each member *is* the string Triton and Iris's device ops take (``Semantic.ACQUIRE == "acquire"``), so the
-two spellings mix freely: pass a member as a ``tl.constexpr`` argument, or write the word in the kernel
-(``sem="release"``). A member read inside a kernel's body does not compile with Triton 3.6: pass it in.
-
-A flag or counter that another GPU observes needs ``Scope.SYS`` with release/acquire ordering.
+Each member *is* the string the ops take (``Semantic.ACQUIRE == "acquire"``), so the spellings mix. Pass a
+member in as a ``tl.constexpr``: read inside a kernel's body it does not compile with Triton 3.6.
 
 Example:
     >>> @triton.jit
@@ -28,7 +25,7 @@ class _Word(str, enum.Enum):
 
 
 class Semantic(_Word):
-    """The memory ordering of an atomic (its ``sem``): relaxed, acquire, release or acq_rel.
+    """An atomic's memory ordering (its ``sem``).
 
     Example:
         >>> iris.atomic_cas(lock, 0, 1, rank, peer, heap_bases, sem=iris.Semantic.ACQUIRE, scope=iris.Scope.SYS)
@@ -41,9 +38,7 @@ class Semantic(_Word):
 
 
 class Scope(_Word):
-    """Which threads an atomic's ordering covers (its ``scope``): one program (``CTA``, also ``WORKGROUP``),
-    one GPU (``GPU``, also ``DEVICE`` and AMD's ``AGENT``) or the whole system, peers included (``SYS``,
-    also ``SYSTEM``).
+    """Which threads an atomic's ordering covers (its ``scope``); a flag another GPU observes needs ``SYS``.
 
     Example:
         >>> iris.signal(flag, 1, rank, peer, heap_bases, scope=iris.Scope.SYS)

@@ -1,14 +1,8 @@
 """Flags between ranks: ``signal`` another rank's word, ``wait_until`` one's own word satisfies a comparison.
 
-The defaults are the safe ones: a signal is a release at system scope, so every
-write the program made before it (by any of its threads) is visible to a rank
-that observes the signal with an acquire; a wait is an acquire at system scope.
-A flag written at ``scope="gpu"`` is not ordered for another GPU: do not lower
-the scope of a flag another rank reads.
-
-A program may wait only on other ranks or on programs of its own launch with a
-lower program id: a GPU does not promise that all programs of a launch run at
-once, and the CPU backend runs them one after another.
+The defaults (release/acquire at system scope) publish every earlier write of the signalling program; a flag
+at ``scope="gpu"`` is not ordered for another GPU. Wait only on other ranks or on lower program ids of your own
+launch: programs of a launch need not run at once (the CPU backend runs them in turn).
 
 Example (producer on rank 0, consumer on rank 1)::
 
@@ -32,11 +26,10 @@ from iris.device.rma import AMDGCN, PTX, as_element, debug_report, far_update, n
 
 COMPARISONS = ("==", "!=", ">=", ">", "<=", "<")
 
-# Debug mode (iris.host.debug.enable, from IRIS_DEBUG=1 or iris.iris(debug=True)) bounds every wait. These are
-# compile-time constants: without debug the spin loops carry no extra instruction.
+# Debug mode bounds every wait; compile-time constants, so without it the spin loops carry nothing extra.
 DEBUG = tl.constexpr(False)
 WAIT_TIMEOUT_NS = tl.constexpr(10_000_000_000)
-# s_memrealtime counts at a constant 100 MHz on AMD Instinct GPUs: 10 ns per tick.
+# s_memrealtime counts at 100 MHz on AMD Instinct GPUs.
 _MEMREALTIME_NS_PER_TICK = tl.constexpr(10)
 WAIT_UNTIL_RECORD = tl.constexpr(1)
 DEVICE_BARRIER_RECORD = tl.constexpr(2)
@@ -66,9 +59,7 @@ def _clock_ns():
 
 @triton.jit
 def async_proxy_fence():
-    """Order this thread's view of global memory before its later TMA (async proxy) loads: after an
-    acquire, what peers stored with ordinary stores is then what a tensor descriptor reads (PTX
-    ``fence.proxy.async.global``; NVIDIA only, where descriptors load; nothing elsewhere)."""
+    """Order earlier acquires before later TMA loads, so tensor descriptors read what peers stored (NVIDIA only)."""
     if PTX:
         tl.inline_asm_elementwise("fence.proxy.async.global;\n mov.u32 $0, 0;", "=r", [], dtype=tl.int32,
                                   is_pure=False, pack=1)
@@ -119,14 +110,13 @@ def signal(ptr, value, from_rank, to_rank, heap_bases, op: tl.constexpr = tl.con
         value: the value to store or add, converted to the word's dtype.
         from_rank, to_rank, heap_bases: as for ``iris.store``.
         op: "set" (atomic exchange) or "add" (atomic add: counting signals from many senders).
-        sem, scope: the atomic's ordering; the defaults (release, sys) publish everything the
-            program wrote before the signal to whoever acquires the word.
+        sem, scope: the atomic's ordering; the defaults publish the program's earlier writes.
 
     Example:
         >>> iris.signal(flags + pid, step, rank, peer, heap_bases)            # set
         >>> iris.signal(counter, 1, rank, owner, heap_bases, op="add")         # count
     """
-    # String defaults are wrapped in tl.constexpr: Triton 3.6 fails on a bare str default left unpassed.
+    # String defaults are tl.constexpr: Triton 3.6 fails on a bare str default left unpassed.
     tl.static_assert(op == "set" or op == "add", "signal: op must be \"set\" or \"add\"")
     tl.debug_barrier()  # the release covers every thread's earlier writes, not only the issuing thread's
     near = near_lanes(to_rank, heap_bases, None)
@@ -150,8 +140,7 @@ def wait_until(ptr, cmp: tl.constexpr, value, sem: tl.constexpr = tl.constexpr("
         ptr: a scalar pointer to an integer word on the current rank's heap (or any memory it can read).
         cmp: one of "==", "!=", ">=", ">", "<=", "<" (compile-time).
         value: what the word is compared with.
-        sem, scope: the ordering of each read; the defaults (acquire, sys) make everything written
-            before the matching signal visible after the wait.
+        sem, scope: the ordering of each read; the defaults see what the matching signal published.
 
     Returns:
         The first value read that satisfied the comparison.
@@ -174,8 +163,7 @@ def wait_until(ptr, cmp: tl.constexpr, value, sem: tl.constexpr = tl.constexpr("
     else:
         while not _satisfied(seen, cmp, value):
             seen = tl.atomic_add(ptr, as_element(0, ptr), sem=sem, scope=scope)
-    # A scalar acquire orders the reads of the thread that made it; the block barrier extends it to every
-    # thread of the program, so all of them see what the signalling peer published (the mirror of signal's).
+    # A scalar acquire orders only its own thread; the block barrier extends it to the whole program.
     tl.debug_barrier()
     return seen
 
@@ -188,18 +176,15 @@ def _without_flag(words, flag, mask):
 
 @triton.jit
 def wait_flagged_words(ptr, flag, mask):
-    """Spin until every lane of ``mask`` of the current rank's int64 words at ``ptr`` carries ``flag`` (int32) in
-    its high half; returns the words (their low halves are the data a peer stored beside the flag).
+    """Spin until every ``mask`` lane of the int64 words at ``ptr`` carries ``flag`` in its high half; returns them.
 
-    A word and its flag arrive in one aligned 8-byte store, so a lane that shows the flag shows its data:
-    no fence and no acquire (the low-latency protocol of NCCL's LL, iris.ccl.all_reduce.push's ll). In debug
-    mode the wait gives up after IRIS_WAIT_TIMEOUT and reports the first lane still without its flag.
+    Data and flag arrive in one 8-byte store, so no fence or acquire is needed (NCCL's LL protocol).
 
     Example:
         >>> words = iris.device.sync.wait_flagged_words(slot + offs, count + 1, offs < n)
     """
     words = tl.load(ptr, mask=mask, other=0, volatile=True)
-    # The count is carried as a scalar (barrier_round says why: Triton 3.6's layout pass).
+    # A scalar count: see barrier_round.
     late = tl.sum(_without_flag(words, flag, mask).to(tl.int32))
     if DEBUG:
         start = _clock_ns()
@@ -230,10 +215,8 @@ def barrier_kernel(arrivals, expected, members, count, cur, heap_bases, BLOCK: t
 def barrier_round(arrivals, expected, members, count, cur, heap_bases, BLOCK: tl.constexpr):
     """One device-barrier round among ``members[:count]``, inside any kernel; exactly one program calls it.
 
-    ``arrivals[s]`` on rank r counts the barrier rounds rank s has entered with r (a symmetric
-    int64 array); ``expected[s]`` (local) counts those r has entered with s. Both sides of a pair
-    count the same rounds in the same order, so one pair of arrays serves every group, and a
-    kernel that calls this (a fused collective) shares the counts with ``device_barrier()``.
+    ``arrivals[s]`` (symmetric) counts rounds rank s entered with this rank, ``expected[s]`` (local) the reverse;
+    pairs count alike, so one pair of arrays serves every group and ``device_barrier()``.
     """
     offs = tl.arange(0, BLOCK)
     peers = tl.load(members + offs, mask=offs < count, other=0)
@@ -244,8 +227,7 @@ def barrier_round(arrivals, expected, members, count, cur, heap_bases, BLOCK: tl
     tl.atomic_add(translate(mine, cur, peers, heap_bases, near), 1, mask=near, sem="release", scope="sys")
     far_update("post", tl.zeros([BLOCK], tl.int64), mine, 1, cur, peers, heap_bases, others, "release")
     want = tl.load(expected + peers, mask=others, other=0) + 1
-    # Every thread holds the lanes it waits on, one thread stores them: without this barrier a warp that
-    # loads after the store waits for one round too many (seen on an H200, through the engine path).
+    # Without this barrier a warp loading after the store waits one round too many.
     tl.debug_barrier()
     tl.store(expected + peers, want, mask=others)
     seen = tl.atomic_add(arrivals + peers, 0, mask=others, sem="acquire", scope="sys")
@@ -263,8 +245,7 @@ def barrier_round(arrivals, expected, members, count, cur, heap_bases, BLOCK: tl
             debug_report(DEVICE_BARRIER_RECORD, (arrivals + peer).to(tl.int64), tl.sum(tl.where(lane, want, 0)),
                             tl.sum(tl.where(lane, seen, 0)), peer, waited)
     else:
-        # The count is carried as a scalar: a loop condition computed from the carried tensor alone
-        # crashes Triton 3.6's layout pass (TritonGPURemoveLayoutConversions).
+        # A scalar count: a loop condition from the carried tensor crashes Triton 3.6's layout pass.
         late = tl.sum((others & (seen < want)).to(tl.int32))
         while late > 0:
             seen = tl.atomic_add(arrivals + peers, 0, mask=others, sem="acquire", scope="sys")

@@ -7,13 +7,8 @@ carries, after the heap bases::
     [TRACE_SLOT + 2] address of the event counter  [TRACE_SLOT + 3] address of the op counter
     [TRACE_SLOT + 4 + f] address of field f's buffer, for the FIELDS below
 
-with ``TRACE_SLOT = HEAP_BASES_SLOT + world_size``; all zeros while tracing is off. Each buffer
-holds ``max_events`` int64 values. An event takes the next slot of the counter; past
-``max_events`` events are counted but not stored.
-
-Whether a kernel records anything is a compile-time constant (``tracing``): built without it,
-the device ops compile to exactly the code they have without tracing (tests/test_tracing.py
-compares the compiled kernels).
+with ``TRACE_SLOT = HEAP_BASES_SLOT + world_size``; events past ``max_events`` are counted, not stored.
+Tracing is a compile-time constant, so a kernel built without it compiles to the untraced code.
 
 Example:
     >>> @triton.jit
@@ -31,8 +26,7 @@ from triton.language.core import _aggregate as aggregate
 from iris.device.rma import AMDGCN, CHECKS_AFTER_BASES, HEAP_BASES_SLOT, PTX
 from iris.device.sync import _clock_ns
 
-# Per event, one int64 each, in the context tensor's order. END holds the end
-# timestamp of an event with a duration (0: an instant); OP_INDEX is the event's place on its rank.
+# Per event, one int64 each, in the context tensor's order; ``end`` is 0 for an instant.
 FIELDS = ("event_id", "pid", "pid_m", "pid_n", "cur_rank", "target_rank", "xcc_id", "cu_id", "timestamp",
           "address", "end", "op_index", "payload_size")
 HEADER = 4  # enabled, max_events, event counter, op counter (op_index is the event's slot)
@@ -44,8 +38,7 @@ def header_slot(world_size: int) -> int:
 
 
 def context_length(world_size: int) -> int:
-    """The context tensor's length: rank, world, bases, the tracing header and one
-    address per field."""
+    """The context tensor's length: rank, world, bases, the tracing header and one address per field."""
     return header_slot(world_size) + HEADER + len(FIELDS)
 
 
@@ -54,8 +47,8 @@ assert HEADER + len(FIELDS) == CHECKS_AFTER_BASES.value, "the debug word follows
 (F_EVENT_ID, F_PID, F_PID_M, F_PID_N, F_CUR_RANK, F_TARGET_RANK, F_XCC_ID, F_CU_ID, F_TIMESTAMP, F_ADDRESS, F_END,
  F_OP_INDEX, F_PAYLOAD_SIZE) = (tl.constexpr(row) for row in range(len(FIELDS)))
 
-# Event kinds (0-1023 Iris ops, 1024- user data movement, 2048- user compute,
-# 3072- synchronization; signal is ours). Each is also a constexpr of this module: tracing.PUT, ...
+# Event kinds (0- Iris ops, 1024- data movement, 2048- compute, 3072- synchronization), each also a
+# constexpr of this module: tracing.PUT, ...
 EVENT_NAMES = {
     0: "load", 1: "store", 2: "get", 3: "put", 4: "copy", 5: "atomic_add", 6: "atomic_sub", 7: "atomic_cas",
     8: "atomic_xchg", 9: "atomic_xor", 10: "atomic_and", 11: "atomic_or", 12: "atomic_min", 13: "atomic_max",
@@ -106,8 +99,7 @@ TraceEvent = aggregate(_TraceEvent)
 
 @triton.jit
 def _core_id():
-    """The SM (NVIDIA) or compute unit (AMD: shader engine and CU of HW_ID) this program runs on; 0 where
-    kernels carry no assembly (Triton's interpreter)."""
+    """The SM or compute unit this program runs on; 0 under Triton's interpreter."""
     if AMDGCN:
         hw = tl.inline_asm_elementwise("s_getreg_b32 $0, hwreg(HW_REG_HW_ID)", "=s", [], dtype=tl.int32,
                                        is_pure=False, pack=1)

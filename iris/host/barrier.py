@@ -1,8 +1,5 @@
-"""``Iris.device_barrier``: a barrier that is one small kernel on the current stream.
-
-Nothing waits on the host, so it overlaps with queued work and can be captured in a CUDA
-graph and replayed (its counters live in device memory, so every replay is a new round).
-"""
+"""``Iris.device_barrier``: one small kernel on the current stream, so it overlaps queued work and replays
+from a graph (its counters live in device memory)."""
 
 from __future__ import annotations
 
@@ -17,8 +14,7 @@ class DeviceBarrier:
     """Per-context state of the device barrier.
 
     Args:
-        arrivals: ``world_size * FUSED_PROGRAMS`` int64 counters on the heap, at the same offset on
-            every rank ([slot][rank]; the heap's reserved region ``barrier.arrivals``, see iris.host.team).
+        arrivals: ``world_size * FUSED_PROGRAMS`` int64 heap counters, at one offset on every rank.
         rank, world_size: this rank and the job's size.
         heap_bases: the int64 heap-bases tensor on the device.
     """
@@ -38,13 +34,7 @@ class DeviceBarrier:
         self._block = max(16, 1 << (world_size - 1).bit_length())
 
     def members_of(self, group) -> tuple[int, ...]:
-        """The global ranks of ``group`` (None: all ranks), checked before any launch.
-
-        ``group`` is a torch.distributed group, or a tuple of global ranks in member order (a team
-        made inside Iris without a process group, e.g. the hierarchical all_reduce's node teams).
-
-        Looked up and checked once per group: collectives call this on every launch.
-        """
+        """The global ranks of ``group`` (None: all; a process group or a tuple of ranks), checked once per group."""
         ranks = self._ranks_by_group.get(group)
         if ranks is None:
             ranks = self._ranks_by_group[group] = self._checked_ranks(group)
@@ -74,11 +64,10 @@ class DeviceBarrier:
         return tuple(dist.get_process_group_ranks(group))
 
     def arguments(self, group=None) -> tuple:
-        """(arrivals, expected, members, count) for ``barrier_round`` in a kernel of this group; BLOCK is
-        :attr:`block`. Kernels that use them share the barrier's counts with ``device_barrier()``."""
+        """(arrivals, expected, members, count) for ``barrier_round`` in a kernel of this group."""
         members = self.members_of(group)
         tensor = self._members.get(members)
-        if tensor is None:  # made once per group: later calls copy nothing from the host (graph capture)
+        if tensor is None:  # once per group: graph capture copies nothing from the host
             tensor = torch.tensor(members, dtype=torch.int32, device=self._expected.device)
             self._members[members] = tensor
         return self._arrivals, self._expected, tensor, len(members)

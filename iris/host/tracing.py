@@ -1,17 +1,8 @@
 """Tracing, host side: ``ctx.tracing.enable()``, run kernels built with tracing, ``ctx.tracing.export()``.
 
-Kernels record events through a :class:`iris.DeviceContext` made with
-``DeviceContext.initialize(context, rank, world_size, tracing=True)``: every device op it offers
-(load, store, get, put, copy, the atomics, signal, wait_until) and the spans of your own
-(``record_event_start`` / ``record_event_end``, ``record_event``). See :mod:`iris.device.tracing`
-for the records and the context tensor's fields.
-
-:meth:`Tracing.export` writes Chrome trace JSON (open it at https://ui.perfetto.dev or
-chrome://tracing): one process per rank, one track per SM / compute unit (per program on the
-CPU backend, whose interpreter runs programs one after another), and, in the merged file, flow
-arrows from each signal (and the put or store before it in the same program) to the wait_until
-on the target rank that watched the same word. Timestamps: the GPU's global timer on NVIDIA,
-s_memrealtime on AMD, the host's monotonic clock on the CPU backend; shown from the earliest event.
+Kernels record through a :class:`iris.DeviceContext` made with ``tracing=True``: every device op and your
+own spans (see :mod:`iris.device.tracing`). :meth:`Tracing.export` writes Chrome trace JSON (open it at
+https://ui.perfetto.dev): a process per rank, a track per SM/CU, and flow arrows from signals to waits.
 
 Example:
     >>> ctx.tracing.enable(max_events=100_000)
@@ -33,7 +24,7 @@ _DATA_MOVERS = ("put", "store", "copy")
 
 
 class Tracing:
-    """Device-side event tracing of one Iris context (``ctx.tracing``); see :mod:`iris.host.tracing`."""
+    """Device-side event tracing of one Iris context (``ctx.tracing``)."""
 
     def __init__(self, ctx):
         self._ctx = weakref.proxy(ctx)
@@ -79,9 +70,7 @@ class Tracing:
         self._ctx.get_device_context()[start:start + len(header)].copy_(header)  # in place: heap_bases views it
 
     def events(self) -> list[dict]:
-        """This rank's recorded events, in the order recorded: dicts with the fields of
-        :data:`iris.device.tracing.FIELDS`, ``name`` (the kind) and ``offset`` (the address's heap
-        offset on this rank, or None off the heap)."""
+        """This rank's events in order: dicts of :data:`iris.device.tracing.FIELDS`, ``name`` and heap ``offset``."""
         if self._records is None:
             return []
         self._ctx.team.backend.synchronize(self._ctx.get_device())
@@ -99,7 +88,7 @@ class Tracing:
 
     def export(self, filename: str = "trace.json", merge: bool = False) -> dict:
         """Write this rank's events to ``<filename minus .json>_rank<r>.json``; with ``merge`` (collective),
-        also every rank's, with flow arrows from signals to waits, to ``filename`` on rank 0.
+        also every rank's to ``filename`` on rank 0.
 
         Returns:
             The merged trace (every rank) with ``merge``, else this rank's, as written (Chrome trace JSON).
@@ -132,13 +121,9 @@ class Tracing:
 def summarize(events: list[dict]) -> dict:
     """Where the time of a traced run went, per kind of span (``compute``, ``put``, ``reduce``, ``wait``, ...).
 
-    Returns a dict: ``span_us`` (first event's start to the last one's end), ``programs`` (how many
-    recorded), ``kinds`` ({name: {"count", "mean_us", "per_program_us"}}: how many spans of that kind, their
-    mean length, and their total divided by the programs; instants take no time and are left out),
-    ``idle_us`` (per program, on average, the part of ``span_us`` that no span covers; nested spans
-    count once) and ``tail_us`` (from the end of the last ``compute`` span to the end of the last span:
-    what a fused op does after its last tile). Timestamps are the device's (see the module doc); on the
-    CPU backend the interpreter runs programs one after another, so only the counts mean anything.
+    Returns a dict: ``span_us`` (first start to last end), ``programs``, ``kinds`` ({name: {"count",
+    "mean_us", "per_program_us"}}), ``idle_us`` (per program, the time no span covers) and ``tail_us``
+    (after the last ``compute`` span). On the CPU backend only the counts mean anything.
 
     Example:
         >>> summarize(ctx.tracing.events())["tail_us"]
@@ -170,8 +155,7 @@ def _track(event: dict, by_program: bool) -> str:
 
 
 def _chrome_trace(ranks: list[tuple[int, list[dict]]], world_size: int, backend) -> dict:
-    """Chrome trace JSON of ``ranks``' events: complete or instant events, flows from signal to wait.
-    Tracks are programs where a launch's programs run one after another, else SMs/CUs."""
+    """Chrome trace JSON of ``ranks``' events; tracks are programs where programs run in turn, else SMs/CUs."""
     by_program = backend.runs_programs_in_turn
     stamps = [e["timestamp"] for _, events in ranks for e in events]
     origin = min(stamps) if stamps else 0
@@ -195,8 +179,7 @@ def _chrome_trace(ranks: list[tuple[int, list[dict]]], world_size: int, backend)
 
 
 def _flows(ranks: list[tuple[int, list[dict]]], origin: int, by_program: bool) -> list[dict]:
-    """A flow (Chrome "s" -> "f") from each signal, and from the last put/store/copy its program made to
-    the same rank before it, to the wait_until on the target rank that watched the same heap word."""
+    """Flows from each signal (and its program's last data move before it) to the wait on the same word."""
     by_rank = dict(ranks)
     flows, number = [], 0
     for waiter, events in ranks:

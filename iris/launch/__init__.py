@@ -1,26 +1,11 @@
 """``iris run -n N [--timeout S] [--cpu-bind] script.py [args...]`` (or ``-m module [args...]``): start N ranks on
 this machine.
 
-Each rank runs ``python script.py args...`` (or ``python -m module args...``) with the environment Iris's
-bootstrap reads (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) plus IRIS_JOB_ID
-(every variable it sets: :data:`iris.config.VARIABLES`). A switch of :mod:`iris.config` set to a word it does
-not take stops the launch before any rank starts.
-Output lines are prefixed with ``[rank R]``. When a rank fails, the others are
-stopped and the launcher exits with that rank's exit code (128 + N for a rank
-killed by signal N; a segmentation fault prints the rank's Python stack and a hint);
-after ``--timeout`` seconds each rank still running prints every thread's Python
-stack (ranks that made an Iris context: see :func:`iris.host.debug.enable_stack_dumps`; the launcher
-names the others), then every rank is stopped and the exit code is 124.
-
-With ``--cpu-bind`` (or IRIS_CPU_BIND=1) each rank runs on cores of its own, spread over the
-NUMA nodes (:mod:`iris.runtime.cpu_binding`); the launcher prints which.
-
-Nothing outlives the launcher: SIGTERM, SIGHUP and SIGINT (what ``timeout``, Slurm
-and Ctrl-C send) are forwarded to every rank's process group, which gets
-``STOP_GRACE_SECONDS`` to exit before it is killed, and the launcher exits with
-128 + the signal's number. A rank dies with its launcher even when the launcher is
-SIGKILLed (Linux: the parent-death signal). Shared-memory segments of the job are
-removed at the end, also when a rank crashed.
+Each rank runs with torchrun's variables (RANK, WORLD_SIZE, ...; all in :data:`iris.config.VARIABLES`), its
+output lines prefixed ``[rank R]``. When a rank fails, the others are stopped and the launcher exits with its
+code (128 + N for signal N); after ``--timeout`` seconds every rank prints its Python stacks, then all stop
+with code 124. Nothing outlives the launcher: SIGTERM, SIGHUP and SIGINT are forwarded, ranks die with a
+SIGKILLed launcher (Linux), and the job's shared-memory segments are removed at the end.
 """
 
 from __future__ import annotations
@@ -53,11 +38,9 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def free_port() -> int:
-    """A port for the ranks' rendezvous, free now. Drawn below Linux's ephemeral range (32768-60999),
-    where the outgoing connections of other jobs get their ports, so one of them cannot take it
-    between now and rank 0's bind (EADDRINUSE, seen with many jobs starting side by side)."""
-    # System randomness: Hypothesis (and users) seed the random module, and jobs started side by side
-    # with the same seed would all draw the same port.
+    """A port for the ranks' rendezvous, free now, drawn below Linux's ephemeral range so that other jobs'
+    outgoing connections cannot take it before rank 0 binds it."""
+    # System randomness: jobs started side by side with a seeded random module would draw the same port.
     for port in random.SystemRandom().sample(range(20000, 32768), 64):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
@@ -71,9 +54,7 @@ def free_port() -> int:
 
 
 def rank_command(command: list[str]) -> list[str]:
-    """A rank's command line: ``python *command``; with the cross-compile gate asked for (IRIS_CROSS_COMPILE,
-    an interpreted backend) through the gate's runner, which installs it before the script runs
-    (``python -m iris.testing.cross_compile --run *command``, a testing tool named here, not imported)."""
+    """A rank's command line: ``python *command``, through the cross-compile gate's runner where it is asked for."""
     if config.cross_compile_targets() and not device_facts().compiles_kernels:
         return [sys.executable, "-m", "iris.testing.cross_compile", "--run", *command]
     return [sys.executable, *command]
@@ -103,9 +84,7 @@ def _raise_stopped(signum, frame):
 
 
 def _die_with_launcher_hook():
-    """A ``preexec_fn``: the rank gets SIGKILL when the launcher dies, however it dies (Linux only).
-
-    libc's ``prctl`` is looked up here, before any fork, so the child only makes the call."""
+    """A ``preexec_fn``: the rank gets SIGKILL when the launcher dies, however it dies (Linux only)."""
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):  # not Linux: ranks are stopped by the signal handlers only
@@ -121,9 +100,7 @@ def _die_with_launcher_hook():
 
 
 def _rank_setup(hook, cpus):
-    """A ``preexec_fn``: SIGUSR1 ignored until the rank's first context turns the stack dumps on (so the
-    timeout's signal does not kill a rank that has none), ``hook`` (another one, or None), then this process
-    on ``cpus`` only (None: anywhere)."""
+    """A ``preexec_fn``: SIGUSR1 ignored until a context turns stack dumps on (else it kills), ``hook``, ``cpus``."""
     def start():
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         if hook is not None:
@@ -150,11 +127,9 @@ def _exit_code(returncode: int) -> int:
 
 
 def _dump_stacks(procs, ranks, heard) -> list[int]:
-    """SIGUSR1 to each of ``ranks`` (see :func:`iris.host.debug.enable_stack_dumps`), then wait for their stacks to
-    arrive; returns the ranks still running that printed nothing (a rank without an Iris context ignores the signal).
+    """SIGUSR1 to each of ``ranks``, then wait for their stacks; returns the running ranks that printed nothing.
 
-    A loaded host can take seconds to deliver them: the wait ends once every signalled rank has written a
-    line since the signal and all have been quiet for STACK_DUMP_QUIET_SECONDS (STACK_DUMP_SECONDS at most)."""
+    The wait ends once every rank has spoken and all have been quiet a while, as a loaded host can be slow."""
     signalled = time.monotonic()
     for rank in ranks:
         try:
@@ -229,7 +204,7 @@ def _watch(procs, timeout, sink, lock, heard) -> int:
 def run(nprocs: int, command: list[str], timeout: float | None = None, sink=None, cpu_bind: bool | None = None) -> int:
     """Run ``command`` (``[script, args...]`` or ``[-m, module, ...]``) as ``nprocs`` ranks; returns the exit code.
 
-    ``cpu_bind``: each rank on cores of its own (:mod:`iris.runtime.cpu_binding`); None: as IRIS_CPU_BIND says (off).
+    ``cpu_bind``: each rank on cores of its own; None: as IRIS_CPU_BIND says.
 
     Example:
         >>> run(2, ["examples/01_store/example.py", "--validate"], timeout=300)
@@ -280,8 +255,7 @@ def run(nprocs: int, command: list[str], timeout: float | None = None, sink=None
 def build_parser() -> argparse.ArgumentParser:
     """The ``iris`` command line: ``iris run``, ``iris info`` and ``iris cleanup``.
 
-    Only argparse here: the documentation's CLI page is rendered from this function without importing
-    iris (or torch).
+    Only argparse here: the CLI page is rendered from it without importing torch.
     """
     parser = argparse.ArgumentParser(prog="iris", description="Iris command-line tools")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -292,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--timeout", type=float, default=None, help="stop every rank after this many seconds")
     run_parser.add_argument("--cpu-bind", action="store_true", default=None,
                             help="give each rank cores of its own, spread over the NUMA nodes (IRIS_CPU_BIND=1)")
-    # -m takes the rest of the line, as python -m does: the module's name, then its own arguments
+    # -m takes the rest of the line, as python -m does
     run_parser.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE",
                             help="run this module as each rank's program (python -m MODULE); every word after it "
                                  "is the module's")
@@ -306,8 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def rank_program(args: argparse.Namespace) -> list[str]:
-    """The ranks' program as ``python`` takes it, from ``iris run``'s parsed arguments: ``[script, args...]``, or
-    ``["-m", module, args...]``. ``iris run -n 2 -- -m module`` (the older spelling) gives the same.
+    """The ranks' program as ``python`` takes it, from ``iris run``'s parsed arguments.
 
     Raises:
         ValueError: neither a script nor a module, or ``-m`` without a module's name.

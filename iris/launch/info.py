@@ -1,11 +1,8 @@
 """``iris info``: what a bug report needs to say about this machine and process, without starting a job.
 
-Versions (Iris, Python, torch, Triton), the backend and why it was chosen, each GPU (name, compute
-capability or architecture, SMs, memory) and which pairs reach each other by peer access, the heap
-providers this process could use, every switch and setting of :data:`iris.config.VARIABLES` as set and
-what each means here (a value Iris would refuse is reported as refused, not raised), and the gaps of the
-backend from the capability table (:mod:`iris.runtime.capabilities`). It creates no context, heap or
-process group.
+Versions, the backend and why, each GPU and its peer access, the heap providers, every switch and setting
+of :data:`iris.config.VARIABLES` and what it means here (a bad value reported, not raised), and the
+backend's gaps. It creates no context, heap or process group.
 
 Example:
     $ iris info            # a few lines of text
@@ -20,8 +17,7 @@ import platform
 from iris import config
 from iris.memory.providers import provider_name
 
-# What a user's switch or setting means in this process, where more can be said than on or off and the value:
-# each a config reader. Every switch and setting of iris.config.VARIABLES is shown (see _meanings), these or not.
+# Switches and settings whose meaning here says more than their value; the others are shown plainly.
 _MEANINGS = {
     "IRIS_BACKEND": lambda: config.backend_request() or "chosen by what torch sees",
     "IRIS_SIMULATION": lambda: "several ranks per GPU" if config.simulation() else "off",
@@ -84,8 +80,7 @@ def _no_graphs_on(backend: str) -> str:
 
 
 def native_replay_meaning(on: bool, backend) -> str:
-    """What IRIS_NATIVE_REPLAY does on ``backend`` (a backend class): the C path launches a repeated call's graph
-    by the driver, so where graphs go out by ``graph.replay()`` or there are no graphs it changes nothing.
+    """What IRIS_NATIVE_REPLAY does on ``backend`` (a class): nothing where graphs go by ``graph.replay()`` or none.
 
     Example:
         >>> native_replay_meaning(True, iris.runtime.backend_class("hip"))

@@ -1,16 +1,9 @@
 """Memory whose free is collective: kept until every rank can free it in the same call.
 
-NVSHMEM's and rocSHMEM's free waits for every rank (``nvshmem_free`` includes a barrier). Left to
-the garbage collector, a shmem heap is freed when the last tensor viewing it dies: at different
-moments on different ranks, and at exit on some ranks only (objects in reference cycles, a rank that
-ends first), so the rank that frees waits forever for the others.
-
-:class:`CollectiveFrees` holds every such allocation of the process, in the order made (the same
-on every rank, since making one is collective). An allocation is freed only inside a collective
-call (:meth:`CollectiveFrees.free_unused`), where every rank frees the same allocations in the same
-order: those that are released (their context closed) and that no tensor views any more, on every
-rank. At exit, whatever is left is never freed by Python (the process's end returns it to the
-driver), so no rank waits at exit for a peer that has already gone.
+Why: NVSHMEM's and rocSHMEM's free is a barrier. Left to the garbage collector, ranks free at different
+moments (or at exit on some ranks only) and the rank that frees waits forever. So allocations are freed
+only inside :meth:`CollectiveFrees.free_unused`, the same ones in the same order on every rank; what is left
+at exit is never freed by Python.
 
 Example:
     >>> frees = CollectiveFrees()
@@ -39,9 +32,7 @@ def _storage_users(tensor: torch.Tensor) -> int | None:
 
 
 def never_free(obj) -> None:
-    """Take a reference to ``obj`` that is never dropped: Python never frees it, not even at exit (the
-    process's end returns its memory). For memory whose free is collective where no collective free
-    can pair up (an allocation some ranks made, what is left at exit).
+    """Keep ``obj`` alive forever, for collectively freed memory no collective free can pair up.
 
     Example:
         >>> never_free(symm_mem.empty(1 << 20, dtype=torch.uint8, device="cuda"))
@@ -51,20 +42,18 @@ def never_free(obj) -> None:
 
 @dataclass(eq=False)
 class Kept:
-    """One allocation held for a collective free: ``tensor`` (never handed out), what else must live as
-    long (``companions``, e.g. the engine's rendezvous handle), and whether its owner let it go."""
+    """One allocation held for a collective free, with what must live as long (``companions``)."""
 
     tensor: torch.Tensor
     companions: tuple = ()
     released: bool = False
 
     def view(self) -> torch.Tensor:
-        """A tensor over the same memory to hand out (the kept tensor itself stays private)."""
+        """A tensor over the same memory to hand out; the kept one stays private."""
         return self.tensor[:]
 
     def unused(self, alone: int | None) -> bool:
-        """Released, and no tensor but the kept one views the memory (``alone``: the count of a tensor
-        alone, measured on this torch)."""
+        """Released, and viewed by no tensor but the kept one (``alone``: a lone tensor's use count)."""
         users = _storage_users(self.tensor)
         return self.released and alone is not None and users is not None and users <= alone
 
@@ -85,7 +74,7 @@ class CollectiveFrees:
         return entry
 
     def abandon(self, tensor: torch.Tensor) -> None:
-        """Never free ``tensor`` (an allocation only some ranks made: no free of it can pair up)."""
+        """Never free ``tensor`` (only some ranks made it)."""
         never_free(tensor)
 
     def free_unused(self, comm) -> int:
@@ -106,8 +95,7 @@ class CollectiveFrees:
         return len(freed)
 
     def keep_at_exit(self) -> None:
-        """At exit, before the interpreter's teardown: what is still held is never freed by Python (a
-        reference that is never dropped), so no rank frees, and waits, after its peers have gone."""
+        """At exit, never free what is held, so no rank waits on peers that have gone."""
         if self._kept_at_exit:
             return
         self._kept_at_exit = True

@@ -1,15 +1,8 @@
 """A persistent Triton GEMM: ``out = a @ b (+ bias)``, bf16/fp16 operands, float32 accumulation.
 
-The fused operations of :mod:`iris.ops` build on this kernel, so it lives in the package instead
-of an external GEMM library. Each program walks output tiles ``pid, pid + programs, ...`` in
-grouped order (``GROUP_M`` tile rows at a time, so that neighbouring programs share operand
-tiles in L2), accumulates each tile over K in float32 with ``tl.dot`` and writes it in ``out``'s
-dtype (float32, bfloat16 or float16), with the bias row added when one is given.
-
-On a GPU the tile shape is autotuned over configurations chosen for Hopper (and valid on AMD)
-per (M, N, K). Triton's interpreter (the CPU backend) runs one small tile shape, and upcasts the
-operands to float32 before ``tl.dot``: its bfloat16 dot returns garbage (seen with Triton 3.9:
-a relative error of 6e9 against float64).
+The fused operations of :mod:`iris.ops` build on its pieces, so it lives here rather than in a GEMM library.
+Programs walk output tiles in grouped order, so neighbours share operand tiles in L2. Triton's interpreter
+runs one small tile and upcasts operands to float32, as its bfloat16 ``tl.dot`` is wrong.
 
 Example:
     >>> a = torch.randn(1024, 512, dtype=torch.bfloat16, device="cuda")
@@ -64,9 +57,7 @@ def accumulate(acc, a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, r
 
 @triton.jit
 def accumulate_described(acc, a, b, K, row, col, UPCAST: tl.constexpr, BLOCK_K: tl.constexpr, b_row):
-    """``acc + a[row:, :K] @ b[b_row:b_row + K, col:]`` in float32, through the tensor descriptors ``a`` and
-    ``b`` (:func:`operand`), one (BLOCK_M, BLOCK_K) and (BLOCK_K, BLOCK_N) tile per step; past their edges
-    descriptors read zeros."""
+    """``acc + a[row:, :K] @ b[b_row:b_row + K, col:]`` in float32, through tensor descriptors (zeros past edges)."""
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         x = a.load([row, k * BLOCK_K])
         y = b.load([b_row + k * BLOCK_K, col])
@@ -80,9 +71,8 @@ def accumulate_described(acc, a, b, K, row, col, UPCAST: tl.constexpr, BLOCK_K: 
 @triton.jit
 def operand(pointer, rows, cols, stride_row, TMA: tl.constexpr, BLOCK_ROWS: tl.constexpr,
             BLOCK_COLS: tl.constexpr):
-    """What :func:`tile_product` reads a row-major (``rows``, ``cols``) operand from: the pointer, or
-    with ``TMA`` a tensor descriptor of it that loads (BLOCK_ROWS, BLOCK_COLS) tiles (zeros past
-    the edges). Make it once per program, outside the tile loop."""
+    """A row-major operand as :func:`tile_product` reads it: the pointer, or with ``TMA`` a tensor descriptor.
+    Make it once per program, outside the tile loop."""
     if TMA:
         source = tl.make_tensor_descriptor(pointer, shape=[rows, cols], strides=[stride_row, 1],
                                            block_shape=[BLOCK_ROWS, BLOCK_COLS])
@@ -96,9 +86,7 @@ def tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TMA: tl.constexpr = False):
     """(float32 tile of ``a @ b``, its rows, its columns) for output tile (``tile_m``, ``tile_n``).
 
-    ``a`` and ``b`` are pointers, or with ``TMA`` the descriptors :func:`operand` made (Hopper's
-    bulk tile loads: 0.99 of cuBLAS at one rank where masked loads reach 0.92, see
-    benchmarks/probes/gemm_probe.py).
+    With ``TMA``, ``a`` and ``b`` are :func:`operand`'s descriptors: Hopper's bulk loads beat masked loads.
     """
     rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -130,8 +118,7 @@ def hand_over(acc, parts, ready, slot, BLOCK_M: tl.constexpr, BLOCK_N: tl.conste
 
 @triton.jit
 def take_over(acc, parts, ready, tile, tiles, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """``acc`` (the last K part of tile ``tile`` of ``tiles`` split) plus its other parts, handed over in slots
-    ``part * tiles + tile`` and each waited for; their flags cleared for the next call."""
+    """``acc`` (a tile's last K part) plus its other parts, each waited for; their flags cleared for the next call."""
     place = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     for part in range(0, SPLIT - 1):
         slot = part * tiles + tile
@@ -159,7 +146,7 @@ def _gemm_kernel(a, b, out, bias, M, N, K, stride_am, stride_ak, stride_bk, stri
 
 
 def _hopper_configs() -> list[triton.Config]:
-    """Tile shapes for bf16/fp16 on H100/H200 (128-wide MMA tiles, 3-4 pipeline stages); valid on AMD."""
+    """Tile shapes for bf16/fp16 on Hopper; valid on AMD."""
     shapes = [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 4),
               (64, 256, 64, 4, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4)]
     return [triton.Config(dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, GROUP_M=8), num_warps=w, num_stages=s)
@@ -218,8 +205,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, bi
         out: (M, N) to write into; made when None.
         bias: optional (N,) added to every row (in float32, before the cast to ``out``'s dtype).
         out_dtype: float32, bfloat16 or float16 (default: ``out``'s dtype, else ``a``'s).
-        programs: on a GPU, at most this many persistent programs (default: one per compute unit), to leave
-            the others to a kernel beside it (:mod:`iris.ops.matmul_all_reduce.pipelined`).
+        programs: on a GPU, at most this many persistent programs (default: one per compute unit).
     """
     out_dtype = out_dtype or (out.dtype if out is not None else getattr(a, "dtype", None))
     check_operands("matmul", a, b, out, bias, out_dtype)

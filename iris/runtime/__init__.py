@@ -1,7 +1,6 @@
 """Backends (one module each) and the choice between them.
 
-The choice is made once, when ``iris`` is imported, because the CPU backend
-must switch Triton to its interpreter before any kernel is defined.
+Chosen once at import: the CPU backend must switch Triton to its interpreter before any kernel is defined.
 """
 
 from iris.runtime import select

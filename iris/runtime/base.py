@@ -1,6 +1,4 @@
-"""The one interface every backend implements: a rank's device, the memory behind a symmetric heap mapped
-into every rank, waiting for a device, and what the backend can do (its facts). The rest of Iris is written
-against it, so there is no ``if cpu:`` elsewhere."""
+"""The one interface every backend implements, so no code elsewhere tests which backend it runs on."""
 
 from __future__ import annotations
 
@@ -13,8 +11,7 @@ import torch
 
 @dataclass
 class HeapMemory:
-    """One rank's heap as this process sees it: ``local`` (flat ``uint8`` tensor on the heap's device),
-    every rank's base address valid here (``bases``), and ``release_peers`` to unmap the peers' heaps."""
+    """One rank's heap: ``local`` (flat ``uint8``), every rank's base valid here, and how to unmap the peers."""
 
     local: torch.Tensor
     bases: list[int]
@@ -22,8 +19,7 @@ class HeapMemory:
 
 
 def raise_if_any_rank_failed(comm, failure: str | None) -> None:
-    """Collective: every rank passes what went wrong in its part of a setup (or None); if any rank
-    failed, every rank raises MemoryError with that message, so none waits for a peer that gave up.
+    """Collective: if any rank's ``failure`` is set, every rank raises MemoryError, so none waits on a peer.
 
     Example:
         >>> raise_if_any_rank_failed(comm, None if ok else "cudaMalloc of 1 PiB failed")
@@ -36,9 +32,7 @@ def raise_if_any_rank_failed(comm, failure: str | None) -> None:
 
 @dataclass(frozen=True)
 class DeviceFacts:
-    """What device code compiles against, read at import as Triton constants (:func:`iris.runtime.device_facts`;
-    a cross-compile worker's are its target's): ``inline_asm`` "ptx", "amdgcn", or None where Triton's interpreter
-    runs kernels as Python (``compiles_kernels`` False) and device code takes its host path.
+    """What device code compiles against (:func:`iris.runtime.device_facts`): ``inline_asm`` "ptx", "amdgcn" or None.
 
     Example: ``AMDGCN = tl.constexpr(device_facts().inline_asm == "amdgcn")``
     """
@@ -48,13 +42,12 @@ class DeviceFacts:
 
 
 class Backend(ABC):
-    """A place Iris runs: CUDA GPUs, HIP GPUs or CPUs under Triton's interpreter. Callers ask it capability
-    questions (:data:`FACTS`, each answered in the backend's own module), never which backend it is.
+    """A place Iris runs (CUDA, HIP, or CPUs under Triton's interpreter); callers ask it :data:`FACTS`, never its name.
 
     Example: ``programs = 1 if backend.runs_programs_in_turn else backend.compute_unit_count(device)``
     """
 
-    #: Short name, as IRIS_BACKEND spells it (labels and the capability table; not for decisions).
+    #: Short name, as IRIS_BACKEND spells it (for labels, not decisions).
     name: str = ""
     #: The inverse of :attr:`compiles_kernels` (scripts read it).
     interpreted: bool = False
@@ -65,13 +58,13 @@ class Backend(ABC):
 
     #: Triton compiles kernels for the device (autotuning, a compile cache); False: its interpreter runs them.
     compiles_kernels: bool
-    #: The programs of one launch run one after another in program-id order: more programs add no concurrency.
+    #: The programs of one launch run one after another in program-id order.
     runs_programs_in_turn: bool
     #: 16-bit float operands of ``tl.dot`` are cast to float32 first (the ``UPCAST`` constexpr of iris.ops).
     upcasts_narrow_floats: bool
     #: Work queues on device streams and runs asynchronously: side streams, timing events, graphs.
     has_streams: bool
-    #: :meth:`copy` between devices runs on a copy engine beside the kernels, not at once on the host.
+    #: :meth:`copy` between devices runs on a copy engine beside the kernels.
     has_copy_engine: bool
     #: Kernels may load tiles through tensor descriptors (``tl.make_tensor_descriptor``, TMA).
     tensor_descriptors: bool
@@ -81,12 +74,12 @@ class Backend(ABC):
     engine_reaches_other_nodes: bool
     #: The heap is host memory: ``device="cuda"`` names the host, as the heap's device.
     memory_on_host: bool
-    #: The inline assembly compiled kernels carry ("ptx", "amdgcn"), or None (see :class:`DeviceFacts`).
+    #: The inline assembly compiled kernels carry ("ptx", "amdgcn"), or None.
     inline_asm: str | None
 
     @abstractmethod
     def xcc_count(self, device_index: int | None = None) -> int:
-        """Accelerator dies (XCCs) of device ``device_index`` (None: the current device); 1 where there is one."""
+        """Accelerator dies (XCCs) of device ``device_index`` (None: the current device)."""
 
     @staticmethod
     @abstractmethod
@@ -102,8 +95,7 @@ class Backend(ABC):
 
     @classmethod
     def find_limitation(cls, feature: str, dtype=None, concurrent: bool = False):
-        """The capability table's row saying this backend cannot honour ``feature`` (for ``dtype``), or None:
-        ``ctx.backend.find_limitation("atomic", torch.bfloat16, concurrent=True)``."""
+        """The capability table's row saying this backend cannot honour ``feature`` (for ``dtype``), or None."""
         from iris.runtime.capabilities import find_limitation
 
         return find_limitation(cls.name, feature, dtype, concurrent)
@@ -131,11 +123,10 @@ class Backend(ABC):
         """Streaming multiprocessors, compute units or CPU cores of ``device``."""
 
     def wall_clock_rate_khz(self, device: torch.device) -> int:
-        """kHz of the clock device timestamps read (iris.device.sync's clock): nanoseconds by default."""
+        """kHz of the clock device timestamps read; nanoseconds by default."""
         return 1_000_000
 
     @abstractmethod
     def copy(self, dst: int, src: int, nbytes: int, stream=None) -> None:
-        """Copy ``nbytes`` from address ``src`` to ``dst`` (either in any heap this process maps, or pinned host
-        memory) in ``stream``'s order: the runtime's asynchronous copy on a GPU (the copy engine between
-        devices), at once on the CPU backend. ``stream``: a torch stream, or None for the current one."""
+        """Copy ``nbytes`` from address ``src`` to ``dst`` (mapped heap or pinned host memory) in ``stream``'s order
+        (None: the current stream); asynchronous on a GPU, at once on the CPU backend."""

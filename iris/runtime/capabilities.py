@@ -1,14 +1,7 @@
 """What a backend cannot honour, in one table, each gap with its reason.
 
-Everything the CPU backend (Triton's interpreter) does differently from the GPUs is a row here,
-and nowhere else. Tests and library code ask :func:`limitation` instead of special-casing a
-backend: a case the table names is marked with the table's reason, never skipped silently.
-Each row has a test (tests/test_capabilities.py) that shows the gap is real and fails once it
-disappears (a newer Triton), so a stale row is found and deleted.
-
-What the interpreter does *not* check, the compilers do: the cross-compile gate
-(:mod:`iris.testing.cross_compile`) compiles every kernel the CPU backend launches for sm_90
-and gfx942, so a kernel the table lets through on the CPU still has to compile for both vendors.
+Code asks :func:`limitation` instead of special-casing a backend, so a gap is marked with its reason, never
+skipped silently. Each row has a test that fails once the gap disappears, so stale rows get deleted.
 
 Example:
     >>> from iris.runtime.capabilities import limitation
@@ -27,8 +20,7 @@ from dataclasses import dataclass
 class Limitation:
     """One gap: ``backend`` cannot honour ``feature`` for ``dtype`` (None: any dtype), because ``reason``.
 
-    ``concurrent_only`` marks a gap that shows only when several ranks or programs
-    update the same word at once; a single writer still gets exact results.
+    ``concurrent_only``: the gap shows only with several writers on one word at once.
     """
 
     backend: str

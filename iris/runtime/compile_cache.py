@@ -1,15 +1,8 @@
 """Triton's file cache, where the ranks that need the same kernel at once compile it once.
 
-Every rank of a job launches the same kernels at about the same time. With Triton's own cache each
-rank that misses compiles the kernel itself: on a fresh machine, 4 simulated ranks on one GPU
-compile every kernel 4 times side by side, and the test suites spend most of their time there.
-:class:`CompileOnceCacheManager` lets the first rank that misses a kernel hold a lock on its cache
-folder while it compiles; the others wait for it and then load the result. A rank waits at most
-``WAIT_S`` seconds (then compiles itself), so a rank that dies or keeps a failed compile's lock
-cannot hang the others.
-
-GPU backends install it (:func:`install`) unless the user has chosen a cache manager
-(TRITON_CACHE_MANAGER).
+Why: with Triton's own cache every rank that misses compiles the same kernel side by side. Here the first
+holds a lock while it compiles and the others load its result; after ``WAIT_S`` a waiter compiles itself, so
+a dead rank cannot hang the others.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """CPU backend: each rank's heap is a POSIX shared-memory segment.
 
-Every rank maps every peer's segment into its own address space, so the heap
-bases are plain addresses in this process and Triton's interpreter (which
-dereferences raw addresses) reads and writes other ranks' heaps directly. The
-interpreter's atomics are CPU atomic instructions on that shared memory, so
-32- and 64-bit atomics are atomic across processes (see iris.runtime.capabilities for
-what is not).
-
-Segments are named ``/iris_<job>_<context>_<rank>`` (see :mod:`iris.runtime.shm`),
-created with mode 0600 and unlinked as soon as every rank has mapped them, so a
-crash afterwards leaks nothing; a segment a killed rank left before that point is
-removed by the next heap's creation on this machine, by ``iris cleanup``, or by
-``iris run`` at the end of its job.
+Every rank maps every peer's segment, so heap bases are plain addresses that Triton's interpreter dereferences,
+and its 32- and 64-bit atomics are atomic across processes. Segments are unlinked once every rank has mapped
+them, so a later crash leaks nothing.
 """
 
 from __future__ import annotations
@@ -43,8 +34,7 @@ def _address(mapping: mmap.mmap) -> int:
 class CpuBackend(Backend):
     name = "cpu"
     interpreted = True
-    # Triton's interpreter runs each launch's programs in turn, on the host, at once; its bfloat16 tl.dot is
-    # wrong (numpy has no bfloat16), so dot operands go in as float32; it emulates tensor descriptors.
+    # The interpreter's bfloat16 tl.dot is wrong (numpy has no bfloat16), so dot operands go in as float32.
     compiles_kernels = False
     runs_programs_in_turn = True
     upcasts_narrow_floats = True
@@ -76,7 +66,6 @@ class CpuBackend(Backend):
         ctypes.memmove(dst, src, nbytes)  # every heap of the job is mapped into this process
 
     def create_heap(self, nbytes: int, device, comm) -> HeapMemory:
-        # Rank 0 names the context so that all ranks agree without a shared counter.
         context = comm.broadcast_object(uuid.uuid4().hex[:8] if comm.rank == 0 else None, src=0)
         job = comm.broadcast_object(config.job_id() or uuid.uuid4().hex[:8], src=0)
         remove_stale_segments()  # what killed ranks of earlier jobs left
@@ -93,7 +82,6 @@ class CpuBackend(Backend):
             }
             comm.barrier()
         finally:
-            # Every rank has mapped every segment (or failed): the names are no longer needed.
             if own is not None:
                 own.unlink()
         own = own.mapping

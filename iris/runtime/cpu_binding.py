@@ -1,14 +1,8 @@
 """Which CPUs each rank of ``iris run --cpu-bind`` may run on (Linux).
 
-A rank's host thread issues every launch of a small collective, and its time per call is what an
-eager call costs when the GPU is faster than the host. Left to the scheduler, a rank's thread may
-move between cores, share one with another rank or run on the far socket. With ``--cpu-bind`` (or
-``IRIS_CPU_BIND=1``) each rank gets cores of its own: the ranks are spread over the NUMA nodes in
-blocks (ranks 0 .. n/N - 1 on the first node, as 8-GPU boards put GPUs 0-3 beside the first socket
-and rank r uses GPU r), and each rank takes whole cores (a core's hardware threads together), an
-equal share of its node's cores that the launcher may use. Where a node has fewer cores than ranks,
-ranks share them in turn. The GPUs' own NUMA nodes are not read: check ``nvidia-smi topo -m``
-(``rocm-smi --showtopo``) on a new kind of machine.
+Why: a small collective's eager cost is its host thread's, which the scheduler may move or share. Each rank
+gets an equal share of whole cores, ranks spread over NUMA nodes in blocks (as 8-GPU boards attach GPUs 0-3
+to the first socket); the GPUs' own NUMA nodes are not read.
 
 Example:
     >>> binding(3, available=range(8), nodes=[[0, 1, 2, 3], [4, 5, 6, 7]], core_of=lambda cpus: [[c] for c in cpus])
@@ -83,7 +77,7 @@ def cores(cpus, root: str = SYS_CPUS) -> list[list[int]]:
 
 
 def binding(nprocs: int, available=None, nodes=None, core_of=None) -> list[list[int]]:
-    """The CPUs of each of ``nprocs`` ranks on this machine (see the module).
+    """The CPUs of each of ``nprocs`` ranks on this machine.
 
     Args:
         available: the CPUs to share out (default: this process's affinity).

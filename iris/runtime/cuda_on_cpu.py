@@ -1,25 +1,10 @@
 """Programs written for CUDA run unchanged on the CPU backend: ``device="cuda"`` means the CPU.
 
-Programs written for GPUs say ``device="cuda"`` (``"cuda:0"``, ``torch.device("cuda", i)``,
-``.cuda()``, ``.to("cuda")``, ``torch.set_default_device("cuda")``), call ``torch.cuda.set_device``,
-``synchronize``, ``current_device``, time with ``torch.cuda.Event(enable_timing=True)``, queue work in a
-``torch.cuda.stream(...)``, and start torch.distributed with ``backend="nccl"``. On the CPU backend, where
-torch sees no GPU, :func:`install` (called once, at ``import iris``) makes exactly those run on the host:
-
-- a torch function mode rewrites every device argument that names CUDA to the CPU (factories, ``Tensor.to``,
-  ``Tensor.cuda``, ``new_*``, ``*_like``); ``pin_memory`` is dropped. Tensors say ``device(type='cpu')``;
-- ``torch.cuda``'s device calls keep a current index and do nothing else; ``synchronize`` returns at once
-  (every kernel has run to completion when its launch returns); streams run their work in program order,
-  and events read the host's clock (``time.perf_counter``) when recorded, so ``elapsed_time`` is the host
-  time between two records, in milliseconds; device name, properties and ``mem_get_info`` describe the host;
-- ``init_process_group`` / ``new_group`` with ``backend="nccl"`` run on gloo, with one warning per process;
-- what the host cannot give (CUDA graphs, a compute capability, any other call that needs the driver)
-  raises an error that names the call, instead of torch's "no NVIDIA driver".
-
-``torch.cuda.is_available()`` stays False and ``torch.cuda.device_count()`` 0: programs that choose with
-them (``"nccl" if torch.cuda.is_available() else "gloo"``) choose the host, and torch's own code, which
-asks the same, never reaches for a driver. IRIS_CPU_CUDA=0 leaves torch untouched. Torch function modes
-belong to a thread: tensors made in a thread the program starts keep torch's meaning of "cuda".
+Where torch sees no GPU, :func:`install` (at ``import iris``) rewrites CUDA device arguments to the CPU,
+serves ``torch.cuda``'s device, stream and event calls on the host (events read the host clock), runs
+``backend="nccl"`` groups on gloo, and makes what the host cannot give (graphs) raise an error naming the call.
+``torch.cuda.is_available()`` stays False, so torch's own code never reaches for a driver. The function mode
+belongs to the installing thread only.
 
 Example:
     >>> import iris, torch                     # IRIS_BACKEND=cpu, no GPU
@@ -59,8 +44,7 @@ class CudaOnCpuError(RuntimeError):
 
 
 def _names_cuda(device) -> bool:
-    """Whether a device argument means a CUDA device: ``"cuda"``, ``"cuda:1"``, ``torch.device("cuda")``, or an
-    index (which torch reads as the accelerator's)."""
+    """Whether a device argument means a CUDA device (an index too: torch reads it as the accelerator's)."""
     if isinstance(device, str):
         return device.startswith("cuda")
     if isinstance(device, torch.device):
@@ -116,10 +100,7 @@ _METHODS = {
 
 
 def _record_stream(tensor, stream) -> None:
-    """``Tensor.record_stream``: nothing to keep alive, the host's streams have run their work already."""
-
-
-# --- devices --------------------------------------------------------------------------------------------------
+    """``Tensor.record_stream``: nothing to keep alive, the host's streams have run already."""
 
 
 def current_device() -> int:
@@ -128,7 +109,7 @@ def current_device() -> int:
 
 
 def set_device(device) -> None:
-    """Remember ``device`` (an index, ``"cuda:1"`` or a ``torch.device``) as the current one; work stays on the host."""
+    """Remember ``device`` as the current one; work stays on the host."""
     _local.device = _index(device)
 
 
@@ -192,9 +173,6 @@ def _zero(*args, **kwargs) -> int:
 
 def _nothing(*args, **kwargs) -> None:
     return None
-
-
-# --- streams and events ---------------------------------------------------------------------------------------
 
 
 class Event:
@@ -298,9 +276,6 @@ class stream:  # noqa: N801  (torch.cuda.stream's name)
         return False
 
 
-# --- what the host cannot give --------------------------------------------------------------------------------
-
-
 def _refused_class(name: str, why: str):
     def __new__(cls, *args, **kwargs):
         raise CudaOnCpuError(_refusal(f"torch.cuda.{name}", why))
@@ -366,9 +341,6 @@ def _torch_cuda_caller() -> str:
     return "torch.cuda." + name.removesuffix(".__init__").removesuffix(".__new__")
 
 
-# --- torch.distributed ----------------------------------------------------------------------------------------
-
-
 def host_backend(backend):
     """The torch.distributed backend that serves ``backend`` on the host: gloo for a request that names NCCL
     (``"nccl"``, ``"cpu:gloo,cuda:nccl"``), anything else unchanged.
@@ -407,9 +379,6 @@ def _warn_nccl_once(call: str, requested) -> None:
                       "the CPU backend has none (IRIS_CPU_CUDA=0 turns this off)", stacklevel=3)
 
 
-# --- installation ---------------------------------------------------------------------------------------------
-
-
 def installed() -> bool:
     """Whether this process runs ``device="cuda"`` and ``torch.cuda``'s calls on the host."""
     return _installed
@@ -417,7 +386,8 @@ def installed() -> bool:
 
 def install() -> bool:
     """Serve CUDA-style code on the host, once per process, unless IRIS_CPU_CUDA=0 or torch sees a GPU.
-    Called when ``iris`` is imported and the CPU backend chosen. Returns whether it is on.
+
+    Returns whether it is on.
 
     Raises:
         ValueError: IRIS_CPU_CUDA holds a word that is not a switch.

@@ -1,15 +1,7 @@
 """Bootstrap: who am I, how many are we, and how do we exchange small objects.
 
-Iris needs very little from the host side of distribution: an all-gather of
-small picklable objects (heap addresses, IPC handles), a broadcast, and a
-barrier. ``init_distributed`` finds the right source, in this order:
-
-1. a torch.distributed default group the user already initialized
-   (torchrun, ``mp.spawn`` + ``init_process_group``);
-2. torchrun-style environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT),
-   also what ``iris run`` sets: Iris initializes torch.distributed itself;
-3. an MPI launch (mpirun / srun with PMI), through mpi4py;
-4. otherwise a world of one.
+``init_distributed`` takes, in order: an initialized torch.distributed group; torchrun-style variables
+(RANK, WORLD_SIZE, ...; ``iris run`` sets them); an MPI launch through mpi4py; else a world of one.
 """
 
 from __future__ import annotations
@@ -58,9 +50,7 @@ _host_group = None
 
 
 def _gloo_group():
-    """Iris's own host traffic goes through a gloo group over all ranks, whatever the
-    default group's backend: NCCL refuses several ranks on one GPU (simulation) and
-    would put small host exchanges on the GPU's stream."""
+    """A gloo group over all ranks for Iris's host traffic: NCCL refuses ranks sharing a GPU."""
     global _host_group
     if _host_group is None:
         _host_group = dist.new_group(backend="gloo")
@@ -119,10 +109,7 @@ class MpiCommunicator(Communicator):
 
 
 def node_map(comm: Communicator) -> tuple[int, ...]:
-    """Collective: the node each rank runs on, numbered in rank order (IRIS_NODE_MAP overrides it).
-
-    Ranks whose host names are equal share a node. The map decides which peers a heap can reach by
-    pointer (IPC works inside a node only).
+    """Collective: each rank's node, by host name (IRIS_NODE_MAP overrides it); IPC reaches one node only.
 
     Example:
         >>> node_map(comm)      # two hosts, two ranks each
@@ -144,9 +131,6 @@ def _check_src(src, world_size):
 def job_world_size() -> int:
     """How many ranks this job has, before any Iris context exists (to size a heap, say).
 
-    torch.distributed's world when it is initialized; else the launcher's variables (``iris run``
-    and torchrun: WORLD_SIZE; mpirun: its size variable); else 1.
-
     Example:
         >>> ctx = iris.iris(heap_size=job_world_size() * (64 << 20))
     """
@@ -165,8 +149,7 @@ def init_distributed(backend, device_for_rank=None) -> Communicator:
 
     Args:
         backend: the Iris backend, whose ``device_for`` places each rank.
-        device_for_rank: callable(rank) -> torch.device, in place of ``backend.device_for``: where a group
-            Iris starts itself binds each rank (NCCL: its own GPU; gloo where ranks are on the CPU or share one).
+        device_for_rank: callable(rank) -> torch.device, in place of ``backend.device_for``.
 
     Example:
         >>> comm = init_distributed(runtime.get_backend())
@@ -180,13 +163,11 @@ def init_distributed(backend, device_for_rank=None) -> Communicator:
         device = device_for_rank(rank)
         shares_devices = len({device_for_rank(r) for r in range(world)}) < world
         if device.type == "cpu" or shares_devices:
-            # CPU, or several ranks per GPU (NCCL refuses that): gloo only.
+            # NCCL refuses several ranks per GPU.
             dist.init_process_group(backend="gloo", rank=rank, world_size=world)
         else:
             dist.init_process_group(backend="cpu:gloo,cuda:nccl", rank=rank, world_size=world, device_id=device)
-        # The group Iris made, Iris ends, while the interpreter is whole: gloo's worker threads left
-        # to the interpreter's teardown now and then abort the process ("terminate called without an
-        # active exception"), and NCCL warns that the group was never destroyed.
+        # Ended before interpreter teardown, where gloo's threads can abort the process.
         atexit.register(_destroy_process_group)
         return TorchCommunicator()
     if config.launched_by_mpi():

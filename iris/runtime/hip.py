@@ -1,8 +1,7 @@
 """HIP backend: heaps shared through hipIpcGetMemHandle / hipIpcOpenMemHandle.
 
-Chosen when torch is a ROCm build. It shares its implementation with the CUDA
-backend (iris/runtime/ipc.py); it has not run on an AMD GPU (none is available
-to the project), so only symbol names, handle size and selection are tested.
+Chosen when torch is a ROCm build; shares the CUDA backend's implementation. Untested on an AMD GPU: only
+symbol names, handle size and selection are tested.
 """
 
 import ctypes
@@ -11,21 +10,17 @@ import torch
 
 from iris.runtime.ipc import IpcBackend
 
-#: hipDeviceAttributeNumberOfXccs in ROCm 7's hipDeviceAttribute_t (ROCm 6's enum has no such entry).
+#: hipDeviceAttributeNumberOfXccs (ROCm 7 and later).
 HIP_ATTRIBUTE_XCC_COUNT = 10018
 
-#: XCCs of the AMD architectures that have several, where the device cannot be asked (ROCm 6): MI300X/MI325X
-#: (gfx942) and MI350/MI355X (gfx950) have 8; a device partitioned (CPX) reports fewer through the attribute.
+#: XCCs by architecture, where the device cannot be asked (ROCm 6).
 XCC_COUNT_BY_ARCH = {"gfx942": 8, "gfx950": 8}
 
 
 def configure_compiler() -> None:
     """Triton settings every process that makes AMD code needs (a HIP rank, a hip cross-compile worker).
 
-    Triton 3.6-3.8 turn an atomic exchange on a kernel-argument pointer into an AMD buffer atomic
-    and name its intrinsic "...buffer.atomic.exch" where LLVM has only "...swap" (triton-lang/triton
-    #11019): ``iris.atomic_xchg`` and ``iris.signal`` fail to compile for gfx942. Iris keeps atomics
-    on global addresses instead (AMDGCN_USE_BUFFER_ATOMICS=0), where every atomic compiles.
+    Buffer atomics are off: Triton 3.6-3.8 miscompile an atomic exchange as one (triton-lang/triton#11019).
     """
     from triton import knobs
 
@@ -33,8 +28,7 @@ def configure_compiler() -> None:
 
 
 def hip_xcc_count(lib, index: int, hip_version: str | None, arch: str) -> int:
-    """The XCC count of AMD device ``index``: asked of the HIP runtime ``lib`` (a ctypes library) from ROCm 7,
-    else (or where it refuses) :data:`XCC_COUNT_BY_ARCH` for ``arch`` (``gcnArchName``, e.g. ``gfx942:sramecc+``).
+    """The XCC count of AMD device ``index``: asked of the HIP runtime ``lib`` from ROCm 7, else by ``arch``.
 
     Example:
         >>> hip_xcc_count(None, 0, "6.4", "gfx942")
@@ -75,7 +69,7 @@ class HipBackend(IpcBackend):
         self._xcc_counts: dict[int, int] = {}
 
     def wall_clock_rate_khz(self, device) -> int:
-        """s_memrealtime counts at a constant 100 MHz on AMD Instinct GPUs (iris.device.sync)."""
+        """s_memrealtime counts at 100 MHz on AMD Instinct GPUs."""
         return 100_000
 
     def xcc_count(self, device_index=None) -> int:

@@ -1,16 +1,8 @@
 """Symmetric heaps on GPUs through the vendor runtime's IPC calls (ctypes).
 
-CUDA and HIP expose the same five calls under different prefixes
-(``cudaMalloc`` / ``hipMalloc``, ``cudaIpcGetMemHandle`` / ``hipIpcGetMemHandle``,
-...), so one implementation serves both; cuda.py and hip.py only say where the
-library is and what the symbols are called. No new dependency: the runtime is
-the one torch has already loaded.
-
-Rules this module keeps (learned the hard way):
-- a process cannot open its own IPC handle: its own base is its own pointer;
-- importers close their handles before the exporter frees: ``Iris.close()``
-  runs barrier -> release_peers -> barrier, and the allocation itself is
-  freed only when the last tensor viewing it is gone.
+CUDA and HIP name the same calls with different prefixes, so one implementation serves both, bound to the
+runtime torch already loaded. A process cannot open its own IPC handle, and importers close their handles
+before the exporter frees (``Iris.close()``: barrier, release_peers, barrier).
 """
 
 from __future__ import annotations
@@ -94,9 +86,7 @@ class GpuRuntime:
         """Raise for a failed call: MemoryError with ``out_of_memory`` where given and the device is out of memory,
         else RuntimeApiError."""
         if status != 0:
-            # A failed call also leaves its error as the thread's last error, which the next kernel launch's check
-            # (torch's among them) would report as its own: a refused heap made the next torch op fail with "out of
-            # memory". Reading it clears it.
+            # Clear the thread's last error, or the next launch's check (torch's too) reports it as its own.
             self._get_last_error()
             if status == OUT_OF_MEMORY and out_of_memory:
                 raise MemoryError(out_of_memory)

@@ -1,11 +1,7 @@
 """AMD-only launch options on the other targets: dropped with one warning per name, kept on AMD.
 
-Kernels tuned for AMD pass options only Triton's AMD backend knows (``waves_per_eu=2, kpack=2``);
-Triton's NVIDIA backend refuses them with a KeyError and its interpreter drops any keyword silently.
-Here: on AMD every option reaches Triton; elsewhere :data:`AMD_ONLY` options that are no kernel
-parameter are dropped, each announced once (IRIS_QUIET_AMD_OPTIONS=1 silences it); on the CPU
-backend an option no target knows is an error, as on a GPU. The first ``iris.iris(...)`` installs
-the filter (:func:`install`); the cross-compile gate applies :func:`for_target` per target.
+Why: kernels tuned for AMD pass options (``waves_per_eu``, ``kpack``) that Triton's NVIDIA backend refuses and
+its interpreter drops silently. On the CPU backend an option no target knows is an error, as on a GPU.
 
 Example:
     >>> kernel[grid](x, n, BLOCK=1024, waves_per_eu=2, kpack=2)   # runs on NVIDIA, AMD and the CPU
@@ -19,7 +15,7 @@ import functools
 from iris import config
 from iris.runtime.logging import WARNING, log
 
-#: Options of Triton's AMD backend that its NVIDIA one lacks (instruction_sched_variant: schedule_hint before 3.4).
+#: Options of Triton's AMD backend that its NVIDIA one lacks.
 AMD_ONLY = frozenset({"waves_per_eu", "matrix_instr_nonkdim", "kpack", "schedule_hint",
                       "instruction_sched_variant"})
 
@@ -43,9 +39,7 @@ def known_options() -> frozenset:
 
 
 def for_target(vendor: str | None, kwargs: dict, params) -> dict:
-    """``kwargs`` (a launch's keywords) as a target of ``vendor`` takes them: ``"hip"`` keeps them all;
-    ``"cuda"`` and None (the interpreter) drop the :data:`AMD_ONLY` options that name no kernel parameter
-    (``params``). ``kwargs`` itself comes back when nothing is dropped.
+    """A launch's ``kwargs`` for ``vendor``: off ``"hip"``, :data:`AMD_ONLY` options not in ``params`` dropped.
 
     Example:
         >>> for_target("cuda", {"BLOCK": 64, "kpack": 2}, ["x", "BLOCK"])
@@ -92,7 +86,7 @@ def _install_for_gpu(vendor: str) -> None:
 def _install_for_interpreter() -> None:
     from triton.runtime.interpreter import GridExecutor
 
-    # after InterpretedFunction.run, where the cross-compile gate still sees the AMD options (for gfx942)
+    # hooked after InterpretedFunction.run, so the cross-compile gate still sees the AMD options
     triton_call = GridExecutor.__dict__.get("_iris_call_before_options", GridExecutor.__call__)
 
     def __call__(self, *args, **kwargs):
@@ -108,10 +102,7 @@ def _install_for_interpreter() -> None:
 
 
 def install(backend, rank, num_ranks) -> None:
-    """Filter launch options for ``backend`` (an :class:`iris.runtime.Backend`) from now on; warnings name ``rank``.
-
-    Called by every ``iris.iris(...)``; installs once per process (the backend does not change).
-    """
+    """Filter launch options for ``backend`` from now on (once per process); warnings name ``rank``."""
     _state["rank"], _state["num_ranks"] = rank, num_ranks
     name = backend.name
     if _state["installed"] is not None or name == "hip":

@@ -1,8 +1,6 @@
-"""Rank-aware logging: every line reads ``[Iris] [rank/world] message``.
+"""Rank-aware logging: every line reads ``[Iris] [rank/world] message``; the level from IRIS_LOG_LEVEL.
 
-The level comes from IRIS_LOG_LEVEL (DEBUG, INFO, WARNING, ERROR; default
-WARNING) and can be changed with :func:`set_logger_level`. The ``iris`` logger is set
-up when Iris first logs or :func:`set_logger_level` is called, not at import.
+The ``iris`` logger is set up on first use, not at import.
 """
 
 from __future__ import annotations
@@ -18,8 +16,7 @@ logger = logging.getLogger("iris")
 
 
 class IrisFormatter(logging.Formatter):
-    """``[Iris] [rank/world] message``, or ``[Iris] message`` for a record that carries no rank
-    (``iris_rank`` / ``iris_num_ranks`` attributes)."""
+    """``[Iris] [rank/world] message``, or ``[Iris] message`` for a record without a rank."""
 
     def format(self, record):
         rank = getattr(record, "iris_rank", None)

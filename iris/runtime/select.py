@@ -6,7 +6,7 @@ import importlib
 
 from iris import config
 
-#: Each backend's module and class, by the name IRIS_BACKEND spells (a new backend: one entry here, one module).
+#: Each backend's module and class, by IRIS_BACKEND's name (a new backend: one entry here, one module).
 _CLASSES = {"cuda": ("iris.runtime.cuda", "CudaBackend"), "hip": ("iris.runtime.hip", "HipBackend"),
             "cpu": ("iris.runtime.cpu", "CpuBackend")}
 BACKENDS = tuple(_CLASSES)
@@ -51,14 +51,12 @@ def interpreted() -> bool:
 
 
 def compile_target() -> str:
-    """The target a cross-compile worker compiles for ("cuda:90", "hip:gfx942"), or "" in any other process:
-    that process compiles kernels for a GPU it does not have and launches none."""
+    """The target a cross-compile worker compiles for ("cuda:90", "hip:gfx942"), or "" in any other process."""
     return config.compile_target()
 
 
 def gpu_vendor() -> str | None:
-    """"hip" or "cuda": the vendor whose GPU code this process's kernels become (a cross-compile worker:
-    its target's); None where kernels are interpreted or no GPU is seen."""
+    """"hip" or "cuda": the vendor whose code this process's kernels become; None if interpreted or no GPU."""
     target = compile_target()
     if target:
         return target.partition(":")[0]
@@ -68,8 +66,7 @@ def gpu_vendor() -> str | None:
 
 
 def prepare_interpreter(name: str) -> None:
-    """Kernels on the CPU backend run under Triton's interpreter, which must be on
-    before any ``@triton.jit`` function is defined (not in a cross-compile worker, which compiles them)."""
+    """Turn Triton's interpreter on for the CPU backend, before any ``@triton.jit`` function is defined."""
     if name == "cpu" and not compile_target():
         config.turn_interpreter_on()
         _mend_interpreter_index()
@@ -77,9 +74,7 @@ def prepare_interpreter(name: str) -> None:
 
 
 def _interpret_kernels_defined_earlier() -> None:
-    """A ``@triton.jit`` kernel defined before ``import iris`` (a test module importing triton first, a
-    helper module) was made for a GPU: on the CPU backend, launching or calling it runs it under the
-    interpreter instead, as if it had been defined after the switch. The import order does not matter."""
+    """Run kernels defined before ``import iris`` under the interpreter too, so import order does not matter."""
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
@@ -98,10 +93,8 @@ def _interpret_kernels_defined_earlier() -> None:
 
 
 def _mend_interpreter_index() -> None:
-    """Triton before 3.7 makes a tensor's ``__index__`` ``int(data)`` of the interpreter's shape-(1,)
-    arrays, which NumPy 2.4 refuses: every ``range()`` with a run-time bound fails ("only 0-dimensional
-    arrays can be converted to Python scalars"). Triton 3.7 squeezes first; do the same on older
-    releases (the interpreter only; compiled kernels never see it)."""
+    """Squeeze before ``int()`` in the interpreter's ``__index__``, as Triton 3.7 does: NumPy 2.4 refuses older
+    Triton's shape-(1,) conversion, failing every ``range()`` with a run-time bound."""
     import triton
 
     if tuple(int(p) for p in triton.__version__.split(".")[:2]) >= (3, 7):
@@ -144,9 +137,7 @@ def create_backend(name: str):
 
 
 def device_facts():
-    """The facts device code of this process compiles against (:class:`iris.runtime.base.DeviceFacts`): the
-    interpreter's where it runs the kernels, else those of the backend whose code the kernels become (a
-    cross-compile worker: its target's). Read at each call (the interpreter switch may change before import).
+    """The facts device code of this process compiles against; read at each call, as the interpreter switch may change.
 
     Example:
         >>> device_facts()        # on the CPU backend

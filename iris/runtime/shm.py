@@ -1,15 +1,7 @@
 """Named POSIX shared-memory segments that cannot outlive their job unnoticed.
 
-The CPU backend's heaps are segments named ``/iris_<job>_<context>_<rank>``. A
-name is needed only while the ranks map each other's heaps; the creator unlinks
-it right after. A rank killed inside that window (under torchrun or mpirun, or
-with its launcher SIGKILLed) leaves the name behind, so the creator holds a
-shared ``flock`` on the segment for as long as the name exists: a segment whose
-lock nobody holds belongs to a dead process, and :func:`remove_stale_segments`
-(run at every heap's creation and by ``iris cleanup``) deletes it. A live
-job's segments are never touched: taking the lock is the test of death, and a
-creator that finds its fresh segment swept before it could lock it makes
-another.
+The creator holds a shared ``flock`` while the name exists, so a rank killed before unlinking leaves a segment
+nobody locks, which :func:`remove_stale_segments` deletes; a live job's segments are never touched.
 
 Example:
     >>> segment = create_segment("/iris_demo_0_0", 1 << 20)
@@ -39,7 +31,7 @@ def _human(nbytes: int) -> str:
 
 
 def memory_available() -> int | None:
-    """The host's available memory in bytes (/proc/meminfo's MemAvailable), or None where it cannot be read."""
+    """The host's available memory in bytes, or None where it cannot be read."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -131,10 +123,7 @@ def open_segment(name: str, nbytes: int) -> mmap.mmap:
 
 
 def remove_stale_segments(pattern: str = "*") -> list[str]:
-    """Delete the Iris segments (``/iris_<pattern>``) whose creators are gone; returns their paths.
-
-    A segment is stale when no process holds its lock. Segments of other users, which this one cannot
-    open, are left alone.
+    """Delete the Iris segments (``/iris_<pattern>``) no live creator locks; returns their paths.
 
     Example:
         >>> remove_stale_segments()

@@ -1,10 +1,7 @@
 """Simulation mode: several ranks share the GPUs there are.
 
-With IRIS_SIMULATION=1 (also true/yes) ranks are placed on ``rank % device_count``
-(the backends always do this; simulation only lets ranks outnumber devices on
-purpose) and every rank writes ``{IRIS_HEAP_BASES_PREFIX or "iris"}_rank_{rank}_heap_bases.json``
-with its rank, the world size and the heap bases in hex, for tools that replay
-or inspect a run.
+With IRIS_SIMULATION=1 ranks may outnumber devices on purpose, and each rank writes its heap bases to
+``{IRIS_HEAP_BASES_PREFIX or "iris"}_rank_{rank}_heap_bases.json`` for tools that replay or inspect a run.
 """
 
 from __future__ import annotations

@@ -1,37 +1,11 @@
 """The cross-compile gate: the CPU backend compiles every kernel it launches for real GPU targets.
 
-Triton's interpreter accepts programs that the GPU compilers reject (an int64 atomic with an
-int32 operand, inline assembly for the wrong vendor, a type a backend lacks). With the gate on,
-each kernel the CPU backend launches is first compiled, once per specialization, for every
-listed target, with the arguments' dtypes, alignments and constexprs exactly as Triton would
-specialize them on a GPU. A compile error fails that launch with a :class:`CrossCompileError`
-naming the kernel and the target; no GPU is needed, only the Triton wheel.
-
-Turn it on with ``IRIS_CROSS_COMPILE=cuda:90,hip:gfx942`` (before the ranks start) or with
-pytest's ``--cross-compile cuda:90,hip:gfx942``. A target is ``cuda:<compute capability>`` or
-``hip:<gfx architecture>``. Results are kept in ``IRIS_CROSS_COMPILE_CACHE`` (default
-``~/.cache/iris/cross-compile``), so a kernel that compiled once is not compiled again, and
-every rank of a job shares the work; ``python -m iris.testing.cross_compile --summary`` counts
-what is there.
-
-How: the kernels of this process run under the interpreter, whose ``@triton.jit`` functions
-cannot be compiled. One worker process per target (``IRIS_COMPILE_TARGET`` set, the interpreter
-off) imports the kernel's module as a GPU process would and compiles it; the launching process
-works out the specialization with Triton's own binder and sends it over. A kernel that cannot be
-imported by module and name (defined inside a function) is counted as unchecked, not compiled.
-
-Where it is installed: importing iris does not install it (the backend layer knows nothing of it).
-With IRIS_CROSS_COMPILE set and the backend interpreted, each process that launches kernels
-installs it itself, before its first launch:
-
-- the pytest session: the root ``conftest.py`` calls :func:`enable` (``--cross-compile``, default
-  IRIS_CROSS_COMPILE), which also exports the targets to the processes the session starts;
-- the rank pool's workers (:mod:`iris.testing.ranks`) call :func:`install_if_asked` after importing iris;
-- the ranks of ``iris run`` (:mod:`iris.launch`) run under this module's runner,
-  ``python -m iris.testing.cross_compile --run script.py args...`` (or ``--run -m module ...``), which
-  installs the gate and then runs the script as ``python script.py args...`` would;
-- a test that starts a Python process of its own builds its command line with :func:`python_command`
-  (the same runner where the gate is on, a plain ``python`` elsewhere).
+Why: Triton's interpreter accepts programs the GPU compilers reject (an int64 atomic with an int32 operand,
+assembly for the wrong vendor). With ``IRIS_CROSS_COMPILE=cuda:90,hip:gfx942`` (or pytest's
+``--cross-compile``), each launched kernel is first compiled per specialization for every target, as a GPU
+would specialize it, in one worker process per target; a failure raises :class:`CrossCompileError`. Results
+are cached in IRIS_CROSS_COMPILE_CACHE. Each launching process installs it itself (conftest.py, the rank
+pool, ``iris run`` through ``--run``, :func:`python_command`); importing iris does not.
 
 Example:
     $ IRIS_CROSS_COMPILE=cuda:90,hip:gfx942 iris run -n 2 examples/01_store/example.py
@@ -167,8 +141,7 @@ class Gate:
         self._version = hashlib.sha256((triton.__version__ + _digest_files(iris_root.rglob("*.py"))).encode())
 
     def check(self, interpreted_fn, args: tuple, kwargs: dict) -> None:
-        """Compile ``interpreted_fn`` for every target with these launch arguments (cached). The targets' compilers
-        (one worker process each) run at once: a launch waits for the slower, not for their sum.
+        """Compile ``interpreted_fn`` for every target with these launch arguments (cached), targets in parallel.
 
         Raises:
             CrossCompileError: it does not compile for a target.
@@ -398,8 +371,7 @@ def run_as_python(args: list[str]) -> None:
 def enable(spec: str) -> Gate | None:
     """Turn the gate on for this process and the processes it starts (``spec`` as IRIS_CROSS_COMPILE).
 
-    Only the CPU backend needs it (a GPU backend compiles every kernel for real): elsewhere this does
-    nothing and returns None.
+    Elsewhere than the CPU backend this does nothing and returns None.
     """
     from iris.runtime import device_facts
 

@@ -1,12 +1,6 @@
 """The five fused ops of :mod:`iris.ops` as problems with a float64 answer, for the tests and the suite.
 
-``shapes(op, m, n, k, world)`` gives one rank's (A, B, output) shapes for a problem whose GEMM
-sizes are m, n, k; ``reference(op, shards, bias, rank)`` the float64 output rank ``rank`` must
-get, from every rank's (A, B) and the bias (the same on every rank); ``magnitude(...)`` the size
-to measure its error against: the sum of the terms' absolute values, since the reduce ops sum
-partials rounded to the output dtype (as torch.matmul then NCCL does), and a sum that cancels
-keeps their rounding, not its own. ``ON_HEAP``: the ops whose
-output peers write, so it must be a heap tensor.
+``ON_HEAP``: the ops whose output peers write, so it must be a heap tensor.
 """
 
 from __future__ import annotations
@@ -55,7 +49,8 @@ def reference(op: str, shards: list, bias, rank: int) -> torch.Tensor:
 
 
 def magnitude(op: str, shards: list, bias, rank: int) -> torch.Tensor:
-    """Like :func:`reference` with every product and the bias replaced by its absolute value."""
+    """Like :func:`reference` over absolute values: the scale of the error, since a sum that cancels keeps
+    its terms' rounding."""
     absolute = [(a.double().abs(), b.double().abs()) for a, b in shards]
     return reference(op, absolute, None if bias is None else bias.double().abs(), rank)
 
@@ -72,6 +67,5 @@ def _copy_refusal():
 
 
 def copy_refusal_in(pool) -> str | None:
-    """Why ``pool``'s job refuses all_gather_matmul's copies (FusedConfig(copy_engine=True): one GPU per
-    rank, no member across nodes), or None; tests skip with it."""
+    """Why ``pool``'s job refuses all_gather_matmul's copies, or None; tests skip with it."""
     return pool.run(_copy_refusal)[0]

@@ -1,19 +1,13 @@
 """A persistent group of N rank processes that run the same function on request.
 
-Starting ranks (a Python process each, importing torch) costs seconds, so a
-test session starts one pool per world size and sends it work many times:
+Starting ranks costs seconds, so a test session starts one pool per world size and reuses it:
 
     >>> pool = RankPool(2)
     >>> pool.run(my_check, 42)        # my_check(42) runs on every rank
     [result_of_rank_0, result_of_rank_1]
 
-The function is sent by reference (module and name), so it must be a
-module-level function of an importable module; arguments and results are
-pickled. A rank that raises, crashes or hangs past the timeout makes ``run``
-raise :class:`RankFailure` naming the rank with its traceback or exit code.
-Where a rank died or hung the pool is stopped and started afresh on the next
-call, so one bad test does not take down the session; where every rank
-answered (some with an exception) the ranks are kept.
+The function must be a module-level function of an importable module (sent by name). A rank that raises,
+crashes or hangs makes ``run`` raise :class:`RankFailure`; a dead or hung pool restarts on the next call.
 """
 
 from __future__ import annotations
@@ -37,8 +31,7 @@ DEFAULT_TIMEOUT = config.test_timeout_s()
 
 
 class RankFailure(AssertionError):
-    """One or more ranks failed; ``failures`` maps rank -> description. ``hung``: no rank answered or failed
-    within the whole time limit (not ranks left waiting on one that failed)."""
+    """One or more ranks failed; ``failures`` maps rank -> description; ``hung``: none answered in time."""
 
     def __init__(self, failures: dict[int, str], what: str, hung: bool = False):
         self.failures = failures
@@ -56,11 +49,9 @@ STACK_SETTLE_S = 0.5
 
 
 def read_when_settled(paths: dict[int, str], deadline: float) -> dict[int, str]:
-    """The text of each file of ``paths`` (rank -> path), read once every one is non-empty and has not changed
-    for STACK_SETTLE_S, or as it stands at ``deadline`` (time.monotonic()); "" for a file empty or missing then.
+    """The text of each file of ``paths`` (rank -> path), once all are non-empty and settled, or at ``deadline``.
 
-    A hung rank's faulthandler writes its stacks in pieces: read at its first bytes, a stack was once cut
-    after "File" on a loaded 2-core machine.
+    Why wait: faulthandler writes a stack in pieces.
     """
     def read(path: str) -> str:
         try:
@@ -89,8 +80,7 @@ def _worker(rank: int, world: int, port: int, job: str, conn) -> None:
     # iris must not point SIGUSR1 back at stderr (IRIS_STACKS_ON_SIGUSR1): the driver reads the stacks from a file
     config.export(drop=("IRIS_STACKS_ON_SIGUSR1",), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
                   LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), IRIS_JOB_ID=job)
-    # SIGUSR1 writes every thread's Python stack here: how the driver shows where a hung rank is stuck
-    # (this works while the rank blocks in C, e.g. in a CUDA synchronize).
+    # SIGUSR1 writes every thread's stack here, even while the rank blocks in C
     stacks = open(_stack_file(job, rank), "a")  # noqa: SIM115  (open for the life of the process)
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     import iris  # noqa: F401  (backend choice and interpreter switch before any test kernel is imported)
@@ -116,9 +106,7 @@ def _worker(rank: int, world: int, port: int, job: str, conn) -> None:
 
 
 def _memory_report() -> str:
-    """How full the machine was, told by the rank that ran out of memory while it still can: the host's
-    available memory and, where nvidia-smi answers, each GPU's use and how many processes hold a context
-    on it (the GPU gate's rare out-of-memory at a new context's first kernel came with GPU memory to spare)."""
+    """How full the host and GPUs were, told by the rank that ran out of memory while it still can."""
     available = memory_available()
     host = f"{available >> 20} MiB available" if available is not None else "/proc/meminfo unreadable"
     lines = ["memory when this failed:", f"  host: {host}"]
@@ -135,9 +123,7 @@ def _memory_report() -> str:
 
 
 def _reply(conn, status: str, payload) -> None:
-    """Send a result as a copy, with the standard pickler: ``conn.send`` would use torch's multiprocessing
-    pickler, which moves a CPU tensor's storage into fresh shared memory in place, and so would take a
-    heap tensor of the CPU backend off the heap (a returned view of it is enough)."""
+    """Send a result with the standard pickler: torch's would move a CPU heap tensor's storage off the heap."""
     conn.send_bytes(pickle.dumps((status, payload)))
 
 
@@ -262,8 +248,7 @@ class RankPool:
                 os.kill(self._procs[rank].pid, signal.SIGUSR1)
             except ProcessLookupError:
                 pass
-        # A rank blocked in the driver (a GPU wait, a context switch under load) takes the signal only when
-        # the call returns: wait for every answer up to STACK_WAIT_S, not a fixed moment.
+        # A rank blocked in the driver takes the signal only when the call returns: wait for every answer.
         stacks = read_when_settled({rank: _stack_file(self.job, rank) for rank in ranks},
                                    time.monotonic() + STACK_WAIT_S)
         return {rank: text[:4000] or f"(no stack: the rank did not answer SIGUSR1 within {STACK_WAIT_S} s; a "

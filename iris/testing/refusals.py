@@ -2,7 +2,7 @@
 
 
 def refusals(calls) -> list[str]:
-    """The message of the TypeError or ValueError each call raised, or "no error" where it raised none.
+    """The TypeError or ValueError message each call raised, or "no error".
 
     Example:
         >>> refusals([lambda: int("x"), lambda: 1])

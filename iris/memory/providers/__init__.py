@@ -3,17 +3,12 @@
 =========  ====================================================================================
 provider   memory, and how a rank reaches its peers' heaps
 =========  ====================================================================================
-``ipc``    the backend's own (default): one device allocation mapped into every peer by CUDA/HIP
-           IPC, or one POSIX shared-memory segment per rank on the CPU backend; inside one node
-``shmem``  one NVSHMEM (NVIDIA) or rocSHMEM (AMD) symmetric allocation, made through torch's
-           symmetric memory with that backend; peers of the node are reached by the pointers the
-           engine maps (``nvshmem_ptr``), as with ``ipc``
+``ipc``    default: a device allocation mapped by CUDA/HIP IPC (POSIX shared memory on CPU); one node
+``shmem``  an NVSHMEM/rocSHMEM allocation through torch symmetric memory; peers by ``nvshmem_ptr``
 =========  ====================================================================================
 
-A context takes ``iris.iris(..., heap=...)``, else ``IRIS_HEAP``, else ``ipc``. Before any memory is
-allocated, the provider looks at the job (:class:`JobFacts`, the same on every rank) and says why it
-cannot serve it, if it cannot: every rank then raises the same error, and no rank waits for a peer
-that gave up. Device code is the same whatever the provider: a kernel sees heap bases.
+Before allocating, the provider judges the job (:class:`JobFacts`, equal on every rank), so a refusal is
+raised on every rank and none waits for a peer that gave up. Kernels see heap bases whatever the provider.
 
 Example:
     >>> provider = create_provider(provider_name("shmem"))

@@ -1,5 +1,4 @@
-"""What every heap provider is: :class:`HeapProvider`, the facts of a job it judges (:class:`JobFacts`)
-and its refusal (:class:`HeapProviderRefusal`); the providers and the choice are in :mod:`iris.memory.providers`."""
+"""The heap provider interface, the job facts it judges and its refusal."""
 
 from __future__ import annotations
 
@@ -8,8 +7,7 @@ from dataclasses import dataclass
 
 
 class HeapProviderRefusal(RuntimeError):
-    """The heap provider cannot serve this job (raised by ``iris.iris()`` on every rank, before any allocation);
-    the message says why and what to do instead.
+    """The heap provider cannot serve this job; raised on every rank before any allocation, saying what to do.
 
     Example:
         >>> try:
@@ -21,7 +19,7 @@ class HeapProviderRefusal(RuntimeError):
 
 @dataclass(frozen=True)
 class JobFacts:
-    """What a provider's refusal depends on, gathered from every rank (so equal on every rank).
+    """What a provider's refusal depends on, gathered from every rank so every rank decides alike.
 
     Attributes:
         backend: "cuda", "hip" or "cpu".
@@ -29,8 +27,7 @@ class JobFacts:
         devices: each rank's device, e.g. ``("cuda:0", "cuda:1")``.
         distributed: whether torch.distributed is initialized (the shmem engines bootstrap from it).
         engine: per rank, whether torch can run NVSHMEM/rocSHMEM there.
-        mps_shares: per rank, its CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (None: unset), which lets NVSHMEM put
-            several ranks on one GPU under CUDA MPS.
+        mps_shares: per rank, its CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (None: unset).
     """
 
     backend: str
@@ -50,8 +47,7 @@ class HeapProvider(ABC):
 
     #: the name ``heap=`` and IRIS_HEAP spell
     name: str = ""
-    #: whether its heaps may compile the engine path (:mod:`iris.device.nvshmem`: ranks it maps no pointer
-    #: to), whose block reads need staging slots in the heap's reserved tail (:func:`iris.host.team.reserved_layout`)
+    #: whether its heaps may compile the engine path (:mod:`iris.device.nvshmem`), which needs staging slots
     reaches_by_engine: bool = False
 
     @abstractmethod
@@ -60,11 +56,10 @@ class HeapProvider(ABC):
 
     @abstractmethod
     def create(self, backend, nbytes: int, device, comm, nodes: tuple[int, ...] | None = None):
-        """Collective: ``nbytes`` of heap on every rank; returns a :class:`iris.runtime.HeapMemory`.
-        ``nodes``: the node of each rank (None: one node)."""
+        """Collective: ``nbytes`` of heap on every rank (``nodes``: each rank's node), as a ``HeapMemory``."""
 
     def spans_nodes_refusal(self, job: JobFacts, why: str) -> str | None:
-        """The refusal of a job whose ranks run on more than one node, or None if one node holds them."""
+        """The refusal of a job spanning nodes, or None on one node."""
         if job.node_count == 1:
             return None
         return (f"heap={self.name!r}: the {len(job.nodes)} ranks run on {job.node_count} nodes (node map "

@@ -1,17 +1,8 @@
 """NVSHMEM's device library cut down to the functions Iris calls, so that a kernel links it in a moment.
 
-NVSHMEM ships its device functions as one LLVM bitcode file of about 31 MB. Triton parses the whole
-file for every kernel it compiles with ``extern_libs`` (seconds per kernel, most of a small kernel's
-compile), and a job across nodes compiles every kernel with it. The engine path calls a score of those
-functions (:data:`iris.device.nvshmem.SYMBOLS`).
-
-:func:`slim_library` compiles a probe kernel that calls each of them once, with the whole library,
-takes the LLVM module right after Triton linked it (everything the calls need and nothing else: a few
-hundred kB of text), drops the probe kernel, makes the linked functions visible again, and writes
-the result as an LLVM text file, which Triton's linker reads like bitcode. The file is kept under
-``~/.cache/iris/engine`` (``IRIS_ENGINE_CACHE``), keyed by the Triton release, the library file and
-the target, and made once per machine. Where a step does not give what is expected (a symbol
-missing, the probe still referenced), the whole library is used, with a warning.
+Why: Triton parses NVSHMEM's whole bitcode library for every kernel compiled with it, which dominates a small
+kernel's compile. :func:`slim_library` links a probe calling each of :data:`iris.device.nvshmem.SYMBOLS` and
+keeps the linked module (cached under IRIS_ENGINE_CACHE); on any surprise the whole library is used.
 
 Example:
     >>> path = slim_library(NvshmemLibFinder.find_device_library(), GPUTarget("cuda", 90, 32))
@@ -29,7 +20,7 @@ from pathlib import Path
 
 from iris import config
 
-PROBE = "iris_engine_probe"  # iris.device.nvshmem.iris_engine_probe: its name in the linked module
+PROBE = "iris_engine_probe"  # its name in the linked module
 
 
 class _Linked(Exception):
@@ -81,8 +72,7 @@ def _linked_probe(full: str, target) -> str:
 
 
 def _cut(text: str, symbols: tuple[str, ...]) -> str | None:
-    """The probe's module without the probe kernel, its linked functions visible for linking again
-    (Triton makes them internal after it links them); None if it is not what was expected."""
+    """The probe's module without the probe, its functions made linkable again; None if unexpected."""
     kernel = re.compile(r"^define [^\n]*@" + PROBE + r"\(.*?^}\n", re.S | re.M)
     text, removed = kernel.subn("", text)
     text = re.sub(r"^define internal ", "define ", text, flags=re.M)
@@ -93,8 +83,7 @@ def _cut(text: str, symbols: tuple[str, ...]) -> str | None:
 
 
 def slim_library(full: str, target) -> str:
-    """A path to NVSHMEM's device functions that Iris calls, cut from ``full`` for ``target`` (made once,
-    then read from the cache); ``full`` itself if it cannot be cut."""
+    """A path to the NVSHMEM device functions Iris calls, cut from ``full`` for ``target`` (else ``full``)."""
     from iris.device import nvshmem as engine
 
     path = _cache_dir() / f"nvshmem-{_key(full, target)}.ll"

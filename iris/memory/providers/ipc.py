@@ -1,9 +1,4 @@
-"""The ``ipc`` heap provider (the default): the backend's own memory, mapped into every peer of the node.
-
-On GPUs, one runtime allocation per rank shared through CUDA/HIP IPC handles
-(:mod:`iris.runtime.ipc`); on the CPU backend, one POSIX shared-memory segment per rank
-(:mod:`iris.runtime.cpu`). Either works between processes of one node only.
-"""
+"""The default ``ipc`` heap provider: the backend's own memory (CUDA/HIP IPC or POSIX shm), one node only."""
 
 from __future__ import annotations
 

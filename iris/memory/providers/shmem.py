@@ -1,22 +1,8 @@
 """The ``shmem`` heap provider: one NVSHMEM (NVIDIA) / rocSHMEM (AMD) symmetric allocation per job.
 
-The allocation is made through torch's symmetric memory with its shmem backend
-(``torch.distributed._symmetric_memory``: ``set_backend("NVSHMEM")``, ``empty``, ``rendezvous``),
-which bootstraps the engine from the torch.distributed group and ships the library with torch's
-CUDA wheels; Iris adds no dependency and no transport of its own. Peers of the node are reached
-by the pointers the engine maps (the handle's ``buffer_ptrs``, ``nvshmem_ptr``), so every device
-op works on this heap as on the ``ipc`` one. A rank that the node map puts on another node gets
-base 0, and a job that has such ranks compiles the engine path into every kernel
-(:func:`compile_engine_path`): device ops toward those ranks become NVSHMEM's device calls
-(:mod:`iris.device.nvshmem`). ``IRIS_NODE_MAP=0,1`` forces that path between two GPUs of one host.
-
-Several ranks on one GPU (simulation) need CUDA MPS: NVSHMEM refuses them otherwise ("limited
-MPG"), and accepts them when each rank's ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` leaves the GPU's
-threads to share (the ranks' shares sum to 100 or less).
-
-Why through torch and not nvshmem4py: torch is already the one dependency every Iris rank loads,
-its wheels carry the engine on both vendors (NVSHMEM; rocSHMEM on ROCm builds), and it bootstraps
-the engine from the process group Iris already has, under torchrun, ``iris run`` or Slurm alike.
+Made through torch's symmetric memory, which ships the engine on both vendors and bootstraps it from the
+process group Iris already has, so Iris adds no dependency. Peers of the node are reached by the pointers the
+engine maps; ranks on other nodes get base 0 and go through :mod:`iris.device.nvshmem`.
 """
 
 from __future__ import annotations
@@ -34,7 +20,7 @@ from iris.memory.collective_free import CollectiveFrees
 from iris.memory.providers.base import HeapProvider, JobFacts
 from iris.runtime.base import HeapMemory, raise_if_any_rank_failed
 
-#: torch names its shmem backend "NVSHMEM" on CUDA and ROCm builds alike (rocSHMEM underneath on ROCm)
+#: torch's shmem backend's name on CUDA and ROCm builds alike
 TORCH_BACKEND = "NVSHMEM"
 
 
@@ -49,7 +35,7 @@ def engine_available() -> bool:
 
 
 def _refusal_of_shared_devices(job: JobFacts) -> str | None:
-    """Ranks sharing a GPU are refused unless CUDA MPS shares its threads among them (see the module)."""
+    """Ranks sharing a GPU are refused unless CUDA MPS shares its threads among them (NVSHMEM's rule)."""
     for device in sorted(set(job.devices)):
         ranks = [r for r, d in enumerate(job.devices) if d == device]
         shares = [job.mps_shares[r] if r < len(job.mps_shares) else None for r in ranks]
@@ -64,8 +50,7 @@ def _refusal_of_shared_devices(job: JobFacts) -> str | None:
 
 
 def size_refusal(nbytes: int, free: int, total: int, device) -> str | None:
-    """Why a heap of ``nbytes`` cannot be the engine's, where the device has ``free`` of ``total`` bytes
-    free (None if it can): NVSHMEM ends the process when it cannot back its heap, so this is asked first.
+    """Why a heap of ``nbytes`` cannot fit in ``free`` bytes, or None; asked first, as NVSHMEM ends the process.
 
     Example:
         >>> size_refusal(1 << 50, free=80 << 30, total=141 << 30, device="cuda:0") is not None
@@ -78,8 +63,7 @@ def size_refusal(nbytes: int, free: int, total: int, device) -> str | None:
 
 
 def far_bases(pointers: list[int], nodes: tuple[int, ...], rank: int) -> list[int]:
-    """The heap bases a kernel of ``rank`` sees: the engine's pointer for each rank of its node (0 where the
-    engine maps none), 0 for a rank the node map puts on another node (reached through the engine)."""
+    """The heap bases a kernel of ``rank`` sees: the engine's pointers on its node, 0 for other nodes."""
     return [pointer if nodes[peer] == nodes[rank] else 0 for peer, pointer in enumerate(pointers)]
 
 
@@ -89,12 +73,8 @@ _engine_library: str | None = None
 def compile_engine_path() -> None:
     """Compile this process's kernels with the path toward ranks on other nodes from now on (idempotent).
 
-    Switches :data:`iris.device.rma.ENGINE` on, so that device ops call NVSHMEM toward a rank whose base
-    is 0; links NVSHMEM's device library into every Triton kernel launched from now on (the
-    ``extern_libs`` of a launch that names none; cut to the functions the engine path calls:
-    :mod:`iris.memory.providers.engine_library`), and initializes NVSHMEM in each compiled module that
-    uses it (a post-compile hook, after the one already installed). Call it before the first kernel
-    compiles: Triton refuses a kernel whose compile-time constants changed after it compiled.
+    Links NVSHMEM's device library into every launch and initializes it in each module that uses it. Call it
+    before the first kernel compiles: Triton refuses a kernel whose constants changed after it compiled.
     """
     global _engine_library
     if _engine_library is not None:
@@ -179,7 +159,7 @@ class ShmemHeap(HeapProvider):
         from torch.distributed import _symmetric_memory as symm_mem
 
         frees = _collective_frees()
-        frees.free_unused(comm)  # earlier shmem heaps that every rank has done with (collective, as is this call)
+        frees.free_unused(comm)  # collective, as is this call
         local, failure = None, size_refusal(nbytes, *torch.cuda.mem_get_info(device), device)
         if failure is None:
             config.default_nvshmem_symmetric_size(nbytes)  # the engine's own heap must hold ours
@@ -206,7 +186,7 @@ class ShmemHeap(HeapProvider):
         if 0 in bases:  # a rank on another node (or one the engine maps no pointer to): reached by its calls
             compile_engine_path()
 
-        kept = frees.keep(local, handle)  # freed only when every rank can free it at once (the engine's free waits)
+        kept = frees.keep(local, handle)  # the engine's free waits for every rank
 
         def release_peers():  # the engine unmaps peers itself when the allocation is freed
             kept.released = True
@@ -216,6 +196,5 @@ class ShmemHeap(HeapProvider):
 
 @functools.cache
 def _collective_frees() -> CollectiveFrees:
-    """This process's shmem allocations, held for collective frees (made on first use: it registers an
-    exit handler)."""
+    """This process's shmem allocations, held for collective frees (made on first use)."""
     return CollectiveFrees()

@@ -1,22 +1,9 @@
 """all_gather_matmul by the vendor's GEMM (``FusedConfig(vendor_gemm=True)``): copies gather, torch multiplies.
 
-Where the GEMM is most of the call (many waves of tiles), the fused op takes the GEMM's time, and the
-vendor's library (cuBLAS, hipBLASLt; through torch) runs that GEMM faster than Iris's Triton tile loop.
-This way keeps the overlap and drops the tile loop:
-
-1. an entry barrier (every member has finished reading its slots in the previous call);
-2. A_shard goes to every other member's slot by copies on a side stream, each followed by that member's
-   arrival flag (the copy engine on a GPU, no SM: :func:`iris.ops._fused.sent_by_copies`);
-3. meanwhile torch multiplies this rank's own slice: ``output = A_shard @ B[own rows] (+ bias)``;
-4. for each other member, in the order their copies come (the previous member's first), a one-program
-   kernel waits until its flag is set (with ``ctx.tracing`` on it records that ``wait``, target_rank the
-   member: the only span of the call), and torch adds its product in place:
-   ``output += slot @ B[its rows]``;
-5. the flags are cleared and the side stream joined.
-
-Each member's product is rounded to output's dtype before the next is added (W roundings where Iris's
-kernel rounds once), so output must have A's dtype. On the CPU backend torch's CPU GEMM multiplies and the
-copies are plain copies between the mapped heaps.
+Why: where the GEMM dominates, the vendor's library beats Iris's tile loop; this keeps the overlap. After an
+entry barrier, copies on a side stream send A_shard to every member's slot and set its flag while torch
+multiplies the own slice; then, per member in arrival order, a one-program kernel waits for its flag and torch
+adds ``slot @ B[its rows]``. Each product is rounded to output's dtype, so output must have A's dtype.
 
 Example:
     >>> ctx.ops.all_gather_matmul(out, A_shard, B, config=FusedConfig(vendor_gemm=True))
@@ -42,7 +29,7 @@ WHAT = "all_gather_matmul"
 
 @triton.jit
 def _arrival_kernel(flags, position, sender, cur, heap_bases, WORLD: tl.constexpr, TRACE: tl.constexpr):
-    """Wait until member ``position``'s slice has come (its flag set); traced: the wait, target_rank its sender."""
+    """Wait until member ``position``'s slice has come; traced as a wait on its sender."""
     trace = tracing_from_context(heap_bases - HEAP_BASES_SLOT, WORLD, TRACE)  # records nothing unless TRACE
     waiting = trace.start(tracing.WAIT, cur, sender, flags + position, position, 0, 0)
     wait_until(flags + position, "!=", 0)
@@ -50,7 +37,7 @@ def _arrival_kernel(flags, position, sender, cur, heap_bases, WORLD: tl.constexp
 
 
 def problem(ctx, A_shard) -> tuple:
-    """(key, spec) of a call's workspace: every member's slot (this rank's stays unused) and its arrival flags."""
+    """(key, spec) of a call's workspace: every member's slot and arrival flag."""
     world = ctx.get_num_ranks()
     M, K_r = A_shard.shape
     key = (WHAT, "vendor_gemm", M, K_r, A_shard.dtype)
@@ -71,8 +58,7 @@ def _added_product(B, output, slot, first: int, rows: int) -> None:
 
 
 def launches(ctx, output, A_shard, B, bias, workspace) -> list:
-    """The call's launches, in order, not yet launched (see the module); checked by the caller. They hold the
-    caller's tensors weakly (:func:`iris.host.replay.weakly_held`)."""
+    """The call's launches, in order and not yet launched, holding the caller's tensors weakly."""
     members = ctx.team.participants(None)
     M, K_r = A_shard.shape
     slots = workspace.gathered.view(members.size, M, K_r)

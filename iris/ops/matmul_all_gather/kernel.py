@@ -1,28 +1,11 @@
 """GEMM whose output tiles go straight to every rank: ``matmul_all_gather`` and ``gemm_all_scatter``.
 
-Every rank computes its own product ``A_r @ B_r`` (+ ``bias``) and every rank receives all of
-them, placed side by side in its heap ``output``:
-
-- ``matmul_all_gather``: A (M, K), B (K, N); output (W * M, N), rank r's rows at ``r * M``
-  (the sequence-parallel gather of a column-parallel layer's input, done after the GEMM);
-- ``gemm_all_scatter``: A (M, K), B (K, N) this rank's column shard; output (M, W * N), rank r's
-  columns at ``r * N`` (the paper's GEMM + all-scatter).
-
-One persistent kernel per rank. Each program computes a tile and stores it, in the output dtype,
-into every member's output (its own included) straight from registers, so a tile's transfer
-overlaps the next tile's GEMM. Program ``p`` passes a barrier with program ``p`` of every member
-before its first store (every member's previous use of its output has ended) and after its last
-(unless ``async_op``): when a rank's kernel ends, every rank's tiles have landed in its output.
-With ``async_op=True`` call ``ctx.device_barrier()`` (or ``ctx.barrier()``) before reading it.
-
-With ``FusedConfig(split_k=S)`` (fitted by default where an output of few tiles would leave most
-programs idle, see ``iris.ops._fused.fitted_launch``) S programs share a tile, each over a part of K:
-units ``part * tiles + tile``, so a program reaches every part it hands over (a float32 tile in a
-local workspace, then its flag) before any tile it finishes (the last part, which waits for the
-others' flags, adds their parts and stores the tile as above). Nothing a part waits for waits itself.
-Where the fitting splits no tile, only the last round's tiles may be split so (the first ``whole``
-tiles computed whole, then units ``whole + part * rest + t``; see :func:`problem`): 448 tiles on
-128 programs are three rounds whole and 64 tiles in halves.
+Every rank computes ``A_r @ B_r`` (+ ``bias``) and every rank receives all products side by side in its
+heap ``output``: rows at ``r * M`` (``matmul_all_gather``) or columns at ``r * N`` (``gemm_all_scatter``).
+Each program stores its tile into every member's output straight from registers, so a tile's transfer
+overlaps the next tile's GEMM; barriers per program before the first store and after the last (unless
+``async_op``: then call ``ctx.device_barrier()`` before reading). With a K split, S programs share a tile:
+every part but the last is handed over through a local workspace, and the last part finishes the tile.
 
 Example:
     >>> W = ctx.get_num_ranks()
@@ -103,7 +86,7 @@ def _finish_tile(acc, rows, cols, out, bias, M, N, stride_om, stride_on, tile_m,
     else:
         place = rows[:, None].to(tl.int64) * stride_om + (cols[None, :] + index * N) * stride_on
     span = trace.start(tracing.PUT, cur, -1, out, tile_m, tile_n, elements_bytes(out, count * BLOCK_M * BLOCK_N))
-    # into every member, from a different one on every rank; across nodes as block puts (one per row)
+    # into every member, each rank starting at a different one
     store_to_members(out + place, value, members, count, index, cur, heap_bases, mask, 0)
     trace.end(span)
 
@@ -113,14 +96,10 @@ def _output_shape(along_m: bool, world: int):
 
 
 def problem(what: str, along_m: bool, ctx, A, B, config: FusedConfig) -> tuple:
-    """(key, spec, tile) of one call: the tile, the K split (``SPLIT``) and the tiles computed whole before the
-    split ones (``whole``), and the workspace a split needs (the parts a program hands over to the one that
-    finishes their tile, and their flags); none without a split.
+    """(key, spec, tile) of one call: the tile with its K split and ``whole`` (tiles computed unsplit first), and
+    the workspace a split needs.
 
-    The split: ``config.split_k`` or the one :func:`iris.ops._fused.fitted_launch` fits for every tile (few
-    tiles); where that is none, from :data:`iris.ops._fused.SPLIT_MIN_ROWS` rows, the last round's tiles in 2 or
-    4 parts where they finish it sooner (:func:`iris.ops._fused.split_last_round`: 64 tiles left for 128 programs
-    go in halves)."""
+    Without ``config.split_k``, few tiles split every tile; else only the last round's tiles may split."""
     M, N = A.shape[0], B.shape[1]
     tile = _fused.tile(ctx, config, A.dtype, M, N, _fused.SPLITS)
     tiles = tile_count(M, N, tile)
@@ -136,8 +115,7 @@ def problem(what: str, along_m: bool, ctx, A, B, config: FusedConfig) -> tuple:
 
 
 def preamble(what: str, along_m: bool, ctx, output, A, B, config=None) -> _fused.Workspace:
-    """Check the operands and make the workspace (empty unless the call splits K: the output is the only
-    buffer peers write)."""
+    """Check the operands and make the workspace (empty unless the call splits K)."""
     config = FusedConfig() if config is None else config
     _fused.check(what, ctx, output, A, B, None, _output_shape(along_m, ctx.get_num_ranks()), symmetric_output=True)
     key, spec, _ = problem(what, along_m, ctx, A, B, config)
@@ -146,8 +124,7 @@ def preamble(what: str, along_m: bool, ctx, output, A, B, config=None) -> _fused
 
 def run(what: str, along_m: bool, ctx, output, A, B, bias=None, async_op=False, config=None,
         workspace=None) -> tuple:
-    """One call of ``what`` (see the module): checks; returns the workspace it uses and its
-    launch, bound (:mod:`iris.host.replay`), not yet launched: ``ctx.ops`` launches and replays it."""
+    """One checked call of ``what``: the workspace and its bound launch, not yet launched."""
     config = FusedConfig() if config is None else config
     _fused.check(what, ctx, output, A, B, bias, _output_shape(along_m, ctx.get_num_ranks()), symmetric_output=True)
     key, spec, tile = problem(what, along_m, ctx, A, B, config)

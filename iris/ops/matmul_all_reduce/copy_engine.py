@@ -1,27 +1,10 @@
 """``matmul_reduce_scatter`` and ``matmul_all_reduce`` with the partials sent by copies (``FusedConfig.copy_engine``).
 
-The pushing kernel (:mod:`iris.ops.matmul_all_reduce.kernel`) stores every partial tile to its owner from the
-programs that compute it, so the transfers take the computing SMs' time. Here they go by copies
-instead (the copy engine on a GPU, no SM), in two launches per rank around them:
-
-1. after a device barrier (every member's previous call has ended), ``send`` computes this rank's
-   partials of every *other* member's columns, each member's (M, N / W) block into a local stage in
-   the output's dtype;
-2. copies on a side stream send each block to its owner by row chunks (``CHUNKS`` at most), into slot
-   ``index`` of the owner's partials, each chunk followed by a copy that sets the owner's flag for it;
-3. meanwhile ``own`` computes this rank's own columns and, tile by tile, waits for every other member's
-   flag of the tile's row chunk, sums the members' partials in member order (its own rounded to the
-   output's dtype first: the same bits as the pushing kernel, and as torch.matmul followed by NCCL's
-   sum) and writes the output;
-4. ``finish`` clears the flags and joins the side stream (:func:`iris.ops._fused.copied`).
-
-matmul_all_reduce (``gather``) is the same with member ``r`` summing columns ``[r * N / W, (r + 1) * N / W)``:
-``own`` also stores each sum into slot ``index`` of every other member's ``sums`` and sets a flag per tile
-there, and after its own tiles a program copies the other members' sums of the same tiles into their columns
-of the output; every rank gets the same bits.
-
-A rank sends the same bytes as with pushes; the first launch's last wave and a second launch are what the
-copies cost. It needs one GPU per rank inside one node (:func:`iris.ops._fused.copy_refusal`).
+Why: pushes from the computing programs take SM time; the copy engine takes none. ``send`` computes the
+partials of every other member's columns into a local stage; copies on a side stream send them by row chunks,
+each followed by its flag; meanwhile ``own`` computes this rank's columns and sums each tile in member order
+as its flags arrive (the pushing kernel's bits); ``finish`` clears the flags and joins. With ``gather``
+(matmul_all_reduce) the sums also go to every member. Needs one GPU per rank inside one node.
 
 Example:
     >>> part = torch.empty(M, N // W, dtype=torch.bfloat16, device=ctx.get_device())
@@ -42,7 +25,7 @@ from iris.ops import _fused
 from iris.ops.gemm import add_bias, operand, tile_count, tile_of, tile_product
 
 CHUNKS = 8  # row chunks per member's block: the second launch's first tiles wait for the first chunk only
-BY_DEFAULT_RANKS = 2  # the world size at which copy_engine=None takes the copies (the one measured)
+BY_DEFAULT_RANKS = 2  # the world size at which copy_engine=None takes the copies, where they win
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
@@ -78,10 +61,9 @@ def _own_kernel(a, b, out, out_all, bias, partials, sums, flags, M, N, K, width,
                 expected, TRACE: tl.constexpr, TMA: tl.constexpr, UPCAST: tl.constexpr, HAS_BIAS: tl.constexpr,
                 GATHER: tl.constexpr, WORLD: tl.constexpr, BARRIER_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    """This rank's columns (``out``): its own partial tile plus every member's, as each row chunk's flags
-    arrive. ``GATHER`` (matmul_all_reduce): each sum also goes to slot ``index`` of every other member's
-    ``sums``, with a flag per tile after the chunks' flags, and after its own tiles a program copies the
-    other members' sums of the same tiles into their columns of ``out_all`` (the whole (M, N) output)."""
+    """This rank's columns (``out``): its own partial plus every member's, as each chunk's flags arrive.
+
+    ``GATHER``: each sum also goes to every other member, and the others' sums are read into ``out_all``."""
     trace = enter(arrivals, expected, members, count, cur, heap_bases, WORLD, False, BARRIER_BLOCK, TRACE)
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(width, BLOCK_N)
@@ -183,9 +165,8 @@ def _transfers(ctx, stage, partials, flags, M, width, chunk_rows, chunks) -> lis
 
 
 def by_default(ctx, config, A, B) -> bool:
-    """FusedConfig.copy_engine None: by copies where nothing stands in the way (:func:`obstacle`) and a
-    member's block (M, N / W) has more tiles than one wave of programs (within one wave the second launch waits
-    for copies nothing hides). Measured faster at 2 ranks only, so taken there only (:data:`BY_DEFAULT_RANKS`)."""
+    """copy_engine None: copies at :data:`BY_DEFAULT_RANKS` ranks where a member's block has more than one wave
+    of tiles (within one wave nothing hides the copies) and nothing stands in the way."""
     if ctx.get_num_ranks() != BY_DEFAULT_RANKS:
         return False
     M, N = A.shape[0], B.shape[1]
@@ -209,9 +190,7 @@ def obstacle(ctx, config, N: int) -> str | None:
 
 
 def run(ctx, output, A, B, bias, config, workspace, gather: bool = False) -> tuple:
-    """One call (the operands already checked; ``output`` this rank's (M, N / W) columns, or with ``gather``
-    (matmul_all_reduce) the whole (M, N)): the workspace and the launches, bound, not yet launched: barrier,
-    send, the copies forked off, own, finish."""
+    """One checked call: the workspace and the bound launches (barrier, send, copies, own, finish)."""
     M, K = A.shape
     N = B.shape[1]
     world = ctx.get_num_ranks()

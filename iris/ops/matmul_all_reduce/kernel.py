@@ -1,62 +1,20 @@
 """GEMM with the sum over ranks in the same kernel: ``matmul_all_reduce`` and ``matmul_reduce_scatter``.
 
-The tensor-parallel row-split layer: every rank holds its K-shard, ``A`` (M, K_r) and ``B``
-(K_r, N), and the result is the sum over ranks of ``A_r @ B_r`` (+ ``bias`` once).
-``matmul_all_reduce`` gives every rank the whole (M, N) sum; ``matmul_reduce_scatter`` gives rank
-``r`` columns ``[r * N / W, (r + 1) * N / W)``, an (M, N / W) output, or, given a full (M, N) output, the
-block-run layout: the output cut in ``FusedConfig.block_size_m`` x ``block_size_n`` blocks numbered
-row-major, rank ``r`` gets blocks ``[r * B / W, (r + 1) * B / W)`` of the B blocks (the last rank also the
-rest) and zeros elsewhere.
+The tensor-parallel row-split layer: each rank holds ``A`` (M, K_r) and ``B`` (K_r, N); the result is the sum
+over ranks of ``A_r @ B_r`` (+ ``bias`` once). ``matmul_reduce_scatter`` gives rank r its N / W columns, or, given
+a full (M, N) output, its run of ``block_size_m`` x ``block_size_n`` blocks and zeros elsewhere.
 
-One persistent kernel per rank; every rank walks the same tiles in the same order, and program
-``p`` of every rank computes the same tiles, so a program only ever waits for the program of the
-same id on another rank. Per output tile, each program:
+One persistent kernel per rank; program p of every rank computes the same tiles, so a program waits only for
+its peers of the same id. Per tile it computes its partial, stores it into slot ``index`` of every owner of the
+tile's columns, and one tile later (so the stores drain behind the next GEMM) counts it on their flags, waits
+for every member's count and sums the slots in member order (every rank gets the same bits). Owner-reduce (by
+default beyond 2 ranks) sends each partial only to the tile's owner, which sends back the sum: 2 (W - 1) / W
+tiles of traffic per tile instead of W - 1. Across nodes, partials leave through an outbox as row transfers.
+A barrier per program before the first store keeps slots safe; the output is complete when the kernel ends.
 
-1. computes its rank's float32 partial tile (:func:`iris.ops.gemm.tile_product`);
-2. stores it, in the output's dtype, into slot ``index`` of every *owner* of the tile's columns
-   (all_reduce: every member; reduce_scatter: the members whose column range the tile meets);
-3. one tile later (so the stores drain while the next tile computes), counts the previous tile
-   on each other owner's flag (release), then, if it owns columns of that tile, waits until
-   every other member has counted it (acquire) and sums the slots in member order (every rank
-   gets the same bits, like torch.matmul followed by NCCL's sum in the output dtype), adds the
-   bias and writes the output.
-
-Owner-reduce (``matmul_all_reduce`` beyond 2 ranks, or ``FusedConfig(reduce_at_owner=True)``):
-instead of every member, step 2 stores the partial only into the slot of the tile's *owner* (the
-i-th tile of program p belongs to member (p + i) % W); the owner, in step 3, also keeps its sum
-in its own slot (in place of its partial) and counts the tile on every other member; two tiles
-later each other member waits for that count and reads the sum from the owner into its output.
-(Storing the sum on every member instead costs the owner W - 1 tiles of stores in one step, while the
-same program on every other member waits for it.) A rank moves about
-2 (W - 1) / W tiles' bytes per tile instead of W - 1 (docs/benchmarks.md has the model); at 2
-ranks both send one and push-to-all, a hop shorter, stays the default.
-
-In a job across nodes (the engine path of a shmem heap, docs/multi-node.md) a partial tile goes toward a
-member on another node as block transfers, one per tile row: stored in this rank's outbox (an (M, N) heap
-tensor of the workspace, made only there) and put from it; the owner's sum goes out the same way, from its
-own slot, to every other member's slot of it (which reads it locally). Without the engine path, the stores
-and reads are as above.
-
-With ``FusedConfig(pipeline_chunks=C)`` (by default 4 from 4 ranks and 4096 rows, one GPU per rank on one node),
-matmul_all_reduce runs no fused kernel: Iris's GEMM by row chunks, each chunk summed by ``iris.ccl.all_reduce``
-on a side stream behind it (:mod:`iris.ops.matmul_all_reduce.pipelined`).
-
-With ``FusedConfig(copy_engine=True)`` (the default at 2 ranks where a member's N / W columns have more than one
-wave of tiles) the partials go by copies instead, in two launches around them
-(:mod:`iris.ops.matmul_all_reduce.copy_engine`).
-
-Before its first store a program passes a barrier with the programs of the same id on the other
-ranks (:func:`iris.device.barrier.enter`): every member's previous call has ended, so nobody still
-reads a slot about to be overwritten. Nothing waits after the last tile: each rank's output is
-complete when its kernel ends.
-
-With ``FusedConfig(comm_programs=C)`` the work is split instead (workgroup specialization): the
-last C programs only communicate, the others only compute. A compute program stores each tile
-(output dtype) into a local stage and raises the tile's ready flag with the call's number
-(release); communication program ``c`` takes tiles ``c, c + C, ...``, waits for each flag
-(acquire), pushes the staged tile to its owners, counts it, and sums the previous one as above.
-Compute programs never wait; a communication program waits on lower program ids of its own
-launch and on the same program id of the other ranks. Not yet measured on a GPU.
+Other ways: ``pipeline_chunks`` (:mod:`~iris.ops.matmul_all_reduce.pipelined`), ``copy_engine``
+(:mod:`~iris.ops.matmul_all_reduce.copy_engine`), and ``comm_programs``, where the last C programs only
+communicate and wait only on lower program ids.
 
 Example:
     >>> out = torch.empty(M, N, dtype=torch.bfloat16, device=ctx.get_device())
@@ -98,17 +56,15 @@ def _meets(tile_n, lo, width, BLOCK_N: tl.constexpr):
 
 @triton.jit
 def _owner(tile, programs, count):
-    """The member position that reduces ``tile`` under owner-reduce: rotating over a program's tiles
-    (its i-th tile goes to member (pid + i) % count), so every program and rank owns its share."""
+    """The member position that reduces ``tile`` under owner-reduce, rotating so every rank owns its share."""
     return (tile % programs + tile // programs) % count
 
 
 @triton.jit
 def _in_run(rows, cols, position, count, run_m, run_n, runs_n, per_rank, RUNS: tl.constexpr):
-    """Which elements of a tile belong to the member at ``position`` in reduce_scatter's block-run
-    layout (``RUNS``): the (M, N) output cut in ``run_m`` x ``run_n`` blocks numbered row-major, ``per_rank``
-    consecutive blocks to each member, the last member also taking the rest (all of them when there are fewer
-    blocks than members). Without ``RUNS`` every element."""
+    """Which elements of a tile the member at ``position`` owns in the block-run layout (``RUNS``; else all).
+
+    Blocks are numbered row-major, ``per_rank`` to each member, the last member also taking the rest."""
     if RUNS:
         run = (rows[:, None] // run_m) * runs_n + cols[None, :] // run_n
         owner = tl.where(per_rank > 0, tl.minimum(run // tl.maximum(per_rank, 1), count - 1), count - 1)
@@ -143,10 +99,9 @@ def _finish(tile, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, widt
             count, index, cur, heap_bases, programs, runs, SCATTER: tl.constexpr, OWNER: tl.constexpr,
             RUNS: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
             GROUP_M: tl.constexpr):
-    """If this rank gets partials of ``tile``: wait for every member's slot, sum them in member order,
-    write. Under owner-reduce the owner also keeps the sum in its own slot and counts the tile on every
-    other member (:func:`_collect` reads it from there). In the block-run layout (``RUNS``) every member
-    gets the tile's flag; this rank sums its own elements and writes zeros at the others."""
+    """If this rank gets partials of ``tile``: wait for every member's slot, sum in member order, write.
+
+    Under owner-reduce the owner also publishes the sum for :func:`_collect`."""
     tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
     lo, own = _owned(index, N, width, SCATTER)
     if _receives(tile, tile_n, index, lo, own, programs, count, OWNER, BLOCK_N):
@@ -168,8 +123,8 @@ def _finish(tile, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, widt
             total = tl.where(mine, total, 0.0)
         tl.store(out + rows[:, None].to(tl.int64) * stride_om + (cols[None, :] - lo) * stride_on,
                  total.to(out.dtype.element_ty), mask=mask)
-        if OWNER:  # every member gets the same bits: the owner's sum, kept in its own slot, read from there
-            if rma.ENGINE:  # across nodes the sum goes out instead, as block puts (the reads would not be blocks)
+        if OWNER:  # every member reads the owner's sum, so all get the same bits
+            if rma.ENGINE:  # across nodes, block puts: the reads would not be blocks
                 store_to_members(partials + index * slot + place, total.to(partials.dtype.element_ty), members,
                                  count, index, cur, heap_bases, mask, 1)
             else:
@@ -182,8 +137,7 @@ def _finish(tile, tiles_m, tiles_n, out, bias, partials, flags, seen, M, N, widt
 @triton.jit
 def _collect(tile, tiles_m, tiles_n, out, partials, flags, seen, M, N, stride_om, stride_on, members, count, index,
              cur, heap_bases, programs, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """Owner-reduce, a tile this rank does not own: wait for its owner's sum, read it from the owner's own slot
-    there into the output (with the engine path, from this rank's slot of it, where the owner put it)."""
+    """Owner-reduce, a tile this rank does not own: wait for its owner's sum and read it into the output."""
     owner = _owner(tile, programs, count)
     if owner != index:
         want = tl.load(seen + tile) + 1
@@ -206,10 +160,9 @@ def _collect(tile, tiles_m, tiles_n, out, partials, flags, seen, M, N, stride_om
 @triton.jit
 def _push(part, tile, rows, cols, tile_n, partials, outbox, M, N, width, members, count, index, cur, heap_bases,
           programs, runs, SCATTER: tl.constexpr, OWNER: tl.constexpr, RUNS: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Store this rank's partial tile into slot ``index`` of every member that gets partials of it. In a job
-    across nodes (the engine path) the tile is stored in this rank's ``outbox`` (an (M, N) heap tensor) first
-    and put from there: one block transfer per tile row toward a member on another node, not one engine
-    store per element (a slot of its own cannot serve: reduce_scatter's slots hold other columns)."""
+    """Store this rank's partial tile into slot ``index`` of every member that gets partials of it.
+
+    With the engine path it goes through the ``outbox``: one block transfer per row, not one per element."""
     mine = outbox + rows[:, None].to(tl.int64) * N + cols[None, :]  # the tile in the outbox
     if rma.ENGINE:
         tl.store(mine, part, mask=(rows[:, None] < M) & (cols[None, :] < N))
@@ -330,8 +283,7 @@ def _matmul_reduce_kernel(a, b, out, bias, partials, outbox, flags, seen, stage,
 
 
 def in_runs(scatter: bool, output, A, B) -> bool:
-    """Whether a reduce_scatter call asks for the block-run layout: an (M, N) output, of which this rank
-    gets its run of ``block_size_m`` x ``block_size_n`` blocks (see :func:`_in_run`) and zeros elsewhere."""
+    """Whether a reduce_scatter call asks for the block-run layout (an (M, N) output)."""
     shapes = [tuple(getattr(t, "shape", ())) for t in (output, A, B)]
     return scatter and len(shapes[1]) == len(shapes[2]) == 2 and shapes[0] == (shapes[1][0], shapes[2][1])
 
@@ -348,8 +300,7 @@ def problem(what: str, scatter: bool, ctx, output, A, B, config):
 
 
 def kernel_problem(what: str, scatter: bool, ctx, output, A, B, config):
-    """(key, spec, width, tile) of one call by the fused kernel; the spec sizes the slots by the columns a rank
-    owns."""
+    """(key, spec, width, tile) of one call by the fused kernel."""
     world = ctx.get_num_ranks()
     M, N = A.shape[0], B.shape[1]
     runs = in_runs(scatter, output, A, B)  # every member's slot holds whole tiles: this rank's elements of them
@@ -379,18 +330,14 @@ def _runs_of(ctx, config: FusedConfig, M: int, N: int) -> tuple[int, int, int, i
 
 
 def sends_by_copies(ctx, config: FusedConfig, A, B) -> bool:
-    """Whether this call sends its partials by copies (FusedConfig.copy_engine, see
-    :mod:`iris.ops.matmul_all_reduce.copy_engine`; None: where
-    :func:`iris.ops.matmul_all_reduce.copy_engine.by_default`)."""
+    """Whether this call sends its partials by copies (None: ``copy_engine.by_default``)."""
     if config.copy_engine is not None:
         return config.copy_engine
     return copy_engine.by_default(ctx, config, A, B)
 
 
 def reduces_at_owner(scatter: bool, ctx, config: FusedConfig) -> bool:
-    """Whether matmul_all_reduce runs owner-reduce (FusedConfig.reduce_at_owner; by default beyond 2 ranks,
-    where it sends 2 (W - 1) / W tiles per tile instead of W - 1; at 2 ranks both send one and
-    push-to-all saves the owner's second hop). reduce_scatter already sends each tile only to its owners."""
+    """Whether matmul_all_reduce runs owner-reduce (None: beyond 2 ranks; at 2, push-to-all is a hop shorter)."""
     if scatter or config.comm_programs:
         return False
     return ctx.get_num_ranks() > 2 if config.reduce_at_owner is None else config.reduce_at_owner
@@ -433,15 +380,14 @@ def _check(what, ctx, output, A, B, bias, scatter: bool, config: FusedConfig) ->
 
 
 def preamble(what: str, scatter: bool, ctx, output, A, B, config=None) -> _fused.Workspace:
-    """Check the operands and make the workspace, on every rank at once (it is a heap allocation)."""
+    """Check the operands and make the workspace; collective (a heap allocation)."""
     config = FusedConfig() if config is None else config
     _check(what, ctx, output, A, B, None, scatter, config)
     return _fused.Workspace.allocate(ctx, *problem(what, scatter, ctx, output, A, B, config))
 
 
 def run(what: str, scatter: bool, ctx, output, A, B, bias=None, config=None, workspace=None) -> tuple:
-    """One call of ``what`` (see the module): checks; returns the workspace it uses and its
-    launches, bound (:mod:`iris.host.replay`), not yet launched: ``ctx.ops`` launches and replays them."""
+    """One checked call of ``what``: the workspace and its bound launches, not yet launched."""
     config = FusedConfig() if config is None else config
     _check(what, ctx, output, A, B, bias, scatter, config)
     M, N = A.shape[0], B.shape[1]

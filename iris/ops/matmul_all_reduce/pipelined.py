@@ -1,14 +1,8 @@
 """``matmul_all_reduce`` as a pipeline of row chunks: ``FusedConfig(pipeline_chunks=C)``.
 
-Iris's GEMM (:func:`iris.ops.gemm.matmul`) computes this rank's partial product C row chunks at a time into a
-heap buffer, leaving some SMs free (:func:`gemm_programs`), and each chunk is summed in place by
-``iris.ccl.all_reduce`` and copied into the output on a side stream while the next chunks compute. Launches,
-in stream order: a barrier, per chunk its GEMM and the fork of its sum, then the join: the output is complete
-in stream order after the call. ``vendor_gemm=True``: torch's GEMM computes each chunk, on every SM.
-
-Why: where the all_reduce takes longer than the GEMM, the fused kernel's SMs take about the sum of both; here
-they run side by side. Measured faster from 4 ranks and 4096 rows only, which ``pipeline_chunks=None`` takes
-(:func:`chunks`).
+Each chunk of this rank's partial product is computed into the heap (leaving some SMs free), then summed in
+place by ``iris.ccl.all_reduce`` on a side stream while the next chunks compute. Why: the fused kernel takes
+about GEMM + all_reduce; here they overlap. It wins for large jobs only, which ``pipeline_chunks=None`` takes.
 
 Example:
     >>> ctx.ops.matmul_all_reduce(out, A_shard, B_shard, config=FusedConfig(pipeline_chunks=4))
@@ -25,23 +19,20 @@ from iris.ops import _fused
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import matmul
 
-# SMs the GEMM leaves to the chunks' all_reduce (FusedConfig.pipeline_comm_sms None): fewer where this rank's K
-# is deep (its GEMM as long as the sums or longer), as measured on H100s
+# SMs the GEMM leaves to the chunks' sums (pipeline_comm_sms None); fewer where K is deep (the GEMM dominates).
 COMM_SMS = 16
 DEEP_K = 3072
 DEEP_K_COMM_SMS = 8
-# FusedConfig.pipeline_chunks None: BY_DEFAULT_CHUNKS chunks from this many ranks and output rows (measured)
+# pipeline_chunks None: BY_DEFAULT_CHUNKS chunks from this many ranks and output rows, where the pipeline wins.
 BY_DEFAULT_RANKS = 4
 BY_DEFAULT_ROWS = 4096
 BY_DEFAULT_CHUNKS = 4
-# all_reduce variants (None: iris.ccl's choice) that sum a chunk of any size in place: iris.ccl's in-place ones
-# but those bounded by a landing zone; the others keep pipeline_chunks=None on the fused kernel
+# all_reduce variants that sum a chunk of any size in place (landing-zone ones are bounded).
 ANY_CHUNK_IN_PLACE = (None, *(variant for variant in IN_PLACE if variant not in BARRIER_FREE))
 
 
 def default_chunks(world: int, rows: int) -> int:
-    """The chunks ``pipeline_chunks=None`` takes for ``world`` ranks and an output of ``rows`` rows where nothing
-    else stands in the way (see :func:`chunks`); 0: the fused kernel.
+    """The chunks ``pipeline_chunks=None`` takes for ``world`` ranks and ``rows`` output rows; 0: the fused kernel.
 
     Example:
         >>> default_chunks(4, 4096), default_chunks(2, 16384), default_chunks(4, 1024)
@@ -53,10 +44,7 @@ def default_chunks(world: int, rows: int) -> int:
 def chunks(ctx, config: FusedConfig, A) -> int:
     """How many row chunks this matmul_all_reduce call pipelines by; 0: the fused kernel.
 
-    ``config.pipeline_chunks`` where given. None: :data:`BY_DEFAULT_CHUNKS` with ``vendor_gemm=True``; else
-    :func:`default_chunks`, but the fused kernel where nothing runs beside it (no streams: the CPU backend),
-    where ranks share a GPU or a member is on another node (measured: one GPU per rank, one node), where a mode
-    of the fused kernel is asked for, and where ``all_reduce_variant`` cannot sum every chunk in place.
+    None picks the fused kernel where nothing overlaps (no streams, shared GPUs, several nodes) or it is asked for.
     """
     if config.pipeline_chunks is not None:
         return config.pipeline_chunks
@@ -68,8 +56,7 @@ def chunks(ctx, config: FusedConfig, A) -> int:
 
 
 def fused_kernel_asked_for(config: FusedConfig) -> bool:
-    """Whether ``config`` (its pipeline_chunks None) keeps matmul_all_reduce on the fused kernel wherever it is:
-    a mode of the fused kernel given, or an all_reduce variant that cannot sum every chunk in place.
+    """Whether ``config`` asks for the fused kernel: one of its modes, or a variant unable to sum chunks in place.
 
     Example:
         >>> fused_kernel_asked_for(FusedConfig(copy_engine=False)), fused_kernel_asked_for(FusedConfig())
@@ -88,7 +75,7 @@ def problem(output, A, B) -> tuple:
 
 
 def chunk_rows(M: int, chunks: int) -> list[tuple[int, int]]:
-    """The (first, end) rows of each of at most ``chunks`` chunks of ``M`` rows, as even as whole rows allow.
+    """The (first, end) rows of at most ``chunks`` near-even chunks of ``M`` rows.
 
     Example:
         >>> chunk_rows(72, 5)
@@ -101,9 +88,7 @@ def chunk_rows(M: int, chunks: int) -> list[tuple[int, int]]:
 
 
 def gemm_programs(sm_share: int, comm_sms: int | None, k: int) -> int:
-    """The programs of a chunk's GEMM, inner dimension ``k``, on a GPU whose rank has ``sm_share`` SMs,
-    ``comm_sms`` of them left to the chunks' sums (None: :data:`COMM_SMS`, or :data:`DEEP_K_COMM_SMS` from
-    :data:`DEEP_K`); at least one.
+    """A chunk GEMM's programs: ``sm_share`` SMs less ``comm_sms`` (None: by ``k``), at least one.
 
     Example:
         >>> gemm_programs(132, None, 2048), gemm_programs(132, None, 3584), gemm_programs(132, 48, 2048)
@@ -115,7 +100,7 @@ def gemm_programs(sm_share: int, comm_sms: int | None, k: int) -> int:
 
 
 def refusal(config: FusedConfig) -> str | None:
-    """Why ``config`` cannot run matmul_all_reduce by the vendor's GEMM (only the pipeline has it), or None."""
+    """Why ``config`` cannot run the vendor's GEMM (only the pipeline has it), or None."""
     if config.vendor_gemm and (config.pipeline_chunks == 0 or fused_kernel_asked_for(config)):
         return ("FusedConfig(vendor_gemm=True) runs matmul_all_reduce as the pipeline of row chunks, but the fused "
                 "kernel is asked for (pipeline_chunks=0, comm_programs, reduce_at_owner, copy_engine, or an "
@@ -125,11 +110,10 @@ def refusal(config: FusedConfig) -> str | None:
 
 def run(ctx, output, A, B, bias, count: int, workspace, variant: str | None = None, vendor_gemm: bool = False,
         comm_sms: int | None = None) -> tuple:
-    """One call by ``count`` chunks (the operands already checked): the workspace and the launches, bound, not
-    yet launched. ``variant``: the chunks' all_reduce variant (``FusedConfig.all_reduce_variant``; None:
-    iris.ccl's choice by size); one that cannot sum a chunk in place raises ValueError before any launch.
-    ``vendor_gemm``: torch's GEMM (cuBLAS, hipBLASLt) computes each chunk, on every SM, instead of Iris's
-    (output must have A's dtype). ``comm_sms``: the SMs Iris's GEMM leaves to the sums (:func:`gemm_programs`)."""
+    """One call by ``count`` chunks: the workspace and the bound launches, not yet launched.
+
+    ``variant`` is the chunks' all_reduce variant (one unable to sum in place raises ValueError first);
+    ``vendor_gemm`` computes chunks with torch's GEMM; ``comm_sms`` as in :func:`gemm_programs`."""
     M, N = A.shape[0], B.shape[1]
     key, spec = problem(output, A, B)
     workspace = _fused.workspace_for(ctx, "matmul_all_reduce", key, spec, workspace)
