@@ -17,7 +17,8 @@ the logger, the launcher's stack dumps) is set up by the first ``iris.iris(...)`
 from iris import runtime as _runtime  # noqa: F401  (must come first: may enable the interpreter)
 from iris.context import Iris, iris
 from iris import ccl, compat, ops
-from iris.compat import mem, tensor_creation, tracing  # noqa: F401  (iris.tracing: the original's module path)
+from iris.compat import mem, tensor_creation, tracing  # noqa: F401  (the module paths iris.mem, iris.tracing, ...)
+from iris.compat.iris import Context
 from iris import device
 from iris.device import *  # noqa: F403  (the device API: iris.load, iris.store, ...; device.__all__ lists it)
 from iris.host.debug import DeviceAccessError, WaitTimeoutError
@@ -28,14 +29,7 @@ from iris.host.pointers import CUDAArrayInterface, tensor_from_ptr
 from iris.runtime.logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level
 from iris.memory.providers import HeapProviderRefusal
 
-Context = device.DeviceContext  # the original's newest name of the device context (iris.mem.triton.context.Context)
-
-compat.install()  # the original's module paths: iris.iris, iris.tracing, iris.tensor_creation, iris.mem
-# ``import iris.iris as m`` reads the attribute (the factory): it carries the module's names too.
-for _name in compat.iris_module.__all__:
-    if _name != "iris":
-        setattr(iris, _name, getattr(compat.iris_module, _name))
-del _name
+compat.install()  # names and module paths of code written for earlier APIs, adapted onto this one
 
 __version__ = "0.1.0"
 
@@ -54,6 +48,6 @@ def __getattr__(name: str):
 
     if name in ("compile", "inference", "x"):
         return importlib.import_module(f"iris.{name}")
-    if name in ("Tile", "TileView", "TensorView", "AllReduceConfig", "make_tensor_view"):  # the original's too
+    if name in ("Tile", "TileView", "TensorView", "AllReduceConfig", "make_tensor_view"):  # iris.x's, here too
         return getattr(importlib.import_module("iris.x"), name)
     raise AttributeError(f"module 'iris' has no attribute {name!r}")

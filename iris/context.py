@@ -10,8 +10,7 @@ import torch
 
 from iris import config, runtime
 from iris.runtime import sim
-# TritonContext: an earlier name of DeviceContext that code imports from here
-from iris.device.context import TritonContext, build_context_tensor  # noqa: F401
+from iris.device.context import build_context_tensor
 from iris.device.rma import HEAP_BASES_SLOT
 from iris.host import debug as debug_mode
 from iris.runtime.distributed import init_distributed, node_map
@@ -22,9 +21,8 @@ from iris.memory.tensors import TensorFactories
 from iris.runtime import launch_options
 from iris.host.team import Team, reserved_layout
 
-# "vmem" (a virtual-memory allocator elsewhere) gives the same heap as "torch": as_symmetric copies an imported
-# tensor into it
-ALLOCATORS = ("torch", "vmem")
+#: ``allocator_type``'s accepted names, each for the one heap :class:`Iris` describes (adapters may add names).
+ALLOCATORS = ["torch"]
 
 
 def _job_facts(backend, comm, nodes, device, provider) -> JobFacts:
@@ -56,29 +54,19 @@ def _validate(heap_size, allocator_type, debug) -> None:
 
 
 class Iris(TensorFactories):
-    """One rank's view of a job: its rank, its symmetric heap and the tensor factories.
-
-    Creating a context is collective: every rank creates one, with the same
-    ``heap_size``. ``close()`` (also collective) releases the heap; contexts can
-    be created and closed any number of times in one process.
+    """One rank's view of a job: its rank, its symmetric heap and the tensor factories. Creating and closing a
+    context are collective (every rank, the same ``heap_size``), any number of times in one process.
 
     Args:
         heap_size: bytes of symmetric heap per rank (default 1 GiB).
-        allocator_type: ``"torch"``: the heap is one device allocation exposed
-            as a torch tensor. ``"vmem"`` (a virtual-memory allocator elsewhere) is accepted and
-            gives the same heap: ``as_symmetric`` then copies an imported tensor into it rather
-            than mapping its memory.
-        debug: bound every device wait by IRIS_WAIT_TIMEOUT seconds and raise
-            :class:`iris.WaitTimeoutError` naming what was awaited, and check every remote
-            access's ranks and pointers (:class:`iris.DeviceAccessError`); also IRIS_DEBUG=1,
-            see :mod:`iris.host.debug`. Turn it on before the first iris kernel compiles.
-        heap: where the heap's memory comes from: ``"ipc"`` (default: CUDA/HIP IPC, or shared
-            memory on the CPU backend) or ``"shmem"`` (one NVSHMEM/rocSHMEM allocation through
-            torch's symmetric memory; one rank per GPU, torch.distributed initialized); default
-            IRIS_HEAP, else ``"ipc"``. See :mod:`iris.memory.providers`.
+        allocator_type: ``"torch"`` (or a name in :data:`ALLOCATORS`): the heap is one device allocation
+            exposed as a torch tensor; ``as_symmetric`` copies a tensor into it.
+        debug: bound every device wait by IRIS_WAIT_TIMEOUT (:class:`iris.WaitTimeoutError`) and check every
+            remote access (:class:`iris.DeviceAccessError`); also IRIS_DEBUG=1. See :mod:`iris.host.debug`.
+        heap: ``"ipc"`` (default, or IRIS_HEAP: CUDA/HIP IPC, shared memory on the CPU backend) or ``"shmem"``
+            (NVSHMEM/rocSHMEM through torch's symmetric memory). See :mod:`iris.memory.providers`.
 
     Example:
-        >>> import iris, torch
         >>> ctx = iris.iris(heap_size=1 << 24)
         >>> buf = ctx.zeros(4096, device="cuda", dtype=torch.float32)
         >>> ctx.barrier()
@@ -108,7 +96,6 @@ class Iris(TensorFactories):
         self.num_ranks = comm.world_size
         backend.activate(device)
         self._device = device
-        self.device = str(device)  # a string ("cuda:0"); get_device(): the torch.device
         self.gpu_id = device.index or 0
         self.heap_size = int(heap_size)
         # device barrier, collectives, and the engine's staging where the provider may compile its path
@@ -137,12 +124,9 @@ class Iris(TensorFactories):
         comm.barrier()
 
     def set_debug(self, on: bool) -> None:
-        """Switch this context's debug mode (see :mod:`iris.host.debug`) on or off; other contexts keep theirs.
-
-        Switching it on compiles the device checks into this process's kernels from then on, so do
-        it (or pass ``debug=True``, or set IRIS_DEBUG=1) before the first kernel compiles; Triton
-        refuses to run a kernel compiled before. Once compiled in, the checks of this context can be
-        switched off and on again at any time, each rank for itself.
+        """Switch this context's debug mode (:mod:`iris.host.debug`) on or off. The first switch-on compiles the
+        checks into kernels compiled from then on: do it before the first kernel compiles; after that, switch
+        at will, each rank for itself.
 
         Example:
             >>> ctx = iris.iris(1 << 30, debug=True)
@@ -165,11 +149,8 @@ class Iris(TensorFactories):
     # -- lifetime ----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Collective: wait for every rank, unmap the peers' heaps, wait again.
-
-        The heap's memory itself is released as soon as neither the context nor a tensor views it
-        any more (``ctx.ccl`` and ``ctx.ops`` hold the context weakly: no garbage-collector pass is
-        needed).
+        """Collective: wait for every rank, unmap the peers' heaps, wait again. The heap's memory is released
+        once neither the context nor a tensor views it (``ctx.ccl`` and ``ctx.ops`` hold the context weakly).
 
         Example:
             >>> ctx.close()
@@ -196,8 +177,7 @@ class Iris(TensorFactories):
 
     # -- collectives and fused ops ----------------------------------------------------------
 
-    # Made on first use, then plain attributes (functools.cached_property): ``ctx.ccl`` is read on every call
-    # of a collective, whose host time on small tensors is a few microseconds.
+    # cached_property: made on first use, then a plain attribute read on every call of a collective
 
     @functools.cached_property
     def ccl(self):
@@ -243,21 +223,11 @@ class Iris(TensorFactories):
         return self.backend.compute_unit_count(self._device)
 
     def get_num_xcc(self) -> int:
-        """XCCs (chiplets) of this rank's device: 1 off AMD (see :func:`iris.get_num_xcc`).
-
-        Example: ``ctx.get_num_xcc()  # 8 on an MI300X``
-        """
+        """XCCs (chiplets) of this rank's device: 8 on an MI300X, 1 off AMD (see :func:`iris.get_num_xcc`)."""
         return self.backend.xcc_count(self.gpu_id)
 
-    def __allocate(self, num_elements: int, dtype: torch.dtype) -> torch.Tensor:
-        """``ctx._Iris__allocate``, a private name some tests call: :meth:`allocate`."""
-        return self.allocate(num_elements, dtype)
-
     def get_heap_provider(self) -> str:
-        """Where this context's heap memory comes from: ``"ipc"`` or ``"shmem"`` (see :mod:`iris.memory.providers`).
-
-        Example: ``ctx.get_heap_provider()  # "ipc"``
-        """
+        """Where this context's heap memory comes from: ``"ipc"`` or ``"shmem"`` (:mod:`iris.memory.providers`)."""
         return self.heap.provider
 
     def get_node_map(self) -> tuple[int, ...]:
@@ -267,16 +237,14 @@ class Iris(TensorFactories):
     def get_heap_bases(self) -> torch.Tensor:
         """int64 tensor of every rank's heap base, on the heap's device; pass it to kernels.
 
-        Example:
-            >>> kernel[grid](buf, n, BLOCK, ctx.get_heap_bases())
+        Example: ``kernel[grid](buf, n, BLOCK, ctx.get_heap_bases())``
         """
         return self.heap_bases
 
     def get_device_context(self) -> torch.Tensor:
         """The context tensor for :class:`iris.DeviceContext` (layout in iris/device/context.py).
 
-        Example:
-            >>> kernel[grid](ctx.get_device_context(), buf, rank=ctx.get_rank(), world_size=ctx.get_num_ranks())
+        Example: ``kernel[grid](ctx.get_device_context(), buf, rank=ctx.get_rank(), world_size=ctx.get_num_ranks())``
         """
         return self._device_context
 
@@ -285,28 +253,20 @@ class Iris(TensorFactories):
     def barrier(self, stream=None, group=None) -> None:
         """Wait for this device (or only ``stream``), then for every rank of ``group`` (default: all).
 
-        Example:
-            >>> ctx.barrier()
+        Example: ``ctx.barrier()``
         """
         self.backend.synchronize(self._device, stream)
         self.comm.barrier(group)
         self.team.raise_if_a_wait_timed_out()
 
-
     def device_barrier(self, group=None) -> None:
-        """Every rank of ``group`` (default: all) waits here, on the device, in stream order.
-
-        One small kernel on the current stream: each member announces its arrival to the
-        others with a release and waits for theirs with an acquire, so writes made before
-        the barrier (by earlier kernels on the stream) are visible to every member after it.
-        The host does not wait, and the call can be captured in a CUDA graph.
+        """Every rank of ``group`` (default: all) waits here, on the device, in stream order: one small kernel
+        whose release/acquire arrivals make writes of earlier kernels visible to every member after it. The host
+        does not wait; the call can be captured in a CUDA graph.
 
         Args:
-            group: a torch.distributed process group whose members all call this, or None.
-                Make it with ``dist.new_group(ranks)`` and its default backends. On GPUs Iris binds
-                the default group to the device, and there torch (2.11) makes every rank outside
-                a ``backend="gloo"`` group wait in ``new_group`` for an NCCL split that the members
-                never join: a hang before this call is reached.
+            group: a torch.distributed group whose members all call this (``dist.new_group(ranks)`` with its
+                default backends: on GPUs a ``backend="gloo"`` group makes torch 2.11 hang in ``new_group``).
 
         Example:
             >>> kernel_that_puts[grid](...)
@@ -352,49 +312,12 @@ class Iris(TensorFactories):
         log(_logging.ERROR, message, self.cur_rank, self.num_ranks)
 
 
-    # log (shown like info), log_debug, log_stats: each line follows the logger's level (IRIS_LOG_LEVEL)
-
-    def log(self, message: str) -> None:
-        """Log at info level as ``[Iris] [rank/world] message``.
-
-        Example:
-            >>> ctx.log(f"validated {n} elements")
-        """
-        log(_logging.INFO, message, self.cur_rank, self.num_ranks)
-
-    def log_debug(self, message: str) -> None:
-        """Log at debug level (the same as :meth:`debug`).
-
-        Example:
-            >>> ctx.log_debug(f"heap base {hex(ctx.get_heap_bases()[0].item())}")
-        """
-        log(_logging.DEBUG, message, self.cur_rank, self.num_ranks)
-
-    def log_stats(self, message: str) -> None:
-        """Log a measurement at info level.
-
-        Example:
-            >>> ctx.log_stats(f"bandwidth {gbps:.1f} GB/s")
-        """
-        log(_logging.INFO, message, self.cur_rank, self.num_ranks)
-
     # -- clocks ------------------------------------------------------------------------------
 
     def wall_clock_rate(self, rank: int | None = None) -> int:
-        """Ticks per millisecond (kHz) of the clock Iris's device timestamps read, on ``rank``'s device.
-
-        Divide a difference of timestamps by it to get milliseconds. AMD: ``s_memrealtime``, 100 MHz
-        (100000); NVIDIA: the global timer, in nanoseconds (1000000); CPU backend: the host's monotonic
-        clock in nanoseconds (1000000). Any rank of the job may be given, default this one.
-
-        Args:
-            rank: a rank of the job (default: this rank).
-
-        Returns:
-            int: the clock's rate in kHz.
-
-        Raises:
-            ValueError: ``rank`` is not a rank of the job.
+        """Ticks per millisecond (kHz) of the clock device timestamps read on ``rank``'s device (default: this
+        rank's): 100000 on AMD (``s_memrealtime``), 1000000 on NVIDIA and the CPU backend (nanoseconds).
+        ValueError for a rank outside the job.
 
         Example:
             >>> ms = (end_ticks - start_ticks) / ctx.wall_clock_rate(ctx.get_rank())

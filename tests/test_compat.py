@@ -195,3 +195,73 @@ def test_iris_formatter_of_the_original():
     record = logging.LogRecord("iris", logging.INFO, "", 0, "with rank", (), None)
     record.iris_rank, record.iris_num_ranks = 2, 4
     assert IrisFormatter().format(record) == "[Iris] [2/4] with rank"
+
+
+def test_the_host_adapters_are_bound_from_compat():
+    """The original's host names are iris.compat.context's functions bound onto the native class, and each
+    adapts onto the native API: log and log_stats log at info level, log_debug at debug level."""
+    import logging
+    import types
+
+    from iris import context
+
+    for name in ("log", "log_debug", "log_stats", "allocate", "_Iris__allocate", "parse_size", "deallocate"):
+        assert getattr(iris.Iris, name).__module__ == "iris.compat.context", name
+    assert isinstance(vars(iris.Iris)["device"], property) and "vmem" in context.ALLOCATORS
+    assert context.TritonContext is iris.DeviceContext
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    level = iris.logger.level
+    iris.logger.addHandler(handler)
+    try:
+        iris.set_logger_level(iris.DEBUG)
+        fake = types.SimpleNamespace(cur_rank=1, num_ranks=2)
+        fake.info = types.MethodType(iris.Iris.info, fake)
+        fake.debug = types.MethodType(iris.Iris.debug, fake)
+        for name in ("log", "log_stats", "log_debug"):
+            getattr(iris.Iris, name)(fake, name)
+    finally:
+        iris.logger.removeHandler(handler)
+        iris.logger.setLevel(level)
+    assert [(r.levelno, r.getMessage()) for r in records] == [
+        (logging.INFO, "log"), (logging.INFO, "log_stats"), (logging.DEBUG, "log_debug")]
+
+
+def test_the_fused_config_of_the_original_is_a_native_subclass():
+    """``iris.ops.FusedConfig`` carries the original's fields; the native class does not, and a config of the
+    public class is a native config that replaces, compares and keys its replay like one."""
+    import dataclasses
+
+    from iris.host.replay.plans import value_key
+    from iris.ops.config import FusedConfig as Native
+
+    public = iris.ops.FusedConfig
+    assert public is not Native and issubclass(public, Native) and public.__name__ == "FusedConfig"
+    hints = ["num_sms", "num_xcds", "chunk_size", "cache_modifier_a", "cache_modifier_b", "allow_tf32",
+             "all_reduce_num_rings", "reduce_num_sms", "ksplit"]
+    native_fields = [f.name for f in dataclasses.fields(Native)]
+    assert not set(hints) & set(native_fields)
+    assert [f.name for f in dataclasses.fields(public)] == native_fields + hints
+    config = public(64, 128, num_sms=104)  # positional: the native fields' order
+    assert (config.block_size_m, config.block_size_n, config.num_sms) == (64, 128, 104)
+    assert repr(config).startswith("FusedConfig(block_size_m=64, block_size_n=128,")
+    changed = dataclasses.replace(config, block_size_n=256)
+    assert type(changed) is public and changed.num_sms == 104 and changed == public(64, num_sms=104)
+    assert value_key(config, Native) == value_key(public(64, 128, num_sms=104), Native)
+    assert value_key(config, Native) != value_key(changed, Native)
+    with pytest.raises(ValueError, match="FusedConfig.num_sms=0"):
+        dataclasses.replace(config, num_sms=0)
+    with pytest.raises(ValueError, match="FusedConfig.block_size_n=100"):
+        public(block_size_n=100, num_sms=3)
+
+
+def test_native_modules_leave_the_original_to_compat():
+    """Outside iris/compat, at most 4 files of iris/ name the original Iris."""
+    from pathlib import Path
+
+    root = Path(iris.__file__).parent
+    naming = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
+                    if "compat" not in p.relative_to(root).parts and "original" in p.read_text().lower())
+    assert len(naming) <= 4, naming

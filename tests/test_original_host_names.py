@@ -189,7 +189,7 @@ def test_get_num_xcc_is_one_off_amd(ctx):
 
 
 def test_xcc_count_on_amd_asks_the_device_then_the_architecture():
-    from iris.host.devices import hip_xcc_count
+    from iris.runtime.hip import hip_xcc_count
 
     class Lib:
         def __init__(self, status, value):

@@ -1,8 +1,8 @@
 """The original's module ``iris.iris``: code written for it imports from here
 (``from iris.iris import DeviceContext``), while ``iris.iris(heap_size)`` stays the factory.
 
-``import iris`` registers this module as ``iris.iris`` (:func:`iris.compat.install`) and binds the attribute
-``iris.iris`` to the factory, which carries this module's names as attributes too (for ``import iris.iris as m``).
+``import iris`` registers this module as ``iris.iris`` (:func:`iris.compat.install`), while the attribute
+``iris.iris`` is the factory, which :func:`install` gives this module's names too (for ``import iris.iris as m``).
 
 Example:
     >>> from iris.iris import DeviceContext, Iris
@@ -21,3 +21,10 @@ globals().update({name: getattr(log, name) for name in _LOGGING})
 
 __all__ = ["Context", "Iris", "iris"]
 __all__ += _DEVICE + _LOGGING
+
+
+def install() -> None:
+    """Give the factory ``iris.iris`` this module's names: ``import iris.iris as m`` reads the attribute."""
+    for name in __all__:
+        if name != "iris":
+            setattr(iris, name, globals()[name])

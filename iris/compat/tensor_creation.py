@@ -52,7 +52,7 @@ def allocate(heap, num_elements: int, dtype: torch.dtype) -> torch.Tensor:
     Example:
         >>> flags = tensor_creation.allocate(ctx.heap, 64, torch.int32)
     """
-    return _OnHeap(heap).allocate(num_elements, dtype)
+    return _OnHeap(heap).empty(num_elements, dtype=dtype)
 
 
 def parse_size(size):

@@ -12,9 +12,6 @@ import numbers
 
 from iris import runtime
 
-# AMD's XCC count (the HIP backend answers it), importable from here as before
-from iris.runtime.hip import HIP_ATTRIBUTE_XCC_COUNT, XCC_COUNT_BY_ARCH, hip_xcc_count  # noqa: F401
-
 
 def get_device_id_for_rank(local_rank: int) -> int:
     """The index of the device the rank with local rank ``local_rank`` (LOCAL_RANK, >= 0) uses, as ``iris.iris()``

@@ -7,7 +7,6 @@ where torch has one). ``device="cuda"`` means the heap's device on every backend
 
 from __future__ import annotations
 
-import math
 import numbers
 
 import torch
@@ -33,8 +32,8 @@ def normalize_size(size) -> tuple[int, ...]:
 
 
 class OutTensorError(ValueError, RuntimeError):
-    """A factory's ``out=`` tensor that cannot hold the result: a RuntimeError (as torch raises for a bad
-    ``out=``) and a ValueError (as Iris raised before)."""
+    """A factory's ``out=`` tensor that cannot hold the result: a RuntimeError, as torch raises for a bad
+    ``out=``, and a ValueError, as Iris raises for every bad argument."""
 
 
 class TensorFactories:
@@ -92,50 +91,6 @@ class TensorFactories:
         """
         dtype = dtype or torch.get_default_dtype()
         return self._finish(self._new(size, dtype, device, layout, out), requires_grad)
-
-    def allocate(self, num_elements: int, dtype: torch.dtype) -> torch.Tensor:
-        """An uninitialized 1-D heap tensor of ``num_elements`` (``ctx.empty(num_elements, dtype=dtype)``).
-
-        Example:
-            >>> flags = ctx.allocate(64, torch.int32)
-        """
-        return self._new((num_elements,), dtype, None)
-
-    def parse_size(self, size) -> tuple[tuple[int, ...], int]:
-        """The shape and element count of a size as the factories take it.
-
-        Args:
-            size: the ``*size`` of a factory call, as a tuple (``(2, 3)``, ``((2, 3),)``, nested at any depth,
-                lists and ``torch.Size`` too), or a single integer.
-
-        Returns:
-            tuple[tuple[int, ...], int]: the shape and its number of elements.
-
-        Raises:
-            TypeError: a dimension is not an integer. ValueError: a dimension is negative.
-
-        Example:
-            >>> ctx.parse_size(((2, 3),))
-            ((2, 3), 6)
-        """
-        if isinstance(size, numbers.Integral) and not isinstance(size, bool):
-            size = (size,)
-        elif not isinstance(size, (tuple, list, torch.Size)):
-            raise TypeError(f"parse_size({size!r}): give a tuple or list of integers, or an integer")
-        shape = normalize_size(tuple(size))
-        return shape, math.prod(shape)
-
-    def deallocate(self, pointer) -> None:
-        """Accepted and ignored: the heap is a bump allocator whose memory returns to
-        the system when the context closes (:meth:`close`), not tensor by tensor.
-
-        Args:
-            pointer: a heap tensor or address (not checked).
-
-        Example:
-            >>> ctx.deallocate(buf)   # no effect; ctx.close() releases the heap
-        """
-        return None
 
     def zeros(self, *size, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False):
         """Heap tensor of zeros, like ``torch.zeros``.

@@ -6,9 +6,6 @@ from dataclasses import dataclass
 
 from iris.ccl.config import ALL_REDUCE_VARIANTS
 
-#: The cache modifiers Triton's loads take (FusedConfig.cache_modifier_a and cache_modifier_b).
-LOAD_CACHE_MODIFIERS = (None, "", ".ca", ".cg", ".cv")
-
 
 @dataclass
 class FusedConfig:
@@ -62,12 +59,6 @@ class FusedConfig:
             pipeline_chunks given, and keeps the fused kernel by default); "atomic", "spinlock" and "ring" are
             refused. The fused kernel exchanges its tiles itself: there it has no effect.
 
-    Hints of other fused-GEMM kernels, checked and kept on the config; Iris's kernels size and order their
-    work themselves (:func:`iris.ops._fused.concurrent_programs`), so they change nothing here: num_sms (None
-    or >= 1), num_xcds and chunk_size (>= 1; ``iris.get_num_xcc()`` gives a device's XCDs), cache_modifier_a
-    and cache_modifier_b (None, "", ".ca", ".cg" or ".cv"), allow_tf32, all_reduce_num_rings and
-    reduce_num_sms (>= 1), ksplit.
-
     Example:
         >>> from iris.ops import FusedConfig
         >>> ctx.ops.matmul_all_reduce(out, a, b, config=FusedConfig(block_size_n=128))
@@ -88,15 +79,6 @@ class FusedConfig:
     pipeline_chunks: int | None = None
     vendor_gemm: bool | None = None
     pipeline_comm_sms: int | None = None
-    num_sms: int | None = None
-    num_xcds: int = 1
-    chunk_size: int = 1
-    cache_modifier_a: str | None = ".ca"
-    cache_modifier_b: str | None = ".ca"
-    allow_tf32: bool = True
-    all_reduce_num_rings: int = 1
-    reduce_num_sms: int = 64
-    ksplit: bool = False
 
     def validate(self, world_size: int | None = None) -> None:
         """Check the fields again (they were checked when the config was made; a field changed since is
@@ -115,7 +97,6 @@ class FusedConfig:
                              f"splits a tile's columns over {world_size} ranks; give a multiple of {world_size}")
 
     def __post_init__(self):
-        self._check_hint_fields()
         if self.all_reduce_variant is not None and self.all_reduce_variant not in ALL_REDUCE_VARIANTS:
             raise ValueError(f"FusedConfig.all_reduce_variant={self.all_reduce_variant!r}: use None or one of "
                              f"{', '.join(ALL_REDUCE_VARIANTS)}")
@@ -159,22 +140,3 @@ class FusedConfig:
         if self.reduce_at_owner and self.comm_programs:
             raise ValueError(f"FusedConfig(reduce_at_owner=True and comm_programs={self.comm_programs}): "
                              "communication programs push every tile to every member; pass one or the other")
-
-    def _check_hint_fields(self) -> None:
-        """The hint fields' types and ranges."""
-        for name, low, optional in (("num_sms", 1, True), ("num_xcds", 1, False), ("chunk_size", 1, False),
-                                    ("all_reduce_num_rings", 1, False), ("reduce_num_sms", 1, False)):
-            value = getattr(self, name)
-            if optional and value is None:
-                continue
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                either = "None or " if optional else ""
-                raise ValueError(f"FusedConfig.{name}={value!r}: must be {either}an int >= {low}")
-        for name in ("cache_modifier_a", "cache_modifier_b"):
-            value = getattr(self, name)
-            if value not in LOAD_CACHE_MODIFIERS:
-                raise ValueError(f"FusedConfig.{name}={value!r}: must be one of "
-                                 f"{', '.join(map(repr, LOAD_CACHE_MODIFIERS))}")
-        for name in ("allow_tf32", "ksplit"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"FusedConfig.{name}={getattr(self, name)!r}: must be True or False")
