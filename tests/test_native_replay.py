@@ -1,5 +1,5 @@
-"""iris.host.replay.native: the C host path of a repeated call makes call_key's key, finds the plan and launches
-its graph only where the Python path would launch it as it is.
+"""iris.host.replay.native: the C host path of a repeated call makes call_key's key (the rest, then the config by
+value), finds the plan and launches its graph only where the Python path would launch it as it is.
 
 The C module is built here with the machine's C compiler, as on a GPU host. The CUDA driver's two functions
 (cuStreamIsCapturing, cuGraphLaunch) do not exist without a GPU: ctypes callbacks at their addresses record
@@ -78,35 +78,37 @@ def _planned(key, native=(EXECUTABLE, DEVICE), tensors=()):
 
 
 X = torch.arange(24, dtype=torch.bfloat16)
-CASES = {
-    "two contiguous": ("all_reduce", torch.zeros(24, dtype=torch.bfloat16), X, (None, None, False, None, None, True)),
-    "one tensor": ("broadcast", X, None, (0, None, False, None, False)),
-    "a transposed view": ("all_gather", torch.zeros(4, 6).t(), torch.zeros(6, 4, dtype=torch.float16), (None,)),
-    "a strided view": ("all_to_all", torch.zeros(10)[::2], torch.zeros(3, 3)[:, :2], ()),
-    "nested operands": ("matmul_all_reduce", X, X, (call_key("", X, None), False, (object, 1, "x"), None, False)),
-    "a parameter": ("all_reduce", torch.nn.Parameter(torch.zeros(2)), X, (None,)),
-    "not a tensor": ("all_reduce", [1, 2], X, (None,)),
-    "second not a tensor": ("all_reduce", X, 3.0, (None,)),
+CONFIG = (object, 64, "x")  # a config by value (value_key)
+CASES = {  # name, first, second, rest, the config by value
+    "two contiguous": ("all_reduce", torch.zeros(24, dtype=torch.bfloat16), X, (None, None, False, None, True), None),
+    "a config": ("all_reduce", torch.zeros(24, dtype=torch.bfloat16), X, (None, None, False, None, True), CONFIG),
+    "one tensor": ("broadcast", X, None, (0, None, False, False), None),
+    "a transposed view": ("all_gather", torch.zeros(4, 6).t(), torch.zeros(6, 4, dtype=torch.float16), (None,), None),
+    "a strided view": ("all_to_all", torch.zeros(10)[::2], torch.zeros(3, 3)[:, :2], (), None),
+    "nested operands": ("matmul_all_reduce", X, X, (call_key("", X, None), False, None, False), CONFIG),
+    "a parameter": ("all_reduce", torch.nn.Parameter(torch.zeros(2)), X, (None,), None),
+    "not a tensor": ("all_reduce", [1, 2], X, (None,), None),
+    "second not a tensor": ("all_reduce", X, 3.0, (None,), None),
 }
 
 
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
 def test_the_key_is_call_keys_key(module, case):
-    name, first, second, rest = CASES[case]
+    name, first, second, rest, last = CASES[case]
     driver = Driver()
     state, _ = _state({}, driver)
-    key, plan = module.replay(state, name, first, second, rest)
-    assert key == call_key(name, first, second, *rest)
+    key, plan = module.replay(state, name, first, second, rest, last)
+    assert key == call_key(name, first, second, *rest, last)
     assert plan is None and driver.launched == []
 
 
 def test_a_remembered_plan_launches_its_graph_on_its_devices_current_stream(module):
-    name, first, second, rest = CASES["two contiguous"]
-    plans, plan = _planned(call_key(name, first, second, *rest))
+    name, first, second, rest, last = CASES["two contiguous"]
+    plans, plan = _planned(call_key(name, first, second, *rest, last))
     driver = Driver()
     state, streams = _state(plans, driver)
     for _ in range(3):
-        assert module.replay(state, name, first, second, rest)[1] is plan
+        assert module.replay(state, name, first, second, rest, last)[1] is plan
     assert driver.launched == [(EXECUTABLE, STREAM)] * 3
     assert driver.capturing_asked == [STREAM] * 3 and streams == [DEVICE] * 3
 
@@ -127,42 +129,43 @@ def test_every_other_case_is_left_to_the_python_path(module, case):
     """Each condition under which Plans.replay would not launch the graph as it is: the C path hands the
     key back with no plan and launches nothing."""
     setting = REFUSALS[case]
-    name, first, second, rest = CASES["two contiguous"]
-    key = call_key(name, first, second, *rest)
+    name, first, second, rest, last = CASES["two contiguous"]
+    key = call_key(name, first, second, *rest, last)
     plans, _ = _planned(key, **{k: v for k, v in setting.items() if k in ("native", "tensors")})
     driver = Driver(capture_status=setting.get("capture_status", 0))
     state, _ = _state(plans, driver, debug=setting.get("debug", False), runtime=setting.get("runtime"))
-    assert module.replay(state, name, first, second, rest) == (key, None)
+    assert module.replay(state, name, first, second, rest, last) == (key, None)
     assert driver.launched == []
 
 
 def test_an_empty_chain_of_hooks_is_no_hook(module):
-    name, first, second, rest = CASES["one tensor"]
-    plans, plan = _planned(call_key(name, first, second, *rest))
+    name, first, second, rest, last = CASES["one tensor"]
+    plans, plan = _planned(call_key(name, first, second, *rest, last))
     driver = Driver()
     state, _ = _state(plans, driver, runtime=types.SimpleNamespace(launch_enter_hook=types.SimpleNamespace(calls=[])))
-    assert module.replay(state, name, first, second, rest)[1] is plan and len(driver.launched) == 1
+    assert module.replay(state, name, first, second, rest, last)[1] is plan and len(driver.launched) == 1
 
 
 def test_a_failed_launch_raises_with_the_drivers_result(module):
-    name, first, second, rest = CASES["two contiguous"]
-    plans, _ = _planned(call_key(name, first, second, *rest))
-    state, _ = _state(plans, Driver(launch_result=700))
+    name, first, second, rest, last = CASES["two contiguous"]
+    plans, _ = _planned(call_key(name, first, second, *rest, last))
+    driver = Driver(launch_result=700)  # kept: its callbacks must outlive the call that reaches them
+    state, _ = _state(plans, driver)
     with pytest.raises(RuntimeError, match="CUresult 700"):
-        module.replay(state, name, first, second, rest)
+        module.replay(state, name, first, second, rest, last)
 
 
 def test_an_unhashable_argument_is_left_to_the_python_path(module):
-    name, first, second, _ = CASES["two contiguous"]
+    name, first, second, _, last = CASES["two contiguous"]
     rest = ([1, 2], None)
     state, _ = _state({}, Driver())
-    key, plan = module.replay(state, name, first, second, rest)
-    assert key == call_key(name, first, second, *rest) and plan is None
+    key, plan = module.replay(state, name, first, second, rest, last)
+    assert key == call_key(name, first, second, *rest, last) and plan is None
 
 
 def test_a_malformed_state_is_refused(module):
     with pytest.raises(TypeError, match="state tuple"):
-        module.replay((), "all_reduce", X, X, ())
+        module.replay((), "all_reduce", X, X, (), None)
 
 
 def test_a_build_that_fails_says_why(tmp_path, monkeypatch):
@@ -219,3 +222,43 @@ def test_the_plans_hold_the_team_weakly():
     del ctx
     gc.collect()
     assert team() is None
+
+
+def test_plans_call_relaunches_a_captured_plan_from_c_and_keys_its_config_by_value():
+    """Plans.call end to end over the C path: the first call runs and is remembered; once its plan has a graph the
+    driver launches, a repeated call is found and launched in C without running again; a config changed in place
+    is another call."""
+    import dataclasses
+    import weakref
+
+    @dataclasses.dataclass
+    class Knobs:
+        block: int = 64
+
+    class Team:
+        debug = False
+
+    class Context:
+        team = Team()
+
+        def warning(self, message):
+            raise AssertionError(message)
+
+    ctx, driver, runs = Context(), Driver(), []
+    plans = Plans(weakref.proxy(ctx), config_type=Knobs)
+    plans._native, plans._state = plans._native_state(driver.addresses, lambda device: STREAM)
+
+    def first(ctx, tensor, count, config):
+        runs.append((count, config.block))
+        return [lambda: None], "result"
+
+    x, knobs = torch.zeros(8), Knobs()
+    assert plans.call("op", x, None, knobs, (3,), first, x, 3, knobs) == "result"
+    (plan,) = plans.plans()
+    plan.native = (EXECUTABLE, DEVICE)  # as a capture into a graph leaves it
+    for _ in range(2):
+        assert plans.call("op", x, None, knobs, (3,), first, x, 3, knobs) == "result"
+    assert runs == [(3, 64)] and driver.launched == [(EXECUTABLE, STREAM)] * 2
+    knobs.block = 128
+    plans.call("op", x, None, knobs, (3,), first, x, 3, knobs)
+    assert runs == [(3, 64), (3, 128)] and len(plans) == 2

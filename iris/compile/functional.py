@@ -3,7 +3,7 @@
 Each op is registered with :func:`torch.library.custom_op` and a fake (shape-only) implementation, so
 ``torch.compile(fullgraph=True)`` traces a function that calls it as one node, with no graph break, and
 CUDA-graph capture (``mode="reduce-overhead"``) records its launches. The ops act on the context given to
-:func:`set_context` (the original Iris's ``iris.compile`` surface):
+:func:`set_context`:
 
 =========================================  ==============================================================
 ``all_reduce(input, op="sum")``            the sum (``"max"``, ``"min"``) over ranks, ``input``'s shape
@@ -11,7 +11,7 @@ CUDA-graph capture (``mode="reduce-overhead"``) records its launches. The ops ac
 ``all_gather(input)``                      every rank's ``input`` stacked along dim 0: (W * M, ...)
 ``reduce_scatter(input, op="sum")``        ``input``'s shape: this rank's tiles of the sum, as
                                            ``ctx.ccl.reduce_scatter`` with a same-shape output (zeros
-                                           elsewhere), the original's layout
+                                           elsewhere)
 ``reduce_scatter_tensor(input, op="sum")`` torch's layout: rows ``[r * M / W, (r + 1) * M / W)`` of the sum
 ``all_to_all(input)``                      (M, W * N) in and out: chunk ``j`` of rank ``i`` to chunk ``i``
                                            of rank ``j``

@@ -1,31 +1,18 @@
 """Tile collectives for user kernels: each call moves or reduces one tile, inside the caller's ``@triton.jit``
 kernel, between the ranks of the device context ``ctx`` (``iris.DeviceContext.initialize(...)``).
 
-Readiness is the caller's, by flags on the heap (``locks``: one int32 word per tile, zeroed before use): a rank
-stores its tile where the others read it (``src_view``) and marks it ready (:func:`publish_tile`, or
-``tl.store`` then :func:`mark_tile_ready`); the collectives that read a peer's partial (the one_shot and
-two_shot all-reduces, reduce_scatter) wait for its flag first (:func:`wait_tile_ready`); given no ``locks``
-(None), they read every rank's ``src_view`` as it is. The pulling collectives (all_gather, gather, all_to_all,
-broadcast, all_reduce_ring) read what is there: order them after the producers with a flag or a barrier. The
-pushing ones (all_reduce_atomic, all_reduce_spinlock, two_shot's results) are complete on every rank after the
-caller's next barrier (``ctx.device_barrier()`` on the host). Importing iris.x also gives the device context
-these collectives as methods (``ctx.all_reduce(tile, src_view, dst_view, config=None)``, ...).
+Readiness is the caller's, by flags on the heap (``locks``: one zeroed int32 word per tile): a rank stores its tile
+where the others read it (``src_view``) and marks it ready (:func:`publish_tile`); the collectives that read a
+peer's partial (one_shot, two_shot, reduce_scatter) wait for its flag (:func:`wait_tile_ready`), or with ``locks``
+None read every ``src_view`` as it is. The pulling collectives read what is there (order them after the producers
+by a flag or a barrier); the pushing ones (atomic, spinlock, two_shot's results) are complete after the caller's
+next barrier. A program that waits on a peer's flag must not depend on programs of its launch that may not be
+running: launch a persistent grid, as the fused ops do.
 
-A program that waits on a peer's flag must not depend on programs of its own launch that may not be running:
-launch at most as many programs as the GPU holds at once (a persistent grid), as the fused ops do.
-
-Example (a GEMM whose epilogue all-reduces its tile, one_shot):
-    >>> @triton.jit
-    ... def gemm_all_reduce(a, b, partial, out, locks, context, M, N, K, rank: tl.constexpr, world: tl.constexpr,
-    ...                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    ...     ctx = iris.DeviceContext.initialize(context, rank, world)
-    ...     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
-    ...     acc = ...  # the tile's tl.dot sum over K
-    ...     tile = iris.x.Tile(pid_m, pid_n, BM, BN, acc)
-    ...     src = iris.x.make_tensor_view(partial, M, N, N, 1)
-    ...     dst = iris.x.make_tensor_view(out, M, N, N, 1)
-    ...     iris.x.publish_tile(tile, src, locks, ctx)
-    ...     iris.x.all_reduce_one_shot(tile, src, dst, locks, ctx)
+Example (a GEMM epilogue that all-reduces its tile):
+    >>> tile = iris.x.Tile(pid_m, pid_n, BM, BN, acc)
+    >>> iris.x.publish_tile(tile, src, locks, ctx)
+    >>> iris.x.all_reduce_one_shot(tile, src, dst, locks, ctx)
 """
 
 import triton
@@ -53,13 +40,8 @@ def _accumulator(data):
 
 @triton.jit
 def mark_tile_ready(locks, tile_id, value=1):
-    """Set this rank's flag of tile ``tile_id`` to ``value`` (release, system scope): every store the program
-    made before it is visible to a rank that sees the flag.
-
-    Example:
-        >>> tl.store(ptrs, tile.data, mask=mask)
-        >>> iris.x.mark_tile_ready(locks, tile_id)
-    """
+    """Set this rank's flag of tile ``tile_id`` to ``value`` (release, system scope): the program's stores before
+    it are visible to a rank that sees the flag. Example: ``iris.x.mark_tile_ready(locks, tile_id)``."""
     tl.debug_barrier()  # every thread's stores before the flag
     tl.atomic_xchg(locks + tile_id, as_element(value, locks), sem="release", scope="sys")
 
@@ -67,10 +49,7 @@ def mark_tile_ready(locks, tile_id, value=1):
 @triton.jit
 def wait_tile_ready(locks, tile_id, from_rank, ctx, value=1):
     """Spin until rank ``from_rank``'s flag of tile ``tile_id`` is at least ``value`` (acquire, system scope).
-
-    Example:
-        >>> iris.x.wait_tile_ready(locks, tile_id, peer, ctx)
-    """
+    Example: ``iris.x.wait_tile_ready(locks, tile_id, peer, ctx)``."""
     flag = locks + tile_id
     seen = atomics.atomic_add(flag, 0, ctx.rank, from_rank, ctx.heap_bases, sem="acquire", scope="sys")
     while seen < value:
@@ -81,10 +60,7 @@ def wait_tile_ready(locks, tile_id, from_rank, ctx, value=1):
 @triton.jit
 def publish_tile(tile, src_view, locks, ctx, value=1):
     """Store ``tile.data`` into this rank's ``src_view`` at the tile and mark it ready for the other ranks.
-
-    Example:
-        >>> iris.x.publish_tile(tile, src_view, locks, ctx)
-    """
+    Example: ``iris.x.publish_tile(tile, src_view, locks, ctx)``."""
     ptrs, mask = src_view.tile_ptr(tile)
     tl.store(ptrs, tile.data.to(src_view.ptr.dtype.element_ty), mask=mask)
     mark_tile_ready(locks, _tile_id(tile, src_view), value)
@@ -92,12 +68,8 @@ def publish_tile(tile, src_view, locks, ctx, value=1):
 
 @triton.jit
 def all_gather(tile, src_view, dst_view, dim: tl.constexpr, ctx):
-    """This tile of every rank's ``src_view`` (M x N) into this rank's ``dst_view``: rank r's at rows
-    [r*M, (r+1)*M) with ``dim`` 0 ((W*M) x N output), at columns [r*N, (r+1)*N) with ``dim`` 1.
-
-    Example:
-        >>> iris.x.all_gather(tile, src_view, dst_view, 0, ctx)
-    """
+    """This tile of every rank's ``src_view`` (M x N) into this rank's ``dst_view``: rank r's at rows [r*M, (r+1)*M)
+    (``dim`` 0) or columns [r*N, (r+1)*N) (``dim`` 1). Example: ``iris.x.all_gather(tile, src, dst, 0, ctx)``."""
     src_ptrs, mask = src_view.tile_ptr(tile)
     for r in tl.static_range(ctx.world_size):
         if dim == 0:
@@ -111,10 +83,7 @@ def all_gather(tile, src_view, dst_view, dim: tl.constexpr, ctx):
 @triton.jit
 def broadcast(tile, src_view, dst_view, root, ctx):
     """This tile of rank ``root``'s ``src_view`` into this rank's ``dst_view``.
-
-    Example:
-        >>> iris.x.broadcast(tile, src_view, dst_view, 0, ctx)
-    """
+    Example: ``iris.x.broadcast(tile, src_view, dst_view, 0, ctx)``."""
     src_ptrs, mask = src_view.tile_ptr(tile)
     dst_ptrs, _ = dst_view.tile_ptr(tile)
     tl.store(dst_ptrs, rma.load(src_ptrs, ctx.rank, root, ctx.heap_bases, mask=mask), mask=mask)
@@ -122,12 +91,8 @@ def broadcast(tile, src_view, dst_view, root, ctx):
 
 @triton.jit
 def all_reduce_atomic(tile, dst_view, ctx):
-    """Add ``tile.data`` into the tile of every rank's ``dst_view`` (zeroed beforehand) with atomics; the sums
-    are complete after the caller's next barrier.
-
-    Example:
-        >>> iris.x.all_reduce_atomic(tile, dst_view, ctx)
-    """
+    """Add ``tile.data`` into the tile of every rank's ``dst_view`` (zeroed beforehand) with atomics; complete after
+    the caller's next barrier. Example: ``iris.x.all_reduce_atomic(tile, dst_view, ctx)``."""
     ptrs, mask = dst_view.tile_ptr(tile)
     for r in tl.static_range(ctx.world_size):
         atomics.atomic_add(ptrs, tile.data.to(dst_view.ptr.dtype.element_ty), ctx.rank, r, ctx.heap_bases,
@@ -136,13 +101,9 @@ def all_reduce_atomic(tile, dst_view, ctx):
 
 @triton.jit
 def all_reduce_spinlock(tile, dst_view, locks, ctx, tile_id=None):
-    """Add ``tile.data`` into the tile of every rank's ``dst_view`` (zeroed beforehand) under that rank's lock
-    of the tile (``locks``: zeroed; the tile's is ``locks[tile_id]``, by default its row-major number): read,
-    add, write back. Complete after the caller's next barrier.
-
-    Example:
-        >>> iris.x.all_reduce_spinlock(tile, dst_view, locks, ctx)
-    """
+    """Add ``tile.data`` into the tile of every rank's ``dst_view`` (zeroed) under that rank's lock of the tile
+    (``locks[tile_id]``, by default its row-major number): read, add, write back; complete after the caller's next
+    barrier. Example: ``iris.x.all_reduce_spinlock(tile, dst_view, locks, ctx)``."""
     ptrs, mask = dst_view.tile_ptr(tile)
     if tile_id is None:
         tile_id = _tile_id(tile, dst_view)
@@ -161,9 +122,8 @@ def all_reduce_spinlock(tile, dst_view, locks, ctx, tile_id=None):
 
 @triton.jit
 def _sum_of_peers(tile, src_view, locks, ctx, value):
-    """``tile.data`` plus every other rank's published tile of ``src_view``, each once its flag says so; without
-    ``locks``, every rank's tile of ``src_view``, this one's included (there before the launch, or after a
-    barrier). The peers are read one after another around the ring, starting from the next rank."""
+    """``tile.data`` plus every other rank's published tile of ``src_view`` once its flag says so (without ``locks``,
+    every rank's tile as it is), the peers read around the ring from the next rank."""
     src_ptrs, mask = src_view.tile_ptr(tile)
     if locks is None:
         acc = _accumulator(tl.load(src_ptrs, mask=mask))
@@ -179,55 +139,36 @@ def _sum_of_peers(tile, src_view, locks, ctx, value):
 
 @triton.jit
 def all_reduce_one_shot(tile, src_view, dst_view, locks, ctx, value=1):
-    """The sum over ranks of the tile into this rank's ``dst_view``: ``tile.data`` plus every other rank's
-    tile of ``src_view``, read once its flag in ``locks`` reaches ``value`` (:func:`publish_tile`). With
-    ``locks`` None, every rank's tile of ``src_view`` as it is (written before the launch or a barrier).
-
-    Example:
-        >>> iris.x.publish_tile(tile, src_view, locks, ctx)
-        >>> iris.x.all_reduce_one_shot(tile, src_view, dst_view, locks, ctx)
-    """
+    """The sum over ranks of the tile into this rank's ``dst_view``: ``tile.data`` plus every other rank's tile of
+    ``src_view``, read once its flag reaches ``value`` (``locks`` None: as it is).
+    Example: ``iris.x.all_reduce_one_shot(tile, src_view, dst_view, locks, ctx)`` after :func:`publish_tile`."""
     dst_ptrs, mask = dst_view.tile_ptr(tile)
     tl.store(dst_ptrs, _sum_of_peers(tile, src_view, locks, ctx, value).to(dst_view.ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def all_reduce_ring(tile, src_view, dst_view, ctx):
-    """The sum over ranks of the tile of every rank's ``src_view`` into this rank's ``dst_view``, reading the
-    peers around the ring; the inputs must be in place before the launch (or a barrier): no flags. ``tile``
-    may be a TileView: this rank's part is read from ``src_view`` too.
-
-    Example:
-        >>> iris.x.all_reduce_ring(tile, src_view, dst_view, ctx)
-    """
+    """The sum over ranks of the tile of every rank's ``src_view`` into this rank's ``dst_view``, read around the
+    ring; no flags: the inputs are in place before the launch (or a barrier). ``tile`` may be a TileView.
+    Example: ``iris.x.all_reduce_ring(tile, src_view, dst_view, ctx)``."""
     all_reduce_one_shot(tile, src_view, dst_view, None, ctx)
 
 
 @triton.jit
 def gather(tile, src_view, source_rank, ctx):
-    """The tile of rank ``source_rank``'s ``src_view``, returned (not stored): to use at once, e.g. in a dot.
-
-    Example:
-        >>> for r in range(world_size):
-        ...     acc += tl.dot(iris.x.gather(tile, a_view, r, ctx), b)
-    """
+    """The tile of rank ``source_rank``'s ``src_view``, returned (not stored), to use at once.
+    Example: ``acc += tl.dot(iris.x.gather(tile, a_view, r, ctx), b)``."""
     ptrs, mask = src_view.tile_ptr(tile)
     return rma.load(ptrs, ctx.rank, source_rank, ctx.heap_bases, mask=mask, other=0)
 
 
 @triton.jit
 def all_reduce_two_shot(tile, src_view, dst_view, locks, start_tile=None, stride=None, ctx=None, value=1):
-    """As :func:`all_reduce_one_shot`, but only the rank whose tiles are ``start_tile``, ``start_tile +
-    stride``, ... reduces this tile, and stores the sum into every rank's ``dst_view``; complete everywhere after
-    the caller's next barrier. The ranks' (start_tile, stride) must cover every tile once. Called as
-    ``all_reduce_two_shot(tile, src_view, dst_view, locks, ctx)`` (the original's form), the tiles are dealt
-    round-robin: (rank, world).
-
-    Example:
-        >>> iris.x.publish_tile(tile, src_view, locks, ctx)
-        >>> iris.x.all_reduce_two_shot(tile, src_view, dst_view, locks, ctx)  # or ..., locks, rank, world, ctx)
-    """
-    if ctx is None:  # the original's form: the context came fifth
+    """As :func:`all_reduce_one_shot`, but only the rank whose tiles are ``start_tile``, ``start_tile + stride``, ...
+    reduces this tile, and stores the sum into every rank's ``dst_view`` (complete after the next barrier). Called
+    as ``all_reduce_two_shot(tile, src_view, dst_view, locks, ctx)``, the tiles are dealt round-robin.
+    Example: ``iris.x.all_reduce_two_shot(tile, src_view, dst_view, locks, rank, world, ctx)``."""
+    if ctx is None:  # (tile, src_view, dst_view, locks, ctx): the context came fifth
         ctx = start_tile
         start_tile = None
     if start_tile is None:
@@ -243,14 +184,9 @@ def all_reduce_two_shot(tile, src_view, dst_view, locks, start_tile=None, stride
 
 @triton.jit
 def reduce_scatter(tile, src_view, dst_view, locks, ctx, value=1):
-    """The sum over ranks of the tile into this rank's ``dst_view``, for the tiles this rank owns: a
-    contiguous share of the tile numbers (row-major), total // world each, the last rank the rest. Other
-    tiles are left alone. The sum reads as :func:`all_reduce_one_shot` does (``locks`` None: no flags).
-
-    Example:
-        >>> iris.x.publish_tile(tile, src_view, locks, ctx)
-        >>> iris.x.reduce_scatter(tile, src_view, dst_view, locks, ctx)
-    """
+    """The sum over ranks of the tile into this rank's ``dst_view`` for the tiles it owns (a contiguous share of the
+    row-major tile numbers, the last rank the rest), read as :func:`all_reduce_one_shot` does.
+    Example: ``iris.x.reduce_scatter(tile, src_view, dst_view, locks, ctx)``."""
     total_tiles = src_view.number_of_tiles(tile.block_m, tile.block_n)
     per_rank = total_tiles // ctx.world_size
     start = ctx.rank * per_rank
@@ -265,11 +201,8 @@ def reduce_scatter(tile, src_view, dst_view, locks, ctx, value=1):
 @triton.jit
 def all_to_all(tile, src_view, dst_view, N_per_rank, ctx):
     """This rank's output tile of an all_to_all by column blocks (the ccl layout): columns [s*N, (s+1)*N) of
-    ``dst_view`` hold rank s's columns [rank*N, (rank+1)*N) of ``src_view`` (N = ``N_per_rank``).
-
-    Example:
-        >>> iris.x.all_to_all(tile, src_view, dst_view, N_per_rank, ctx)
-    """
+    ``dst_view`` hold rank s's columns [rank*N, (rank+1)*N) (N = ``N_per_rank``).
+    Example: ``iris.x.all_to_all(tile, src_view, dst_view, N_per_rank, ctx)``."""
     rm, rn = tile.indices()
     dst_ptrs, dst_mask = dst_view.tile_ptr_from_indices(rm, rn, tile.block_m, tile.block_n)
     for s in tl.static_range(ctx.world_size):
@@ -282,8 +215,8 @@ def all_to_all(tile, src_view, dst_view, N_per_rank, ctx):
 
 @triton.jit
 def _all_gather_push(tile, dst_view, dim: tl.constexpr, ctx):
-    """``tile.data`` into this rank's block (dst_view's rows, or columns, split evenly over the ranks) of every
-    rank's ``dst_view``; rows (columns) of the tile past the block are left out."""
+    """``tile.data`` into this rank's block (an even split of dst_view's rows or columns) of every rank's
+    ``dst_view``."""
     rm, rn = tile.indices()
     if dim == 0:
         rows = dst_view.M // ctx.world_size
@@ -296,23 +229,13 @@ def _all_gather_push(tile, dst_view, dim: tl.constexpr, ctx):
 
 
 class _ContextCollectives:
-    """The tile collectives as methods of the device context, as the original has them: each is the function of
-    this module with ``ctx`` filled in. Importing iris.x adds them to ``iris.DeviceContext`` (``iris.TritonContext``).
-
-    Example (inside a ``@triton.jit`` kernel):
-        >>> ctx = iris.TritonContext.initialize(context, rank, world_size)
-        >>> ctx.all_reduce(tile, src_view, dst_view, config=iris.x.AllReduceConfig("one_shot", locks))
-    """
+    """The tile collectives as methods of the device context (``ctx`` filled in), added to ``iris.DeviceContext``
+    by importing iris.x. Example: ``ctx.all_reduce(tile, src, dst, config=iris.x.AllReduceConfig("ring"))``."""
 
     @triton.jit
     def all_reduce(self, tile, src_view, dst_view, config=None, tile_id=None):
-        """The all-reduce ``config`` (an :class:`~iris.x.core.AllReduceConfig`) names, with its locks; without a
-        config, :func:`all_reduce_atomic` (the original's default). ``tile_id``: the tile's lock for spinlock.
-
-        Example:
-            >>> ctx.all_reduce(tile, src_view, dst_view)  # atomic: dst_view zeroed, complete after a barrier
-            >>> ctx.all_reduce(tile, src_view, dst_view, config=iris.x.AllReduceConfig("ring"))
-        """
+        """The all-reduce ``config`` (an :class:`~iris.x.core.AllReduceConfig`) names, with its locks; without one,
+        :func:`all_reduce_atomic`. ``tile_id``: spinlock's lock. Example: ``ctx.all_reduce(tile, src, dst)``."""
         if config is None:
             all_reduce_atomic(tile, dst_view, self)
         else:
@@ -343,8 +266,7 @@ class _ContextCollectives:
 
     @triton.jit
     def all_reduce_one_shot(self, tile, src_view, dst_view, locks, signal_value=1):
-        """:func:`all_reduce_one_shot` (``signal_value``: the flag value waited for).
-        Example: ``ctx.all_reduce_one_shot(tile, src_view, dst_view, locks)``."""
+        """:func:`all_reduce_one_shot`, e.g. ``ctx.all_reduce_one_shot(tile, src, dst, locks)``."""
         all_reduce_one_shot(tile, src_view, dst_view, locks, self, signal_value)
 
     @triton.jit
@@ -354,19 +276,13 @@ class _ContextCollectives:
 
     @triton.jit
     def all_reduce_two_shot(self, tile, src_view, dst_view, locks, signal_value=1):
-        """:func:`all_reduce_two_shot`, the tiles dealt round-robin over the ranks.
-        Example: ``ctx.all_reduce_two_shot(tile, src_view, dst_view, locks)``."""
+        """:func:`all_reduce_two_shot`, dealt round-robin, e.g. ``ctx.all_reduce_two_shot(tile, src, dst, locks)``."""
         all_reduce_two_shot(tile, src_view, dst_view, locks, self.rank, self.world_size, self, signal_value)
 
     @triton.jit
     def all_gather(self, tile, src_view, dst_view, dim=None):
-        """:func:`all_gather` (``ctx.all_gather(tile, src_view, dst_view, dim)``: every rank's tile pulled here);
-        called as ``ctx.all_gather(tile, dst_view, dim)``, this rank's ``tile.data`` pushed into its block of
-        every rank's ``dst_view`` instead (complete after a barrier).
-
-        Example:
-            >>> ctx.all_gather(tile, src_view, dst_view, 0)
-        """
+        """:func:`all_gather`, e.g. ``ctx.all_gather(tile, src, dst, 0)``; as ``ctx.all_gather(tile, dst, dim)``, this
+        rank's ``tile.data`` pushed into its block of every rank's ``dst`` (complete after a barrier)."""
         if dim is None:
             _all_gather_push(tile, src_view, dst_view, self)
         else:
@@ -384,8 +300,7 @@ class _ContextCollectives:
 
     @triton.jit
     def reduce_scatter(self, tile, src_view, dst_view, locks=None, signal_value=1):
-        """:func:`reduce_scatter` (without ``locks``: every rank's ``src_view`` as it is, no flags).
-        Example: ``ctx.reduce_scatter(tile, src_view, dst_view)``."""
+        """:func:`reduce_scatter`, e.g. ``ctx.reduce_scatter(tile, src, dst)`` (no ``locks``: no flags)."""
         reduce_scatter(tile, src_view, dst_view, locks, self, signal_value)
 
 

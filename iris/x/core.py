@@ -142,7 +142,7 @@ class _TensorView:
         return tl.cdiv(self.M, block_m) * tl.cdiv(self.N, block_n)
 
 
-#: the variants of ``ctx.all_reduce``, by name and by the original's number
+#: the variants of ``ctx.all_reduce``, by name and by number (``variant_code``)
 ALL_REDUCE_VARIANTS = {"atomic": 0, "ring": 1, "one_shot": 2, "two_shot": 3, "spinlock": 4}
 
 

@@ -1,7 +1,7 @@
 /* A remembered ccl/ops call, found and launched from C: the host path of a repeated small call.
  *
- * replay(state, name, first, second, rest) makes the key that iris.host.replay.call_key(name, first,
- * second, *rest) makes, looks it up among the remembered plans and, where the plan's graph can go out
+ * replay(state, name, first, second, rest, last) makes the key that iris.host.replay.call_key(name, first,
+ * second, *rest, last) makes, looks it up among the remembered plans and, where the plan's graph can go out
  * as it is, launches it by the driver's cuGraphLaunch on the current stream. It returns (key, plan)
  * when it launched, (key, None) when it did not (the caller's Python path then decides: a first call,
  * a first replay to capture, debug mode, a profiler's launch hook, a user's own capture, a plan whose
@@ -39,12 +39,12 @@ static int put_tensor(PyObject *key, Py_ssize_t at, PyObject *t) {
 
 /* call_key's tuple; Py_None (a new reference) where a tensor argument is not a plain tensor. */
 static PyObject *make_key(PyObject *tensor_type, PyObject *name, PyObject *first, PyObject *second,
-                          PyObject *rest) {
+                          PyObject *rest, PyObject *last) {
     int two = second != Py_None;
     if (Py_TYPE(first) != (PyTypeObject *)tensor_type || (two && Py_TYPE(second) != (PyTypeObject *)tensor_type))
         Py_RETURN_NONE;
     Py_ssize_t extra = PyTuple_GET_SIZE(rest), fields = 1 + 4 * (1 + two);
-    PyObject *key = PyTuple_New(fields + extra);
+    PyObject *key = PyTuple_New(fields + extra + 1);
     if (key == NULL) return NULL;
     Py_INCREF(name);
     PyTuple_SET_ITEM(key, 0, name);
@@ -57,6 +57,8 @@ static PyObject *make_key(PyObject *tensor_type, PyObject *name, PyObject *first
         Py_INCREF(item);
         PyTuple_SET_ITEM(key, fields + i, item);
     }
+    Py_INCREF(last);
+    PyTuple_SET_ITEM(key, fields + extra, last);
     return key;
 }
 
@@ -120,13 +122,14 @@ static PyObject *pair(PyObject *key, PyObject *plan) {
 }
 
 static PyObject *replay(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != STATE_SIZE ||
+    if (nargs != 6 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != STATE_SIZE ||
         !PyTuple_CheckExact(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "replay(state, name, first, second, rest): a state tuple and a rest tuple");
+        PyErr_SetString(PyExc_TypeError,
+                        "replay(state, name, first, second, rest, last): a state tuple and a rest tuple");
         return NULL;
     }
     PyObject *state = args[0];
-    PyObject *key = make_key(PyTuple_GET_ITEM(state, TENSOR_TYPE), args[1], args[2], args[3], args[4]);
+    PyObject *key = make_key(PyTuple_GET_ITEM(state, TENSOR_TYPE), args[1], args[2], args[3], args[4], args[5]);
     if (key == NULL) return NULL;
     if (key == Py_None) return pair(key, Py_None);
     PyObject *plan = PyDict_GetItemWithError(PyTuple_GET_ITEM(state, PLANS), key); /* borrowed */
@@ -157,7 +160,7 @@ static PyObject *replay(PyObject *module, PyObject *const *args, Py_ssize_t narg
 
 static PyMethodDef methods[] = {
     {"replay", (PyCFunction)(void (*)(void))replay, METH_FASTCALL,
-     "replay(state, name, first, second, rest) -> (key, plan launched or None)"},
+     "replay(state, name, first, second, rest, last) -> (key, plan launched or None)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,25 +1,16 @@
-"""The host path of a repeated ccl/ops call in C: key, lookup and graph launch in one call (CUDA).
+"""The host path of a repeated ``ctx.ccl``/``ctx.ops`` call in C: key, lookup and graph launch in one call (CUDA).
 
-A repeated small collective is host-bound (issue 21): on an H200 host its Python path (the call's key,
-the remembered plan's lookup, the checks, ctypes' ``cuGraphLaunch``) took 7-9 us per call against 3.2-4.8
-us of GPU time. ``native.c`` (beside this file) does the same work in one C call: it makes the key that
-:func:`iris.host.replay.call_key` makes, finds the plan and launches its graph by the driver, leaving
-every other case (first call, first replay, debug mode, a launch hook, a user's capture) to the Python path.
-
-It is compiled on first use with the system's C compiler (``$CC``, else ``cc``) against this Python's
-headers, as Triton builds its own launchers, and kept in ``IRIS_NATIVE_CACHE`` (default
-``~/.cache/iris/native``; where that cannot be written, a read-only home, in the temporary directory)
-under a name that holds the source's hash and the Python version. Where that fails (no compiler, no
-headers) the context says why once and the Python path is used.
-Switch: ``IRIS_NATIVE_REPLAY`` (see iris.config).
-
-The state tuple ``replay`` takes (made once per :class:`iris.host.replay.Plans`):
-``(plans dict, team (its .debug), triton.knobs.runtime, torch.Tensor, current raw stream function,
-cuStreamIsCapturing address, cuGraphLaunch address)``.
+A repeated small collective is host-bound. ``native.c`` (beside this file) makes :func:`iris.host.replay.call_key`'s
+key, finds the plan and launches its graph by the driver in one C call, leaving every other case (first call, first
+replay, debug mode, a launch hook, a user's capture) to :meth:`iris.host.replay.Plans.call`'s Python path. It is
+built on first use with the system's C compiler (``$CC``, else ``cc``), as Triton builds its launchers, into
+``IRIS_NATIVE_CACHE`` (else the temporary directory); where that fails the context says why once and the Python
+path is used. Switch: ``IRIS_NATIVE_REPLAY``. ``replay``'s state tuple (one per Plans): ``(plans dict, team,
+triton.knobs.runtime, torch.Tensor, current raw stream function, cuStreamIsCapturing, cuGraphLaunch)``.
 
 Example:
     >>> module, why = load()
-    >>> key, plan = module.replay(state, "all_reduce", out, x, (None, None, False, None, None, False))
+    >>> key, plan = module.replay(state, "all_reduce", out, x, (None, None, False, None, False), None)
 """
 
 from __future__ import annotations
@@ -71,8 +62,7 @@ def build(directory: str) -> str:
 
 @functools.cache
 def load():
-    """``(module, None)``, the compiled module (built on first use), or ``(None, why)`` where it cannot be
-    built or loaded (the caller says why once and takes the Python path)."""
+    """``(module, None)``, the compiled module (built on first use), or ``(None, why)`` where it cannot be."""
     places = (config.native_cache(),
               os.path.join(tempfile.gettempdir(), f"iris-native-{os.getuid()}"))  # a read-only home: here
     try:

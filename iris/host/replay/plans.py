@@ -1,19 +1,10 @@
-"""Launching the same Triton kernel with the same arguments again, for the price of the driver call.
+"""A Triton launch bound once (:func:`bind`) and a call's launches remembered to relaunch them (:class:`Plans`).
 
-``kernel[grid](*args)`` binds every argument, works out what the compiler specializes on and
-looks the compiled kernel up, on every call. On an H200 host that costs 13.6 us for an empty
-kernel with 11 arguments (benchmarks/probes/graph_launch_probe.py measures the like): more than the GPU time of a small
-collective. :func:`bind` does that work once and returns a :class:`BoundLaunch`. Calling it
-launches the compiled kernel on the current stream, with the arguments fixed at bind time.
-Pointers are kept as addresses, so the bound launch holds no tensor alive.
-
-On Triton's interpreter (the CPU backend) there is no compiled kernel. There a bound launch
-calls ``kernel[grid](*args, **constexprs)`` each time and keeps its tensors. On a GPU an installed
-Triton launch hook (a profiler) still sees every launch.
+``kernel[grid](*args)`` redoes Triton's argument binding and kernel lookup on every call, more host time than a
+small collective's GPU time; a :class:`BoundLaunch` does it once. :meth:`Plans.call` is the way a call comes in.
 
 Example:
-    >>> launch = bind(my_kernel, (4,), x, y, n, BLOCK=256)
-    >>> launch()   # the same as my_kernel[(4,)](x, y, n, BLOCK=256), without Triton's per-call Python
+    >>> bind(my_kernel, (4,), x, y, n, BLOCK=256)()   # my_kernel[(4,)](x, y, n, BLOCK=256)
 """
 
 from __future__ import annotations
@@ -79,18 +70,9 @@ class BoundLaunch:
 
 
 def bind(kernel, grid, *args, **constexprs) -> BoundLaunch:
-    """``kernel[grid](*args, **constexprs)`` as a reusable launch: compiled now, launched by calling it.
-
-    Args:
-        kernel: a ``@triton.jit`` function.
-        grid: the launch grid, a tuple of 1 to 3 ints.
-        args: the kernel's leading arguments, positional (tensors, ints, floats).
-        constexprs: the remaining (constexpr) arguments, by name; left out: their defaults.
-
-    On a GPU, the kernel is compiled (or found) now, for exactly these arguments: their dtypes,
-    alignments and value classes, as Triton would specialize them. The tensors' memory must stay
-    allocated for as long as the launch is used.
-    """
+    """``kernel[grid](*args, **constexprs)`` as a launch compiled now, for these arguments, and launched by calling
+    it (pointers kept as addresses: their memory must outlive the launch), e.g. ``bind(k, (4,), x, BLOCK=256)()``.
+    On Triton's interpreter (the CPU backend) each call is ``kernel[grid](*args, **constexprs)``."""
     launch = BoundLaunch(kernel, grid, args, constexprs)
     if _compiles():
         launch._compile()
@@ -98,15 +80,8 @@ def bind(kernel, grid, *args, **constexprs) -> BoundLaunch:
 
 
 def weakly_held(function, *tensors):
-    """A launch that calls ``function(*tensors)`` with each tensor (or None) held by a weak reference, for the
-    launches torch runs (the vendor's GEMM, copies into a caller's tensor): a remembered plan then keeps none of
-    the caller's tensors alive, and :class:`Plans` drops a plan whose tensors have died instead of replaying it
-    (their addresses may name new tensors by then). Views made of them are made inside ``function``.
-
-    Example:
-        >>> launch = weakly_held(lambda a, b, out: torch.mm(a, b, out=out), A, B, out)
-        >>> launch()   # torch.mm(A, B, out=out), while A, B and out live
-    """
+    """A launch of ``function(*tensors)``, each tensor held weakly, for work torch runs (the vendor's GEMM): a plan
+    keeps no caller's tensor alive and is dropped once one died. Example: ``weakly_held(torch.mm, A, B)()``."""
     refs = tuple(None if tensor is None else weakref.ref(tensor) for tensor in tensors)
 
     def launch() -> None:
@@ -116,23 +91,14 @@ def weakly_held(function, *tensors):
     return launch
 
 
-# Remembered calls per Plans; past this many the memory starts again (a program that keeps making new
-# tensors for its calls gains nothing from it anyway).
+# Remembered calls per Plans; past this many the memory starts again.
 MAX_PLANS = 1024
 
 
 def call_key(name, first, second, *rest):
-    """What a call's checks and launches depend on, as one flat tuple: its name, each tensor's address,
-    shape, strides and dtype (``second`` may be None: one tensor), then ``rest``. None where a tensor
-    argument is not a plain ``torch.Tensor``: such a call is not remembered (or is refused). Written
-    out for two tensors: it runs on every call of a small collective, whose host time it is part of
-    (so a contiguous tensor's strides, which its shape fixes, are ``True``: cheaper to read and hash).
-
-    No device: under unified addressing (CUDA, HIP, and the host) an address names one device.
-
-    Example:
-        >>> call_key("all_reduce", out, x, "sum", None)
-    """
+    """What a call's launches depend on, one flat tuple: its name, each tensor's address, shape, strides (``True``
+    where contiguous: cheaper to hash) and dtype (``second`` may be None), then ``rest``; None where a tensor is
+    not a plain ``torch.Tensor``. Example: ``call_key("all_reduce", out, x, "sum", None)``."""
     if type(first) is not torch.Tensor:
         return None
     if second is None:
@@ -144,8 +110,8 @@ def call_key(name, first, second, *rest):
 
 
 def value_key(value, kind: type):
-    """A config argument by value (it may change between calls): None for None, its type and fields for
-    a ``kind``; for anything else a fresh object (the call refuses it, so nothing is remembered under it)."""
+    """A config by value (it may change between calls), e.g. ``value_key(Config(), Config)``: its type and fields;
+    None for None; anything else a fresh object (the call refuses it: nothing is remembered under it)."""
     if value is None:
         return None
     if isinstance(value, kind):
@@ -153,25 +119,27 @@ def value_key(value, kind: type):
     return object()
 
 
+def unchecked(run):
+    """Mark ``run``, a first run of :meth:`Plans.call` (``@unchecked def _first_send(ctx, tensor, dst)``), as not
+    checked across ranks in debug mode: its ranks pass different arguments by design (send and recv)."""
+    run.checked = False
+    return run
+
+
 class Plans:
-    """The launches of calls remembered by :func:`call_key`, relaunched when the same call comes again
-    (``ctx.ccl``, ``ctx.ops``): a repeated call skips its checks and Triton's per-call Python.
+    """A context's remembered calls (``ctx.ccl``, ``ctx.ops``), by :func:`call_key`: a repeated call skips its
+    checks and Triton's per-call Python. Nothing is remembered in debug mode (each call is checked across ranks
+    by ``check(team, name, arguments)``, e.g. :func:`iris.host.team.check_call`) nor for a key of None. A call's
+    config, an instance of ``config_type``, is keyed by value (:func:`value_key`).
 
-    Never in debug mode (each call is checked and diagnosed) nor for a key of None.
-
-    On a GPU, unless IRIS_GRAPH_REPLAY=0 (read when the context's ``ccl``/``ops`` is made), a plan's
-    launches are captured into a CUDA/HIP graph on its first replay, and later replays launch that graph
-    (:func:`graph_launcher`): one driver call per call instead of one per launch (on an H200 host at one
-    rank, 5.5-9.6 us of host time per ccl call instead of 7.8-29.7, two runs). Not while the stream is
-    being captured (the user's own graph gets the launches), nor while a Triton launch hook (a profiler)
-    is installed; a plan whose capture fails keeps its launches. On CUDA, unless IRIS_NATIVE_REPLAY=0, a
-    repeated call's key, lookup, checks and graph launch are one C call (:meth:`replay_call`,
-    iris.host.replay.native): on 2 x H200 the slowest rank's host time per small all_reduce 3.0-5.3 us against
-    6.9-7.8 by Python (docs/benchmarks.md).
+    On a GPU, unless IRIS_GRAPH_REPLAY=0, a plan's launches are captured into a CUDA/HIP graph on its first replay
+    and later replays launch the graph (:func:`graph_launcher`), except under the user's own stream capture or a
+    Triton launch hook (a profiler). On CUDA, unless IRIS_NATIVE_REPLAY=0, a repeated call's key, lookup, checks
+    and graph launch are one C call (iris.host.replay.native).
 
     Example:
-        >>> plan = plans.replay(key)
-        >>> result = plan.result if plan is not None else plans.remember(key, *call()).result
+        >>> plans = Plans(ctx, check=check_call, config_type=Config)
+        >>> plans.call("all_reduce", out, x, config, (op, group), _first_all_reduce, out, x, op, group, config)
     """
 
     class Plan:
@@ -185,8 +153,9 @@ class Plans:
             self.launch_graph = None  # graph_launcher(graph) once captured (it holds the graph)
             self.native = None  # (graph executable, device) where the driver launches it: iris.host.replay.native
 
-    def __init__(self, ctx):
-        self._ctx = ctx  # the context (a weak proxy): its team says whether debug mode is on
+    def __init__(self, ctx, check=None, config_type=type(None)):
+        self._ctx = ctx
+        self._check, self._config_type = check, config_type
         self._plans: dict = {}
         self._kept: dict = {}  # heap workspaces, by problem: never dropped (a plan may use one)
         self._graphs = config.graph_replay() and _compiles()
@@ -195,6 +164,36 @@ class Plans:
             self._capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", self._capturing)
         native = self._graphs and config.native_replay() and torch.version.cuda is not None  # HIP: graph.replay
         self._native, self._state = self._native_path() if native else (None, None)
+
+    def call(self, name, first, second, config, rest, run, *args):
+        """One call: relaunch the launches remembered for ``call_key(name, first, second, *rest, config by value)``
+        or, the first time, check it across ranks (debug mode), ``run(ctx, *args)`` and remember what it returns,
+        ``(launches, result)``; returns ``result``. ``rest`` holds every other value the launches depend on (an
+        unhashable one, or ``first`` not a plain tensor: not remembered); ``run``'s parameters after ``ctx`` name
+        ``args`` for the check (unless :func:`unchecked`).
+
+        Example:
+            >>> def _first_broadcast(ctx, tensor, src, config):
+            ...     return broadcast(tensor, ctx, src=src, config=config), None
+            >>> plans.call("broadcast", tensor, None, config, (src,), _first_broadcast, tensor, src, config)
+        """
+        by_value = None if config is None else value_key(config, self._config_type)
+        native = self._native
+        if native is not None:
+            key, plan = native(self._state, name, first, second, rest, by_value)
+            if plan is not None:
+                return plan.result
+        else:
+            key = call_key(name, first, second, *rest, by_value)
+        plan = self.replay(key)
+        if plan is not None:
+            return plan.result
+        ctx = self._ctx
+        if ctx.team.debug and self._check is not None and getattr(run, "checked", True):
+            code = run.__code__
+            self._check(ctx.team, name, dict(zip(code.co_varnames[1:code.co_argcount], args)))
+        launches, result = run(ctx, *args)
+        return self.remember(key, launches, result).result
 
     def _native_path(self):
         """iris.host.replay.native's ``replay`` and its state for these plans, or (None, None) (said why, once)."""
@@ -206,9 +205,8 @@ class Plans:
         return self._native_state(driver, torch._C._cuda_getCurrentRawStream)
 
     def _native_state(self, driver, current_stream):
-        """``(replay, state)`` of iris.host.replay.native for these plans, given the driver's two functions' addresses
-        and the current-stream function, or (None, None) where the module cannot be built (said why). The
-        state holds the team weakly, as these plans hold their context: the heap dies with the context."""
+        """``(replay, state)`` of iris.host.replay.native, or (None, None) where it cannot be built (said why); the
+        state holds the team weakly."""
         from iris.host.replay import native
 
         module, why = native.load()
@@ -225,27 +223,8 @@ class Plans:
         """The remembered plans."""
         return list(self._plans.values())
 
-    def replay_call(self, name, first, second, *rest):
-        """``key = call_key(name, first, second, *rest)`` and :meth:`replay` of it, in one: ``(key, plan or None)``.
-
-        With IRIS_NATIVE_REPLAY on (CUDA), a plan whose graph the driver launches is found and launched in one
-        C call (iris.host.replay.native); every other case takes :meth:`replay`.
-
-        Example:
-            >>> key, plan = plans.replay_call("all_reduce", out, x, op, group)
-        """
-        if self._native is not None:
-            key, plan = self._native(self._state, name, first, second, rest)
-            if plan is not None:
-                return key, plan
-        else:
-            key = call_key(name, first, second, *rest)
-        return key, self.replay(key)
-
     def replay(self, key) -> Plans.Plan | None:
-        """Relaunch the launches remembered for ``key`` (or launch their graph) and return its plan; None
-        where none is. The path of every repeated small call: a plan's graph goes out after one lookup
-        and three checks (debug mode, a profiler's launch hook, the user's own stream capture)."""
+        """Relaunch the launches remembered for ``key`` (or their graph) and return its plan; None where none is."""
         try:
             plan = self._plans.get(key)
         except TypeError:  # an unhashable argument: the call itself says what is wrong with it
@@ -272,8 +251,7 @@ class Plans:
         return plan
 
     def _captured(self, launches):
-        """``launches`` captured into a CUDA/HIP graph on a side stream (not run), or None where capture
-        fails (logged): the plan then keeps launching them one by one."""
+        """``launches`` captured into a graph (not run), or None where capture fails (logged)."""
         try:
             return captured_graph(launches)
         except RuntimeError as error:
@@ -281,15 +259,15 @@ class Plans:
             return None
 
     def kept(self, key, make):
-        """The workspace kept for problem ``key``, made by ``make()`` on first use (heap allocations are
-        collective: every rank asks for the same problems in the same order)."""
+        """The workspace kept for problem ``key``, made by ``make()`` on first use (collective, as heap
+        allocations are)."""
         if key not in self._kept:
             self._kept[key] = make()
         return self._kept[key]
 
     def remember(self, key, launches, result=None) -> Plans.Plan:
-        """Keep the ``launches`` a call made (callables: bound launches, or stream work such as a counter's
-        ``add_``) and what it returned, for the next call with the same ``key``; returns the plan."""
+        """Keep the ``launches`` a call made (callables that launch on the current stream) and its ``result`` for
+        the next call with the same ``key``; returns the plan."""
         plan = Plans.Plan(launches, result)
         if not launches or key is None or self._ctx.team.debug:
             return plan
@@ -303,8 +281,7 @@ class Plans:
 
 
 def captured_graph(launches) -> torch.cuda.CUDAGraph:
-    """A CUDA/HIP graph of ``launches`` (callables that launch on the current stream), captured on a side
-    stream, not run; RuntimeError where capture fails.
+    """A CUDA/HIP graph of ``launches``, captured on a side stream, not run; RuntimeError where capture fails.
 
     Example:
         >>> graph = captured_graph([bind(my_kernel, (4,), x, y)])
@@ -322,13 +299,8 @@ def captured_graph(launches) -> torch.cuda.CUDAGraph:
 
 
 def graph_launcher(graph, device: int):
-    """A callable that launches the captured ``graph`` on ``device``'s current stream, each time it is called.
-
-    On CUDA it is one driver call, ``cuGraphLaunch`` of the graph's executable through ctypes: on H100 hosts
-    2.1-3.9 us of host time per launch against 2.6-5.1 us for ``graph.replay()``, torch's own launch, which
-    also walks its RNG and device guards (benchmarks/probes/graph_launch_probe.py). Elsewhere (HIP, or a torch
-    without ``raw_cuda_graph_exec``) it is ``graph.replay``. The launcher keeps ``graph`` (and so its
-    executable) alive.
+    """A callable that launches the captured ``graph`` on ``device``'s current stream: on CUDA one driver call,
+    ``cuGraphLaunch`` (``graph.replay()`` also walks torch's RNG and device guards); elsewhere ``graph.replay``.
 
     Example:
         >>> launch_graph = graph_launcher(graph, torch.cuda.current_device())
@@ -353,8 +325,7 @@ def graph_launcher(graph, device: int):
 
 @functools.cache
 def _driver_functions():
-    """The addresses of the CUDA driver's ``cuStreamIsCapturing`` and ``cuGraphLaunch``, or None where the
-    driver library does not load."""
+    """The addresses of the CUDA driver's ``cuStreamIsCapturing`` and ``cuGraphLaunch``, or None without it."""
     try:
         driver = ctypes.CDLL("libcuda.so.1")
         return tuple(ctypes.cast(getattr(driver, name), ctypes.c_void_p).value

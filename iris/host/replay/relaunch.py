@@ -1,17 +1,9 @@
 """A Triton kernel launched again and again with new arguments, without Triton's per-call Python.
 
-``kernel[grid](*args)`` binds every argument, works out what the compiler specializes on and looks the
-compiled kernel up on every call: on an H200 host tens of microseconds for a kernel of fifteen arguments,
-more than the GPU time of a small data mover. :func:`iris.host.replay.bind` removes it for a launch whose
-arguments never change; :class:`Relaunch` is for launches whose tensors and counts change from call to call
-(the MoE dispatcher's: new tokens and routing each time). It keeps the compiled kernels by a key that holds
-everything Triton specializes on (each tensor's dtype and 16-byte alignment, each integer's width and whether
-it is 1 or a multiple of 16, each other scalar's type and value) and launches the compiled kernel directly.
-The key is at least as fine as Triton's, so a kernel is never launched with arguments it was not compiled
-for: a new key only asks Triton for the kernel (compiled, or found in its caches).
-
-On Triton's interpreter (the CPU backend), and while a Triton launch hook (a profiler) is installed, a call
-is the plain ``kernel[grid](*args, **options)``.
+:func:`iris.host.replay.bind` is for a launch whose arguments never change; :class:`Relaunch` for one whose tensors
+and counts change every call (the MoE dispatcher's). It keeps compiled kernels by a key at least as fine as what
+Triton specializes on, so a kernel never runs with arguments it was not compiled for. On the interpreter (the CPU
+backend) and under a launch hook (a profiler) a call is the plain ``kernel[grid](*args, **options)``.
 
 Example:
     >>> pack = Relaunch(_pack_kernel, BLOCK=1024, num_warps=4)
@@ -44,17 +36,8 @@ def _key_of(value):
 
 
 class Relaunch:
-    """``kernel[grid](*args, **options)`` with ``options`` (constexprs by name, launch options such as
-    ``num_warps``) fixed and ``args`` new on every call; see the module's docstring.
-
-    Args:
-        kernel: a ``@triton.jit`` function.
-        options: its constexpr arguments by name and launch options, the same on every call.
-
-    Example:
-        >>> combine = Relaunch(_combine_kernel, K=8, BLOCK=1024, num_warps=4)
-        >>> combine((132,), returned, inverse, weights, out, tokens, hidden)
-    """
+    """``kernel[grid](*args, **options)``, ``options`` (constexprs by name, launch options such as ``num_warps``)
+    fixed and ``args`` new on every call, e.g. ``Relaunch(_combine_kernel, K=8, BLOCK=1024)((132,), x, out, n)``."""
 
     def __init__(self, kernel, **options):
         self._kernel, self._options = kernel, options
