@@ -211,10 +211,120 @@ def test_the_originals_column_form_matches_torchs_all_to_all(ranks):
 
 
 def test_a_column_call_is_told_from_an_mpi_call():
-    from iris.ccl.all_to_all_v import is_column_call
+    from iris.compat.ccl import is_column_call
 
     out, x = torch.zeros(4, 6), torch.zeros(4, 10)
     assert is_column_call(out, x, [2, 4], [3, 7], None, None)          # columns: the sums are the widths
     assert not is_column_call(out, x, [2, 4], [0, 2], None, None)      # packed displacements: rows
     assert not is_column_call(out, x, [2, 4], [3, 7], [2, 4], None)    # receive counts: rows
     assert not is_column_call(out.view(-1), x.view(-1), [2, 4], [3, 7], None, None)  # 1-D: rows
+
+
+def _adapter_beside_the_method():
+    """iris.compat.ccl.all_to_all_v called on ``ctx.ccl`` directly and ``ctx.ccl.all_to_all_v``, each of the
+    original's forms on the same data: columns by position, by keyword, with group and async_op after the sizes;
+    rows by list, by device counts with received counts, by MPI's four lists, with the group fifth. Every rank draws
+    every rank's input alike, so each builds what it must receive."""
+    import torch.distributed as dist
+
+    from iris.compat.ccl import all_to_all_v
+
+    ctx = iris.iris(4 << 20)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    everyone = dist.new_group(list(range(world)))
+    generator = torch.Generator().manual_seed(11)
+    calls = (lambda *args, **kwargs: all_to_all_v(ctx.ccl, *args, **kwargs), ctx.ccl.all_to_all_v)
+    results = {}
+
+    m, sends = 6, [[(i + 2 * j) % 3 * 4 + 1 for j in range(world)] for i in range(world)]  # columns i -> j
+    inputs = [torch.randn(m, sum(sends[i]), generator=generator) for i in range(world)]
+    send, receive = sends[rank], [sends[i][rank] for i in range(world)]
+    x = ctx.zeros(m, 9 * world)[:, :sum(send)]  # leading columns of a buffer alike on every rank
+    x.copy_(inputs[rank])
+    want = torch.cat([torch.split(inputs[i], sends[i], dim=1)[rank] for i in range(world)], dim=1)
+    for form, args, kwargs in [("positional", (receive, send), {}),
+                               ("keyword", (), dict(output_split_sizes=receive, input_split_sizes=send)),
+                               ("group after the sizes", (receive, send, everyone), {}),
+                               ("group, async_op after the sizes", (receive, send, None, False), {}),
+                               ("config", (receive, send), dict(config=Config(block_size=64)))]:
+        outs = [torch.full((m, sum(receive)), -1.0, device=device) for _ in calls]
+        for call, out in zip(calls, outs):
+            call(out, x, *args, **kwargs)
+        results["columns " + form] = [torch.equal(out.cpu(), want) for out in outs]
+
+    counts = torch.randint(0, 5, (world, world), generator=generator)  # rows i -> j
+    rows = [torch.randn(5 * world, 3, generator=generator) for _ in range(world)]
+    xr = ctx.empty((5 * world, 3))
+    xr.copy_(rows[rank])
+    mine = [int(c) for c in counts[:, rank]]
+    want = torch.full((5 * world, 3), -1.0)
+    want[:sum(mine)] = torch.cat([rows[i][int(counts[i, :rank].sum()):][:mine[i]] for i in range(world)])
+    sent = counts[rank].tolist()
+    packed = [sum(sent[:j]) for j in range(world)]
+    received = [torch.zeros(world, dtype=torch.int64, device=device) for _ in calls]
+    for form, args, kwargs in [("list", (sent,), {}), ("device counts", (counts[rank].to(device),), {}),
+                               ("MPI", (sent, packed, mine, [sum(mine[:i]) for i in range(world)]), {}),
+                               ("group fifth", (sent, None, everyone), {})]:
+        outs = [torch.full((5 * world, 3), -1.0, device=device) for _ in calls]
+        for call, out, got in zip(calls, outs, received):
+            call(out, xr, *args, **(dict(recv_counts=got) if form == "device counts" else kwargs))
+        results["rows " + form] = [torch.equal(out.cpu(), want) for out in outs]
+    results["received"] = [got.tolist() == mine for got in received]
+
+    errors = []
+    for call in calls:
+        for args, kwargs in [((receive, send), dict(output_split_sizes=receive, input_split_sizes=send)), ((), {})]:
+            try:
+                call(torch.zeros(m, sum(receive), device=device), x, *args, **kwargs)
+                errors.append(None)
+            except TypeError as exc:
+                errors.append(str(exc))
+    ctx.close()
+    return results, errors
+
+
+def test_the_compat_adapter_takes_every_form_as_the_method_does(ranks):
+    for rank, (results, errors) in enumerate(ranks.run(_adapter_beside_the_method)):
+        assert all(both == [True, True] for both in results.values()), (rank, results)
+        assert len(results) == 10
+        assert errors[0] == errors[2] and "not both" in errors[0], errors
+        assert errors[1] == errors[3] and "send_counts (or output_split_sizes" in errors[1], errors
+
+
+def test_the_compat_adapter_routes_each_form(monkeypatch):
+    """Which call each form becomes: the column function with the sizes, group, async_op and config recognised,
+    or the native method with the rest (no ranks: both stand-ins record their arguments)."""
+    import types
+
+    from iris.compat import ccl as compat
+
+    made = []
+    monkeypatch.setattr(compat, "_native_all_to_all_v", lambda *args, **kwargs: made.append(("rows", args, kwargs)))
+    monkeypatch.setattr(compat.a2av, "all_to_all_v_columns",
+                        lambda *args, **kwargs: made.append(("columns", args, kwargs)))
+    ctx = types.SimpleNamespace(team=types.SimpleNamespace(debug=False))
+    me = types.SimpleNamespace(_ctx=ctx)
+    out, x, narrow, config = torch.zeros(4, 6), torch.zeros(4, 10), torch.zeros(4, 2), Config(block_size=64)
+    plain = dict(group=None, async_op=False, config=None)
+    cases = [
+        ((out, x, [1, 5], [1, 9]), {}, ("columns", (out, x, ctx, [1, 5], [1, 9]), plain)),
+        ((out, x), dict(output_split_sizes=[1, 5], input_split_sizes=[1, 9]),
+         ("columns", (out, x, ctx, [1, 5], [1, 9]), plain)),
+        ((out, x, [1, 5], [1, 9], None, True, config), {},
+         ("columns", (out, x, ctx, [1, 5], [1, 9]), dict(group=None, async_op=True, config=config))),
+        ((out, x, [3, 3]), {}, ("rows", (me, out, x, [3, 3], None, None, None), plain)),
+        ((out, x, [1, 5], [0, 1]), {}, ("rows", (me, out, x, [1, 5], [0, 1], None, None), plain)),  # displacements
+        ((out, narrow, [2, 4], [0, 2]), {},  # the widths fit either form: packed displacements say rows
+         ("rows", (me, out, narrow, [2, 4], [0, 2], None, None), plain)),
+        ((out, x, [2, 2], [0, 2], [2, 2], [0, 2]), {}, ("rows", (me, out, x, [2, 2], [0, 2], [2, 2], [0, 2]), plain)),
+        ((out, x, [3, 3], None, None, True), {},
+         ("rows", (me, out, x, [3, 3], None, None, None), dict(group=None, async_op=True, config=None))),
+    ]
+    for args, kwargs, want in cases:
+        made.clear()
+        compat.all_to_all_v(me, *args, **kwargs)
+        assert made == [want], (args, kwargs, made)
+    with pytest.raises(TypeError, match="not both"):
+        compat.all_to_all_v(me, out, x, [1, 5], output_split_sizes=[1, 5], input_split_sizes=[1, 9])
+    with pytest.raises(TypeError, match="send_counts .or output_split_sizes and input_split_sizes. is required"):
+        compat.all_to_all_v(me, out, x)

@@ -24,7 +24,7 @@ import weakref
 
 import torch
 
-from iris.ccl.config import AUTOTUNE, Config, ReduceOp
+from iris.ccl.config import CollectiveConfig, Config, ReduceOp
 from iris.ccl.moe import DispatchHandle, LocalExperts, MoEDispatchConfig, MoEDispatcher
 from iris.host.replay import Plans, unchecked
 from iris.host.team import check_call
@@ -58,7 +58,7 @@ class CCL:
 
     def __init__(self, ctx):
         self._ctx = weakref.proxy(ctx)  # held weakly: the context, and with it the heap, dies with its last user
-        self._plans = Plans(self._ctx, check=check_call, config_type=Config)
+        self._plans = Plans(self._ctx, check=check_call, config_type=CollectiveConfig)
         self._tracing = ctx.tracing  # read on every call (its switch is in the call's key); it holds ctx weakly
 
     def kept_workspace(self, key, make):
@@ -84,37 +84,15 @@ class CCL:
                                 (group, async_op, self._tracing.enabled),
                                 _first_all_to_all, output_tensor, input_tensor, group, async_op, config)
 
-    def all_to_all_v(self, output_tensor, input_tensor, send_counts=None, send_displs=None, recv_counts=None,
-                     recv_displs=None, group=None, async_op=False, config=None, *, output_split_sizes=None,
-                     input_split_sizes=None):
+    def all_to_all_v(self, output_tensor, input_tensor, send_counts, send_displs=None, recv_counts=None,
+                     recv_displs=None, group=None, async_op=False, config=None):
         """Rows of ``input_tensor`` to each member by ``send_counts`` (device tensors or lists); see
-        :func:`iris.ccl.all_to_all_v.all_to_all_v`. The column form, by split sizes
-        (``all_to_all_v(output, input, output_split_sizes, input_split_sizes)``, positional or by keyword),
-        is recognised and taken by :func:`iris.ccl.all_to_all_v.all_to_all_v_columns`, its ``group``, ``async_op``
-        and ``config`` by keyword or positionally after the sizes."""
-        if _all_to_all_v.original_positionals(recv_counts, recv_displs):  # its (group, async_op, config) after them
-            recv_counts, recv_displs, group, async_op, config = None, None, recv_counts, \
-                async_op if recv_displs is None else recv_displs, config if group is None else group
-        if output_split_sizes is not None or input_split_sizes is not None or _all_to_all_v.is_column_call(
-                output_tensor, input_tensor, send_counts, send_displs, recv_counts, recv_displs):
-            if output_split_sizes is None and input_split_sizes is None:
-                output_split_sizes, input_split_sizes = send_counts, send_displs
-            elif send_counts is not None or send_displs is not None:
-                raise TypeError("all_to_all_v: give either send_counts (rows) or output_split_sizes and "
-                                "input_split_sizes (columns), not both")
-            check_call(self._ctx.team, "all_to_all_v", {"output columns": output_split_sizes, "group": group,
-                                                         "async_op": async_op, "config": config})
-            _all_to_all_v.all_to_all_v_columns(output_tensor, input_tensor, self._ctx, output_split_sizes,
-                                               input_split_sizes, group=group, async_op=async_op, config=config)
-            return
-        if send_counts is None:
-            raise TypeError("all_to_all_v: send_counts (or output_split_sizes and input_split_sizes) is required")
+        :func:`iris.ccl.all_to_all_v.all_to_all_v`."""
         return self._plans.call("all_to_all_v", output_tensor, input_tensor, config,
                                 (_address(send_counts), _address(send_displs), _address(recv_counts),
                                  _address(recv_displs), group, async_op, self._tracing.enabled),
                                 _first_all_to_all_v, output_tensor, input_tensor, send_counts, send_displs,
-                                recv_counts, recv_displs, group, async_op, config, output_split_sizes,
-                                input_split_sizes)
+                                recv_counts, recv_displs, group, async_op, config)
 
     def broadcast(self, tensor, src=0, group=None, async_op=False, config=None):
         """Rank ``src``'s tensor into every member's; see :func:`iris.ccl.broadcast.broadcast`."""
@@ -218,8 +196,7 @@ def _first_all_to_all(ctx, output_tensor, input_tensor, group, async_op, config)
 
 
 def _first_all_to_all_v(ctx, output_tensor, input_tensor, send_counts, send_displs, recv_counts, recv_displs, group,
-                        async_op, config, output_split_sizes, input_split_sizes):
-    """The row form (the split sizes, None here, are compared across ranks in debug mode as the method's)."""
+                        async_op, config):
     return _all_to_all_v.all_to_all_v(output_tensor, input_tensor, ctx, send_counts, send_displs, recv_counts,
                                       recv_displs, group=group, async_op=async_op, config=config), None
 

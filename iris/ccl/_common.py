@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from iris.ccl.config import Config
+from iris.ccl.config import CollectiveConfig
 from iris.device.barrier import FUSED_PROGRAMS
 from iris.host.replay import BoundLaunch, bind
 
@@ -12,10 +12,10 @@ REDUCE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32)
 MOVE_DTYPES = REDUCE_DTYPES + (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
-def config_or_default(config) -> Config:
+def config_or_default(config) -> CollectiveConfig:
     if config is None:
-        return Config()
-    if not isinstance(config, Config):
+        return CollectiveConfig()
+    if not isinstance(config, CollectiveConfig):
         raise TypeError(f"config must be an iris.ccl.Config, got {type(config).__name__}")
     return config
 
@@ -50,6 +50,6 @@ def run(ctx, group, async_op: bool, fuse: bool, kernel, programs: int, *args, fu
     return launches
 
 
-def fuse(config: Config, nbytes: int) -> bool:
+def fuse(config: CollectiveConfig, nbytes: int) -> bool:
     """Small messages (``Config.fused_bytes`` per rank or less) run as one fused launch."""
     return nbytes <= config.fused_bytes

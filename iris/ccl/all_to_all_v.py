@@ -1,11 +1,11 @@
 """all_to_all_v: all_to_all with per-member row counts, which may be held on the device (no host synchronisation).
 
-The original's call, MPI's Alltoallv: ``all_to_all_v(output, input, send_counts, send_displs, recv_counts,
-recv_displs)``; each member sends ``send_counts[j]`` rows of its input (from row ``send_displs[j]``, or packed
-in member order) to member j, which places them at its ``recv_displs[i]`` (or packed in member order). Unlike
-the original, the counts may be a device tensor, so a kernel (a router) can decide them and nothing waits on the
-host: the receivers learn them on the device, and ``recv_counts`` given as a device tensor receives them (as
-torch symmetric memory's ``all_to_all_vdev`` returns its output splits).
+MPI's Alltoallv: ``all_to_all_v(output, input, send_counts, send_displs, recv_counts, recv_displs)``; each
+member sends ``send_counts[j]`` rows of its input (from row ``send_displs[j]``, or packed in member order) to
+member j, which places them at its ``recv_displs[i]`` (or packed in member order). The counts may be a device
+tensor, so a kernel (a router) can decide them and nothing waits on the host: the receivers learn them on the
+device, and ``recv_counts`` given as a device tensor receives them (as torch symmetric memory's
+``all_to_all_vdev`` returns its output splits). :func:`all_to_all_v_columns` moves blocks of columns instead.
 
 How: a first launch publishes this member's counts and where each member's rows start into a small table in
 every member's heap (its reserved tail); after the group's barrier each member reads its table and pulls its
@@ -29,7 +29,6 @@ Example:
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 import triton
 import triton.language as tl
 
@@ -164,8 +163,7 @@ def _host_extent(what: str, counts, displs, rows: int, tensor: str) -> None:
 
 def all_to_all_v(output, input, ctx, send_counts, send_displs=None, recv_counts=None, recv_displs=None, group=None,
                  async_op=False, config=None):
-    """Rows of ``input`` to each member by ``send_counts`` (the original's signature, MPI's Alltoallv); see
-    :mod:`iris.ccl.all_to_all_v`.
+    """Rows of ``input`` to each member by ``send_counts`` (MPI's Alltoallv); see :mod:`iris.ccl.all_to_all_v`.
 
     Counts and displacements count rows of dim 0 (elements of a 1-D tensor). Each may be a device tensor of W
     int64/int32 values, read on the device (nothing waits on the host, and a graph replays the values current
@@ -180,7 +178,7 @@ def all_to_all_v(output, input, ctx, send_counts, send_displs=None, recv_counts=
         send_counts: rows for each member, in member order.
         send_displs: where each member's rows start in ``input``; None: packed in member order.
         recv_counts: a device tensor: receives the rows each member sent (written); a list: the most rows to
-            take from each member (the original's expected counts); None: neither.
+            take from each member (expected counts); None: neither.
         recv_displs: where each member's rows land in ``output``; None: packed in member order.
         group: a torch.distributed group of the participating ranks, or None for all.
         async_op: False: ends with the group's device barrier; True: none (call ``ctx.device_barrier(group)``
@@ -194,7 +192,7 @@ def all_to_all_v(output, input, ctx, send_counts, send_displs=None, recv_counts=
         >>> counts = torch.tensor([1, 3], device=ctx.get_device())          # at 2 ranks
         >>> received = torch.empty(2, dtype=torch.int64, device=ctx.get_device())
         >>> ctx.ccl.all_to_all_v(out, x, counts, recv_counts=received)
-        >>> ctx.ccl.all_to_all_v(out, x, [4, 4], [0, 4], [4, 4], [0, 4])     # the original's call
+        >>> ctx.ccl.all_to_all_v(out, x, [4, 4], [0, 4], [4, 4], [0, 4])     # MPI's four lists
     """
     config = _common.config_or_default(config)
     what = "all_to_all_v"
@@ -225,10 +223,9 @@ def all_to_all_v(output, input, ctx, send_counts, send_displs=None, recv_counts=
 
 def all_to_all_v_columns(output, input, ctx, output_split_sizes, input_split_sizes, group=None, async_op=False,
                          config=None):
-    """Blocks of columns of ``input`` to each member (the original's newest signature, torch's
-    ``all_to_all_single`` with split sizes, along dim 1): member i's ``input_split_sizes[j]`` columns for member
-    j, taken in member order from column 0, land in member j's ``output`` at column ``sum(output_split_sizes[:i])``
-    (``output_split_sizes[i]`` of them at most).
+    """Blocks of columns of ``input`` to each member (torch's ``all_to_all_single`` with split sizes, along
+    dim 1): member i's ``input_split_sizes[j]`` columns for member j, taken in member order from column 0, land in
+    member j's ``output`` at column ``sum(output_split_sizes[:i])`` (``output_split_sizes[i]`` of them at most).
 
     Args:
         output: (M, sum(output_split_sizes)) or wider, any contiguous device tensor of this rank.
@@ -243,7 +240,7 @@ def all_to_all_v_columns(output, input, ctx, output_split_sizes, input_split_siz
         >>> buffer = ctx.zeros(64, 4 * 16, dtype=torch.float16)           # alike on every rank, at 2 ranks
         >>> x = buffer[:, :2 * (rank + 1) * 8]                              # (rank + 1) * 8 columns to each
         >>> out = torch.empty(64, 8 + 16, dtype=torch.float16, device=ctx.get_device())
-        >>> ctx.ccl.all_to_all_v(out, x, [8, 16], [(rank + 1) * 8] * 2)
+        >>> all_to_all_v_columns(out, x, ctx, [8, 16], [(rank + 1) * 8] * 2)
     """
     config = _common.config_or_default(config)
     what = "all_to_all_v"
@@ -264,31 +261,6 @@ def all_to_all_v_columns(output, input, ctx, output_split_sizes, input_split_siz
     return _exchange(ctx, group, async_op, config, members, output, input, counts, None, None, caps, land_at,
                      width=input.shape[0], available=input.shape[1], capacity=output.shape[1],
                      span=span, strides=(input.stride(0), output.stride(0)))
-
-
-def original_positionals(fifth, sixth) -> bool:
-    """Whether the fifth and sixth positional arguments of ``ctx.ccl.all_to_all_v`` are the original's column
-    call's ``group`` and ``async_op`` (its method: ``(output, input, output_split_sizes, input_split_sizes,
-    group, async_op, config)``), not receive counts and displacements: a process group fifth, or a bool sixth
-    (neither is ever a count)."""
-    group = dist.is_available() and isinstance(fifth, dist.ProcessGroup)
-    return group or (fifth is None and isinstance(sixth, bool))
-
-
-def is_column_call(output, input, third, fourth, recv_counts, recv_displs) -> bool:
-    """Whether ``all_to_all_v(output, input, third, fourth)`` is the original's newest form, columns by split
-    sizes (``third`` = output_split_sizes, ``fourth`` = input_split_sizes), rather than MPI's (``third`` = send
-    counts, ``fourth`` = send displacements): two (M, columns) tensors, two lists of ints, no receive counts or
-    displacements, the input's columns exactly ``sum(fourth)`` and the output's ``sum(third)``, and ``fourth`` not
-    the packed displacements of ``third``. Pass the sizes by keyword to say it outright."""
-    if recv_counts is not None or recv_displs is not None or fourth is None:
-        return False
-    if not all(isinstance(t, torch.Tensor) and t.dim() == 2 for t in (output, input)):
-        return False
-    if not all(isinstance(v, (list, tuple)) and all(isinstance(c, int) for c in v) for v in (third, fourth)):
-        return False
-    packed = [sum(third[:i]) for i in range(len(third))]
-    return sum(fourth) == input.shape[1] and sum(third) == output.shape[1] and list(fourth) != packed
 
 
 def _exchange(ctx, group, async_op, config, members, output, input, counts, send_at, received, caps, land_at,

@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from iris.ccl import _common
-from iris.ccl.config import Config
+from iris.ccl.config import CollectiveConfig
 from iris.host.replay.relaunch import Relaunch
 
 #: The most programs of the row kernels below; each takes every programs-th row (or piece).
@@ -339,8 +339,8 @@ class MoEDispatcher:
         self._sorts: dict[int, Relaunch] = {}  # lanes (pairs rounded up to a power of two) -> its launch
         # made once (a Config checks its fields when made): an eager call's host time is most of its time at a
         # few hundred tokens (at 128 tokens on 2 x H200 the GPU waited on the host)
-        self._dispatch_config = Config(block_size=self.config.dispatch_block_size)
-        self._combine_config = Config(block_size=self.config.combine_block_size)
+        self._dispatch_config = CollectiveConfig(block_size=self.config.dispatch_block_size)
+        self._combine_config = CollectiveConfig(block_size=self.config.combine_block_size)
         # the kernels' launches, their constexprs fixed: each call's tensors and counts go to the compiled kernel
         # without Triton's per-call Python (iris.host.replay.relaunch)
         block, ranks = _row_block(hidden_dim), triton.next_power_of_2(world)

@@ -31,7 +31,7 @@ from iris.device import tracing
 from iris.device.barrier import GROUP_ARGS, enter, leave
 from iris.device.tracing import elements_bytes
 from iris.ccl.reduction import reduce_block
-from iris.ccl.config import LOAD_CACHE_MODIFIERS, Config, ReduceOp
+from iris.ccl.config import LOAD_CACHE_MODIFIERS, CollectiveConfig, ReduceOp
 from iris.runtime.logging import WARNING, log
 
 
@@ -148,9 +148,10 @@ def _prepare_ring_workspace(ctx, M, N, dtype, total_tiles, workspace):
     workspace.variant = "ring_chunked"
 
 
-def _default_tiles(numel: int) -> Config:
+def _default_tiles(numel: int) -> CollectiveConfig:
     """The tiled layout's Config when none is given (module doc)."""
-    return Config(block_size_m=16 if numel >= 16 * 1024 * 1024 else 32, block_size_n=64, all_reduce_distribution=1)
+    return CollectiveConfig(block_size_m=16 if numel >= 16 * 1024 * 1024 else 32, block_size_n=64,
+                            all_reduce_distribution=1)
 
 
 def _as_matrix(tensor):
@@ -166,7 +167,7 @@ def _as_matrix(tensor):
                          f"as (M, N) ({exc}); pass a contiguous one or a 2-D view") from exc
 
 
-def tiles_owned(rows: int, cols: int, config: Config, members: int, place: int) -> int:
+def tiles_owned(rows: int, cols: int, config: CollectiveConfig, members: int, place: int) -> int:
     """How many of ``rows`` x ``cols`` tiles the member at ``place`` of ``members`` owns (module doc)."""
     total = rows * cols
     if config.all_reduce_distribution == 0:

@@ -2,8 +2,8 @@
 
 Code written for the original imports ``iris.iris``, ``iris.tracing``, ``iris.tensor_creation`` and
 ``iris.mem.triton``; those paths are these modules, registered under the original's names by :func:`install`
-(``import iris`` calls it), which also binds the original's names onto the native API
-(:mod:`iris.compat.context`, :mod:`iris.compat.ops`). Native modules never import this package.
+(``import iris`` calls it), which also binds the original's names onto the native API (:mod:`iris.compat.context`,
+:mod:`iris.compat.ops`, :mod:`iris.compat.ccl`). Native modules never import this package.
 
 Example:
     >>> from iris.iris import DeviceContext        # iris.compat.iris
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from iris.compat import context, ops
+from iris.compat import ccl, context, ops
 from iris.compat import iris as iris_module
 from iris.compat import mem, tensor_creation, tracing
 from iris.compat.mem import triton as mem_triton
@@ -38,9 +38,10 @@ def install() -> None:
     import X`` finds :mod:`iris.compat.iris`). Idempotent."""
     context.install()
     ops.install()
+    ccl.install()
     iris_module.install()
     for path, module in MODULE_PATHS.items():
         sys.modules.setdefault(path, module)
 
 
-__all__ = ["MODULE_PATHS", "context", "install", "iris_module", "mem", "ops", "tensor_creation", "tracing"]
+__all__ = ["MODULE_PATHS", "ccl", "context", "install", "iris_module", "mem", "ops", "tensor_creation", "tracing"]

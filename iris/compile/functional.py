@@ -49,7 +49,7 @@ from typing import Optional
 import torch
 
 from iris.ccl.all_reduce import all_reduce_to_new, choose_variant, input_on_heap
-from iris.ccl.config import Config, ReduceOp
+from iris.ccl.config import CollectiveConfig, ReduceOp
 
 _context = None  # a weak reference to the context given to set_context
 _kept: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # context -> {key: heap buffer}
@@ -99,7 +99,7 @@ def _on_heap(ctx, name: str, tensor: torch.Tensor) -> torch.Tensor:
     return _staged(ctx, name, tensor)
 
 
-def _in_place_off_heap_config(ctx, tensor: torch.Tensor) -> Optional[Config]:
+def _in_place_off_heap_config(ctx, tensor: torch.Tensor) -> Optional[CollectiveConfig]:
     """The Config of the variant an in-place all-reduce of ``tensor`` takes, where that variant may read a
     contiguous ``tensor`` off the heap (push, ll: :func:`iris.ccl.all_reduce.input_on_heap`); else None."""
     if not tensor.is_contiguous():
@@ -109,10 +109,10 @@ def _in_place_off_heap_config(ctx, tensor: torch.Tensor) -> Optional[Config]:
 
 
 @functools.lru_cache(maxsize=256)
-def _off_heap_config(nbytes: int, world: int, dtype: torch.dtype, engine: bool) -> Optional[Config]:
+def _off_heap_config(nbytes: int, world: int, dtype: torch.dtype, engine: bool) -> Optional[CollectiveConfig]:
     """:func:`_in_place_off_heap_config` by size, made once per size (every in-place call asks)."""
     variant = choose_variant(nbytes, True, world, dtype)
-    return None if input_on_heap(variant, engine) else Config(all_reduce_variant=variant)
+    return None if input_on_heap(variant, engine) else CollectiveConfig(all_reduce_variant=variant)
 
 
 def _reduce_op(name: str, op: str) -> ReduceOp:

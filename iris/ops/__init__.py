@@ -24,6 +24,7 @@ from iris.ops.matmul_all_gather import kernel as _matmul_gather
 from iris.ops.matmul_all_reduce import kernel as _matmul_reduce
 from iris.ops._fused import Workspace, sm_share
 from iris.ops.all_gather_matmul import all_gather_matmul, all_gather_matmul_preamble
+from iris.ops import config as _config
 from iris.ops.config import FusedConfig
 from iris.ops.gemm import matmul
 from iris.ops.gemm_all_scatter import gemm_all_scatter, gemm_all_scatter_preamble
@@ -44,7 +45,7 @@ class Ops:
 
     def __init__(self, ctx):
         self._ctx = weakref.proxy(ctx)  # held weakly: the context, and with it the heap, dies with its last user
-        self._plans = Plans(self._ctx, check=check_call, config_type=FusedConfig)
+        self._plans = Plans(self._ctx, check=check_call, config_type=_config.FusedConfig)  # the native class
         self._tracing = ctx.tracing  # read on every call (its switch is in the call's key); it holds ctx weakly
 
     def _call(self, op: str, run, output, A, B, bias, async_op, config, workspace):
@@ -61,7 +62,7 @@ class Ops:
     def workspace_layout(self, op: str, output, A, B, config=None) -> tuple:
         """(key, {name: Buffer}) of ``op``'s workspace, to lay one out by hand: ``Workspace(key, tensors)`` with a
         tensor of each Buffer's size and dtype (on the heap where ``Buffer.heap``)."""
-        config = FusedConfig() if config is None else config
+        config = _config.FusedConfig() if config is None else config
         if op in ("matmul_all_reduce", "matmul_reduce_scatter"):
             return _matmul_reduce.problem(op, op == "matmul_reduce_scatter", self._ctx, output, A, B, config)
         if op == "all_gather_matmul":

@@ -22,7 +22,7 @@ from iris.ccl.all_reduce.hierarchical import HIERARCHICAL
 from iris.ccl.all_reduce.kernel import _all_reduce_kernel  # noqa: F401  (tests/engine_compile_check.py)
 from iris.ccl.all_reduce.two_shot import writes_halves  # noqa: F401
 from iris.ccl.all_reduce.variant import AllReduceWorkspace
-from iris.ccl.config import Config, ReduceOp
+from iris.ccl.config import CollectiveConfig, ReduceOp
 
 VARIANTS = {**FLAT, HIERARCHICAL.name: HIERARCHICAL}
 # The variants by fact, as their modules declare them (iris.ops's pipelined all_reduce reads these two).
@@ -47,9 +47,9 @@ def input_on_heap(variant: str, engine: bool) -> bool:
 
 
 @functools.lru_cache(maxsize=256)
-def _local_output_config(nbytes: int, world_size: int, dtype) -> Config | None:
+def _local_output_config(nbytes: int, world_size: int, dtype) -> CollectiveConfig | None:
     variant = choose_variant(nbytes, False, world_size, dtype)
-    return Config(all_reduce_variant=variant) if VARIANTS[variant].local_output else None
+    return CollectiveConfig(all_reduce_variant=variant) if VARIANTS[variant].local_output else None
 
 
 def all_reduce_to_new(tensor, ctx, stage, op=ReduceOp.SUM, group=None) -> torch.Tensor:

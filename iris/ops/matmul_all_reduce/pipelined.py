@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from iris.ccl.all_reduce import BARRIER_FREE, IN_PLACE
-from iris.ccl.config import Config
+from iris.ccl.config import CollectiveConfig
 from iris.host.replay import weakly_held
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
@@ -118,7 +118,7 @@ def run(ctx, output, A, B, bias, count: int, workspace, variant: str | None = No
     key, spec = problem(output, A, B)
     workspace = _fused.workspace_for(ctx, "matmul_all_reduce", key, spec, workspace)
     partials = workspace.partials.view(M, N)
-    sums = Config(all_reduce_variant=variant)
+    sums = CollectiveConfig(all_reduce_variant=variant)
     rows = chunk_rows(M, count)
     for first, end in rows:  # each chunk's sum checked now (in place, a landing zone's size), not mid-call
         ctx.ccl.all_reduce_preamble(partials[first:end], partials[first:end], config=sums)
