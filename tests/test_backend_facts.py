@@ -53,7 +53,6 @@ ALLOWED = [
     ("launch/info.py", '"name": backend.name', "iris info names the backend in its text"),
     ("launch/info.py", "backend.name.upper()", "iris info names the backend in its text"),
     ("launch/info.py", '"hip": torch.version.hip', "iris info prints torch's build's versions"),
-    ("host/replay/plans.py", None, "pending: iris/host/replay/plans.py (lead)"),
 ]
 
 

@@ -11,6 +11,7 @@ import torch
 
 import iris
 from iris.host.replay import Plans
+from iris.testing.ranks import RankPool
 
 PACKAGE = Path(__file__).resolve().parent.parent / "iris"
 REMEMBERED = {
@@ -139,9 +140,13 @@ def _debug_calls():
     return seen, got[0].item(), refused, plans
 
 
-def test_debug_mode_checks_every_call_and_replays_none(ranks):
-    w = ranks.world_size
-    for rank, (seen, got, refused, plans) in enumerate(ranks.run(_debug_calls)):
+def test_debug_mode_checks_every_call_and_replays_none():
+    """In rank processes of its own: debug mode compiles its checks into every later kernel of a process, which
+    must not reach the shared pool's later tests."""
+    w = 2
+    with RankPool(w) as pool:
+        results = pool.run(_debug_calls)
+    for rank, (seen, got, refused, plans) in enumerate(results):
         assert seen == [(["call"], True, w * (w + 1) / 2)] * 2
         assert got == float((rank - 1) % w + 1)
         assert refused is not None and "input_tensor: rank 0 (32,) float32, rank 1 (16,) float32" in refused

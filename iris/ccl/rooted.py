@@ -71,10 +71,17 @@ def _scatter_kernel(src, dst, numel, members, count, cur, heap_bases, arrivals, 
     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
 
 
-def _root(ctx, what: str, name: str, rank, members) -> None:
-    if not isinstance(rank, int) or isinstance(rank, bool) or rank not in members.ranks:
-        raise ValueError(f"{what}: {name}={rank!r} is not a member of the group {list(members.ranks)} (a global "
+def _checked(ctx, what: str, root_name: str, root, output, input, group, config, dtypes, input_on_heap: bool):
+    """A rooted call's config and members, its tensors and root checked (before any launch): ``input`` on the heap
+    where ``input_on_heap`` (reduce: the members read it), else ``output`` (gather, scatter: written remotely)."""
+    config = _common.config_or_default(config)
+    ctx.team.check_tensor(what, "input", input, dtypes, symmetric=input_on_heap)
+    ctx.team.check_tensor(what, "output", output, dtypes, symmetric=not input_on_heap)
+    members = ctx.team.participants(group)
+    if not isinstance(root, int) or isinstance(root, bool) or root not in members.ranks:
+        raise ValueError(f"{what}: {root_name}={root!r} is not a member of the group {list(members.ranks)} (a global "
                          f"rank)")
+    return config, members
 
 
 def _stacked(what: str, whole, whole_name: str, block, block_name: str, size: int) -> None:
@@ -95,12 +102,8 @@ def reduce(output, input, ctx, dst=0, op=ReduceOp.SUM, group=None, async_op=Fals
         >>> ctx.ccl.reduce(x, x, dst=0)      # rank 0: the sum over members in x
     """
     op = ReduceOp(op) if not isinstance(op, ReduceOp) else op
-    config = _common.config_or_default(config)
     what = "reduce"
-    ctx.team.check_tensor(what, "input", input, _common.REDUCE_DTYPES, symmetric=True)
-    ctx.team.check_tensor(what, "output", output, _common.REDUCE_DTYPES, symmetric=False)
-    members = ctx.team.participants(group)
-    _root(ctx, what, "dst", dst, members)
+    config, members = _checked(ctx, what, "dst", dst, output, input, group, config, _common.REDUCE_DTYPES, True)
     if output.dtype != input.dtype or output.shape != input.shape:
         raise ValueError(f"{what}: output must have input's shape and dtype; got output {tuple(output.shape)} "
                          f"{output.dtype}, input {tuple(input.shape)} {input.dtype}")
@@ -121,12 +124,8 @@ def gather(output, input, ctx, dst=0, group=None, async_op=False, config=None):
     Example:
         >>> ctx.ccl.gather(ctx.zeros(ctx.get_num_ranks() * 128, 64), ctx.ones(128, 64), dst=0)
     """
-    config = _common.config_or_default(config)
     what = "gather"
-    ctx.team.check_tensor(what, "input", input, _common.MOVE_DTYPES, symmetric=False)
-    ctx.team.check_tensor(what, "output", output, _common.MOVE_DTYPES, symmetric=True)
-    members = ctx.team.participants(group)
-    _root(ctx, what, "dst", dst, members)
+    config, members = _checked(ctx, what, "dst", dst, output, input, group, config, _common.MOVE_DTYPES, False)
     _stacked(what, output, "output", input, "input", members.size)
     numel = input.numel()
     return _common.run(ctx, group, async_op, _common.fuse(config, input.nbytes), _gather_kernel,
@@ -142,12 +141,8 @@ def scatter(output, input, ctx, src=0, group=None, async_op=False, config=None):
     Example:
         >>> ctx.ccl.scatter(mine, blocks, src=0)    # member i: block i of rank 0's blocks
     """
-    config = _common.config_or_default(config)
     what = "scatter"
-    ctx.team.check_tensor(what, "input", input, _common.MOVE_DTYPES, symmetric=False)
-    ctx.team.check_tensor(what, "output", output, _common.MOVE_DTYPES, symmetric=True)
-    members = ctx.team.participants(group)
-    _root(ctx, what, "src", src, members)
+    config, members = _checked(ctx, what, "src", src, output, input, group, config, _common.MOVE_DTYPES, False)
     _stacked(what, input, "input", output, "output", members.size)
     numel = output.numel()
     pieces = members.size * triton.cdiv(numel, config.block_size)

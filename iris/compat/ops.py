@@ -44,13 +44,7 @@ class FusedConfig(native.FusedConfig):
     ksplit: bool = False
 
     def __post_init__(self):
-        for name, low, optional in _COUNTS:
-            value = getattr(self, name)
-            if optional and value is None:
-                continue
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                either = "None or " if optional else ""
-                raise ValueError(f"FusedConfig.{name}={value!r}: must be {either}an int >= {low}")
+        native.check_counts(self, _COUNTS)
         for name in ("cache_modifier_a", "cache_modifier_b"):
             if getattr(self, name) not in LOAD_CACHE_MODIFIERS:
                 raise ValueError(f"FusedConfig.{name}={getattr(self, name)!r}: must be one of "

@@ -7,6 +7,18 @@ from dataclasses import dataclass
 from iris.ccl.config import ALL_REDUCE_VARIANTS
 
 
+def check_counts(config, counts) -> None:
+    """Each ``(name, low, optional)`` of ``counts``: ``config``'s field ``name`` is an int >= ``low`` (or None where
+    ``optional``), else ValueError naming the field and the value."""
+    for name, low, optional in counts:
+        value = getattr(config, name)
+        if optional and value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            either = "None or " if optional else ""
+            raise ValueError(f"FusedConfig.{name}={value!r}: must be {either}an int >= {low}")
+
+
 @dataclass
 class FusedConfig:
     """Tile shape and launch options of :mod:`iris.ops`' fused kernels on a GPU (Triton's interpreter runs one
@@ -104,15 +116,9 @@ class FusedConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 16 or value & (value - 1):
                 raise ValueError(f"FusedConfig.{name}={value!r}: must be a power of two >= 16 (tl.dot's minimum)")
-        for name, low, optional in (("group_size_m", 1, False), ("num_warps", 1, False), ("num_stages", 1, False),
-                                    ("comm_programs", 0, False), ("split_k", 1, True), ("pipeline_chunks", 0, True),
-                                    ("pipeline_comm_sms", 1, True)):
-            value = getattr(self, name)
-            if optional and value is None:
-                continue
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                either = "None or " if optional else ""
-                raise ValueError(f"FusedConfig.{name}={value!r}: must be {either}an int >= {low}")
+        check_counts(self, (("group_size_m", 1, False), ("num_warps", 1, False), ("num_stages", 1, False),
+                            ("comm_programs", 0, False), ("split_k", 1, True), ("pipeline_chunks", 0, True),
+                            ("pipeline_comm_sms", 1, True)))
         for name in ("group_size_m", "num_warps"):
             value = getattr(self, name)
             if value & (value - 1):

@@ -9,7 +9,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Any, Callable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,14 +36,14 @@ class Variant:
         return self.peers_read_input or (engine and self.engine_reads_input)
 
 
+@dataclasses.dataclass(eq=False)  # a call's key holds it by identity
 class AllReduceWorkspace:
     """What all_reduce_preamble resolves once: the variant (name, :class:`Variant`), the group, its members,
     whether they span nodes, hierarchical's (node team, cross team). No memory: state lives in regions."""
 
-    def __init__(self, variant: str, group, members, teams=None, across_nodes: bool = False, spec=None):
-        self.variant = variant
-        self.spec = spec
-        self.group = group
-        self.members = members
-        self.teams = teams
-        self.across_nodes = across_nodes
+    variant: str
+    group: Any
+    members: Any
+    teams: tuple | None = None
+    across_nodes: bool = False
+    spec: Variant | None = None

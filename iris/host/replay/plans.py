@@ -18,7 +18,7 @@ import torch
 from triton import knobs
 
 from iris import config
-from iris.runtime import interpreted
+from iris import runtime
 
 _RUNTIME_KNOBS = knobs.runtime  # the launch hooks live here
 
@@ -162,7 +162,7 @@ class Plans:
         self._capturing = torch.cuda.is_current_stream_capturing  # whether the current stream is being captured
         if self._graphs:  # torch's own C call, without the Python around it
             self._capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", self._capturing)
-        native = self._graphs and config.native_replay() and torch.version.cuda is not None  # HIP: graph.replay
+        native = self._graphs and config.native_replay() and runtime.get_backend().native_graph_launch
         self._native, self._state = self._native_path() if native else (None, None)
 
     def call(self, name, first, second, config, rest, run, *args):
@@ -306,7 +306,7 @@ def graph_launcher(graph, device: int):
         >>> launch_graph = graph_launcher(graph, torch.cuda.current_device())
         >>> launch_graph()   # the captured work, once more, on the current stream
     """
-    driver = _driver_functions() if torch.version.cuda is not None else None
+    driver = _driver_functions() if runtime.get_backend().native_graph_launch else None
     executable = getattr(graph, "raw_cuda_graph_exec", None)
     if driver is None or executable is None:
         return graph.replay
@@ -341,7 +341,7 @@ def _no_hook(enter) -> bool:
 
 def _compiles() -> bool:
     """Whether Triton compiles for a device here (not the interpreter of the CPU backend)."""
-    return not interpreted() and torch.cuda.is_available()
+    return runtime.get_backend().compiles_kernels and torch.cuda.is_available()
 
 
 def _current_stream(device: int) -> int:
