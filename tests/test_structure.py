@@ -226,3 +226,22 @@ def test_importing_iris_changes_only_the_interpreter_switch():
     assert found["sigusr1"] is False
     assert found["handlers"] == 0 and found["level"] == 0
     assert found["cache_manager"] == "None"
+
+
+def test_the_top_level_is_one_package_per_layer():
+    """At most 16 entries in iris/ (packages by layer beside config, context, inference and the entry points): a
+    new module goes into the package of its layer."""
+    entries = sorted(p.name for p in PACKAGE.iterdir() if p.name != "__pycache__" and not p.name.startswith("."))
+    assert len(entries) <= 16, entries
+
+
+def test_documentation_stays_at_most_a_third_of_the_code():
+    """Docstrings say what, why and an example; measured figures and history live in CHANGELOG.md and the
+    benchmark results (.ci/doc_ratio.py; CONTRIBUTING.md gives the figure)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("doc_ratio", PACKAGE.parent / ".ci" / "doc_ratio.py")
+    doc_ratio = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(doc_ratio)
+    value, _ = doc_ratio.ratio(PACKAGE)
+    assert value <= 0.35, f"documentation lines per code line in iris/: {value:.3f} (python .ci/doc_ratio.py --files)"
