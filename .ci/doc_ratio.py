@@ -20,7 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _docstring_lines(tree: ast.Module) -> set[int]:
+def docstring_lines(tree: ast.Module) -> set[int]:
+    """The line numbers of every module, class and function docstring in ``tree``."""
     lines = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
@@ -34,7 +35,7 @@ def _docstring_lines(tree: ast.Module) -> set[int]:
 def count(path: Path) -> tuple[int, int]:
     """(documentation lines, code lines) of one file."""
     source = path.read_text()
-    docs = _docstring_lines(ast.parse(source))
+    docs = docstring_lines(ast.parse(source))
     comments, code = set(), set()
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         if token.type == tokenize.COMMENT:
