@@ -179,6 +179,7 @@ def test_the_ranks_program_is_a_script_or_a_module(words, program):
     assert rank_program(args) == program
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("words, message", [([], "give a script or -m MODULE"), (["-m"], "-m needs a module name")])
 def test_a_run_without_a_program_is_refused(words, message):
     proc = subprocess.run([sys.executable, "-m", "iris", "run", "-n", "2", *words], capture_output=True, text=True,
@@ -273,6 +274,7 @@ def test_a_bad_cpu_bind_switch_is_refused_by_name(tmp_path):
     assert proc.returncode == 2 and "IRIS_CPU_BIND='sometimes'" in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_a_switch_set_to_a_word_it_does_not_know_stops_iris_run_before_any_rank_starts(tmp_path):
     """Every switch of iris.config, not only the launcher's own: IRIS_QUIET_AMD_OPTIONS=maybe is refused by name."""
     script = tmp_path / "never.py"

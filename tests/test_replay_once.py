@@ -140,6 +140,7 @@ def _debug_calls():
     return seen, got[0].item(), refused, plans
 
 
+@pytest.mark.slow  # debug mode compiles every kernel it launches anew (and the gate cross-compiles each)
 def test_debug_mode_checks_every_call_and_replays_none():
     """In rank processes of its own: debug mode compiles its checks into every later kernel of a process, which
     must not reach the shared pool's later tests."""
