@@ -91,7 +91,7 @@ print("bools compiled for sm_90")
 # reads of other members' blocks come in as block transfers too (one getmem per block and peer into a staging
 # slot of the reader's heap): one_shot's, two_shot's and reduce_scatter's.
 from iris.ccl.all_gather import _all_gather_kernel  # noqa: E402
-from iris.ccl.all_reduce import _all_reduce_kernel  # noqa: E402
+from iris.ccl.all_reduce.kernel import _all_reduce_kernel  # noqa: E402
 from iris.ccl.all_reduce.push import _all_reduce_push_kernel  # noqa: E402
 from iris.ccl.reduce_scatter import _reduce_scatter_kernel  # noqa: E402
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
-import inspect
 
 import torch
 import torch.distributed as dist
@@ -180,25 +178,3 @@ def check_call(team: Team, what: str, arguments: dict) -> None:
         call = {"call": what}
         call.update((name, describe(value)) for name, value in arguments.items())
         check_agreement(team, what, arguments.get("group"), call)
-
-
-def checked_across_ranks(method):
-    """Decorate a ``ctx.ops`` method: in debug mode, first :func:`check_call` with the call's arguments.
-
-    Example:
-        >>> class Ops:
-        ...     @checked_across_ranks
-        ...     def matmul_all_reduce(self, output, A, B, bias=None, ...): ...
-    """
-    signature = inspect.signature(method)
-
-    @functools.wraps(method)
-    def checked(self, *args, **kwargs):
-        if self._ctx.team.debug:
-            bound = signature.bind(self, *args, **kwargs)
-            bound.apply_defaults()
-            check_call(self._ctx.team, method.__name__,
-                       {name: value for name, value in bound.arguments.items() if name != "self"})
-        return method(self, *args, **kwargs)
-
-    return checked

@@ -19,7 +19,6 @@ import torch
 from iris.ccl import _common, hierarchy
 from iris.ccl.all_reduce.choice import DTYPE_NAMES, ELEMENT_SIZES, FLAT, choose_variant, default_variant  # noqa: F401
 from iris.ccl.all_reduce.hierarchical import HIERARCHICAL
-from iris.ccl.all_reduce.kernel import _all_reduce_kernel  # noqa: F401  (tests/engine_compile_check.py)
 from iris.ccl.all_reduce.two_shot import writes_halves  # noqa: F401
 from iris.ccl.all_reduce.variant import AllReduceWorkspace
 from iris.ccl.config import CollectiveConfig, ReduceOp
