@@ -75,6 +75,32 @@ def test_iris_atomic_cas_with_python_ints_compiles_for_both_vendors(tmp_path):
     assert again._workers == {}
 
 
+@triton.jit
+def _remote_store(src, dst, n, FROM: tl.constexpr, TO: tl.constexpr, BLOCK: tl.constexpr, heap_bases):
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    iris.store(dst + offsets, tl.load(src + offsets, mask=mask), FROM, TO, heap_bases, mask=mask)
+
+
+def test_debug_mode_kernels_compile_for_both_vendors(tmp_path):
+    """Debug mode's translate (a checked block of pointers) compiles for sm_90 and gfx942 (gfx942 once
+    rejected its select between a block of pointers and a scalar one, seen with a store to the own rank)."""
+    from iris.host import debug
+
+    src, dst = torch.zeros(1024, dtype=torch.float16), torch.zeros(1024, dtype=torch.float16)
+    bases = torch.zeros(2, dtype=torch.int64)
+    was = debug.compiled_in()
+    debug.set_compile_constants(True)
+    gate = Gate([CUDA, HIP], tmp_path)
+    try:
+        _check(gate, _remote_store, src, dst, 64, 0, 0, 1024, bases)  # rank 0 to rank 0
+    finally:
+        gate.close()
+        debug.set_compile_constants(was)
+    assert summary(tmp_path) == ["cuda:90: 1 specializations of 1 kernels compiled",
+                                 "hip:gfx942: 1 specializations of 1 kernels compiled"]
+
+
 def test_the_amd_compile_is_real(tmp_path):
     """NVIDIA inline assembly compiles for sm_90 and fails for gfx942."""
     out = torch.zeros(1, dtype=torch.int32)

@@ -115,9 +115,10 @@ def _checked_translate(ptr, from_rank, to_rank, heap_bases, mask):
         lane_rank_ok = (lane_from >= 0) & (lane_from < world) & (lane_to >= 0) & (lane_to < world)
         kind = tl.where(lane_rank_ok, OUTSIDE_HEAP_RECORD, RANK_OUT_OF_RANGE_RECORD)
         debug_report(kind, first, lane_from, lane_to, world, 0)
-    scratch = tl.full([], RECORD_ADDRESS + 56, tl.int64).to(tl.pointer_type(ptr.dtype.element_ty))
-    moved = address + (to_base - from_base)
-    return tl.where(ok, moved.to(tl.pointer_type(ptr.dtype.element_ty)), scratch)
+    # Select between integers, then make the pointer: the AMD compiler rejects a select between a
+    # block of pointers and a scalar one (its addptr verifier; the interpreter and PTX accept it).
+    moved = tl.where(ok, address + (to_base - from_base), RECORD_ADDRESS + 56)
+    return moved.to(tl.pointer_type(ptr.dtype.element_ty))
 
 
 @triton.jit
