@@ -1,10 +1,9 @@
 """Collectives side by side: iris.ccl, NCCL (torch.distributed) and torch symmetric memory, same run.
 
     iris run -n 2 benchmarks/ccl.py [--collectives all_reduce all_gather reduce_scatter all_to_all]
-                                    [--dtypes bf16] [--min 1K] [--max 256M] [--iters 50] [--warmup 10]
-                                    [--sample-us 200] [--unaligned]
-                                    [--csv PATH] [--validate] [--graph] [--host] [--trace]
-                                    [--nccl-symmetric]
+                                    [--dtypes bf16] [--min 1K] [--max 256M] [--methods device eager graph]
+                                    [--calls 20] [--iters 20] [--warmup 5] [--graph-max 1M]
+                                    [--csv PATH] [--validate] [--host] [--trace] [--nccl-symmetric]
 
 Sizes are bytes of input per rank, powers of two from --min to --max (all_gather's output is W
 times that; reduce_scatter's input is split W ways). For every collective, dtype and size, in one
@@ -20,35 +19,24 @@ process group and with the same buffers:
     nccl.symmetric    with --nccl-symmetric (all_reduce, NCCL on CUDA): torch.distributed's all_reduce on a
                       buffer of NCCL's own allocator registered as a symmetric window, where NCCL 2.27+ runs
                       its symmetric-memory kernels (:func:`nccl_window`); otherwise the row says why
-    <impl>+graph      with --graph, up to --graph-max bytes: iris (default variant), each variant the
-                      tuner weighs (one_shot, two_shot, push, ll), nccl and symm_mem replayed from a
-                      CUDA graph (a batch of calls captured once: the GPU's time per call)
+
+Every implementation is timed the same way, by each method of --methods (the CSV's method column; see
+benchmarks/_timing.py): ``device``, CUDA events around --calls calls back to back on one stream over
+--calls (nccl-tests' method; algbw and busbw are this figure's), ``eager``, the wall clock around --calls calls
+with one synchronize at the end (host-inclusive), and ``graph``, --calls calls captured in a CUDA graph and
+replayed (up to --graph-max bytes). Each figure is the median of --iters samples on rank 0, after --warmup
+calls; each sample starts with the GPU idle and the ranks met (a host barrier), and the samples are taken in
+turns. A small message (up to 64 KiB) whose device figure is more than twice its graph figure is flagged
+in the CSV's suspect column and printed: the device figure then times launch gaps or a late peer. The CSV
+names NCCL's version and the protocol and algorithm it was told to use (nccl_version, nccl_proto, nccl_algo).
+
     iris (host)       with --host: host microseconds per iris call issued back to back on rank 0 (and
                       ``iris (host, slowest rank)``: the most any rank took, the ranks timed together:
-                      an eager call waits for the last rank's launch), beside the
-                      floor of launching an empty Triton kernel (``null (host)``: Triton's own
-                      launch, and ``null bound (host)``: iris's remembered launch, which a
-                      repeated collective uses)
+                      an eager call waits for the last rank's launch), beside the floor of launching an
+                      empty Triton kernel (``null (host)``: Triton's own launch, and ``null bound (host)``:
+                      iris's remembered launch, which a repeated collective uses); method ``host``
 
-Each figure is the median over --iters samples after --warmup calls, per call, on rank 0; the eager
-samples of one point are taken in turns (sample i of every implementation before sample i + 1 of any:
-``_results.interleaved_median_us``), so that a spell of host or GPU noise falls on all of them alike. A
-sample is a batch of calls launched back to back from the host between CUDA events, as
-nccl-tests times (it takes 20 calls per event pair): enough calls for about --sample-us, 200 us,
-at most 100, and for the sample's start to be at most a tenth of it, at most 400; one for longer calls (the
-CSV's calls_per_sample). Its size comes from pilot samples of 3 and 23
-calls, each taken as a sample is: the difference 20 calls make is a call's cost, which the start of a sample
-(a peer's first launch, an idle GPU) does not enter (_results.batch_size; before 8df51a0 one 3-call pilot
-right after the host's broadcast of the last batch size sized it, and a peer still in that broadcast gave
-Iris's 6 us all_reduce 4-12 calls a sample on 2 x H200, NCCL 1-2). The batch spreads the host's cost of
-recording the two events over its calls: a collective whose host path is what limits it would carry a share of that cost
-in each call of a short batch. Each eager sample starts after a device barrier (ctx.device_barrier, outside
-its time), as nccl-tests starts its timed loop after a barrier: the ranks' streams meet there, so a rank's
-sample of one implementation does not also wait for the peer to finish the previous implementation's calls
-(on 2 x H200 at 4d67e37 it changed nothing beyond the hosts' noise: docs/benchmarks.md, "issue 21's command
-eight times"). --unaligned takes the samples without it, as before 4d67e37; the CSV's eager_start column
-says which.
-On the CPU backend it is perf_counter around single calls: a smoke test, not a figure.
+On the CPU backend only the eager method runs (perf_counter around the calls): a smoke test, not a figure.
 Bus bandwidth follows NCCL: all_reduce moves 2(W-1)/W of the data per rank, the others (W-1)/W.
 --validate first checks every iris row (each variant, copy-in) once per size against NCCL on
 small-integer data.
@@ -60,15 +48,16 @@ writes it from given runs without running anything (several runs of one world si
 GPU of another kind than the table's runs, name the runs to keep beside the new one there, e.g. a 2-rank
 run on H100s beside the H200s' 4- and 8-rank runs (--tune alone would drop the world sizes it did not
 measure).
-The times weighed are the graph-replay rows (--graph) at a size where a run has them for two_shot and
-another variant, else the eager rows: a repeated call replays from a graph (IRIS_GRAPH_REPLAY, on by
+The times weighed are the graph-replay rows (method graph) at a size where a run has them for two_shot
+and another variant, else the device rows: a repeated call replays from a graph (IRIS_GRAPH_REPLAY, on by
 default), and a small call issued eagerly costs the host's time whichever variant it runs (on 2 x H100,
-8-12 us of host time per call against 3.5-9 us of GPU time at 1-64 KiB), so eager rows rank variants by noise.
+8-12 us of host time per call against 3.5-9 us of GPU time at 1-64 KiB), so host-bound rows rank variants by
+noise. Runs written before the method column name their replayed rows ``<impl>+graph``; the tuner reads both.
 ll's rows count where the run packed ll's words as the tuner's IRIS_LL_PACK says (the CSV's ll_pack column: 1,
 0 or auto, unset; runs without it: 0, one element a word): tune with IRIS_LL_PACK=1 to weigh two 16-bit
 elements a word at every size.
-Output: a table, printed as each point is measured, with each time's ratio to NCCL (>1: faster
-than NCCL); at the end a CSV and, with matplotlib, a PNG beside it (a row per collective: latency and bus
+Output: a table, printed as each point is measured, with each time's ratio to NCCL's by the same method
+(>1: faster than NCCL); at the end a CSV and, with matplotlib, a PNG beside it (a row per collective: latency and bus
 bandwidth against size): benchmarks/results/ccl_<gpu>_<W>ranks.csv/.png unless --csv names another place.
 """
 
@@ -90,8 +79,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import triton
-from _results import (add_csv_argument, check_csv_argument, default_csv, git_commit, graph_median_us, host_us,
-                      interleaved_median_us, parse_size, why_not, write_csv)
+from _results import (add_csv_argument, check_csv_argument, default_csv, git_commit, host_us, parse_size, why_not,
+                      write_csv)
+from _timing import CALLS_PER_SAMPLE, METHODS, Timer, nccl_facts, suspect
 
 import iris
 from iris.runtime.distributed import job_world_size
@@ -110,9 +100,6 @@ TUNED = Path(__file__).resolve().parents[1] / "iris" / "ccl" / "all_reduce" / "t
 # The variants a default may be: each gives every member the same bits in a fixed order (atomic,
 # spinlock and ring sum in arrival order); two_shot is the fallback, its traffic bounded in W.
 TUNED_VARIANTS = ("one_shot", "two_shot", "push", "ll")
-# Timed replayed from a CUDA graph with --graph: the default, every variant the tuner weighs, the others' best.
-GRAPH_TIMED = ("iris", *(f"iris.{variant}" for variant in TUNED_VARIANTS), "nccl", "nccl.symmetric",
-               "symm_mem.one_shot", "symm_mem.two_shot")
 
 
 def parse_args(gpu: bool) -> argparse.Namespace:
@@ -122,17 +109,17 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--min", type=parse_size, default=parse_size("1K"), help="smallest size per rank (1K)")
     parser.add_argument("--max", type=parse_size, default=parse_size("256M" if gpu else "16K"),
                         help="largest size per rank (256M on a GPU, 16K on the CPU backend)")
-    parser.add_argument("--iters", type=int, default=50 if gpu else 2, help="timed samples per point")
-    parser.add_argument("--sample-us", type=float, default=200.0,
-                        help="how long a sample's batch of calls lasts, about (200 us; one call when longer)")
-    parser.add_argument("--unaligned", action="store_true",
-                        help="eager samples without the device barrier before each (as before 4d67e37)")
-    parser.add_argument("--warmup", type=int, default=10 if gpu else 1, help="untimed calls first")
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS if gpu else ("eager",)),
+                        help="how to time (benchmarks/_timing.py): device, eager, graph (all three on a GPU; "
+                             "eager only on the CPU backend)")
+    parser.add_argument("--calls", type=int, default=CALLS_PER_SAMPLE,
+                        help=f"calls per sample ({CALLS_PER_SAMPLE}, nccl-tests' default)")
+    parser.add_argument("--iters", type=int, default=20 if gpu else 2, help="timed samples per point (the median)")
+    parser.add_argument("--warmup", type=int, default=5 if gpu else 1, help="untimed calls of each first")
     add_csv_argument(parser, "ccl")
     parser.add_argument("--validate", action="store_true", help="check iris against NCCL once per size")
-    parser.add_argument("--graph", action="store_true", help="also time CUDA-graph replay (GPU only)")
     parser.add_argument("--graph-max", type=parse_size, default=parse_size("1M"),
-                        help="largest size timed in graph replay (1M)")
+                        help="largest size timed by the graph method (1M)")
     parser.add_argument("--host", action="store_true", help="also time the host's share of each iris call")
     parser.add_argument("--nccl-symmetric", action="store_true",
                         help="also time NCCL's all_reduce on a registered symmetric window (nccl.symmetric)")
@@ -150,9 +137,11 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     check_csv_argument(parser, args, "ccl")
     if args.tune and args.csv is not None:
         parser.error("--tune builds the table from benchmarks/results/: leave --csv out")
-    if args.min < 16 or args.max < args.min or args.iters < 1 or args.warmup < 0 or args.sample_us < 0:
-        parser.error(f"need 16 <= --min <= --max, --iters >= 1, --warmup >= 0, --sample-us >= 0; got {args.min}, "
-                     f"{args.max}, {args.iters}, {args.warmup}, {args.sample_us}")
+    if not gpu and set(args.methods) - {"eager"}:
+        parser.error("--methods: the CPU backend has no CUDA events or graphs; only eager runs there")
+    if args.min < 16 or args.max < args.min or args.iters < 1 or args.warmup < 0 or args.calls < 1:
+        parser.error(f"need 16 <= --min <= --max, --iters >= 1, --warmup >= 0, --calls >= 1; got {args.min}, "
+                     f"{args.max}, {args.iters}, {args.warmup}, {args.calls}")
     args.sizes = [args.min << i for i in range((args.max // args.min).bit_length()) if args.min << i <= args.max]
     return args
 
@@ -233,37 +222,44 @@ def null_launch_rows(base, x) -> list[dict]:
     from iris.host.replay import bind
 
     bound = bind(_null_kernel, (1,), x)
-    return [{**base, "collective": "null", "dtype": "", "bytes": 0, "impl": label, "us": host_us(call),
-             "busbw_gbps": "", "note": "host"}
+    return [{**base, "collective": "null", "impl": label, "method": "host", "us": host_us(call), "note": "host"}
             for label, call in (("null (host)", lambda: _null_kernel[(1,)](x)), ("null bound (host)", bound))]
 
 
-def timed_rows(ctx, args, gpu, point, bus, calls) -> list[dict]:
-    """Rows of the --graph and --host figures for one point (``bus``: its bus bytes); a call that cannot be
-    captured says why."""
-    rows = []
-    agree = lambda batch: ctx.broadcast(batch, src=0)  # noqa: E731
-    if args.graph and gpu and point["bytes"] <= args.graph_max:
-        for label, call in calls.items():
-            if isinstance(call, str) or label not in GRAPH_TIMED:
-                continue
-            if label == "nccl" and "nccl" not in str(dist.get_backend()):  # gloo (CPU backend, simulation) cannot be
-                continue  # captured, and a failed capture leaves torch's allocator mid-capture until exit
-            ctx.barrier()
-            try:
-                us, note = ctx.broadcast(graph_median_us(call, args.warmup, args.iters, args.sample_us, agree=agree,
-                                                         before_each=None if args.unaligned else ctx.device_barrier),
-                                         src=0), ""
-            except Exception as exc:  # a call torch cannot capture: the row says why
-                us, note = "", why_not(exc)
-            rows.append({**point, "impl": f"{label}+graph", "us": us, "busbw_gbps": "" if us == "" else bus / us / 1e3,
-                         "note": note})
-    if args.host and gpu:
+def host_rows(ctx, point, call) -> list[dict]:
+    """The --host rows of one point: host microseconds per iris call issued back to back, rank 0's and the most
+    any rank took (the ranks timed together)."""
+    ctx.barrier()
+    per_rank = ctx.comm.all_gather_object(host_us(call))
+    return [{**point, "impl": "iris (host)", "method": "host", "us": per_rank[0], "note": "host"},
+            {**point, "impl": "iris (host, slowest rank)", "method": "host", "us": max(per_rank), "note": "host"}]
+
+
+def timed_rows(ctx, timer, methods, point, calls, graph_max, nccl_captures) -> list[dict]:
+    """One row per implementation of ``calls`` (label -> call, or why it cannot run here) and method, every
+    implementation timed the same way (benchmarks/_timing.py), rank 0's figures; device rows whose figure is over
+    twice the graph figure of a small message are flagged (suspect)."""
+    runnable = {label: call for label, call in calls.items() if not isinstance(call, str)}
+    rows, figures = [], {}
+    for method in methods:
+        if method == "graph" and point["bytes"] > graph_max:
+            continue
+        timed = runnable
+        if method == "graph" and not nccl_captures:  # gloo (CPU backend, simulation) cannot be captured, and a
+            timed = {label: call for label, call in runnable.items() if not label.startswith("nccl")}  # failed
+            # capture leaves torch's allocator mid-capture until exit
         ctx.barrier()
-        per_rank = ctx.comm.all_gather_object(host_us(calls["iris"]))  # every rank's, timed together
-        rows.append({**point, "impl": "iris (host)", "us": per_rank[0], "busbw_gbps": "", "note": "host"})
-        rows.append({**point, "impl": "iris (host, slowest rank)", "us": max(per_rank), "busbw_gbps": "",
-                     "note": "host"})
+        figures[method] = ctx.broadcast(timer.per_call_us(timed, method), src=0)
+        for label, call in calls.items():
+            us = figures[method].get(label, call if isinstance(call, str) else "the process group cannot be captured")
+            row = {**point, "impl": label, "method": method, "us": "", "note": us}
+            if not isinstance(us, str):
+                row.update(us=us, algbw_gbps=point["bytes"] / us / 1e3, busbw_gbps=point["bus_bytes"] / us / 1e3,
+                           note="")
+            rows.append(row)
+    for row in rows:
+        if row["method"] == "device":
+            row["suspect"] = int(suspect(row["us"], figures.get("graph", {}).get(row["impl"]), point["bytes"]))
     return rows
 
 
@@ -406,14 +402,25 @@ def packed_as(row: dict, packing: bool | None) -> bool:
     return all_reduce_push.packs(ran, size, numel) == all_reduce_push.packs(packing, size, numel)
 
 
+def method_of(row: dict) -> tuple[str, str]:
+    """(implementation, method) of a ccl.py CSV row; a run written before the method column names its replayed
+    rows ``<impl>+graph`` and its host rows ``... (host)``, and its other rows were device figures."""
+    if row.get("method"):
+        return row["impl"], row["method"]
+    if row["impl"].endswith("+graph"):
+        return row["impl"].removesuffix("+graph"), "graph"
+    return row["impl"], "host" if row.get("note") == "host" else "device"
+
+
 def tuned_table(rows, margin: float) -> dict:
     """{(world, dtype): ((below bytes, variant), ...)} from the rows of ccl.py CSVs; see the module's docstring."""
-    times = {"eager": {}, "graph": {}}
+    times = {"device": {}, "graph": {}}
     packing = iris.config.ll_pack()  # ll's rows count where they were packed as ll is here, size by size
     for row in rows:
-        impl = row["impl"].removeprefix("iris.")
-        replay = "graph" if impl.endswith("+graph") else "eager"
-        impl = impl.removesuffix("+graph")
+        impl, replay = method_of(row)
+        impl = impl.removeprefix("iris.")
+        if replay not in times:
+            continue
         traced = row.get("trace", "0") not in ("", "0")  # the committed runs before the column: untraced
         if impl == "ll" and not packed_as(row, packing):
             continue
@@ -421,12 +428,12 @@ def tuned_table(rows, margin: float) -> dict:
             key = (int(row["world_size"]), row["dtype"], int(row["bytes"]))
             times[replay].setdefault(key, {}).setdefault(impl, []).append(float(row["us"]))
     winners = {}
-    for key in sorted(times["eager"].keys() | times["graph"].keys()):
+    for key in sorted(times["device"].keys() | times["graph"].keys()):
         # Replayed from a graph where two_shot and another variant were (the GPU's time per call, what a
-        # repeated call costs); else eager.
+        # repeated call costs); else the device figures.
         found = times["graph"].get(key, {})
         if "two_shot" not in found or len(found) < 2:
-            found = times["eager"].get(key, {})
+            found = times["device"].get(key, {})
         if "two_shot" not in found or len(found) < 2:
             continue
         world, dtype, nbytes = key
@@ -467,7 +474,7 @@ Written by benchmarks/ccl.py (--tune after a run, or --tune-from CSV...), not by
 measured, the fastest of one_shot, push and ll where its median time over the runs is at least
 {margin:.0%} below two_shot's, else two_shot; a size between two measured ones takes the smaller one's variant.
 The times are those replayed from a CUDA graph where the runs have them for two_shot and another variant
-(the GPU's time per call), else the eager ones. Runs:
+(the GPU's time per call), else the device ones. Runs:
 
 {chr(10).join(runs)}
 """
@@ -493,17 +500,20 @@ def main() -> int:
     if args.trace:
         ctx.tracing.enable(max_events=1_000_000)  # later events are dropped; the kernels still take the recording path
     base = {"gpu": gpu_name, "backend": iris.runtime.SELECTED, "world_size": world, "version": iris.__version__,
-            "commit": git_commit(), "iters": args.iters, "sample_us": args.sample_us,
-            "eager_start": "none" if args.unaligned else "barrier", "trace": int(args.trace),
-            "graph_replay": int(iris.config.graph_replay()), "native_replay": int(iris.config.native_replay()),
-            "ll_pack": pack_mode(iris.config.ll_pack()), "calls_per_sample": ""}
+            "commit": git_commit(), **nccl_facts(), "samples": args.iters, "calls_per_sample": args.calls,
+            "trace": int(args.trace), "graph_replay": int(iris.config.graph_replay()),
+            "native_replay": int(iris.config.native_replay()), "ll_pack": pack_mode(iris.config.ll_pack()),
+            "collective": "", "dtype": "", "bytes": 0, "bus_bytes": 0, "impl": "", "method": "", "us": "",
+            "algbw_gbps": "", "busbw_gbps": "", "suspect": "", "note": ""}
+    timer = Timer(gpu, calls=args.calls, samples=args.iters, warmup=args.warmup, meet=ctx.barrier)
+    nccl_captures = gpu and "nccl" in str(dist.get_backend())
     rows, problems = [], []
     if args.host and gpu:
         rows += null_launch_rows(base, buffers.heap)
     if rank == 0:
         print(HEADER, flush=True)
         for row in rows:
-            print(f"{row['collective']:15} {'':8} {'':>10} {row['impl']:18} {row['us']:10.2f}")
+            print(f"{row['collective']:15} {'':8} {'':>10} {row['impl']:18} {'host':7} {row['us']:10.2f}")
     for name in args.collectives:
         for dtype_name in args.dtypes:
             dtype = DTYPES[dtype_name]
@@ -526,23 +536,11 @@ def main() -> int:
                     calls.update(extra or {"symm_mem": why})
                     if args.nccl_symmetric:
                         calls["nccl.symmetric"] = nccl_symmetric_call(n_in, dtype, device, max(args.sizes))
-                point = {**base, "collective": name, "dtype": dtype_name, "bytes": nbytes}
                 bus = bus_bytes(name, nbytes, world) * bus_factor(name, world)  # bytes: us -> GB/s is bus / us / 1e3
-                runnable = {label: call for label, call in calls.items() if not isinstance(call, str)}
-                ctx.barrier()
-                batches = {}
-                medians = interleaved_median_us(runnable, args.warmup, args.iters, gpu, args.sample_us,
-                                                agree=lambda batch: ctx.broadcast(batch, src=0),
-                                                before_each=None if args.unaligned else ctx.device_barrier,
-                                                calls_per_sample=batches)
-                for label, call in calls.items():
-                    if isinstance(call, str):  # this implementation cannot run here: the string says why
-                        rows.append({**point, "impl": label, "us": "", "busbw_gbps": "", "note": call})
-                        continue
-                    us = ctx.broadcast(medians[label], src=0)
-                    rows.append({**point, "impl": label, "us": us, "busbw_gbps": bus / us / 1e3, "note": "",
-                                 "calls_per_sample": batches.get(label, 1)})
-                rows += timed_rows(ctx, args, gpu, point, bus, calls)
+                point = {**base, "collective": name, "dtype": dtype_name, "bytes": nbytes, "bus_bytes": bus}
+                rows += timed_rows(ctx, timer, args.methods, point, calls, args.graph_max, nccl_captures)
+                if args.host and gpu:
+                    rows += host_rows(ctx, point, calls["iris"])
                 if rank == 0:
                     print_point(rows[first:])
     ctx.barrier()
@@ -554,20 +552,24 @@ def main() -> int:
     return 1 if problems else 0
 
 
-HEADER = f"{'collective':15} {'dtype':8} {'bytes':>10} {'impl':18} {'us':>10} {'busbw GB/s':>11} {'vs nccl':>8}"
+HEADER = (f"{'collective':15} {'dtype':8} {'bytes':>10} {'impl':18} {'method':7} {'us':>10} {'busbw GB/s':>11} "
+          f"{'vs nccl':>8}")
 
 
 def print_point(rows) -> None:
-    """The rows of one collective, dtype and size, as soon as they are measured (nccl among them)."""
-    nccl = next(r["us"] for r in rows if r["impl"] == "nccl")
+    """The rows of one collective, dtype and size, as soon as they are measured: each time's ratio to NCCL's by the
+    same method (nccl among them), a suspect figure marked."""
+    nccl = {r["method"]: r["us"] for r in rows if r["impl"] == "nccl" and r["us"] != ""}
     for r in rows:
-        if r["note"] == "host":
-            print(f"{r['collective']:15} {r['dtype']:8} {r['bytes']:>10} {r['impl']:18} {r['us']:10.2f}")
-        elif r["us"] == "":
-            print(f"{r['collective']:15} {r['dtype']:8} {r['bytes']:>10} {r['impl']:18} {'-':>10}  {r['note']}")
+        head = f"{r['collective']:15} {r['dtype']:8} {r['bytes']:>10} {r['impl']:18} {r['method']:7}"
+        if r["us"] == "":
+            print(f"{head} {'-':>10}  {r['note']}")
+        elif r["method"] == "host":
+            print(f"{head} {r['us']:10.2f}")
         else:
-            print(f"{r['collective']:15} {r['dtype']:8} {r['bytes']:>10} {r['impl']:18} {r['us']:10.2f} "
-                  f"{r['busbw_gbps']:11.1f} {nccl / r['us']:8.2f}x")
+            ratio = f"{nccl[r['method']] / r['us']:8.2f}x" if r["method"] in nccl else f"{'':>9}"
+            flag = "  SUSPECT: device figure over twice the graph figure" if r.get("suspect") == 1 else ""
+            print(f"{head} {r['us']:10.2f} {r['busbw_gbps']:11.1f} {ratio}{flag}")
     sys.stdout.flush()
 
 
@@ -591,15 +593,15 @@ def plot(rows, path: Path, world: int) -> None:
     except ImportError:
         print("plots skipped: matplotlib is not installed (pip install matplotlib)")
         return
-    names = list(dict.fromkeys(r["collective"] for r in rows if r["note"] != "host"))
+    names = list(dict.fromkeys(r["collective"] for r in rows if r["method"] != "host"))
     if not names:
         return
     fig, axes = plt.subplots(len(names), 2, figsize=(13, 5 * len(names)), squeeze=False)
     for name, (lat, bw) in zip(names, axes):
-        timed = [r for r in rows if r["collective"] == name and r["us"] != "" and r["note"] != "host"]
-        for key in dict.fromkeys((r["impl"], r["dtype"]) for r in timed):
-            line = sorted((r for r in timed if (r["impl"], r["dtype"]) == key), key=lambda r: r["bytes"])
-            label = f"{key[0]} ({key[1]})"
+        timed = [r for r in rows if r["collective"] == name and r["us"] != "" and r["method"] != "host"]
+        for key in dict.fromkeys((r["impl"], r["method"], r["dtype"]) for r in timed):
+            line = sorted((r for r in timed if (r["impl"], r["method"], r["dtype"]) == key), key=lambda r: r["bytes"])
+            label = f"{key[0]} {key[1]} ({key[2]})"
             lat.plot([r["bytes"] for r in line], [r["us"] for r in line], marker="o", label=label)
             bw.plot([r["bytes"] for r in line], [r["busbw_gbps"] for r in line], marker="o", label=label)
         for ax, ylabel in ((lat, "latency (us)"), (bw, "bus bandwidth (GB/s)")):

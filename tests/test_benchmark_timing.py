@@ -112,3 +112,52 @@ def test_batches_stay_between_1_and_100_calls(results):
 
 def test_no_sample_time_means_one_call_a_sample_and_no_pilot(results):
     assert results.batch_size(0.0, None, lambda n: pytest.fail("a pilot ran")) == 1
+
+
+@pytest.fixture(scope="module")
+def timing():
+    return import_benchmark("_timing")
+
+
+def test_every_implementation_gets_the_same_warmup_then_samples_in_turns_each_after_the_ranks_meet(timing):
+    order = []
+    impls = {name: (lambda name=name: order.append(name)) for name in ("iris", "nccl")}
+    timer = timing.Timer(gpu=False, calls=3, samples=2, warmup=4, meet=lambda: order.append("meet"))
+    figures = timer.per_call_us(impls, "eager")
+    assert list(figures) == ["iris", "nccl"]
+    assert order[:8] == ["iris"] * 4 + ["nccl"] * 4
+    sample = lambda name: ["meet"] + [name] * 3  # noqa: E731
+    assert order[8:] == (sample("iris") + sample("nccl")) * 2
+
+
+def test_the_eager_figure_is_the_median_of_the_wall_clock_over_each_samples_calls(timing):
+    now = [0.0]
+    lengths = iter([3e-6, 9e-6, 6e-6])  # one call each: samples of 3 calls lasting 9, 27 and 18 us
+
+    def call():
+        now[0] += step[0]
+
+    step = [0.0]
+
+    def meet():
+        step[0] = next(lengths)
+
+    timer = timing.Timer(gpu=False, calls=3, samples=3, warmup=0, meet=meet, clock=lambda: now[0])
+    assert timer.per_call_us({"only": call}, "eager") == {"only": pytest.approx(6.0)}
+
+
+def test_the_cpu_backend_has_only_the_eager_method_and_bad_settings_are_refused(timing):
+    timer = timing.Timer(gpu=False)
+    assert timer.methods() == ("eager",)
+    with pytest.raises(ValueError, match="this timer takes eager"):
+        timer.per_call_us({"x": lambda: None}, "device")
+    assert timing.Timer(gpu=True).methods() == ("device", "eager", "graph")
+    with pytest.raises(ValueError, match="calls >= 1"):
+        timing.Timer(gpu=False, calls=0)
+
+
+def test_a_small_message_whose_device_figure_is_over_twice_its_graph_figure_is_suspect(timing):
+    assert timing.suspect(63.0, 6.6, 1024)  # NCCL's eager 1 KiB figure before the method was one for all
+    assert not timing.suspect(12.0, 6.6, 1024)
+    assert not timing.suspect(63.0, 6.6, 1 << 20)  # large messages: the graph saves only launches
+    assert not timing.suspect(63.0, "", 1024)  # no graph figure, nothing to hold it against

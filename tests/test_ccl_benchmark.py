@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_ccl_benchmark_validates_and_writes_every_row(tmp_path):
-    rows = run_benchmark("ccl.py", 2, "--max", "2K", "--iters", "1", "--warmup", "0", "--validate", "--dtypes", "bf16",
-                         "fp8e4m3", "--graph", "--host", "--trace",  # graph replay, host time: GPU only, absent here
+    rows = run_benchmark("ccl.py", 2, "--max", "2K", "--iters", "1", "--warmup", "0", "--calls", "2", "--validate",
+                         "--dtypes", "bf16", "fp8e4m3", "--host", "--trace",  # host time: GPU only, absent here
                          "--nccl-symmetric", csv_path=tmp_path / "ccl.csv")
     seen = {(r["collective"], r["dtype"], r["impl"]) for r in rows}
     for collective in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
@@ -27,19 +27,33 @@ def test_ccl_benchmark_validates_and_writes_every_row(tmp_path):
     assert {"iris.one_shot", "iris.two_shot"} <= {r["impl"] for r in rows if r["collective"] == "all_reduce"}
     assert all(float(r["us"]) > 0 for r in rows if r["us"])
     assert {r["trace"] for r in rows} == {"1"}  # validated with every collective recording its events
+    assert {r["calls_per_sample"] for r in rows} == {"2"} and {r["samples"] for r in rows} == {"1"}
+    assert all(r["nccl_proto"] and r["nccl_algo"] for r in rows)  # NCCL's version, protocol and algorithm
     symmetric = [r for r in rows if r["impl"] == "nccl.symmetric"]  # NCCL's registered window: timed, or why not
     assert {r["collective"] for r in symmetric} == {"all_reduce"} and all(r["us"] or r["note"] for r in symmetric)
+    methods = {r["method"] for r in rows}
     if all(r["backend"] == "cpu" for r in rows):
         assert all(r["us"] == "" and "need CUDA" in r["note"] for r in symmetric), symmetric
-    impls = {r["impl"] for r in rows}
-    if any(r["backend"] != "cpu" for r in rows):  # the GPU gate: replayed from a graph, or the row says why
-        assert {"iris+graph", "iris (host)", "iris (host, slowest rank)", "null (host)", "null bound (host)"} <= impls
+        assert methods == {"eager"}
+    else:  # the GPU gate: every implementation by every method, replayed from a graph or the row says why
+        assert methods == {"device", "eager", "graph", "host"}
+        impls = {r["impl"] for r in rows if r["method"] == "host"}
+        assert {"iris (host)", "iris (host, slowest rank)", "null (host)", "null bound (host)"} <= impls
         for host, slowest in zip((r for r in rows if r["impl"] == "iris (host)"),
                                  (r for r in rows if r["impl"] == "iris (host, slowest rank)")):
-            assert float(slowest["us"]) >= float(host["us"]) > 0 and slowest["note"] == "host"
-        assert all(r["us"] or r["note"] for r in rows if r["impl"].endswith("+graph"))
-    else:
-        assert not any(impl.endswith(("+graph", "(host)")) for impl in impls)
+            assert float(slowest["us"]) >= float(host["us"]) > 0
+        for method in ("device", "eager", "graph"):
+            assert {(r["collective"], r["dtype"], r["impl"]) for r in rows if r["method"] == method} == \
+                {(r["collective"], r["dtype"], r["impl"]) for r in rows if r["method"] == "device"}
+        assert all(r["us"] or r["note"] for r in rows)
+        assert all(r["suspect"] in ("0", "1") for r in rows if r["method"] == "device")
+
+
+def test_the_cpu_backend_refuses_the_methods_it_cannot_take(tmp_path):
+    """The CPU backend has no CUDA events or graphs: asking for them is an error before any timing."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ccl.py"), "--methods", "device"],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "IRIS_BACKEND": "cpu"})
+    assert proc.returncode == 2 and "only eager runs there" in proc.stderr, proc.stderr
 
 
 def _tune(tmp_path, *csvs, margin=None, env=None):
@@ -145,13 +159,18 @@ def test_tuning_takes_graph_replay_rows_where_a_run_has_them(tmp_path):
     assert "graph" in text  # the table says what its figures were
 
 
-def test_eager_samples_start_together_on_every_rank_unless_asked_not_to(tmp_path):
-    """An eager sample starts after a device barrier (outside its time), as nccl-tests starts its timed loop after
-    a barrier: without one, a rank's sample of one implementation also waits for the peer to finish the previous
-    implementation's calls. --unaligned takes the samples back to back (as before 4d67e37); the CSV's
-    eager_start column says which."""
-    args = ["--collectives", "all_reduce", "--max", "1K", "--iters", "2", "--warmup", "0"]
-    (aligned,) = {r["eager_start"] for r in run_benchmark("ccl.py", 2, *args, csv_path=tmp_path / "a.csv")}
-    (unaligned,) = {r["eager_start"] for r in run_benchmark("ccl.py", 2, *args, "--unaligned",
-                                                            csv_path=tmp_path / "u.csv")}
-    assert (aligned, unaligned) == ("barrier", "none")
+def test_tuning_reads_the_method_column(tmp_path):
+    """Runs with the method column: graph rows decide where two_shot and another variant have them, else the
+    device rows; eager and host rows never."""
+    path = tmp_path / "m.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["world_size", "commit", "collective", "dtype", "bytes", "impl", "method",
+                                               "us"])
+        writer.writeheader()
+        for nbytes, method, one_shot, two_shot in ((1024, "graph", 3, 5), (1024, "device", 9, 5),
+                                                   (1024, "eager", 9, 5), (4096, "device", 9, 5),
+                                                   (4096, "eager", 2, 5), (4096, "host", 1, 5)):
+            for impl, us in (("iris.one_shot", one_shot), ("iris.two_shot", two_shot)):
+                writer.writerow(dict(world_size=2, commit="abc1234", collective="all_reduce", dtype="bf16",
+                                     bytes=nbytes, impl=impl, method=method, us=us))
+    assert _tune(tmp_path, path)[0] == {(2, "bf16"): ((4096, "one_shot"),)}

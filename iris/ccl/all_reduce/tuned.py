@@ -4,7 +4,7 @@ Written by benchmarks/ccl.py (--tune after a run, or --tune-from CSV...), not by
 measured, the fastest of one_shot, push and ll where its median time over the runs is at least
 10% below two_shot's, else two_shot; a size between two measured ones takes the smaller one's variant.
 The times are those replayed from a CUDA graph where the runs have them for two_shot and another variant
-(the GPU's time per call), else the eager ones. Runs:
+(the GPU's time per call), else the device ones. Runs:
 
     ccl_nvidia-h200_2ranks_ll_auto.csv (commit a97ffe6)
     ccl_nvidia-h200_4ranks.csv (commit 098bc0c, aa6608f)
