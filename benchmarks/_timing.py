@@ -166,3 +166,27 @@ def nccl_facts() -> dict:
         version = ""
     return {"nccl_version": version, "nccl_proto": os.environ.get("NCCL_PROTO", "default"),
             "nccl_algo": os.environ.get("NCCL_ALGO", "default")}
+
+
+def by_methods(timer: Timer, methods, impls: dict, share=lambda figures: figures,
+               nccl_captures: bool = True) -> dict[str, dict[str, float | str]]:
+    """method -> label -> median microseconds per call (or why it was not timed) of each of ``impls`` by each of
+    ``methods``. ``share``: makes every rank take rank 0's figures (``lambda f: ctx.broadcast(f, src=0)``).
+    ``nccl_captures``: False where the process group cannot be captured in a CUDA graph (gloo: the CPU backend,
+    simulation): the graph method then leaves out the labels starting with "nccl" (a failed capture would leave
+    torch's allocator mid-capture until exit), and says so.
+
+    Example:
+        >>> by_methods(timer, ("device", "graph"), {"iris": f, "nccl": g}, share, nccl_captures=False)["graph"]
+        {'iris': 3.1, 'nccl': 'the process group (gloo) cannot be captured in a CUDA graph'}
+    """
+    figures = {}
+    for method in methods:
+        timed = impls
+        if method == "graph" and not nccl_captures:
+            timed = {label: fn for label, fn in impls.items() if not label.startswith("nccl")}
+        timer.meet()
+        found = share(timer.per_call_us(timed, method))
+        figures[method] = {label: found.get(label, "the process group (gloo) cannot be captured in a CUDA graph")
+                           for label in impls}
+    return figures

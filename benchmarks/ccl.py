@@ -81,7 +81,7 @@ import torch.distributed as dist
 import triton
 from _results import (add_csv_argument, check_csv_argument, default_csv, git_commit, host_us, parse_size, why_not,
                       write_csv)
-from _timing import CALLS_PER_SAMPLE, METHODS, Timer, nccl_facts, suspect
+from _timing import CALLS_PER_SAMPLE, METHODS, Timer, by_methods, nccl_facts, suspect
 
 import iris
 from iris.runtime.distributed import job_world_size
@@ -112,8 +112,8 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS if gpu else ("eager",)),
                         help="how to time (benchmarks/_timing.py): device, eager, graph (all three on a GPU; "
                              "eager only on the CPU backend)")
-    parser.add_argument("--calls", type=int, default=CALLS_PER_SAMPLE,
-                        help=f"calls per sample ({CALLS_PER_SAMPLE}, nccl-tests' default)")
+    parser.add_argument("--calls", type=int, default=CALLS_PER_SAMPLE if gpu else 1,
+                        help=f"calls per sample ({CALLS_PER_SAMPLE}, nccl-tests' default; 1 on the CPU backend)")
     parser.add_argument("--iters", type=int, default=20 if gpu else 2, help="timed samples per point (the median)")
     parser.add_argument("--warmup", type=int, default=5 if gpu else 1, help="untimed calls of each first")
     add_csv_argument(parser, "ccl")
@@ -240,18 +240,12 @@ def timed_rows(ctx, timer, methods, point, calls, graph_max, nccl_captures) -> l
     implementation timed the same way (benchmarks/_timing.py), rank 0's figures; device rows whose figure is over
     twice the graph figure of a small message are flagged (suspect)."""
     runnable = {label: call for label, call in calls.items() if not isinstance(call, str)}
-    rows, figures = [], {}
+    methods = [m for m in methods if m != "graph" or point["bytes"] <= graph_max]
+    figures = by_methods(timer, methods, runnable, lambda found: ctx.broadcast(found, src=0), nccl_captures)
+    rows = []
     for method in methods:
-        if method == "graph" and point["bytes"] > graph_max:
-            continue
-        timed = runnable
-        if method == "graph" and not nccl_captures:  # gloo (CPU backend, simulation) cannot be captured, and a
-            timed = {label: call for label, call in runnable.items() if not label.startswith("nccl")}  # failed
-            # capture leaves torch's allocator mid-capture until exit
-        ctx.barrier()
-        figures[method] = ctx.broadcast(timer.per_call_us(timed, method), src=0)
         for label, call in calls.items():
-            us = figures[method].get(label, call if isinstance(call, str) else "the process group cannot be captured")
+            us = figures[method].get(label, call)
             row = {**point, "impl": label, "method": method, "us": "", "note": us}
             if not isinstance(us, str):
                 row.update(us=us, algbw_gbps=point["bytes"] / us / 1e3, busbw_gbps=point["bus_bytes"] / us / 1e3,

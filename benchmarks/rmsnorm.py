@@ -1,7 +1,8 @@
 """All-reduce + residual add + RMSNorm, the end of a tensor-parallel transformer block, three ways in one run.
 
-    iris run -n 2 benchmarks/rmsnorm.py [--tokens 1 2 4 ... 512] [--hidden 4096 8192] [--dtype bf16]
-                                        [--iters 50] [--warmup 10] [--validate] [--csv PATH]
+    iris run -n 2 benchmarks/rmsnorm.py [--tokens 1 2 4 ... 512] [--hidden 4096 6144 8192] [--dtype bf16]
+                                        [--methods device eager graph] [--calls 20] [--iters 20]
+                                        [--warmup 5] [--validate] [--csv PATH]
 
 For every (tokens, hidden), with the same partial, residual and weight:
 
@@ -9,10 +10,13 @@ For every (tokens, hidden), with the same partial, residual and weight:
     iris+torch        ctx.ccl.all_reduce of the partial, then torch's residual add and rms_norm
     nccl+torch        torch.distributed.all_reduce (NCCL; gloo on the CPU backend), then the same torch ops
 
-Each figure is the median per call over --iters samples taken in turns (benchmarks/_results.py); every
-sample starts after a device barrier. --validate first checks that the three give the same output (the
-fused kernel's bits may differ from torch's RMSNorm by its rounding). On the CPU backend it is a smoke
-test, not a figure. Results: a table and a CSV (benchmarks/results/rmsnorm_<gpu>_<W>ranks.csv).
+Each way is timed by each method of --methods, the same for all three (benchmarks/_timing.py: device,
+CUDA events around --calls back-to-back calls; eager, host-inclusive wall clock; graph, --calls calls replayed
+from a CUDA graph, how an inference engine runs a decode step), the median of --iters samples taken in turns,
+each after the GPU is idle and the ranks met; the CSV's method column says which. --validate first checks that
+the three give the same output (the fused kernel's bits may differ from torch's RMSNorm by its rounding). On
+the CPU backend it is a smoke test, not a figure. Results: a table and a CSV
+(benchmarks/results/rmsnorm_<gpu>_<W>ranks.csv).
 """
 
 import os
@@ -26,7 +30,8 @@ import argparse
 
 import torch
 import torch.distributed as dist
-from _results import add_csv_argument, check_csv_argument, default_csv, interleaved_median_us, run_facts, write_csv
+from _results import add_csv_argument, check_csv_argument, default_csv, run_facts, write_csv
+from _timing import CALLS_PER_SAMPLE, METHODS, Timer, by_methods, nccl_facts
 
 import iris
 
@@ -37,16 +42,21 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
                         if gpu else [1, 3])
-    parser.add_argument("--hidden", type=int, nargs="+", default=[4096, 8192] if gpu else [64])
+    parser.add_argument("--hidden", type=int, nargs="+", default=[4096, 6144, 8192] if gpu else [64])
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
-    parser.add_argument("--iters", type=int, default=50 if gpu else 2)
-    parser.add_argument("--warmup", type=int, default=10 if gpu else 1)
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS if gpu else ("eager",)),
+                        help="how to time (benchmarks/_timing.py; eager only on the CPU backend)")
+    parser.add_argument("--calls", type=int, default=CALLS_PER_SAMPLE if gpu else 1, help="calls per sample")
+    parser.add_argument("--iters", type=int, default=20 if gpu else 2, help="samples per figure (the median)")
+    parser.add_argument("--warmup", type=int, default=5 if gpu else 1)
     parser.add_argument("--validate", action="store_true", help="check the three agree before timing")
     add_csv_argument(parser, "rmsnorm")
     args = parser.parse_args()
     check_csv_argument(parser, args, "rmsnorm")
-    if min(args.tokens) < 1 or min(args.hidden) < 1 or args.iters < 1 or args.warmup < 0:
-        parser.error("--tokens, --hidden and --iters must be at least 1, --warmup at least 0")
+    if not gpu and set(args.methods) - {"eager"}:
+        parser.error("--methods: the CPU backend has no CUDA events or graphs; only eager runs there")
+    if min(args.tokens) < 1 or min(args.hidden) < 1 or args.iters < 1 or args.calls < 1 or args.warmup < 0:
+        parser.error("--tokens, --hidden, --calls and --iters must be at least 1, --warmup at least 0")
     return args
 
 
@@ -105,7 +115,9 @@ def main() -> int:
     gpu = ctx.backend.name != "cpu"
     args = parse_args(gpu)
     dtype = DTYPES[args.dtype]
-    base = run_facts(ctx, args.iters, dtype=args.dtype)
+    base = run_facts(ctx, args.iters, **nccl_facts(), calls_per_sample=args.calls, dtype=args.dtype)
+    timer = Timer(gpu, calls=args.calls, samples=args.iters, warmup=args.warmup, meet=ctx.barrier)
+    nccl_captures = gpu and "nccl" in str(dist.get_backend())
     rows, failed = [], False
     for hidden in args.hidden:
         for tokens in args.tokens:
@@ -117,14 +129,16 @@ def main() -> int:
                     print(f"[rank {rank}] VALIDATION FAILED: tokens {tokens} hidden {hidden}: {problem}")
             calls = {"iris.fused": point.fused, "iris+torch": point.iris_then_torch,
                      "nccl+torch": point.nccl_then_torch}
-            times = interleaved_median_us(calls, args.warmup, args.iters, gpu, before_each=ctx.device_barrier,
-                                          agree=lambda b: ctx.broadcast(b, src=0))
-            times = ctx.broadcast(times, src=0)
-            for impl, us in times.items():
-                rows.append({**base, "tokens": tokens, "hidden": hidden, "impl": impl, "us": us})
-            if rank == 0:
-                line = "  ".join(f"{impl} {us:9.2f} us" for impl, us in times.items())
-                print(f"tokens {tokens:4} hidden {hidden:5}  {line}", flush=True)
+            figures = by_methods(timer, args.methods, calls, lambda found: ctx.broadcast(found, src=0), nccl_captures)
+            for method, times in figures.items():
+                for impl, us in times.items():
+                    timed = not isinstance(us, str)
+                    rows.append({**base, "tokens": tokens, "hidden": hidden, "impl": impl, "method": method,
+                                 "us": us if timed else "", "note": "" if timed else us})
+                if rank == 0:
+                    line = "  ".join(f"{impl} {us:9.2f} us" if not isinstance(us, str) else f"{impl} -"
+                                     for impl, us in times.items())
+                    print(f"tokens {tokens:4} hidden {hidden:5} {method:6}  {line}", flush=True)
     ctx.barrier()
     if rank == 0:
         if not gpu:

@@ -1,13 +1,14 @@
 """Tensor-parallel MLP decode under torch.compile + CUDA graphs: the all-reduce by Iris, NCCL and torch symmetric
 memory side by side in one run, and the same step with no all-reduce.
 
-    iris run -n 2 benchmarks/tp_decode.py [--hidden 4096 8192] [--batch 1 2 4 8 16 32 64] [--iters 20]
-                                          [--validate] [--csv PATH]
+    iris run -n 2 benchmarks/tp_decode.py [--hidden 4096 8192] [--batch 1 2 4 8 16 32 64] [--methods graph]
+                                          [--calls 20] [--iters 20] [--validate] [--csv PATH]
 
 The step is examples/18_tp_mlp_decode's (Megatron's column- then row-parallel MLP, bf16, ffn = 4 x hidden):
 per hidden size and way, it is compiled once with ``torch.compile(fullgraph=True, dynamic=True)``; per batch, it
-is timed replayed from a CUDA graph of back-to-back steps, each step's output the next one's input
-(benchmarks/_results.py's graph_median_us): the median microseconds per token.
+is timed by each method of --methods (benchmarks/_timing.py; the CSV's method column), by default ``graph``:
+--calls back-to-back steps, each step's output the next one's input, captured in a CUDA graph and replayed, as an
+inference engine runs decode; the median microseconds per token over --iters samples.
 
     iris        torch.ops.iris.all_reduce
     nccl        torch.distributed's functional all_reduce (NCCL)
@@ -31,8 +32,8 @@ import importlib.util
 from pathlib import Path
 
 import torch
-from _results import (add_csv_argument, check_csv_argument, default_csv, graph_median_us, median_us, plot_ways,
-                      run_facts, write_csv)
+from _results import add_csv_argument, check_csv_argument, default_csv, plot_ways, run_facts, write_csv
+from _timing import CALLS_PER_SAMPLE, METHODS, Timer, nccl_facts
 
 import iris
 
@@ -53,14 +54,19 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--hidden", type=int, nargs="+", default=[4096, 8192] if gpu else [64])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64] if gpu else [1, 4])
     parser.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS))
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=["graph" if gpu else "eager"],
+                        help="how to time (benchmarks/_timing.py): graph on a GPU; eager only on the CPU backend")
+    parser.add_argument("--calls", type=int, default=CALLS_PER_SAMPLE if gpu else 1, help="steps per sample")
     parser.add_argument("--iters", type=int, default=20 if gpu else 2, help="timed samples per point")
     parser.add_argument("--warmup", type=int, default=5 if gpu else 1, help="untimed steps first")
     parser.add_argument("--validate", action="store_true", help="check one step of each way first")
     add_csv_argument(parser, "tp_decode")
     args = parser.parse_args()
     check_csv_argument(parser, args, "tp_decode")
-    if min(args.hidden) < 1 or min(args.batch) < 1 or args.iters < 1 or args.warmup < 0:
-        parser.error("--hidden, --batch and --iters must be at least 1, --warmup at least 0")
+    if not gpu and set(args.methods) - {"eager"}:
+        parser.error("--methods: the CPU backend has no CUDA events or graphs; only eager runs there")
+    if min(args.hidden) < 1 or min(args.batch) < 1 or args.iters < 1 or args.calls < 1 or args.warmup < 0:
+        parser.error("--hidden, --batch, --calls and --iters must be at least 1, --warmup at least 0")
     return args
 
 
@@ -71,8 +77,8 @@ def main() -> int:
     args = parse_args(gpu)
     tp = example()
     dtype = torch.bfloat16
-    base = run_facts(ctx, args.iters, dtype="bf16")
-    agree = lambda b: ctx.broadcast(b, source_rank=0)  # noqa: E731
+    base = run_facts(ctx, args.iters, **nccl_facts(), calls_per_sample=args.calls, dtype="bf16")
+    timer = Timer(gpu, calls=args.calls, samples=args.iters, warmup=args.warmup, meet=ctx.barrier)
     reduce_ways = tp.all_reduces(ctx, [w for w in args.ways if w != "local"],
                                  max(args.batch) * max(args.hidden) * dtype.itemsize, device)
     ways = {**reduce_ways, **({"local": lambda t: t} if "local" in args.ways else {})}
@@ -81,7 +87,7 @@ def main() -> int:
         weights = tp.Weights(hidden, 4 * hidden, rank, world, dtype, device)
         inputs = {batch: torch.randn(batch, hidden, generator=torch.Generator(device=device).manual_seed(batch),
                                      device=device).to(dtype) for batch in args.batch}
-        times = {batch: {} for batch in args.batch}
+        times = {(batch, method): {} for batch in args.batch for method in args.methods}
         for way, all_reduce in ways.items():
             if isinstance(all_reduce, str):
                 continue
@@ -96,17 +102,21 @@ def main() -> int:
                               f"error {error:.1e}")
                 state = x.clone()
                 token = lambda: state.copy_(step(state))  # noqa: E731  (one token: output fed back)
-                ctx.barrier()
-                times[batch][way] = graph_median_us(token, args.warmup, args.iters, agree=agree) if gpu else \
-                    median_us(token, args.warmup, args.iters, gpu, agree=agree)
+                for method in args.methods:
+                    ctx.barrier()
+                    times[batch, method][way] = timer.per_call_us({way: token}, method)[way]
         times = ctx.broadcast(times, source_rank=0)
-        for batch, per_way in times.items():
+        for (batch, method), per_way in times.items():
+            local = per_way.get("local")
             for way, us in per_way.items():
-                comm = us - per_way["local"] if "local" in per_way and way != "local" else None
-                rows.append({**base, "hidden": hidden, "batch": batch, "impl": way, "us": us, "comm_us": comm})
+                timed = not isinstance(us, str)
+                comm = us - local if timed and isinstance(local, float) and way != "local" else None
+                rows.append({**base, "hidden": hidden, "batch": batch, "impl": way, "method": method,
+                             "us": us if timed else "", "comm_us": comm, "note": "" if timed else us})
             if rank == 0:
-                print(f"hidden {hidden:5} batch {batch:3}  " + "  ".join(f"{way} {us:9.2f} us"
-                                                                        for way, us in per_way.items()), flush=True)
+                print(f"hidden {hidden:5} batch {batch:3} {method:6} " + "  ".join(
+                    f"{way} {us:9.2f} us" if not isinstance(us, str) else f"{way} -" for way, us in per_way.items()),
+                      flush=True)
     if rank == 0:
         for way, why in reduce_ways.items():
             if isinstance(why, str):

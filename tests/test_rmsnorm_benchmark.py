@@ -13,3 +13,4 @@ def test_rmsnorm_benchmark_validates_and_writes_every_row(tmp_path):
     assert [(int(r["tokens"]), r["impl"]) for r in rows] == [
         (tokens, impl) for tokens in (1, 3) for impl in ("iris.fused", "iris+torch", "nccl+torch")]
     assert all(float(r["us"]) > 0 for r in rows)
+    assert {r["method"] for r in rows} == {"eager"}  # the CPU backend's only method (benchmarks/_timing.py)

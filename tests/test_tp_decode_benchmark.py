@@ -15,5 +15,5 @@ def test_tp_decode_benchmark_validates_and_writes_every_row(tmp_path):
     # (torch.distributed's way runs in example 18's test; symmetric memory needs GPUs)
     assert [(int(r["batch"]), r["impl"]) for r in rows] == [(3, "iris"), (3, "local")]
     for row in rows:
-        assert float(row["us"]) > 0
+        assert float(row["us"]) > 0 and row["method"] == "eager"
         assert (row["comm_us"] == "") == (row["impl"] == "local")
