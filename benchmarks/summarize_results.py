@@ -1,14 +1,16 @@
-"""Write benchmarks/results/README.md: a table of the canonical runs (benchmark, figure, GPU, ranks, commit, file).
+"""Write benchmarks/results/README.md (a table of the canonical runs and their figures) and the figures the
+hand-written pages quote (benchmarks/claims.py).
 
-    python benchmarks/summarize_results.py           # rewrite benchmarks/results/README.md
-    python benchmarks/summarize_results.py --check   # exit 1 if the committed README.md is stale
+    python benchmarks/summarize_results.py           # rewrite benchmarks/results/README.md and the pages' claims
+    python benchmarks/summarize_results.py --check   # exit 1 if either is stale
 
 benchmarks/results/ keeps one run per benchmark, GPU kind and world size: ``<benchmark>_<gpu-kind>_<N>ranks.csv``
 and its ``.png`` (the names benchmarks/_results.default_csv gives, so a rerun replaces them). After the table of
 files come the figures of the reference platform (2 x H200): per benchmark, a table of numbers read from its
 canonical CSV (:func:`figures`; :func:`ccl_figures`, :func:`latency_figures`, :func:`ops_figures`,
 :func:`rma_figures`). Needs neither torch nor a GPU: the docs' hook (docs/hooks/benchmark_results.py) draws its
-tables with these functions too.
+tables with these functions too. The same command sets the text of every ``<!-- claim NAME -->TEXT<!-- /claim
+-->`` in README.md and docs/**/*.md to what the claim computes from the CSVs (benchmarks/claims.py).
 """
 
 from __future__ import annotations
@@ -128,22 +130,76 @@ def _markdown(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _ccl_table(times: dict, graph: bool) -> str | None:
-    """One mode's table (eager, or graph-replayed: the impls named ``...+graph``) of :func:`ccl_figures`."""
-    suffix = "+graph" if graph else ""
+CCL_METHODS = ("device", "eager", "graph")  # the order of the tables by method; ccl's "host" rows are left out
+METHOD_TITLES = {"device": "Device time per call (CUDA events around back-to-back calls)",
+                 "eager": "Host-inclusive eager time per call", "graph": "CUDA graph replay per call"}
+
+
+def ccl_method(row: dict) -> tuple[str, str]:
+    """(implementation, method) of a benchmarks/ccl.py CSV row: its ``method`` column (device, eager, graph or
+    host). A CSV written before that column has none: there an impl named ``<impl>+graph`` was replayed from a
+    graph (method graph), a row whose note is "host" is a host profile (method host), and every other row was
+    timed with CUDA events around back-to-back calls (method device).
+
+    Example:
+        >>> ccl_method({"impl": "nccl+graph", "note": ""}), ccl_method({"impl": "iris", "method": "eager"})
+        (('nccl', 'graph'), ('iris', 'eager'))
+    """
+    if row.get("method"):
+        return row["impl"], row["method"]
+    if row["impl"].endswith("+graph"):
+        return row["impl"].removesuffix("+graph"), "graph"
+    return row["impl"], "host" if row.get("note") == "host" else "device"
+
+
+def ccl_times(rows: list[dict]) -> dict[tuple[str, str, int, str], float]:
+    """{(method, collective, bytes, impl): µs} of the timed rows of a ccl.py CSV (host rows too; a row without a
+    figure, such as a variant that cannot run at its size, is left out), in one dtype: bf16 where the CSV has it,
+    else the first it names."""
+    dtypes = list(dict.fromkeys(r.get("dtype", "") for r in rows if r.get("bytes", "").isdigit()
+                                and int(r["bytes"]) > 0))
+    dtype = "bf16" if "bf16" in dtypes else dtypes[0] if dtypes else ""
+    times = {}
+    for r in rows:
+        us = _float(r.get("us"))
+        if us is not None and r.get("bytes", "").isdigit() and r.get("dtype", "") == dtype:
+            impl, method = ccl_method(r)
+            times[(method, r["collective"], int(r["bytes"]), impl)] = us
+    return times
+
+
+def _calls(rows: list[dict], method: str) -> str:
+    """``"20 "`` where every row of ``method`` took 20 calls a sample (its calls_per_sample), else ``""``."""
+    found = {r.get("calls_per_sample") or "" for r in rows if ccl_method(r)[1] == method}
+    calls = found.pop() if len(found) == 1 else ""
+    return f"{calls} " if calls.isdigit() else ""
+
+
+def ccl_title(method: str, rows: list[dict]) -> str:
+    """What ``method``'s figures mean, as the heading of its table (the calls per sample where the CSV says)."""
+    calls = _calls(rows, method)
+    return {"device": f"Device time per call (CUDA events around {calls or 'a batch of '}back-to-back calls, "
+                      "nccl-tests' method)",
+            "eager": f"Host-inclusive eager time per call (the wall clock around {calls}back-to-back calls, the "
+                     "GPU waited for once at the end)",
+            "graph": f"CUDA graph replay per call ({calls or 'a batch of '}calls captured once, one replay "
+                     "between CUDA events)"}[method]
+
+
+def _ccl_table(times: dict, method: str) -> str | None:
+    """One method's table of :func:`ccl_figures` (``times`` as :func:`ccl_times` gives them)."""
 
     def best(prefix, collective, nbytes):
-        found = [(us, impl[len(prefix):len(impl) - len(suffix)]) for (c, b, impl), us in times.items()
-                 if c == collective and b == nbytes and impl.startswith(prefix) and impl.endswith(suffix)
-                 and (graph or "+" not in impl)]
+        found = [(us, impl.removeprefix(prefix)) for (m, c, b, impl), us in times.items()
+                 if (m, c, b) == (method, collective, nbytes) and impl.startswith(prefix) and impl != "iris.copy_in"]
         return f"{_us(min(found)[0])} ({min(found)[1]})" if found else _NONE
 
     rows = []
     for collective in CCL_COLLECTIVES:
         first = True
         for nbytes in CCL_SIZES:
-            iris = times.get((collective, nbytes, "iris" + suffix))
-            nccl = times.get((collective, nbytes, "nccl" + suffix))
+            iris = times.get((method, collective, nbytes, "iris"))
+            nccl = times.get((method, collective, nbytes, "nccl"))
             if iris is None and nccl is None:
                 continue
             rows.append([collective if first else "", _size(nbytes), _us(iris), best("iris.", collective, nbytes),
@@ -156,19 +212,16 @@ def _ccl_table(times: dict, graph: bool) -> str | None:
 
 
 def ccl_figures(rows: list[dict]) -> str:
-    """Each collective at :data:`CCL_SIZES`: Iris's default, its best variant, NCCL, torch symmetric memory's best
-    (µs per call, medians) and NCCL / Iris (above 1: Iris is faster); eager calls, then graph replays where the
-    CSV has them. Host-time rows (note "host") are left out."""
-    times = {}
-    for r in rows:
-        us = _float(r.get("us"))
-        if us is not None and r.get("note") != "host" and r.get("bytes", "").isdigit():
-            times[(r["collective"], int(r["bytes"]), r["impl"])] = us
+    """Each collective at :data:`CCL_SIZES`: Iris's default, its best variant (``iris.copy_in``, a path rather
+    than a variant, left out), NCCL, torch symmetric memory's best (µs per call, medians) and NCCL / Iris (above
+    1: Iris is faster); a table per method the CSV has (:func:`ccl_method`), in the order of :data:`CCL_METHODS`,
+    each ratio between two figures of the same method. Host-profile rows (method host) are left out."""
+    times = ccl_times(rows)
     parts = []
-    for graph, title in ((False, "Eager calls"), (True, "CUDA graph replays")):
-        text = _ccl_table(times, graph)
+    for method in CCL_METHODS:
+        text = _ccl_table(times, method)
         if text:
-            parts.append(f"{title}, µs per call (median; NCCL / Iris above 1: Iris is faster):\n\n{text}")
+            parts.append(f"{ccl_title(method, rows)}. Medians in µs; NCCL / Iris above 1: Iris is faster.\n\n{text}")
     return "\n\n".join(parts)
 
 
@@ -220,7 +273,18 @@ def ops_figures(rows: list[dict]) -> str:
 
 def _side_by_side(rows: list[dict], keys: tuple[str, ...], names: tuple[str, ...], reference: str,
                   baseline: str) -> str:
-    """One row per ``keys`` value, a µs column per impl (in the CSV's order) and ``baseline`` / ``reference``."""
+    """One row per ``keys`` value, a µs column per impl (in the CSV's order) and ``baseline`` / ``reference``; a
+    table per timing method where the CSV has a method column (device, eager, graph), each under its title."""
+    methods = list(dict.fromkeys(r.get("method") or "" for r in rows))
+    if methods == [""]:
+        return _one_side_by_side(rows, keys, names, reference, baseline)
+    methods.sort(key=lambda m: (CCL_METHODS.index(m) if m in CCL_METHODS else len(CCL_METHODS), m))
+    return "\n\n".join(f"{METHOD_TITLES.get(m, m or 'No method')}:\n\n"
+                        + _one_side_by_side([r for r in rows if (r.get("method") or "") == m], keys, names,
+                                            reference, baseline) for m in methods)
+
+
+def _one_side_by_side(rows, keys, names, reference, baseline) -> str:
     impls = list(dict.fromkeys(r["impl"] for r in rows))
     times = {(tuple(r[k] for k in keys), r["impl"]): _float(r["us"]) for r in rows}
     points = list(dict.fromkeys(tuple(r[k] for k in keys) for r in rows))
@@ -294,18 +358,33 @@ def readme(results: Path = RESULTS) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if README.md differs from what it would write")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 if README.md or a page's claim differs from what it would write")
     parser.add_argument("--results", type=Path, default=RESULTS, help="the results folder (benchmarks/results)")
     args = parser.parse_args()
+    import claims  # benchmarks/claims.py, beside this file (it reads this module's helpers)
+
     path = args.results / "README.md"
     text = readme(args.results)
+    try:
+        changed, unfixable = claims.update(claims.compute(args.results))
+    except claims.ClaimError as exc:
+        print(f"{exc}: rewrite the sentence that quotes it (or the claim)")
+        return 1
+    for problem in unfixable:
+        print(problem)
+    if unfixable:
+        return 1
     if args.check:
-        if not path.exists() or path.read_text() != text:
-            print(f"{path} is stale: run {COMMAND}")
-            return 1
-        return 0
+        stale = ([path] if not path.exists() or path.read_text() != text else []) + list(changed)
+        for page in stale:
+            print(f"{page} is stale: run {COMMAND}")
+        return 1 if stale else 0
     path.write_text(text)
     print(f"wrote {path}")
+    for page, new in changed.items():
+        page.write_text(new)
+        print(f"rewrote the claims of {page}")
     return 0
 
 

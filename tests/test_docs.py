@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import importlib
 import importlib.util
 import os
@@ -450,3 +451,97 @@ def test_a_guide_quotes_a_measured_figure_only_beside_the_result_that_holds_it(p
     figures = unbacked_figures(page.read_text())
     assert figures == [], f"{page.relative_to(ROOT)} quotes {figures} with no benchmark page or CSV in the " \
                           "paragraph: point to the committed CSV under benchmarks/results/, or drop the figure"
+
+
+# Claims: a figure a page quotes is computed from the committed CSVs (benchmarks/claims.py) and written between
+# <!-- claim NAME --> and <!-- /claim -->; `python benchmarks/summarize_results.py` rewrites them.
+
+def _claims():
+    from benchmark_runs import import_benchmark
+
+    return import_benchmark("claims")
+
+
+@functools.cache
+def computed_claims() -> dict[str, str]:
+    return _claims().compute()
+
+
+# The pages whose measured figures all come from claims: outside code and claims, no figure in their prose.
+CLAIMED_PAGES = [ROOT / "README.md", ROOT / "docs" / "benchmarks.md", ROOT / "docs" / "guides" / "collectives.md"]
+
+
+def bare_figures(text: str) -> list[str]:
+    """The measured figures of ``text`` outside code blocks, inline code, claims and comments (the markers the
+    docs build fills, such as ``<!-- figures ccl -->``)."""
+    text = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
+    text = _claims().SPAN.sub("", text)
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.DOTALL)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    return [m.group(0) for m in MEASURED.finditer(text)]
+
+
+def test_the_claim_reader_sees_right_wrong_and_unknown_claims_and_bare_figures():
+    claims = _claims()
+    page = ("Iris is <!-- claim fast -->1.2x<!-- /claim --> NCCL's speed, <!-- claim slow -->3.0x<!-- /claim --> at\n"
+            "1 MiB, <!-- claim gone -->2x<!-- /claim --> elsewhere and <!-- claim wrapped -->5.1-7.7\nus<!-- /claim "
+            "--> replayed; it took 12 us.\n\n```\n5 us\n```\n`7 us` <!-- figures ccl -->\n")
+    computed = {"fast": "1.2x", "slow": "2.5x", "wrapped": "5.1-7.7 us"}
+    assert [name for name, _ in claims.SPAN.findall(page)] == ["fast", "slow", "gone", "wrapped"]
+    found = claims.problems(page, computed)
+    assert len(found) == 2, found
+    assert "slow" in found[0] and "'3.0x'" in found[0] and "'2.5x'" in found[0]
+    assert "python benchmarks/summarize_results.py" in found[0]
+    assert "gone" in found[1] and "no such claim" in found[1]
+    fixed = claims.rewrite(page, computed)
+    assert "<!-- claim slow -->2.5x<!-- /claim -->" in fixed and "<!-- claim gone -->2x<!-- /claim -->" in fixed
+    assert "5.1-7.7\nus" in fixed and claims.problems(fixed, computed) == found[1:]
+    assert bare_figures(page) == ["12 us"]
+    assert claims.problems("a <!-- claim fast -->1.2x and no end", computed) == [
+        "a claim marker without its pair: write <!-- claim NAME -->TEXT<!-- /claim -->"]
+    assert "opens a line" in claims.problems("a\n<!-- claim fast -->1.2x<!-- /claim --> b", computed)[0]
+    unclosed = "a <!-- claim slow -->3.0x, b <!-- claim fast -->1.2x<!-- /claim -->"
+    assert claims.SPAN.findall(unclosed) == [("fast", "1.2x")] and len(claims.problems(unclosed, computed)) == 1
+
+
+def test_the_claims_write_ratios_and_shares_as_the_pages_do():
+    claims = _claims()
+    assert claims.ratios([1.21, 1.05]) == "1.05-1.21x" and claims.ratios([4.72, 1.57]) == "1.6-4.7x"
+    assert claims.ratios([1.197]) == "1.2x" and claims.ratios([0.159, 0.45]) == "0.16-0.45x"
+    assert claims.percents([0.9558, 0.9611]) == "96%" and claims.percents([0.94, 0.961]) == "94-96%"
+    with pytest.raises(claims.ClaimError):
+        claims.ratios([])
+
+
+def test_every_claim_says_what_it_reads_and_a_page_quotes_it():
+    claims = _claims()
+    quoted = {name for page in claims.pages(ROOT) for name, _ in claims.SPAN.findall(page.read_text())}
+    for name, claim in claims.CLAIMS.items():
+        assert claim.compute.__doc__, f"claim {name} (benchmarks/claims.py) has no docstring saying what it reads"
+        assert (ROOT / "benchmarks" / "results" / claim.csv).exists(), (name, claim.csv)
+    assert sorted(set(claims.CLAIMS) - quoted) == [], "claims no page quotes: drop them from benchmarks/claims.py"
+
+
+@pytest.mark.parametrize("page", hand_written_pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_claim_a_page_quotes_is_what_the_committed_csvs_give(page):
+    found = _claims().problems(page.read_text(), computed_claims())
+    assert found == [], f"{page.relative_to(ROOT)}: " + "; ".join(found)
+
+
+@pytest.mark.parametrize("page", CLAIMED_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_results_page_quotes_measured_figures_only_through_claims(page):
+    figures = bare_figures(page.read_text())
+    assert figures == [], f"{page.relative_to(ROOT)} quotes {figures} by hand: declare a claim in " \
+                          "benchmarks/claims.py and write <!-- claim NAME -->TEXT<!-- /claim --> (python " \
+                          "benchmarks/summarize_results.py fills TEXT), or drop the figure"
+
+
+def test_the_command_rewrites_stale_claims_and_refuses_unknown_ones(tmp_path):
+    claims = _claims()
+    (tmp_path / "docs" / "guides").mkdir(parents=True)
+    (tmp_path / "README.md").write_text("Iris is <!-- claim fast -->9x<!-- /claim --> NCCL's speed.\n")
+    (tmp_path / "docs" / "guides" / "x.md").write_text("Level: <!-- claim fast -->1.2x<!-- /claim -->.\n")
+    (tmp_path / "docs" / "y.md").write_text("A <!-- claim gone -->2x<!-- /claim --> claim.\n")
+    changed, unfixable = claims.update({"fast": "1.2x"}, tmp_path)
+    assert changed == {tmp_path / "README.md": "Iris is <!-- claim fast -->1.2x<!-- /claim --> NCCL's speed.\n"}
+    assert unfixable == ["docs/y.md: claim gone: benchmarks/claims.py declares no such claim"]

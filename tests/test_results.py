@@ -82,27 +82,86 @@ def _close(cell, value):
     return abs(_number(cell) - value) <= 0.005 * value + 0.05
 
 
-def test_the_ccl_figures_read_the_reference_csv():
+def _tables(markdown):
+    """[(the line before a table, its header cells, its data rows)] of every Markdown table in ``markdown``."""
+    found, title = [], None
+    for block in markdown.split("\n\n"):
+        if block.startswith("|"):
+            header, *data = _cells(block)
+            found.append((title, header, data))
+        else:
+            title = block.strip()
+    return found
+
+
+def test_the_ccl_figures_read_the_reference_csv_a_table_per_method():
     summary = import_benchmark("summarize_results")
-    rows = _reference_rows("ccl")
+    rows = _reference_rows("ccl")  # written before the method column: "+graph" names, "host" notes
+    assert "method" not in rows[0]
     text = summary.ccl_figures(rows)
-    header, *data = _cells(text)
-    assert header[:2] == ["collective", "size per rank"] and len(data) >= 4
-    nccl = next(float(r["us"]) for r in rows if (r["collective"], r["bytes"], r["impl"]) ==
-                ("all_reduce", "1048576", "nccl") and r["note"] != "host")
-    iris = next(float(r["us"]) for r in rows if (r["collective"], r["bytes"], r["impl"]) ==
-                ("all_reduce", "1048576", "iris") and r["note"] != "host")
-    collective, found = None, None
-    for cells in data:
-        if cells[0] == "collective":  # the graph-replayed table's header: the eager one's rows are done
-            break
-        collective = cells[0] or collective
-        if collective == "all_reduce" and cells[1] == "1 MiB":
-            found = dict(zip(header, cells))
-    assert found is not None, text
-    assert _close(found["NCCL (µs)"], nccl) and _close(found["Iris (µs)"], iris)
-    assert _close(found["NCCL / Iris"], nccl / iris)
-    assert "(host)" not in text and "graph" in text.lower()
+    tables = _tables(text)
+    assert [title.split(" (")[0] for title, _, _ in tables] == ["Device time per call", "CUDA graph replay per call"]
+    assert "nccl-tests' method" in tables[0][0]
+
+    def figure(impl):
+        return next(float(r["us"]) for r in rows if (r["collective"], r["bytes"], r["impl"]) ==
+                    ("all_reduce", "1048576", impl) and r["note"] != "host")
+
+    for (_, header, data), suffix in zip(tables, ("", "+graph")):
+        assert header[:2] == ["collective", "size per rank"] and len(data) >= 4
+        collectives = [c[0] for c in data]
+        named = [next(n for n in reversed(collectives[:i + 1]) if n) for i in range(len(data))]  # blank: as above
+        found = dict(zip(header, next(c for c, n in zip(data, named) if (n, c[1]) == ("all_reduce", "1 MiB"))))
+        nccl, iris = figure("nccl" + suffix), figure("iris" + suffix)
+        assert _close(found["NCCL (µs)"], nccl) and _close(found["Iris (µs)"], iris)
+        assert _close(found["NCCL / Iris"], nccl / iris)
+    assert "(host)" not in text and "+graph" not in text and "copy_in" not in text
+
+
+def _ccl_row(impl, method, us, collective="all_reduce", nbytes=1024, note=""):
+    return {"gpu": "NVIDIA H200", "world_size": "2", "commit": "abc1234", "calls_per_sample": "20",
+            "collective": collective, "dtype": "bf16", "bytes": str(nbytes), "impl": impl, "method": method,
+            "us": str(us), "note": note}
+
+
+def test_the_ccl_figures_of_a_csv_with_a_method_column_compare_by_one_method():
+    summary = import_benchmark("summarize_results")
+    rows = [_ccl_row("iris", "graph", 3.0), _ccl_row("nccl", "graph", 9.0),
+            _ccl_row("iris", "device", 5.0), _ccl_row("iris.ll", "device", 4.0), _ccl_row("nccl", "device", 10.0),
+            _ccl_row("symm_mem.two_shot", "device", 8.0), _ccl_row("iris.copy_in", "device", 1.0),
+            _ccl_row("iris", "eager", 12.0), _ccl_row("nccl", "eager", 60.0),
+            _ccl_row("iris.ll", "eager", "", note="ll takes at most ..."),
+            _ccl_row("iris (host)", "host", 7.0), _ccl_row("nccl", "device", 99.0, nbytes=3 << 30)]
+    assert summary.ccl_method(rows[0]) == ("iris", "graph")
+    assert summary.ccl_method({"impl": "iris.ll+graph", "note": ""}) == ("iris.ll", "graph")
+    assert summary.ccl_method({"impl": "iris (host)", "note": "host"}) == ("iris (host)", "host")
+    assert summary.ccl_method({"impl": "nccl", "note": ""}) == ("nccl", "device")
+    tables = _tables(summary.ccl_figures(rows))
+    assert [title for title, _, _ in tables] == [
+        "Device time per call (CUDA events around 20 back-to-back calls, nccl-tests' method). "
+        "Medians in µs; NCCL / Iris above 1: Iris is faster.",
+        "Host-inclusive eager time per call (the wall clock around 20 back-to-back calls, the GPU waited for once "
+        "at the end). Medians in µs; NCCL / Iris above 1: Iris is faster.",
+        "CUDA graph replay per call (20 calls captured once, one replay between CUDA events). "
+        "Medians in µs; NCCL / Iris above 1: Iris is faster."]
+    cells = [dict(zip(header, data[0])) for _, header, data in tables]
+    assert [len(data) for _, _, data in tables] == [1, 1, 1]  # 3 GiB is none of CCL_SIZES; host rows left out
+    assert [c["NCCL / Iris"] for c in cells] == ["2.00×", "5.00×", "3.00×"]
+    assert cells[0]["best Iris variant (µs)"] == "4.00 (ll)" and cells[0]["symm_mem best (µs)"] == "8.00 (two_shot)"
+    assert cells[1]["best Iris variant (µs)"] == "–"  # ll has no figure at this size; copy_in is no variant
+
+
+def test_a_side_by_side_csv_with_a_method_column_gets_a_table_per_method():
+    summary = import_benchmark("summarize_results")
+    rows = [{"tokens": "1", "hidden": "64", "impl": impl, "method": method, "us": str(us)}
+            for impl, method, us in (("iris.fused", "graph", 2.0), ("iris+torch", "graph", 5.0),
+                                     ("iris.fused", "device", 4.0), ("iris+torch", "device", 6.0))]
+    tables = _tables(summary.rmsnorm_figures(rows))
+    assert [title for title, _, _ in tables] == ["Device time per call (CUDA events around back-to-back calls):",
+                                                 "CUDA graph replay per call:"]
+    assert [data[0][-1] for _, _, data in tables] == ["1.50×", "2.50×"]
+    assert summary.rmsnorm_figures([{k: v for k, v in r.items() if k != "method"} for r in rows[:2]]).startswith(
+        "| tokens |")
 
 
 def test_the_rma_figures_read_the_reference_csv():
