@@ -60,6 +60,9 @@ VARIABLES: tuple[Variable, ...] = (
              "(CUDA) that replay is found and launched by a small C module built on first use, not by Python",
              "switch"),
     Variable("IRIS_NATIVE_CACHE", "~/.cache/iris/native", "where IRIS_NATIVE_REPLAY's C module is built"),
+    Variable("IRIS_DIRECT_LAUNCH", "0",
+             "(CUDA) a repeated call of one kernel relaunches it by ``cuLaunchKernel`` with its arguments packed "
+             "once, instead of replaying a graph (less host and GPU time per small call)", "switch"),
     Variable("IRIS_LL_PACK", "by size",
              "all_reduce's ``ll`` variant packs two 16-bit elements into each word: 1 always, 0 never; unset, past "
              "32768 elements (so ll takes 16-bit messages up to 512 KiB per rank); set it the same on every rank",
@@ -322,6 +325,12 @@ def graph_replay() -> bool:
 def native_replay() -> bool:
     """IRIS_NATIVE_REPLAY (on unless 0): a remembered call's graph is launched from C, saving host time."""
     return switch("IRIS_NATIVE_REPLAY")
+
+
+def direct_launch() -> bool:
+    """IRIS_DIRECT_LAUNCH (off unless 1): a remembered call of one kernel is relaunched by cuLaunchKernel, its
+    arguments packed once (iris.host.replay.direct), instead of a graph."""
+    return switch("IRIS_DIRECT_LAUNCH")
 
 
 def ll_pack() -> bool | None:

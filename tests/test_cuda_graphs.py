@@ -132,13 +132,15 @@ def test_collectives_replay_in_a_graph(ranks):
     assert ranks.run(_collectives_replay_on_rank) == [[]] * ranks.world_size
 
 
-def _eager_calls_from_graphs_on_rank(setting, native=None):
+def _eager_calls_from_graphs_on_rank(setting, native=None, direct=None):
     """Repeated eager calls (fresh data each time) replay a graph captured on their second call unless
-    IRIS_GRAPH_REPLAY=0 (``setting``; None: unset), launched from C where IRIS_NATIVE_REPLAY=1 (``native``);
-    a call inside the user's own capture runs its launches into that capture instead. Returns the wrong calls
-    and how many remembered calls have a graph."""
+    IRIS_GRAPH_REPLAY=0 (``setting``; None: unset), launched from C where IRIS_NATIVE_REPLAY=1 (``native``), or
+    a call of one kernel relaunched by cuLaunchKernel where IRIS_DIRECT_LAUNCH=1 (``direct``); a call inside the
+    user's own capture runs its launches into that capture instead. Returns the wrong calls, how many remembered
+    calls have a fast launch (a graph or a packed kernel) and how many of them are packed kernels."""
     with pytest.MonkeyPatch.context() as env:
-        for name, value in (("IRIS_GRAPH_REPLAY", setting), ("IRIS_NATIVE_REPLAY", native)):
+        for name, value in (("IRIS_GRAPH_REPLAY", setting), ("IRIS_NATIVE_REPLAY", native),
+                            ("IRIS_DIRECT_LAUNCH", direct)):
             if value is None:
                 env.delenv(name, raising=False)
             else:
@@ -165,6 +167,7 @@ def _eager_calls_from_graphs_on_rank(setting, native=None):
         check(call, torch.arange(N, dtype=torch.float32) * world + sum(range(world)) + world * call)
         ctx.barrier()
     graphs = sum(plan.launch_graph is not None for plan in ccl._plans.plans())
+    packed = sum(len(plan.native or ()) == 8 for plan in ccl._plans.plans())
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     graph = torch.cuda.CUDAGraph()
@@ -179,14 +182,22 @@ def _eager_calls_from_graphs_on_rank(setting, native=None):
         check(replay, torch.arange(N, dtype=torch.float32) * world + sum(range(world)) + world * replay)
         ctx.barrier()
     ctx.close()
-    return wrong, graphs
+    return wrong, graphs, packed
 
 
 @pytest.mark.parametrize("setting, native, graphs", [(None, None, 2), ("1", None, 2), ("0", None, 0), (None, "1", 2),
                                                      ("0", "1", 0), (None, "0", 2)],
                          ids=["default", "on", "off", "native", "native-graphs-off", "python"])
 def test_repeated_eager_calls_replay_from_a_graph_unless_turned_off(ranks, setting, native, graphs):
-    assert ranks.run(_eager_calls_from_graphs_on_rank, setting, native) == [([], graphs)] * ranks.world_size
+    assert ranks.run(_eager_calls_from_graphs_on_rank, setting, native) == [([], graphs, 0)] * ranks.world_size
+
+
+@pytest.mark.parametrize("native", ["1", "0"], ids=["from-c", "from-python"])
+def test_a_repeated_call_of_one_kernel_relaunches_it_packed_with_direct_launch(ranks, native):
+    """IRIS_DIRECT_LAUNCH=1: the all_reduce of a small message (one kernel) is relaunched by cuLaunchKernel with its
+    arguments packed once (iris.host.replay.direct), from C or Python, and every call's result is right."""
+    results = ranks.run(_eager_calls_from_graphs_on_rank, None, native, "1")
+    assert all(wrong == [] and graphs == 2 and packed >= 1 for wrong, graphs, packed in results), results
 
 
 def test_the_fused_ops_side_stream_is_never_the_stream_it_forks_from():

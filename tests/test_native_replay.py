@@ -1,9 +1,9 @@
 """iris.host.replay.native: the C host path of a repeated call makes call_key's key (the rest, then the config by
 value), finds the plan and launches its graph only where the Python path would launch it as it is.
 
-The C module is built here with the machine's C compiler, as on a GPU host. The CUDA driver's two functions
-(cuStreamIsCapturing, cuGraphLaunch) do not exist without a GPU: ctypes callbacks at their addresses record
-what the C code hands them, so every decision of the module runs here; on a GPU the driver's own functions
+The C module is built here with the machine's C compiler, as on a GPU host. The CUDA driver's functions
+(cuStreamIsCapturing, cuGraphLaunch, cuLaunchKernel) do not exist without a GPU: ctypes callbacks at their addresses
+record what the C code hands them, so every decision of the module runs here; on a GPU the driver's own functions
 take their place (tests/test_cuda_graphs.py runs the path there).
 """
 
@@ -23,6 +23,8 @@ pytestmark = pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")),
 
 IS_CAPTURING = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int))
 GRAPH_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+KERNEL_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p,
+                                 ctypes.c_void_p)
 EXECUTABLE, STREAM, DEVICE = 0x5EED, 0xAB0, 3
 
 
@@ -54,7 +56,12 @@ class Driver:
             self.launched.append((executable, stream))
             return self.launch_result
 
-        self._callbacks = IS_CAPTURING(is_capturing), GRAPH_LAUNCH(graph_launch)  # kept alive with the driver
+        def kernel_launch(function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+            self.launched.append((function, (gx, gy, gz), (bx, by, bz), shared, stream, params, extra))
+            return self.launch_result
+
+        self._callbacks = (IS_CAPTURING(is_capturing), GRAPH_LAUNCH(graph_launch),
+                           KERNEL_LAUNCH(kernel_launch))  # kept alive with the driver
         self.addresses = tuple(ctypes.cast(c, ctypes.c_void_p).value for c in self._callbacks)
 
 
@@ -136,6 +143,25 @@ def test_every_other_case_is_left_to_the_python_path(module, case):
     state, _ = _state(plans, driver, debug=setting.get("debug", False), runtime=setting.get("runtime"))
     assert module.replay(state, name, first, second, rest, last) == (key, None)
     assert driver.launched == []
+
+
+FUNCTION, PARAMS = 0xF00D, 0xBEEF0
+
+
+def test_a_plan_of_one_packed_kernel_goes_out_by_cuLaunchKernel(module):
+    """iris.host.replay.direct's plans: (function, grid x, y, z, threads, shared bytes, parameter array, device)
+    is launched by cuLaunchKernel with those, on the device's current stream, no extra."""
+    name, first, second, rest, last = CASES["two contiguous"]
+    plans, plan = _planned(call_key(name, first, second, *rest, last),
+                           native=(FUNCTION, 4, 2, 1, 128, 1024, PARAMS, DEVICE))
+    driver = Driver()
+    state, streams = _state(plans, driver)
+    assert module.replay(state, name, first, second, rest, last)[1] is plan
+    assert driver.launched == [(FUNCTION, (4, 2, 1), (128, 1, 1), 1024, STREAM, PARAMS, None)]
+    assert streams == [DEVICE] and driver.capturing_asked == [STREAM]
+    driver.launch_result = 1
+    with pytest.raises(RuntimeError, match="cuLaunchKernel of a remembered call's kernel failed: CUresult 1"):
+        module.replay(state, name, first, second, rest, last)
 
 
 def test_an_empty_chain_of_hooks_is_no_hook(module):

@@ -2,7 +2,8 @@
  *
  * replay(state, name, first, second, rest, last) makes the key that iris.host.replay.call_key(name, first,
  * second, *rest, last) makes, looks it up among the remembered plans and, where the plan's graph can go out
- * as it is, launches it by the driver's cuGraphLaunch on the current stream. It returns (key, plan)
+ * as it is, launches it by the driver's cuGraphLaunch on the current stream (or, for a plan of one kernel packed
+ * by iris.host.replay.direct, by cuLaunchKernel). It returns (key, plan)
  * when it launched, (key, None) when it did not (the caller's Python path then decides: a first call,
  * a first replay to capture, debug mode, a profiler's launch hook, a user's own capture, a plan whose
  * caller tensors are held weakly) and (None, None) where first or second is not a plain tensor (as
@@ -13,8 +14,15 @@
 
 typedef int (*graph_launch_fn)(void *executable, void *stream);          /* cuGraphLaunch */
 typedef int (*stream_is_capturing_fn)(void *stream, int *capture_status); /* cuStreamIsCapturing */
+typedef int (*kernel_launch_fn)(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                unsigned bz, unsigned shared, void *stream, void **params, void **extra);
+                                                                            /* cuLaunchKernel */
 
-enum { PLANS, TEAM, RUNTIME_KNOBS, TENSOR_TYPE, CURRENT_STREAM, IS_CAPTURING, GRAPH_LAUNCH, STATE_SIZE };
+enum { PLANS, TEAM, RUNTIME_KNOBS, TENSOR_TYPE, CURRENT_STREAM, IS_CAPTURING, GRAPH_LAUNCH, KERNEL_LAUNCH,
+       STATE_SIZE };
+/* a plan's native tuple: (graph executable, device), or one kernel packed once (iris.host.replay.direct):
+ * (function, grid x, y, z, threads, shared bytes, parameter pointer array, device) */
+enum { GRAPH_NATIVE = 2, KERNEL_NATIVE = 8 };
 
 static PyObject *s_data_ptr, *s_shape, *s_is_contiguous, *s_stride, *s_dtype, *s_native, *s_tensors, *s_debug,
     *s_launch_enter_hook, *s_calls;
@@ -64,8 +72,10 @@ static PyObject *make_key(PyObject *tensor_type, PyObject *name, PyObject *first
 
 /* 1 where the plan's graph may go out from here, 0 where the Python path must decide, -1 on error. */
 static int launchable(PyObject *state, PyObject *plan, PyObject *native) {
-    /* not captured yet, or launched by graph.replay (HIP); anything but (executable, device) is not ours */
-    if (!PyTuple_CheckExact(native) || PyTuple_GET_SIZE(native) != 2) return 0;
+    /* not captured yet, or launched by graph.replay (HIP); anything but our two tuples is not ours */
+    if (!PyTuple_CheckExact(native) ||
+        (PyTuple_GET_SIZE(native) != GRAPH_NATIVE && PyTuple_GET_SIZE(native) != KERNEL_NATIVE))
+        return 0;
     PyObject *tensors = PyObject_GetAttr(plan, s_tensors);
     if (tensors == NULL) return -1;
     Py_ssize_t held = PyObject_Length(tensors);
@@ -94,22 +104,42 @@ static int launchable(PyObject *state, PyObject *plan, PyObject *native) {
     return empty;
 }
 
-/* Launch the plan's graph on its device's current stream: 1 launched, 0 the stream is being captured, -1 error. */
+/* Launch the plan's graph or kernel on its device's current stream: 1 launched, 0 the stream is being captured,
+ * -1 error. */
 static int launch(PyObject *state, PyObject *native) {
+    Py_ssize_t size = PyTuple_GET_SIZE(native);
     PyObject *stream_handle = PyObject_CallOneArg(PyTuple_GET_ITEM(state, CURRENT_STREAM),
-                                                  PyTuple_GET_ITEM(native, 1));
+                                                  PyTuple_GET_ITEM(native, size - 1));
     if (stream_handle == NULL) return -1;
     void *stream = PyLong_AsVoidPtr(stream_handle);
     Py_DECREF(stream_handle);
-    void *executable = PyLong_AsVoidPtr(PyTuple_GET_ITEM(native, 0));
     stream_is_capturing_fn is_capturing = (stream_is_capturing_fn)PyLong_AsVoidPtr(
         PyTuple_GET_ITEM(state, IS_CAPTURING));
-    graph_launch_fn graph_launch = (graph_launch_fn)PyLong_AsVoidPtr(PyTuple_GET_ITEM(state, GRAPH_LAUNCH));
     if (PyErr_Occurred()) return -1;
     int status = 0, result = is_capturing(stream, &status);
     if (result != 0 || status != 0) return 0; /* the user's own capture takes the launches (Python path) */
-    if ((result = graph_launch(executable, stream)) != 0) {
-        PyErr_Format(PyExc_RuntimeError, "cuGraphLaunch of a remembered call's graph failed: CUresult %d", result);
+    if (size == GRAPH_NATIVE) {
+        void *executable = PyLong_AsVoidPtr(PyTuple_GET_ITEM(native, 0));
+        graph_launch_fn graph_launch = (graph_launch_fn)PyLong_AsVoidPtr(PyTuple_GET_ITEM(state, GRAPH_LAUNCH));
+        if (PyErr_Occurred()) return -1;
+        if ((result = graph_launch(executable, stream)) != 0) {
+            PyErr_Format(PyExc_RuntimeError, "cuGraphLaunch of a remembered call's graph failed: CUresult %d",
+                         result);
+            return -1;
+        }
+        return 1;
+    }
+    void *function = PyLong_AsVoidPtr(PyTuple_GET_ITEM(native, 0));
+    unsigned long dims[5];
+    for (int i = 0; i < 5; i++) dims[i] = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(native, 1 + i));
+    void **params = (void **)PyLong_AsVoidPtr(PyTuple_GET_ITEM(native, 6));
+    kernel_launch_fn kernel_launch = (kernel_launch_fn)PyLong_AsVoidPtr(PyTuple_GET_ITEM(state, KERNEL_LAUNCH));
+    if (PyErr_Occurred()) return -1;
+    if (kernel_launch == NULL) return 0;
+    result = kernel_launch(function, (unsigned)dims[0], (unsigned)dims[1], (unsigned)dims[2], (unsigned)dims[3], 1,
+                           1, (unsigned)dims[4], stream, params, NULL);
+    if (result != 0) {
+        PyErr_Format(PyExc_RuntimeError, "cuLaunchKernel of a remembered call's kernel failed: CUresult %d", result);
         return -1;
     }
     return 1;

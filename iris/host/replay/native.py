@@ -6,7 +6,8 @@ replay, debug mode, a launch hook, a user's capture) to :meth:`iris.host.replay.
 built on first use with the system's C compiler (``$CC``, else ``cc``), as Triton builds its launchers, into
 ``IRIS_NATIVE_CACHE`` (else the temporary directory); where that fails the context says why once and the Python
 path is used. Switch: ``IRIS_NATIVE_REPLAY``. ``replay``'s state tuple (one per Plans): ``(plans dict, team,
-triton.knobs.runtime, torch.Tensor, current raw stream function, cuStreamIsCapturing, cuGraphLaunch)``.
+triton.knobs.runtime, torch.Tensor, current raw stream function, cuStreamIsCapturing, cuGraphLaunch,
+cuLaunchKernel)``; a plan of one kernel packed by :mod:`iris.host.replay.direct` goes out by ``cuLaunchKernel``.
 
 Example:
     >>> module, why = load()

@@ -164,6 +164,8 @@ class Plans:
             self._capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", self._capturing)
         native = self._graphs and config.native_replay() and runtime.get_backend().native_graph_launch
         self._native, self._state = self._native_path() if native else (None, None)
+        # a plan of one kernel relaunched by cuLaunchKernel (iris.host.replay.direct) instead of a graph
+        self._direct = config.direct_launch() and _compiles() and runtime.get_backend().native_graph_launch
 
     def call(self, name, first, second, config, rest, run, *args):
         """One call: relaunch the launches remembered for ``call_key(name, first, second, *rest, config by value)``
@@ -235,13 +237,11 @@ class Plans:
             del self._plans[key]
             return None
         launch_graph = plan.launch_graph
-        if (launch_graph is not None or (self._graphs and not plan.captured)) \
+        if (launch_graph is not None or ((self._graphs or self._direct) and not plan.captured)) \
                 and _no_hook(_RUNTIME_KNOBS.launch_enter_hook) and not self._capturing():
-            if launch_graph is None:  # its first replay: captured once
+            if launch_graph is None:  # its first replay: one kernel packed once, or captured once
                 plan.captured = True
-                graph = self._captured(plan.launches)
-                launch_graph = plan.launch_graph = None if graph is None else \
-                    graph_launcher(graph, torch.cuda.current_device())
+                launch_graph = plan.launch_graph = self._fast_launch(plan.launches)
                 plan.native = getattr(launch_graph, "native", None)
             if launch_graph is not None:
                 launch_graph()
@@ -249,6 +249,20 @@ class Plans:
         for launch in plan.launches:
             launch()
         return plan
+
+    def _fast_launch(self, launches):
+        """How a plan's ``launches`` replay from now on: one kernel by cuLaunchKernel (IRIS_DIRECT_LAUNCH), else a
+        graph (IRIS_GRAPH_REPLAY); None where neither applies (the launches are relaunched one by one)."""
+        if self._direct and len(launches) == 1 and isinstance(launches[0], BoundLaunch):
+            from iris.host.replay.direct import direct_launcher
+
+            direct = direct_launcher(launches[0])
+            if direct is not None:
+                return direct
+        if not self._graphs:
+            return None
+        graph = self._captured(launches)
+        return None if graph is None else graph_launcher(graph, torch.cuda.current_device())
 
     def _captured(self, launches):
         """``launches`` captured into a graph (not run), or None where capture fails (logged)."""
@@ -325,11 +339,12 @@ def graph_launcher(graph, device: int):
 
 @functools.cache
 def _driver_functions():
-    """The addresses of the CUDA driver's ``cuStreamIsCapturing`` and ``cuGraphLaunch``, or None without it."""
+    """The addresses of the CUDA driver's ``cuStreamIsCapturing``, ``cuGraphLaunch`` and ``cuLaunchKernel``, or None
+    without it."""
     try:
         driver = ctypes.CDLL("libcuda.so.1")
         return tuple(ctypes.cast(getattr(driver, name), ctypes.c_void_p).value
-                     for name in ("cuStreamIsCapturing", "cuGraphLaunch"))
+                     for name in ("cuStreamIsCapturing", "cuGraphLaunch", "cuLaunchKernel"))
     except (OSError, AttributeError):
         return None
 
