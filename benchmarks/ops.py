@@ -72,6 +72,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from _timeline import busy_us, call_timeline, describe, span_us
+from _timing import nccl_facts
 from _results import (SPIN_CYCLES_PER_US, add_csv_argument, check_csv_argument, default_csv, git_commit, host_us,
                       interleaved_median_us, why_not, write_csv)
 
@@ -395,7 +396,11 @@ def main() -> int:
         ctx.tracing.enable(max_events=1_000_000)  # later events are dropped; the kernels still take the recording path
     gpu_name = torch.cuda.get_device_name(ctx.get_device()) if gpu else "cpu"
     base = {"gpu": gpu_name, "backend": iris.runtime.SELECTED, "world_size": world, "version": iris.__version__,
-            "commit": git_commit(), "iters": args.iters, "trace": int(args.trace),
+            "commit": git_commit(), **nccl_facts(), "iters": args.iters, "trace": int(args.trace),
+            # every way's time by one method: CUDA events around one call (benchmarks/_timing.py's device method
+            # with one call a sample: these calls last hundreds of microseconds), after a device barrier and the
+            # GPU's head start; on the CPU backend the wall clock
+            "method": "device" if gpu else "eager", "calls_per_sample": 1,
             "graph_replay": int(iris.config.graph_replay()), "native_replay": int(iris.config.native_replay()),
             "heap_pad_mib": args.heap_pad_mib, "device_pad_mib": args.device_pad_mib,
             "config": " ".join(f"{k}={v}" for k, v in vars(args.config).items())}
