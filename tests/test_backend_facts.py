@@ -212,3 +212,14 @@ def test_a_gpu_process_compiles_for_its_gpus_assembly(monkeypatch):
         assert device_facts() == DeviceFacts(inline_asm=asm, compiles_kernels=True)
     monkeypatch.setattr(select, "interpreted", lambda: True)
     assert device_facts() == DeviceFacts(inline_asm=None, compiles_kernels=False)
+
+
+def test_each_backend_names_the_float8_formats_its_kernels_store():
+    from iris.runtime import cuda, hip
+
+    ocp = (torch.float8_e4m3fn, torch.float8_e5m2)
+    assert cuda.float8_formats_of(9, 0) == cuda.float8_formats_of(8, 9) == ocp  # Hopper, Ada
+    assert cuda.float8_formats_of(8, 0) == ()  # Ampere: none
+    assert hip.float8_formats_of("gfx942:sramecc+:xnack-") == (torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
+    assert hip.float8_formats_of("gfx950") == ocp and hip.float8_formats_of("gfx90a") == ()
+    assert CpuBackend().float8_formats(torch.device("cpu")) == ocp

@@ -132,6 +132,16 @@ def _refusals():
             messages[name] = None
         except (TypeError, ValueError) as exc:
             messages[name] = str(exc)
+    # a device whose kernels store no float8 (an NVIDIA sm_80, an AMD gfx90a): its backend says so
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(type(ctx.backend), "float8_formats", lambda self, device: ())
+        try:
+            ctx.ccl.all_reduce_rmsnorm(partial, residual, weight,
+                                       out=torch.empty(4, 8, dtype=torch.float8_e4m3fn, device=device),
+                                       out_scale=torch.empty(4, device=device))
+            messages["no fp8 here"] = None
+        except ValueError as exc:
+            messages["no fp8 here"] = str(exc)
     ctx.close()
     return messages
 
@@ -143,3 +153,5 @@ def test_bad_arguments_are_refused_before_any_launch(ranks):
         assert "residual has shape (4, 9)" in messages["residual"], messages
         assert "dtype int32" in messages["dtype"], messages
         assert "an fp8 out takes out_scale" in messages["fp8 without scale"], messages
+        assert "cannot store on this device" in messages["no fp8 here"] and "Use a 16-bit out" in \
+            messages["no fp8 here"], messages

@@ -81,6 +81,10 @@ def _check(ctx, partial, residual, weight, out, out_scale) -> None:
         raise ValueError(f"{what}: an fp8 out takes out_scale, a (tokens,) float32 tensor for each row's scale, and "
                          f"only an fp8 out does; got out {out.dtype} and out_scale "
                          f"{'None' if out_scale is None else tuple(out_scale.shape)}")
+    if out.dtype in FP8_DTYPES and out.dtype not in ctx.backend.float8_formats(out.device):
+        raise ValueError(f"{what}: out is {out.dtype}, which kernels cannot store on this device ({out.device}); "
+                         f"its float8 formats: {list(ctx.backend.float8_formats(out.device)) or 'none'}. Use a "
+                         "16-bit out")
     if out_scale is not None:
         ctx.team.check_tensor(what, "out_scale", out_scale, (torch.float32,), symmetric=False)
         if out_scale.shape != (partial.shape[0],):

@@ -54,7 +54,7 @@ class Backend(ABC):
 
     FACTS = ("compiles_kernels", "runs_programs_in_turn", "upcasts_narrow_floats", "has_streams", "has_copy_engine",
              "tensor_descriptors", "native_graph_launch", "engine_reaches_other_nodes", "memory_on_host",
-             "inline_asm", "xcc_count", "arch_name")
+             "inline_asm", "xcc_count", "arch_name", "float8_formats")
 
     #: Triton compiles kernels for the device (autotuning, a compile cache); False: its interpreter runs them.
     compiles_kernels: bool
@@ -85,6 +85,11 @@ class Backend(ABC):
     @abstractmethod
     def arch_name(props) -> str:
         """The architecture of a device from its torch properties ("sm_90", "gfx942:sramecc+"), "" if none."""
+
+    @abstractmethod
+    def float8_formats(self, device: torch.device) -> tuple:
+        """The float8 torch dtypes kernels can convert to and store on ``device``: e.g. ``(torch.float8_e4m3fn,
+        torch.float8_e5m2)`` on NVIDIA sm_89 and newer, ``()`` where there is none."""
 
     @classmethod
     def limitations(cls) -> tuple:

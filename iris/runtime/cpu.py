@@ -53,6 +53,10 @@ class CpuBackend(Backend):
     def arch_name(props) -> str:
         return ""
 
+    def float8_formats(self, device) -> tuple:
+        # Triton's interpreter converts to the OCP formats in software
+        return (torch.float8_e4m3fn, torch.float8_e5m2)
+
     def device_count(self) -> int:
         return 1
 

@@ -47,6 +47,18 @@ def hip_xcc_count(lib, index: int, hip_version: str | None, arch: str) -> int:
     return XCC_COUNT_BY_ARCH.get(arch.split(":")[0], 1)
 
 
+def float8_formats_of(arch: str) -> tuple:
+    """The float8 dtypes kernels store on an AMD GPU of architecture ``arch`` ("gfx942:sramecc+:xnack-"): MI300
+    (gfx942) the fnuz variants, MI350 (gfx950) and RDNA4 (gfx12) the OCP formats, none before. Example:
+    ``float8_formats_of("gfx90a")`` is ``()``."""
+    arch = arch.split(":")[0]
+    if arch == "gfx942":
+        return (torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
+    if arch == "gfx950" or arch.startswith("gfx12"):
+        return (torch.float8_e4m3fn, torch.float8_e5m2)
+    return ()
+
+
 class HipBackend(IpcBackend):
     name = "hip"
     runtime_prefix = "hip"
@@ -83,3 +95,6 @@ class HipBackend(IpcBackend):
     @staticmethod
     def arch_name(props) -> str:
         return getattr(props, "gcnArchName", "")
+
+    def float8_formats(self, device) -> tuple:
+        return float8_formats_of(getattr(torch.cuda.get_device_properties(device), "gcnArchName", ""))
