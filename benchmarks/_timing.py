@@ -190,3 +190,28 @@ def by_methods(timer: Timer, methods, impls: dict, share=lambda figures: figures
         figures[method] = {label: found.get(label, "the process group (gloo) cannot be captured in a CUDA graph")
                            for label in impls}
     return figures
+
+
+def add_timing_arguments(parser, gpu: bool, methods=METHODS) -> None:
+    """``--methods`` (default ``methods`` on a GPU, eager on the CPU backend), ``--calls``, ``--iters`` (samples)
+    and ``--warmup``, the same in every benchmark; check them after parsing with :func:`check_timing_arguments`.
+
+    Example:
+        >>> add_timing_arguments(parser, gpu, methods=("graph",))   # tp_decode.py: decode steps replay a graph
+    """
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(methods if gpu else ("eager",)),
+                        help=f"how to time (benchmarks/_timing.py): {', '.join(methods)} on a GPU; eager only on "
+                             "the CPU backend")
+    parser.add_argument("--calls", type=int, default=CALLS_PER_SAMPLE if gpu else 1,
+                        help=f"calls per sample ({CALLS_PER_SAMPLE}, nccl-tests' default; 1 on the CPU backend)")
+    parser.add_argument("--iters", type=int, default=20 if gpu else 2, help="timed samples per point (the median)")
+    parser.add_argument("--warmup", type=int, default=5 if gpu else 1, help="untimed calls of each first")
+
+
+def check_timing_arguments(parser, args, gpu: bool) -> None:
+    """Refuse, before any timing, a method the backend lacks or counts out of range (``parser.error``)."""
+    if not gpu and set(args.methods) - {"eager"}:
+        parser.error("--methods: the CPU backend has no CUDA events or graphs; only eager runs there")
+    if args.calls < 1 or args.iters < 1 or args.warmup < 0:
+        parser.error(f"need --calls >= 1, --iters >= 1, --warmup >= 0; got {args.calls}, {args.iters}, "
+                     f"{args.warmup}")

@@ -81,7 +81,7 @@ import torch.distributed as dist
 import triton
 from _results import (add_csv_argument, check_csv_argument, default_csv, git_commit, host_us, parse_size, why_not,
                       write_csv)
-from _timing import CALLS_PER_SAMPLE, METHODS, Timer, by_methods, nccl_facts, suspect
+from _timing import Timer, add_timing_arguments, by_methods, check_timing_arguments, nccl_facts, suspect
 
 import iris
 from iris.runtime.distributed import job_world_size
@@ -109,13 +109,7 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--min", type=parse_size, default=parse_size("1K"), help="smallest size per rank (1K)")
     parser.add_argument("--max", type=parse_size, default=parse_size("256M" if gpu else "16K"),
                         help="largest size per rank (256M on a GPU, 16K on the CPU backend)")
-    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS if gpu else ("eager",)),
-                        help="how to time (benchmarks/_timing.py): device, eager, graph (all three on a GPU; "
-                             "eager only on the CPU backend)")
-    parser.add_argument("--calls", type=int, default=CALLS_PER_SAMPLE if gpu else 1,
-                        help=f"calls per sample ({CALLS_PER_SAMPLE}, nccl-tests' default; 1 on the CPU backend)")
-    parser.add_argument("--iters", type=int, default=20 if gpu else 2, help="timed samples per point (the median)")
-    parser.add_argument("--warmup", type=int, default=5 if gpu else 1, help="untimed calls of each first")
+    add_timing_arguments(parser, gpu)
     add_csv_argument(parser, "ccl")
     parser.add_argument("--validate", action="store_true", help="check iris against NCCL once per size")
     parser.add_argument("--graph-max", type=parse_size, default=parse_size("1M"),
@@ -137,11 +131,9 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     check_csv_argument(parser, args, "ccl")
     if args.tune and args.csv is not None:
         parser.error("--tune builds the table from benchmarks/results/: leave --csv out")
-    if not gpu and set(args.methods) - {"eager"}:
-        parser.error("--methods: the CPU backend has no CUDA events or graphs; only eager runs there")
-    if args.min < 16 or args.max < args.min or args.iters < 1 or args.warmup < 0 or args.calls < 1:
-        parser.error(f"need 16 <= --min <= --max, --iters >= 1, --warmup >= 0, --calls >= 1; got {args.min}, "
-                     f"{args.max}, {args.iters}, {args.warmup}, {args.calls}")
+    check_timing_arguments(parser, args, gpu)
+    if args.min < 16 or args.max < args.min:
+        parser.error(f"need 16 <= --min <= --max; got {args.min}, {args.max}")
     args.sizes = [args.min << i for i in range((args.max // args.min).bit_length()) if args.min << i <= args.max]
     return args
 

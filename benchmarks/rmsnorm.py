@@ -31,7 +31,7 @@ import argparse
 import torch
 import torch.distributed as dist
 from _results import add_csv_argument, check_csv_argument, default_csv, run_facts, write_csv
-from _timing import CALLS_PER_SAMPLE, METHODS, Timer, by_methods, nccl_facts
+from _timing import Timer, add_timing_arguments, by_methods, check_timing_arguments, nccl_facts
 
 import iris
 
@@ -44,19 +44,14 @@ def parse_args(gpu: bool) -> argparse.Namespace:
                         if gpu else [1, 3])
     parser.add_argument("--hidden", type=int, nargs="+", default=[4096, 6144, 8192] if gpu else [64])
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
-    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS if gpu else ("eager",)),
-                        help="how to time (benchmarks/_timing.py; eager only on the CPU backend)")
-    parser.add_argument("--calls", type=int, default=CALLS_PER_SAMPLE if gpu else 1, help="calls per sample")
-    parser.add_argument("--iters", type=int, default=20 if gpu else 2, help="samples per figure (the median)")
-    parser.add_argument("--warmup", type=int, default=5 if gpu else 1)
+    add_timing_arguments(parser, gpu)
     parser.add_argument("--validate", action="store_true", help="check the three agree before timing")
     add_csv_argument(parser, "rmsnorm")
     args = parser.parse_args()
     check_csv_argument(parser, args, "rmsnorm")
-    if not gpu and set(args.methods) - {"eager"}:
-        parser.error("--methods: the CPU backend has no CUDA events or graphs; only eager runs there")
-    if min(args.tokens) < 1 or min(args.hidden) < 1 or args.iters < 1 or args.calls < 1 or args.warmup < 0:
-        parser.error("--tokens, --hidden, --calls and --iters must be at least 1, --warmup at least 0")
+    check_timing_arguments(parser, args, gpu)
+    if min(args.tokens) < 1 or min(args.hidden) < 1:
+        parser.error("--tokens and --hidden must be at least 1")
     return args
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 from _results import add_csv_argument, check_csv_argument, default_csv, plot_ways, run_facts, write_csv
-from _timing import CALLS_PER_SAMPLE, METHODS, Timer, nccl_facts
+from _timing import Timer, add_timing_arguments, check_timing_arguments, nccl_facts
 
 import iris
 
@@ -54,19 +54,14 @@ def parse_args(gpu: bool) -> argparse.Namespace:
     parser.add_argument("--hidden", type=int, nargs="+", default=[4096, 8192] if gpu else [64])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64] if gpu else [1, 4])
     parser.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS))
-    parser.add_argument("--methods", nargs="+", choices=METHODS, default=["graph" if gpu else "eager"],
-                        help="how to time (benchmarks/_timing.py): graph on a GPU; eager only on the CPU backend")
-    parser.add_argument("--calls", type=int, default=CALLS_PER_SAMPLE if gpu else 1, help="steps per sample")
-    parser.add_argument("--iters", type=int, default=20 if gpu else 2, help="timed samples per point")
-    parser.add_argument("--warmup", type=int, default=5 if gpu else 1, help="untimed steps first")
+    add_timing_arguments(parser, gpu, methods=("graph",))  # decode steps replay a graph, as engines run them
     parser.add_argument("--validate", action="store_true", help="check one step of each way first")
     add_csv_argument(parser, "tp_decode")
     args = parser.parse_args()
     check_csv_argument(parser, args, "tp_decode")
-    if not gpu and set(args.methods) - {"eager"}:
-        parser.error("--methods: the CPU backend has no CUDA events or graphs; only eager runs there")
-    if min(args.hidden) < 1 or min(args.batch) < 1 or args.iters < 1 or args.calls < 1 or args.warmup < 0:
-        parser.error("--hidden, --batch, --calls and --iters must be at least 1, --warmup at least 0")
+    check_timing_arguments(parser, args, gpu)
+    if min(args.hidden) < 1 or min(args.batch) < 1:
+        parser.error("--hidden and --batch must be at least 1")
     return args
 
 
