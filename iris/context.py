@@ -230,6 +230,18 @@ class Iris(TensorFactories):
         """Where this context's heap memory comes from: ``"ipc"`` or ``"shmem"`` (:mod:`iris.memory.providers`)."""
         return self.heap.provider
 
+    def heap_usage(self) -> dict:
+        """This rank's heap in bytes: ``reserved`` (its address range, the reserved regions included),
+        ``allocated`` (what the allocations reach) and ``backable`` (what they may reach before the machine could
+        not back them: on the CPU backend the heap is sparse shared memory, backed as it is touched).
+
+        Example:
+            >>> ctx = iris.iris(64 << 30)      # 64 GiB reserved per rank, even on a small machine
+            >>> ctx.heap_usage()["allocated"]
+            0
+        """
+        return self.heap.usage()
+
     def get_node_map(self) -> tuple[int, ...]:
         """The node each rank runs on (IRIS_NODE_MAP, or the ranks' host names), e.g. ``(0, 0)``."""
         return self._node_map

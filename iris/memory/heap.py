@@ -72,9 +72,24 @@ class SymmetricHeap:
                 f"symmetric heap exhausted: requested {nbytes} bytes (shape {tuple(shape)}, {dtype}), "
                 f"{max(self.size - start, 0)} bytes free of {self.size}; pass a larger heap_size to iris.iris()"
             )
+        limit = self._memory.backing_limit
+        if limit is not None and start + nbytes > limit:
+            raise MemoryError(
+                f"symmetric heap: requested {nbytes} bytes (shape {tuple(shape)}, {dtype}) at offset {start}; the "
+                f"heap reserves {self.size} bytes per rank and backs them on first touch, and this machine can "
+                f"back {limit} per rank: {self._memory.backing_note}. Free memory, use fewer ranks, or allocate "
+                "less")
         self._offset = start + max(nbytes, 1)
         region = self._memory.local[start : start + nbytes]
         return region.view(dtype).view(shape)
+
+    def usage(self) -> dict:
+        """``{"reserved": bytes of the heap's range per rank (allocatable and reserved regions), "allocated": bytes
+        the allocations reach, "backable": bytes the allocations may reach before the machine could not back them
+        (the heap's size where it is backed up front)}``."""
+        limit = self._memory.backing_limit
+        return {"reserved": self.size + self.reserved, "allocated": self._offset,
+                "backable": self.size if limit is None else limit}
 
     def region(self, name: str) -> torch.Tensor:
         """Reserved region ``name`` of the layout (the same offset on every rank), as a tensor."""

@@ -11,11 +11,17 @@ import torch
 
 @dataclass
 class HeapMemory:
-    """One rank's heap: ``local`` (flat ``uint8``), every rank's base valid here, and how to unmap the peers."""
+    """One rank's heap: ``local`` (flat ``uint8``), every rank's base valid here, and how to unmap the peers.
+
+    ``backing_limit``: where the heap is an address range whose pages are backed on first touch (the CPU
+    backend's shared memory), the bytes of it each rank's allocations may take before the machine could not back
+    them, the same on every rank; ``backing_note`` says what the machine holds. None: all of it is backed."""
 
     local: torch.Tensor
     bases: list[int]
     release_peers: Callable[[], None] = field(default=lambda: None)
+    backing_limit: int | None = None
+    backing_note: str = ""
 
 
 def raise_if_any_rank_failed(comm, failure: str | None) -> None:

@@ -16,7 +16,8 @@ import torch
 
 from iris import config
 from iris.runtime.base import Backend, HeapMemory, raise_if_any_rank_failed
-from iris.runtime.shm import SEGMENT_PREFIX, create_segment, open_segment, remove_stale_segments
+from iris.runtime.shm import (SEGMENT_PREFIX, backing_capacity, capacity_report, create_segment, open_segment,
+                              remove_stale_segments)
 
 
 def segment_name(job: str, context: str, rank: int) -> str:
@@ -97,4 +98,10 @@ class CpuBackend(Backend):
                 mapping.close()
             peers.clear()
 
-        return HeapMemory(local=local, bases=bases, release_peers=release_peers)
+        # The segments are sparse: each rank may back its share of what the machine can back now (rank 0's view,
+        # so every rank refuses the same allocation).
+        capacity = comm.broadcast_object(backing_capacity() if comm.rank == 0 else None, src=0)
+        limit = None if capacity is None else min(nbytes, capacity // comm.world_size)
+        return HeapMemory(local=local, bases=bases, release_peers=release_peers, backing_limit=limit,
+                          backing_note=f"{comm.world_size} ranks share this machine's shared memory "
+                                       f"({capacity_report()})")

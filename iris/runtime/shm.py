@@ -57,12 +57,17 @@ def capacity_report() -> str:
     return ", ".join(parts)
 
 
-def _fits(nbytes: int) -> bool:
+def backing_capacity() -> int | None:
+    """Bytes of shared memory the machine can still back now: the free space of /dev/shm, at most the memory
+    available (tmpfs pages are memory); None where neither can be read."""
     try:
         fs = os.statvfs(SHM_DIRECTORY)
+        free = fs.f_bavail * fs.f_frsize
     except OSError:
-        return True  # no /dev/shm to ask: let shm_open say what is wrong
-    return nbytes <= fs.f_blocks * fs.f_frsize
+        free = None
+    available = memory_available()
+    known = [n for n in (free, available) if n is not None]
+    return min(known) if known else None
 
 
 class Segment:
@@ -89,14 +94,14 @@ class Segment:
 
 
 def create_segment(name: str, nbytes: int) -> Segment:
-    """Create, size, lock and map segment ``name``; unlinks what it made if a later step fails.
+    """Create, size, lock and map segment ``name``; unlinks what it made if a later step fails. The segment is
+    sparse: its pages take memory when first touched (tmpfs), so ``nbytes`` may exceed what /dev/shm holds
+    (a heap reserves its whole range and backs what its allocations use: :func:`backing_capacity`).
 
     Raises:
         MemoryError: ``nbytes`` cannot be mapped here; the message says what the machine has.
         FileExistsError: the name is taken.
     """
-    if not _fits(nbytes):
-        raise MemoryError(f"{_human(nbytes)} of shared memory asked; {capacity_report()}")
     while True:
         fd = _posixshmem.shm_open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, mode=0o600)
         fcntl.flock(fd, fcntl.LOCK_SH)
