@@ -22,6 +22,8 @@ import ctypes
 import functools
 import struct
 
+import torch
+
 CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE = 0, 1
 
 
@@ -120,8 +122,6 @@ class DirectLaunch:
         self.native = (function, *grid, threads, shared, ctypes.addressof(self._pointers), device)
 
     def __call__(self) -> None:
-        import torch
-
         stream = torch._C._cuda_getCurrentRawStream(self._device)
         gx, gy, gz = self._grid
         result = self._launch(self._function, gx, gy, gz, self._threads, 1, 1, self._shared, stream,
