@@ -15,9 +15,10 @@ from iris.device.rma import HEAP_BASES_SLOT
 from iris.host import debug as debug_mode
 from iris.runtime.distributed import init_distributed, node_map
 from iris.runtime.logging import log
+from iris.memory.external import ExternalMemory
 from iris.memory.heap import SymmetricHeap
 from iris.memory.providers import HeapProviderRefusal, JobFacts, create_provider, provider_name
-from iris.memory.tensors import TensorFactories
+from iris.memory.tensors import TensorFactories, normalize_size
 from iris.runtime import launch_options
 from iris.host.team import Team, reserved_layout
 
@@ -149,8 +150,9 @@ class Iris(TensorFactories):
     # -- lifetime ----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Collective: wait for every rank, unmap the peers' heaps, wait again. The heap's memory is released
-        once neither the context nor a tensor views it (``ctx.ccl`` and ``ctx.ops`` hold the context weakly).
+        """Collective: wait for every rank, unmap the peers' heaps and registered tensors, wait again. The heap's
+        memory is released once neither the context nor a tensor views it (``ctx.ccl`` and ``ctx.ops`` hold the
+        context weakly).
 
         Example:
             >>> ctx.close()
@@ -159,6 +161,7 @@ class Iris(TensorFactories):
         heap = getattr(self, "heap", None)
         if heap is not None:
             self.backend.synchronize(self._device)
+            self._external.close(collective=True)  # registered tensors: their peers' mappings go first
             heap.close(collective=True)
 
     def __enter__(self):
@@ -171,6 +174,8 @@ class Iris(TensorFactories):
         heap = getattr(self, "heap", None)
         if heap is not None:
             try:
+                if "_external" in self.__dict__:
+                    self._external.close(collective=False)
                 heap.close(collective=False)
             except Exception:  # interpreter shutdown
                 pass
@@ -259,6 +264,96 @@ class Iris(TensorFactories):
         Example: ``kernel[grid](ctx.get_device_context(), buf, rank=ctx.get_rank(), world_size=ctx.get_num_ranks())``
         """
         return self._device_context
+
+    # -- symmetric objects and memory from other allocators ----------------------------------
+
+    @functools.cached_property
+    def _external(self) -> ExternalMemory:
+        return ExternalMemory(self.backend, self.comm, self.heap, self._device, self._node_map)
+
+    def allocate_symmetric(self, *size, dtype: torch.dtype | None = None):
+        """A heap tensor and its peer-base table, the heap's bases: pass the table where a kernel takes
+        ``heap_bases``, so the kernel runs unchanged over a registered tensor's table
+        (:meth:`register_external_tensor`). Collective in effect: every rank allocates alike, in the same order.
+
+        Args:
+            size: the shape (``4, 8`` or ``(4, 8)``); or one dict ``{name: (shape, dtype) or shape}`` (a bare
+                shape takes ``dtype``), allocated in the dict's order.
+            dtype: the element type (None: torch's default, float32).
+
+        Returns:
+            ``(tensor, table)``; for a dict, ``{name: (tensor, table)}``.
+
+        Example:
+            >>> x, table = ctx.allocate_symmetric(1024, dtype=torch.float16)
+            >>> bufs = ctx.allocate_symmetric({"data": ((64, 64), torch.bfloat16), "flags": (64, torch.int32)})
+            >>> kernel[grid](x, table)
+        """
+        if len(size) == 1 and isinstance(size[0], dict):
+            if not size[0]:
+                raise ValueError("allocate_symmetric({}) names no tensor: give at least one {name: (shape, dtype)}")
+            requests = {}
+            for name, value in size[0].items():
+                shape, kind = value if isinstance(value, tuple) and len(value) == 2 and isinstance(
+                    value[1], torch.dtype) else (value, dtype or torch.get_default_dtype())
+                try:
+                    requests[name] = (normalize_size((shape,)), kind)
+                except (TypeError, ValueError) as error:
+                    raise TypeError(f"allocate_symmetric: entry {name!r} = {value!r} is neither a shape nor "
+                                    f"(shape, dtype) with dtype a torch.dtype: {error}") from None
+            return {name: (self.empty(shape, dtype=kind), self.heap_bases) for name, (shape, kind) in requests.items()}
+        return self.empty(*size, dtype=dtype or torch.get_default_dtype()), self.heap_bases
+
+    def register_external_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Collective: map every rank's ``tensor`` (made by any allocator; each rank its own, of one shape, stride
+        and dtype, registered in the same order) into every peer, without a copy, and return its peer-base table.
+        The mappings last until :meth:`deregister_external_tensor` or :meth:`close`; the context holds ``tensor``
+        until then. On the CPU backend the tensor must be in shared memory (``t.share_memory_()``); on GPUs in
+        memory the CUDA/HIP IPC calls share (torch's caching allocator without expandable segments).
+
+        Raises ValueError on every rank, before any mapping, where a rank's tensor cannot be shared or the
+        tensors differ between ranks (naming them); RuntimeError on every rank where a mapping failed.
+
+        Example:
+            >>> x = torch.zeros(1024).share_memory_()
+            >>> table = ctx.register_external_tensor(x)
+            >>> kernel[grid](x, table)   # iris.store(x + offs, v, rank, peer, table) writes the peer's x
+        """
+        return self._external.register(tensor)
+
+    def deregister_external_tensor(self, tensor: torch.Tensor) -> None:
+        """Collective: unmap the peers' memory of a tensor :meth:`register_external_tensor` mapped; ValueError on
+        every rank where a rank has not registered it. Example: ``ctx.deregister_external_tensor(x)``"""
+        self._external.deregister(tensor)
+
+    def as_symmetric(self, tensor: torch.Tensor, copy: bool = True) -> torch.Tensor:
+        """A heap copy of ``tensor`` (same shape, dtype and values), usable from remote ranks; with
+        ``copy=False``, ``tensor`` itself, registered (collective: :meth:`register_external_tensor`), its table
+        given by :meth:`get_peer_bases`.
+
+        Example:
+            >>> x = ctx.as_symmetric(torch.arange(8))
+            >>> y = ctx.as_symmetric(torch.zeros(8).share_memory_(), copy=False)
+        """
+        if copy:
+            return super().as_symmetric(tensor)
+        self.register_external_tensor(tensor)
+        return tensor
+
+    def get_peer_bases(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The peer-base table of ``tensor`` (or of the registered tensor or heap it lies in): pass it where a
+        kernel takes ``heap_bases``. ValueError, before any launch, for a tensor neither registered nor on the heap.
+
+        Example: ``kernel[grid](x, ctx.get_peer_bases(x))``
+        """
+        table = self._external.table_of(tensor) if "_external" in self.__dict__ else None
+        if table is not None:
+            return table
+        if self.is_symmetric(tensor):
+            return self.heap_bases
+        raise ValueError("this tensor is neither on this context's heap nor registered: call "
+                         "ctx.register_external_tensor(t) on every rank (zero-copy), or use ctx.as_symmetric(t) "
+                         "for a heap copy")
 
     # -- host synchronization ----------------------------------------------------------------
 

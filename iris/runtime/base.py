@@ -138,6 +138,16 @@ class Backend(ABC):
         return 1_000_000
 
     @abstractmethod
+    def export_memory(self, tensor: torch.Tensor):
+        """A picklable handle by which another process of this node maps the memory of ``tensor`` (made by any
+        allocator) without a copy; ValueError, saying what to do, where this backend cannot share that memory."""
+
+    @abstractmethod
+    def import_memory(self, handle) -> tuple[int, Callable[[], None]]:
+        """Map a peer's :meth:`export_memory` handle here: (the address of the peer's tensor's first byte in this
+        process, a callable that unmaps it)."""
+
+    @abstractmethod
     def copy(self, dst: int, src: int, nbytes: int, stream=None) -> None:
         """Copy ``nbytes`` from address ``src`` to ``dst`` (mapped heap or pinned host memory) in ``stream``'s order
         (None: the current stream); asynchronous on a GPU, at once on the CPU backend."""

@@ -70,6 +70,30 @@ class CpuBackend(Backend):
     def copy(self, dst: int, src: int, nbytes: int, stream=None) -> None:
         ctypes.memmove(dst, src, nbytes)  # every heap of the job is mapped into this process
 
+    def export_memory(self, tensor: torch.Tensor):
+        """(pid, fd, storage bytes, byte offset): a peer of the same user opens ``/proc/<pid>/fd/<fd>``. Only
+        memory torch shares by file descriptor (``t.share_memory_()`` under its default strategy) has one."""
+        if tensor.device.type != "cpu":
+            raise ValueError(f"a tensor on {tensor.device}: the CPU backend maps host memory only")
+        storage = tensor.untyped_storage()
+        try:
+            fd = storage._get_shared_fd()  # unlike _share_fd_cpu_, never moves private memory into a new segment
+        except RuntimeError:
+            how = ("shared by file name (torch's 'file_system' sharing strategy); share it under the "
+                   "'file_descriptor' strategy" if storage.is_shared() else "in private memory")
+            raise ValueError(f"this tensor is {how}, which peers cannot map without a copy: call t.share_memory_() "
+                             "first (zero-copy from then on), or ctx.as_symmetric(t) for a copy on the heap") from None
+        return os.getpid(), fd, storage.nbytes(), tensor.data_ptr() - storage.data_ptr()
+
+    def import_memory(self, handle):
+        pid, fd, nbytes, offset = handle
+        descriptor = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR)
+        try:
+            mapping = mmap.mmap(descriptor, nbytes)
+        finally:
+            os.close(descriptor)  # the mapping keeps the memory
+        return _address(mapping) + offset, mapping.close
+
     def create_heap(self, nbytes: int, device, comm) -> HeapMemory:
         context = comm.broadcast_object(uuid.uuid4().hex[:8] if comm.rank == 0 else None, src=0)
         job = comm.broadcast_object(config.job_id() or uuid.uuid4().hex[:8], src=0)

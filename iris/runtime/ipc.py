@@ -42,25 +42,36 @@ def find_loaded_library(fragment: str) -> str | None:
     return None
 
 
+def load_library(fragment: str, fallback_names: tuple[str, ...], what: str) -> ctypes.CDLL:
+    """The library already mapped here whose name contains ``fragment`` (the very one torch uses), else the first
+    of ``fallback_names`` that loads."""
+    path = find_loaded_library(fragment)
+    candidates = ([path] if path else []) + list(fallback_names)
+    found = ctypes.util.find_library(fragment.replace("lib", "", 1).split(".")[0])
+    if found:
+        candidates.append(found)
+    errors = []
+    for name in candidates:
+        try:
+            return ctypes.CDLL(name)
+        except OSError as exc:
+            errors.append(f"{name}: {exc}")
+    raise RuntimeApiError(f"cannot load {what}; tried: {'; '.join(errors)}")
+
+
+#: The call giving the allocation a device pointer lies in, by runtime prefix: (library, or None for the runtime's
+#: own, its fallbacks, symbol). The CUDA runtime has none, so it is the driver's.
+ADDRESS_RANGE_CALLS = {"cuda": ("libcuda.so", ("libcuda.so.1",), "cuMemGetAddressRange_v2"),
+                       "hip": (None, (), "hipMemGetAddressRange")}
+
+
 class GpuRuntime:
     """ctypes binding of the runtime calls Iris needs, for one vendor."""
 
     def __init__(self, prefix: str, library_fragment: str, fallback_names: tuple[str, ...]):
         self.prefix = prefix
-        path = find_loaded_library(library_fragment)
-        candidates = ([path] if path else []) + list(fallback_names)
-        found = ctypes.util.find_library(library_fragment.replace("lib", "", 1).split(".")[0])
-        if found:
-            candidates.append(found)
-        errors = []
-        for name in candidates:
-            try:
-                self.lib = ctypes.CDLL(name)
-                break
-            except OSError as exc:
-                errors.append(f"{name}: {exc}")
-        else:
-            raise RuntimeApiError(f"cannot load the {prefix} runtime library; tried: {'; '.join(errors)}")
+        self.lib = load_library(library_fragment, fallback_names, f"the {prefix} runtime library")
+        self._address_range = None
         self._bind()
 
     def _fn(self, name, argtypes):
@@ -120,6 +131,21 @@ class GpuRuntime:
     def close_ipc_handle(self, ptr: int) -> None:
         self.check(self._close_handle(ctypes.c_void_p(ptr)), "IpcCloseMemHandle")
 
+    def allocation_of(self, ptr: int) -> tuple[int, int]:
+        """(base, bytes) of the allocation device pointer ``ptr`` lies in: an IPC handle maps a whole allocation."""
+        fragment, fallbacks, symbol = ADDRESS_RANGE_CALLS[self.prefix]
+        if self._address_range is None:
+            lib = self.lib if fragment is None else load_library(fragment, fallbacks, "the CUDA driver library")
+            self._address_range = getattr(lib, symbol)
+            self._address_range.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t),
+                                            ctypes.c_void_p]
+            self._address_range.restype = ctypes.c_int
+        base, size = ctypes.c_void_p(), ctypes.c_size_t()
+        status = self._address_range(ctypes.byref(base), ctypes.byref(size), ctypes.c_void_p(ptr))
+        if status != 0:
+            raise RuntimeApiError(f"{symbol} failed with error {status} for the address {hex(ptr)}")
+        return base.value, size.value
+
     def memcpy_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
         """``nbytes`` from ``src`` to ``dst`` on ``stream`` (a raw handle); the addresses say where they are
         (unified addressing: ``cudaMemcpyDefault`` / ``hipMemcpyDefault``)."""
@@ -166,6 +192,7 @@ class IpcBackend(Backend):
             raise RuntimeError(f"the {self.name} backend needs a GPU, and torch sees none; use IRIS_BACKEND=cpu")
         torch.cuda.init()  # loads the runtime library so that we bind the very same one
         self._runtime = None
+        self._imported: dict[bytes, list] = {}  # IPC handle -> [mapped base, registrations using it]
 
     @property
     def runtime(self) -> GpuRuntime:
@@ -199,6 +226,35 @@ class IpcBackend(Backend):
     def copy(self, dst: int, src: int, nbytes: int, stream=None) -> None:
         stream = torch.cuda.current_stream() if stream is None else stream
         self.runtime.memcpy_async(dst, src, nbytes, stream.cuda_stream)
+
+    def export_memory(self, tensor: torch.Tensor):
+        """(IPC handle of the allocation ``tensor`` lies in, byte offset of ``tensor`` in it). Memory the IPC calls
+        cannot share (torch's expandable segments, cudaMallocAsync pools) fails with RuntimeApiError."""
+        if tensor.device.type != "cuda":
+            raise ValueError(f"a tensor on {tensor.device}: this backend maps GPU memory only")
+        ptr = tensor.data_ptr()
+        base, _ = self.runtime.allocation_of(ptr)
+        return self.runtime.ipc_handle(base), ptr - base
+
+    def import_memory(self, handle):
+        ipc, offset = handle
+        # One open per handle and process: tensors of one allocation share the mapping, closed with the last.
+        entry = self._imported.setdefault(ipc, [None, 0])
+        if entry[0] is None:
+            try:
+                entry[0] = self.runtime.open_ipc_handle(ipc)
+            except Exception:
+                del self._imported[ipc]
+                raise
+        entry[1] += 1
+
+        def release():
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._imported[ipc]
+                self.runtime.close_ipc_handle(entry[0])
+
+        return entry[0] + offset, release
 
     def create_heap(self, nbytes: int, device, comm) -> HeapMemory:
         self.activate(device)
