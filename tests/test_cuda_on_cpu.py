@@ -212,6 +212,7 @@ def test_rank_work_written_for_cuda(ranks):
         assert equal and ms > 0 and index == rank
 
 
+@pytest.mark.slow  # a fresh interpreter: the slow tier
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks torch's own refusal where there is no GPU")
 def test_off_switch_gives_torch_its_own_behaviour():
     out = _python("""

@@ -187,6 +187,7 @@ def test_a_run_without_a_program_is_refused(words, message):
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow  # starts iris run: the slow tier, as the other refusals
 def test_needs_at_least_one_rank():
     proc = subprocess.run([sys.executable, "-m", "iris", "run", "-n", "0", "x.py"], capture_output=True, text=True)
     assert proc.returncode == 2 and "need at least one rank" in proc.stderr

@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 import iris
 
 
@@ -18,6 +20,7 @@ def test_every_public_name_exists_and_is_documented():
     assert not undocumented, f"public names without a docstring: {undocumented}"
 
 
+@pytest.mark.slow  # a fresh interpreter: the slow tier (the README command stays under 5 minutes)
 def test_the_plug_ins_are_there_after_a_bare_import():
     """``import iris`` alone gives ``iris.ccl`` and ``iris.ops`` (code written for the original uses
     ``iris.ccl.Config`` so); in a fresh process, where no test imported them first."""
