@@ -1,6 +1,6 @@
-"""Sub-teams: two disjoint teams of a 4-rank job (a tuple of ranks, or a torch ProcessGroup) run collectives at the
-same time, round after round with fresh data, each team's result against torch; the whole job's collectives
-interleave with theirs (the slow tier: 4 ranks)."""
+"""Sub-teams: two disjoint teams of a 4-rank job (a tuple or list of ranks, or a torch ProcessGroup) run
+collectives at the same time, round after round with fresh data, each team's result against torch; the whole
+job's collectives interleave with theirs (the slow tier: 4 ranks)."""
 
 import pytest
 import torch
@@ -25,7 +25,8 @@ def _team_rounds(kind):
     ctx = iris.iris(4 << 20)
     rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
     halves = ((0, 1), (2, 3))
-    groups = [dist.new_group(list(half)) for half in halves] if kind == "process group" else list(halves)
+    groups = {"process group": lambda: [dist.new_group(list(half)) for half in halves],
+              "list": lambda: [list(half) for half in halves], "ranks": lambda: list(halves)}[kind]()
     mine = halves[rank // 2]
     team = groups[rank // 2]
     size = len(mine)
@@ -58,6 +59,6 @@ def _team_rounds(kind):
     return wrong
 
 
-@pytest.mark.parametrize("kind", ["ranks", "process group"])
+@pytest.mark.parametrize("kind", ["ranks", "list", "process group"])
 def test_two_disjoint_teams_run_collectives_at_once_and_the_world_between(four_ranks, kind):
     assert four_ranks.run(_team_rounds, kind) == [[]] * 4

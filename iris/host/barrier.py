@@ -10,6 +10,11 @@ from iris.device.sync import barrier_kernel
 from iris.host.replay import BoundLaunch, bind
 
 
+
+def hashable(group):
+    """``group`` as the caches key it: a list of ranks as a tuple, anything else as it is."""
+    return tuple(group) if isinstance(group, list) else group
+
 class DeviceBarrier:
     """Per-context state of the device barrier.
 
@@ -34,7 +39,9 @@ class DeviceBarrier:
         self._block = max(16, 1 << (world_size - 1).bit_length())
 
     def members_of(self, group) -> tuple[int, ...]:
-        """The global ranks of ``group`` (None: all; a process group or a tuple of ranks), checked once per group."""
+        """The global ranks of ``group`` (None: all; a process group, or a tuple or list of ranks), checked once per
+        group. (A list works; a tuple also lets a repeated call be remembered and replayed: its key must hash.)"""
+        group = hashable(group)
         ranks = self._ranks_by_group.get(group)
         if ranks is None:
             ranks = self._ranks_by_group[group] = self._checked_ranks(group)
@@ -78,6 +85,7 @@ class DeviceBarrier:
 
     def launch(self, group=None) -> BoundLaunch:
         """The barrier kernel of ``group``, bound once (see :mod:`iris.host.replay`)."""
+        group = hashable(group)
         launch = self._launches.get(group)
         if launch is None:
             launch = self._launches[group] = bind(barrier_kernel, (1,), *self.arguments(group), self._rank,
