@@ -81,6 +81,7 @@ import torch.distributed as dist
 import triton
 from _results import (add_csv_argument, check_csv_argument, default_csv, git_commit, host_us, parse_size, why_not,
                       write_csv)
+from _rows import ccl_method
 from _timing import Timer, add_timing_arguments, by_methods, check_timing_arguments, nccl_facts, suspect
 
 import iris
@@ -388,22 +389,12 @@ def packed_as(row: dict, packing: bool | None) -> bool:
     return all_reduce_push.packs(ran, size, numel) == all_reduce_push.packs(packing, size, numel)
 
 
-def method_of(row: dict) -> tuple[str, str]:
-    """(implementation, method) of a ccl.py CSV row; a run written before the method column names its replayed
-    rows ``<impl>+graph`` and its host rows ``... (host)``, and its other rows were device figures."""
-    if row.get("method"):
-        return row["impl"], row["method"]
-    if row["impl"].endswith("+graph"):
-        return row["impl"].removesuffix("+graph"), "graph"
-    return row["impl"], "host" if row.get("note") == "host" else "device"
-
-
 def tuned_table(rows, margin: float) -> dict:
     """{(world, dtype): ((below bytes, variant), ...)} from the rows of ccl.py CSVs; see the module's docstring."""
     times = {"device": {}, "graph": {}}
     packing = iris.config.ll_pack()  # ll's rows count where they were packed as ll is here, size by size
     for row in rows:
-        impl, replay = method_of(row)
+        impl, replay = ccl_method(row)
         impl = impl.removeprefix("iris.")
         if replay not in times:
             continue

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import summarize_results as summary
+import _rows as summary
 
 ROOT = Path(__file__).resolve().parents[1]
 SPAN = re.compile(r"<!-- claim ([\w.-]+) -->((?:(?!<!--).)*?)<!-- /claim -->", re.DOTALL)
@@ -166,7 +166,7 @@ def _figures(rows: list[dict], keys: tuple[str, ...], column: str = "us",
         raise ClaimError("the CSV holds several timing methods: name the one the sentence quotes")
     points: dict[tuple, dict[str, float]] = {}
     for r in rows:
-        value = summary._float(r.get(column))
+        value = summary.number(r.get(column))
         if value is not None and (method is None or (r.get("method") or method) == method):
             points.setdefault(tuple(int(r[k]) for k in keys), {})[r["impl"]] = value
     return points
@@ -207,7 +207,7 @@ def ccl_graph_sizes(rows):
     sizes = sorted({b for _, b in _ccl_points(rows, "graph")})
     if not sizes:
         raise ClaimError("no graph-replayed rows of both iris and nccl")
-    return f"{summary._size(sizes[0])} to {summary._size(sizes[-1])}"
+    return f"{summary.size_label(sizes[0])} to {summary.size_label(sizes[-1])}"
 
 
 @claim("ccl")
@@ -216,13 +216,13 @@ def ccl_iris_ahead_sizes(rows):
     default takes less time per call than NCCL: replayed from a CUDA graph (method graph) where both were,
     else by device time (method device: CUDA events around back-to-back calls). ClaimError where it does not."""
     graph, device = _ccl_points(rows, "graph"), _ccl_points(rows, "device")
-    behind = [f"{c} at {summary._size(b)}" for (c, b), (iris, nccl) in {**device, **graph}.items() if iris >= nccl]
+    behind = [f"{c} at {summary.size_label(b)}" for (c, b), (iris, nccl) in {**device, **graph}.items() if iris >= nccl]
     if behind:
         raise ClaimError(f"Iris is not ahead of NCCL at {', '.join(behind)}")
     sizes = sorted({b for _, b in {**device, **graph}})
     if not sizes:
         raise ClaimError("no rows of both iris and nccl")
-    return f"{summary._size(sizes[0])} to {summary._size(sizes[-1])}"
+    return f"{summary.size_label(sizes[0])} to {summary.size_label(sizes[-1])}"
 
 
 @claim("ccl")
@@ -242,7 +242,7 @@ def _rma_ratios(rows) -> dict[int, dict[str, float]]:
     """{bytes: {op: ratio_to_copy_engine}} of :data:`RMA_SM_OPS`, the first pair the CSV lists at each size."""
     found: dict[int, dict[str, float]] = {}
     for r in rows:
-        ratio = summary._float(r.get("ratio_to_copy_engine"))
+        ratio = summary.number(r.get("ratio_to_copy_engine"))
         if r["op"] in RMA_SM_OPS and ratio is not None:
             found.setdefault(int(r["bytes"]), {}).setdefault(r["op"], ratio)
     return found
@@ -268,7 +268,7 @@ def rma_lead_sizes(rows):
     lead = [i for i, n in enumerate(sizes) if set(by_size[n]) == set(RMA_SM_OPS) and min(by_size[n].values()) > 1]
     if not lead or lead != list(range(lead[0], lead[-1] + 1)):
         raise ClaimError(f"the sizes where every SM-issued op leads the copy engine are not one run: {lead}")
-    low, high = summary._size(sizes[lead[0]]).split(), summary._size(sizes[lead[-1]]).split()
+    low, high = summary.size_label(sizes[lead[0]]).split(), summary.size_label(sizes[lead[-1]]).split()
     return f"{low[0]} and {' '.join(high)}" if low[1] == high[1] else f"{' '.join(low)} and {' '.join(high)}"
 
 
@@ -276,7 +276,7 @@ def rma_lead_sizes(rows):
 def ops_speedup(rows):
     """Every fused op at every shape: the speedup column (``torch.matmul`` then NCCL, over the fused op), the
     range."""
-    return ratios(v for r in rows if (v := summary._float(r.get("speedup"))) is not None)
+    return ratios(v for r in rows if (v := summary.number(r.get("speedup"))) is not None)
 
 
 @claim("rmsnorm")

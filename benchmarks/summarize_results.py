@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from _rows import (CCL_COLLECTIVES, COMMAND, REFERENCE_GPU, REFERENCE_RANKS, RESULTS, ccl_method, ccl_times,  # noqa: F401
+                   number as _float, size_label as _size)
+
 # benchmarks/<name>.py, each writing <name>_<gpu>_<N>ranks.csv
 BENCHMARKS = ("all_to_all_v", "ccl", "latency", "moe", "ops", "rma", "rmsnorm", "tp_decode")
-COMMAND = "python benchmarks/summarize_results.py"
 _NAME = re.compile(rf"^({'|'.join(BENCHMARKS)})_([a-z0-9]+(?:-[a-z0-9]+)*)_([1-9][0-9]*)ranks(\.csv|\.png)$")
 
 
@@ -84,30 +84,11 @@ def table(runs: list[Run], link=lambda name: name) -> str:
 
 # --- Figures: the numbers of the reference platform's runs, one table (or two) per benchmark ----------------
 
-REFERENCE_GPU = "nvidia-h200"  # the GPU kind and world size whose canonical CSVs the figures read
-REFERENCE_RANKS = 2
-CCL_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 CCL_SIZES = (1 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20)  # bytes per rank, where the CSV has them
 RMA_SIZES = (1 << 20, 8 << 20, 64 << 20, 256 << 20)
 OPS_SHAPES = ((128, 8192), (1024, 8192), (16384, 8192))  # (M, N); K as the CSV says
 _NONE = "–"
 
-
-def _float(text) -> float | None:
-    """A CSV cell as a number; None where it is empty or not a number (nan)."""
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(value) else value
-
-
-def _size(nbytes: int) -> str:
-    """``1024`` -> ``1 KiB``, ``16777216`` -> ``16 MiB``."""
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if nbytes >= 1 << shift and nbytes % (1 << shift) == 0:
-            return f"{nbytes >> shift} {unit}"
-    return f"{nbytes} B"
 
 
 def _us(value: float | None) -> str:
@@ -134,38 +115,6 @@ CCL_METHODS = ("device", "eager", "graph")  # the order of the tables by method;
 METHOD_TITLES = {"device": "Device time per call (CUDA events around back-to-back calls)",
                  "eager": "Host-inclusive eager time per call", "graph": "CUDA graph replay per call"}
 
-
-def ccl_method(row: dict) -> tuple[str, str]:
-    """(implementation, method) of a benchmarks/ccl.py CSV row: its ``method`` column (device, eager, graph or
-    host). A CSV written before that column has none: there an impl named ``<impl>+graph`` was replayed from a
-    graph (method graph), a row whose note is "host" is a host profile (method host), and every other row was
-    timed with CUDA events around back-to-back calls (method device).
-
-    Example:
-        >>> ccl_method({"impl": "nccl+graph", "note": ""}), ccl_method({"impl": "iris", "method": "eager"})
-        (('nccl', 'graph'), ('iris', 'eager'))
-    """
-    if row.get("method"):
-        return row["impl"], row["method"]
-    if row["impl"].endswith("+graph"):
-        return row["impl"].removesuffix("+graph"), "graph"
-    return row["impl"], "host" if row.get("note") == "host" else "device"
-
-
-def ccl_times(rows: list[dict]) -> dict[tuple[str, str, int, str], float]:
-    """{(method, collective, bytes, impl): µs} of the timed rows of a ccl.py CSV (host rows too; a row without a
-    figure, such as a variant that cannot run at its size, is left out), in one dtype: bf16 where the CSV has it,
-    else the first it names."""
-    dtypes = list(dict.fromkeys(r.get("dtype", "") for r in rows if r.get("bytes", "").isdigit()
-                                and int(r["bytes"]) > 0))
-    dtype = "bf16" if "bf16" in dtypes else dtypes[0] if dtypes else ""
-    times = {}
-    for r in rows:
-        us = _float(r.get("us"))
-        if us is not None and r.get("bytes", "").isdigit() and r.get("dtype", "") == dtype:
-            impl, method = ccl_method(r)
-            times[(method, r["collective"], int(r["bytes"]), impl)] = us
-    return times
 
 
 def _calls(rows: list[dict], method: str) -> str:
