@@ -26,6 +26,8 @@ def test_info_names_versions_backend_devices_and_switches():
     assert f"torch {torch.__version__}" in out and f"triton {triton.__version__}" in out
     assert f"backend: {iris.runtime.SELECTED}" in out
     assert "IRIS_GRAPH_REPLAY" in out and "heap provider: ipc" in out
+    if iris.runtime.SELECTED == "cpu":  # a sparse heap: what the machine's shared memory can back
+        assert "heap memory: sparse POSIX shared memory" in out and "free)" in out, out
 
 
 def test_info_as_json_holds_the_same_facts():

@@ -117,6 +117,8 @@ def collect() -> dict:
                     "kernels": "compiled for the GPU" if iris.runtime.device_facts().compiles_kernels else
                     "Triton's interpreter"},
         "devices": _devices(backend),
+        # a heap in host memory is sparse shared memory, backed as allocations touch it: what the machine can back
+        "heap_memory": _host_heap_memory() if backend.memory_on_host else "",
         "heap_providers": {"ipc": "available",
                            "shmem": "available" if shmem_refused is None and engine_available() else
                            "not available: " + (f"the {backend.name.upper()} backend" if shmem_refused else
@@ -133,6 +135,13 @@ def _meaning(name: str, reader) -> dict:
     except ValueError as error:
         means = f"refused: {error}"
     return {"value": config.text(name), "means": means}
+
+
+def _host_heap_memory() -> str:
+    from iris.runtime.shm import capacity_report
+
+    return ("sparse POSIX shared memory, backed as allocations touch it (ctx.heap_usage()); "
+            f"{capacity_report()}, shared by the ranks of this machine")
 
 
 def _devices(backend) -> list[dict]:
@@ -163,6 +172,8 @@ def render(facts: dict) -> str:
              f"backend: {backend['name']} ({backend['why']}; kernels: {backend['kernels']})"]
     if not facts["devices"]:
         lines.append("devices: none (ranks map each other's heaps through POSIX shared memory)")
+    if facts["heap_memory"]:
+        lines.append(f"heap memory: {facts['heap_memory']}")
     for device in facts["devices"]:
         peers = ", ".join(map(str, device["peers"])) or "none"
         lines.append(f"device {device['index']}: {device['name']}, {device['arch']}, {device['units']} compute units, "
