@@ -43,7 +43,11 @@ def _summary():
                                                   BENCHMARKS / "summarize_results.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclass looks itself up there
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(BENCHMARKS))  # its own imports (_rows) lie beside it
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
     return module
 
 
