@@ -142,7 +142,11 @@ def test_kernels_defined_before_import_iris_run(tmp_path):
 
     script = tmp_path / "kernels_first.py"
     script.write_text(KERNELS_FIRST)
-    env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
+    os = __import__("os")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    # this checkout's iris, installed or not (a GPU machine's tree may be on the path only through PYTHONPATH)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     out = subprocess.run(python_command([str(script)]), capture_output=True, text=True, env=env, timeout=300)
     assert "RESULT [1, 1, 1, 1, 1]" in out.stdout, out.stdout + out.stderr[-3000:]
 
