@@ -24,6 +24,7 @@ import torch
 
 from iris.device.context import build_context_tensor
 from iris.device.rma import HEAP_BASES_SLOT
+from iris.memory.heap import extent_bytes
 
 #: iris.translate moves a pointer by whole chunks of this many bytes: bases must differ by multiples of it.
 CHUNK_BYTES = 16
@@ -38,10 +39,6 @@ def peer_base_table(rank: int, world: int, bases: list[int], device) -> torch.Te
     return words[HEAP_BASES_SLOT.value:HEAP_BASES_SLOT.value + world]
 
 
-def _extent(tensor: torch.Tensor) -> int:
-    return (sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride())) + 1) * tensor.element_size()
-
-
 @dataclass(eq=False)
 class _Registration:
     tensor: torch.Tensor  # held, so that the memory peers map outlives their mappings
@@ -51,7 +48,7 @@ class _Registration:
     def covers(self, tensor: torch.Tensor) -> bool:
         start = self.tensor.data_ptr()
         return (tensor.device == self.tensor.device and start <= tensor.data_ptr()
-                and tensor.data_ptr() + _extent(tensor) <= start + _extent(self.tensor))
+                and tensor.data_ptr() + extent_bytes(tensor) <= start + extent_bytes(self.tensor))
 
     def release(self) -> None:
         releases, self.releases = self.releases, []

@@ -17,6 +17,11 @@ from iris.memory.reserved import ReservedLayout
 MIN_ALIGNMENT = 256
 
 
+def extent_bytes(tensor: torch.Tensor) -> int:
+    """Bytes from ``tensor``'s first element to just past its last one (a strided view spans its gaps too)."""
+    return (sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride())) + 1) * tensor.element_size()
+
+
 def _element_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
@@ -111,8 +116,7 @@ class SymmetricHeap:
         if tensor.numel() == 0:  # torch reports address 0 for every empty tensor: its storage tells
             return tensor.untyped_storage().data_ptr() == self._memory.local.untyped_storage().data_ptr()
         start = tensor.data_ptr()
-        extent = sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride())) + 1
-        return self.base <= start and start + extent * tensor.element_size() <= self.base + self.size + self.reserved
+        return self.base <= start and start + extent_bytes(tensor) <= self.base + self.size + self.reserved
 
     def close(self, collective: bool) -> None:
         """Unmap the peers' heaps; with ``collective``, first wait for every rank (and again after)."""
