@@ -28,6 +28,9 @@ for _name, _profile in PROFILES.items():
 
 def pytest_addoption(parser):
     parser.addoption("--ranks", type=int, default=2, help="rank processes in the session's world (default 2)")
+    parser.addoption("--heap-size", type=int, default=0,
+                     help="bytes of heap per rank (default: the 1 MiB the cases use); e.g. 68719476736 for the "
+                          "original's 64 GiB, reserved by the vmem heap and backed as the cases use it")
 
 
 def pytest_configure(config):
@@ -36,6 +39,9 @@ def pytest_configure(config):
         raise pytest.UsageError(f"hypothesis profile {chosen!r} is not one of {', '.join(PROFILES)}")
     settings.load_profile(chosen)
     os.environ["IRIS_CONFORMANCE_PROFILE"] = chosen  # the rank processes size their litmus runs from it
+    heap_size = config.getoption("heap_size")
+    if heap_size:
+        os.environ["IRIS_CONFORMANCE_HEAP_SIZE"] = str(heap_size)  # read by the rank processes' contexts
     ranks = config.getoption("ranks")
     if ranks < 1:
         raise pytest.UsageError(f"--ranks {ranks}: need at least one rank")
@@ -43,6 +49,7 @@ def pytest_configure(config):
 
 def pytest_report_header(config):
     return (f"iris conformance: {config.getoption('ranks')} ranks, profile {os.environ['IRIS_CONFORMANCE_PROFILE']}, "
+            f"heap {os.environ.get('IRIS_CONFORMANCE_HEAP_SIZE', 'default')} bytes per rank, "
             f"backend {os.environ.get('IRIS_BACKEND', 'automatic')}, "
             f"simulation {os.environ.get('IRIS_SIMULATION', 'off')}")
 

@@ -51,6 +51,10 @@ VARIABLES: tuple[Variable, ...] = (
              "ERROR"),
     Variable("IRIS_NODE_MAP", "from the ranks' host names",
              "the node of each rank, e.g. ``0,0,1,1``; the ``ipc`` heap refuses ranks on several nodes"),
+    Variable("IRIS_ALLOCATOR", "",
+             "the heap's memory when ``allocator_type`` names none: ``vmem`` (the address range reserved, backed in "
+             "chunks as allocations grow) or ``torch`` (backed up front); empty: the backend's default "
+             "(``iris info`` says which)"),
     Variable("IRIS_HEAP", "ipc", "the heap provider: ``ipc`` (CUDA/HIP IPC, or shared memory on the CPU) or "
              "``shmem`` (NVSHMEM/rocSHMEM through torch's symmetric memory)"),
     Variable("IRIS_GRAPH_REPLAY", "1",
@@ -302,6 +306,11 @@ def mps_share() -> float | None:
         return float(text("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"))
     except ValueError:
         return None
+
+
+def allocator_request() -> str:
+    """IRIS_ALLOCATOR, lower case ("" when unset)."""
+    return text("IRIS_ALLOCATOR").strip().lower()
 
 
 def heap_request() -> str:

@@ -22,8 +22,9 @@ from iris.memory.tensors import TensorFactories, normalize_size
 from iris.runtime import launch_options
 from iris.host.team import Team, reserved_layout
 
-#: ``allocator_type``'s accepted names, each for the one heap :class:`Iris` describes (adapters may add names).
-ALLOCATORS = ["torch"]
+#: ``allocator_type``'s names: ``"vmem"`` reserves the heap's address range and backs it as allocations grow,
+#: ``"torch"`` backs it up front (one device allocation).
+ALLOCATORS = ["torch", "vmem"]
 
 
 def _job_facts(backend, comm, nodes, device, provider) -> JobFacts:
@@ -49,9 +50,20 @@ def _validate(heap_size, allocator_type, debug) -> None:
         raise TypeError(f"heap_size={heap_size!r} must be an integer number of bytes")
     if heap_size <= 0:
         raise ValueError(f"heap_size={heap_size} must be positive (bytes of symmetric heap per rank)")
-    if allocator_type not in ALLOCATORS:
+    if allocator_type is not None and allocator_type not in ALLOCATORS:
         raise ValueError(f"allocator_type={allocator_type!r} is not an allocator; use one of {', '.join(ALLOCATORS)}")
     config.check_switches()  # a switch set to a word it cannot read is refused now, before any allocation
+
+
+def allocator_name(requested: str | None, backend) -> str:
+    """The allocator a context takes: ``requested`` (``allocator_type=``), else IRIS_ALLOCATOR, else the backend's
+    default. Example: ``allocator_name(None, backend)`` is ``"vmem"`` on the CPU backend."""
+    if requested is not None:
+        return requested
+    name = config.allocator_request()
+    if name and name not in ALLOCATORS:
+        raise ValueError(f"IRIS_ALLOCATOR={name!r} is not an allocator; use one of {', '.join(ALLOCATORS)}")
+    return name or backend.default_allocator
 
 
 class Iris(TensorFactories):
@@ -60,8 +72,10 @@ class Iris(TensorFactories):
 
     Args:
         heap_size: bytes of symmetric heap per rank (default 1 GiB).
-        allocator_type: ``"torch"`` (or a name in :data:`ALLOCATORS`): the heap is one device allocation
-            exposed as a torch tensor; ``as_symmetric`` copies a tensor into it.
+        allocator_type: ``"vmem"``: the heap's address range is reserved and backed in chunks as allocations
+            grow, so a large ``heap_size`` costs only what is allocated; ``"torch"``: one device allocation,
+            backed up front. None (default): IRIS_ALLOCATOR, else the backend's default (``iris info``). On the
+            CPU backend the heap is sparse shared memory either way.
         debug: bound every device wait by IRIS_WAIT_TIMEOUT (:class:`iris.WaitTimeoutError`) and check every
             remote access (:class:`iris.DeviceAccessError`); also IRIS_DEBUG=1. See :mod:`iris.host.debug`.
         heap: ``"ipc"`` (default, or IRIS_HEAP: CUDA/HIP IPC, shared memory on the CPU backend) or ``"shmem"``
@@ -74,12 +88,13 @@ class Iris(TensorFactories):
         >>> ctx.close()
     """
 
-    def __init__(self, heap_size: int = 1 << 30, allocator_type: str = "torch", debug: bool = False,
+    def __init__(self, heap_size: int = 1 << 30, allocator_type: str | None = None, debug: bool = False,
                  heap: str | None = None):
         _validate(heap_size, allocator_type, debug)
         provider = create_provider(provider_name(heap))
         debug_mode.enable_stack_dumps()  # under `iris run` only: SIGUSR1 prints the stacks (sent at its timeout)
         backend = runtime.get_backend()
+        self.allocator_type = allocator_name(allocator_type, backend)
         comm = init_distributed(backend)
         launch_options.install(backend, comm.rank, comm.world_size)  # AMD-only launch options run anywhere
         sizes = comm.all_gather_object(int(heap_size))
@@ -103,7 +118,7 @@ class Iris(TensorFactories):
         layout = reserved_layout(self.num_ranks, engine_path=provider.reaches_by_engine)
         try:
             self.heap = SymmetricHeap(backend, self.heap_size, device, comm, layout=layout, provider=provider,
-                                     nodes=nodes)
+                                     nodes=nodes, on_demand=self.allocator_type == "vmem")
         except MemoryError as error:
             raise MemoryError(f"heap_size={self.heap_size} bytes per rank (plus {layout.nbytes} reserved) cannot be "
                               f"allocated on {device}: {error}. Pass a smaller heap_size to iris.iris().") from error
@@ -237,8 +252,9 @@ class Iris(TensorFactories):
 
     def heap_usage(self) -> dict:
         """This rank's heap in bytes: ``reserved`` (its address range, the reserved regions included),
-        ``allocated`` (what the allocations reach) and ``backable`` (what they may reach before the machine could
-        not back them: on the CPU backend the heap is sparse shared memory, backed as it is touched).
+        ``allocated`` (what the allocations reach), ``backed`` (what memory backs now: chunks of the ``vmem``
+        heap, touched pages of the CPU backend's sparse shared memory, all of a ``torch`` heap) and ``backable``
+        (what the allocations may reach before the machine could not back them).
 
         Example:
             >>> ctx = iris.iris(64 << 30)      # 64 GiB reserved per rank, even on a small machine
@@ -435,13 +451,14 @@ class Iris(TensorFactories):
         return self.backend.wall_clock_rate_khz(self.backend.device_for(int(rank)))
 
 
-def iris(heap_size: int = 1 << 30, allocator_type: str = "torch", debug: bool = False,
+def iris(heap_size: int = 1 << 30, allocator_type: str | None = None, debug: bool = False,
          heap: str | None = None) -> Iris:
     """Create this rank's Iris context (collective; see :class:`Iris`).
 
     Example:
         >>> ctx = iris.iris(1 << 30)
         >>> ctx = iris.iris(1 << 30, heap="shmem")   # an NVSHMEM heap, one rank per GPU
+        >>> ctx = iris.iris(64 << 30, allocator_type="vmem")   # 64 GiB reserved, backed as allocations grow
     """
     return Iris(heap_size, allocator_type, debug, heap)
 

@@ -138,6 +138,8 @@ def test_each_backend_answers_every_fact_in_its_own_class():
             value = getattr(cls, fact)
             if fact == "inline_asm":
                 assert value in (None, "ptx", "amdgcn"), (name, value)
+            elif fact == "default_allocator":
+                assert value in iris.context.ALLOCATORS, (name, value)
             elif not callable(value):
                 assert isinstance(value, bool), (name, fact, value)
 

@@ -1,6 +1,6 @@
 """The original's names on the host context, bound onto :class:`iris.Iris` by :func:`install`, each one adapted
-onto the native API; besides these functions, ``ctx.device`` is :meth:`~iris.Iris.get_device` as a string,
-``ctx._Iris__allocate`` is :func:`allocate`, and ``allocator_type="vmem"`` gives the same heap as ``"torch"``.
+onto the native API; besides these functions, ``ctx.device`` is :meth:`~iris.Iris.get_device` as a string
+and ``ctx._Iris__allocate`` is :func:`allocate`.
 
 Example:
     >>> ctx.log_stats(f"bandwidth {gbps:.1f} GB/s")      # ctx.info(...)
@@ -64,18 +64,15 @@ def _device(self) -> str:
 METHODS = {"log": log, "log_debug": log_debug, "log_stats": log_stats, "allocate": allocate,
            "_Iris__allocate": allocate, "parse_size": parse_size, "deallocate": deallocate,
            "device": property(_device)}
-#: ``allocator_type`` names that give the native heap.
-ALLOCATORS = ("vmem",)
 
 
 def install() -> None:
-    """Bind :data:`METHODS` onto :class:`iris.Iris`, accept :data:`ALLOCATORS`, and make
+    """Bind :data:`METHODS` onto :class:`iris.Iris` and make
     ``from iris.context import TritonContext`` give :class:`iris.DeviceContext`. Idempotent."""
     for name, method in METHODS.items():
         setattr(context.Iris, name, method)
-    context.ALLOCATORS.extend(a for a in ALLOCATORS if a not in context.ALLOCATORS)
     context.TritonContext = DeviceContext
 
 
-__all__ = ["ALLOCATORS", "METHODS", "allocate", "deallocate", "install", "log", "log_debug", "log_stats",
+__all__ = ["METHODS", "allocate", "deallocate", "install", "log", "log_debug", "log_stats",
            "parse_size"]

@@ -118,7 +118,7 @@ def collect() -> dict:
                     "Triton's interpreter"},
         "devices": _devices(backend),
         # a heap in host memory is sparse shared memory, backed as allocations touch it: what the machine can back
-        "heap_memory": _host_heap_memory() if backend.memory_on_host else "",
+        "heap_memory": _host_heap_memory() if backend.memory_on_host else _device_heap_memory(backend),
         "heap_providers": {"ipc": "available",
                            "shmem": "available" if shmem_refused is None and engine_available() else
                            "not available: " + (f"the {backend.name.upper()} backend" if shmem_refused else
@@ -142,6 +142,19 @@ def _host_heap_memory() -> str:
 
     return ("sparse POSIX shared memory, backed as allocations touch it (ctx.heap_usage()); "
             f"{capacity_report()}, shared by the ranks of this machine")
+
+
+def _device_heap_memory(backend) -> str:
+    from iris.context import allocator_name
+
+    try:
+        name = allocator_name(None, backend)
+    except ValueError as error:
+        return f"refused: {error}"
+    how = {"vmem": "its address range reserved, backed in chunks as allocations grow",
+           "torch": "one device allocation, backed up front"}[name]
+    return (f"allocator {name!r} ({how}); the backend's default {backend.default_allocator!r}, "
+            "allocator_type= or IRIS_ALLOCATOR chooses (ctx.heap_usage() shows reserved vs backed bytes)")
 
 
 def _devices(backend) -> list[dict]:

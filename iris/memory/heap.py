@@ -15,6 +15,8 @@ import torch
 from iris.memory.reserved import ReservedLayout
 
 MIN_ALIGNMENT = 256
+#: at most this many bytes beyond an allocation's end are backed with it (an on-demand heap grows by doubling)
+GROWTH_STEP = 1 << 30
 
 
 def extent_bytes(tensor: torch.Tensor) -> int:
@@ -29,10 +31,11 @@ def _element_size(dtype: torch.dtype) -> int:
 class SymmetricHeap:
     """This rank's share: ``nbytes`` that allocations may use, then the reserved ``layout``
     (:mod:`iris.memory.reserved`), from ``provider`` (default ``ipc``, the backend's own); made collectively
-    over ``comm``; ``nodes``: each rank's node (None: one)."""
+    over ``comm``; ``nodes``: each rank's node (None: one); ``on_demand``: reserve the range and back it as the
+    allocations grow, where the backend can (``allocator_type="vmem"``)."""
 
     def __init__(self, backend, nbytes: int, device: torch.device, comm, layout: ReservedLayout | None = None,
-                 provider=None, nodes: tuple[int, ...] | None = None):
+                 provider=None, nodes: tuple[int, ...] | None = None, on_demand: bool = False):
         self.size = nbytes
         self.layout = layout or ReservedLayout([])
         self.reserved = -(-self.layout.nbytes // MIN_ALIGNMENT) * MIN_ALIGNMENT
@@ -43,8 +46,11 @@ class SymmetricHeap:
 
             provider = create_provider("ipc")
         self.provider = provider.name
-        self._memory = provider.create(backend, nbytes + self.reserved, device, comm, nodes)
+        self._memory = provider.create(backend, nbytes + self.reserved, device, comm, nodes, on_demand=on_demand)
         self._offset = 0
+        self._backed_to = 0  # allocations below this offset are backed on every rank
+        if self._memory.back is not None:
+            self._memory.back(nbytes, nbytes + self.reserved)  # the reserved regions, zeroed before any call
         misaligned = [hex(b) for b in self._memory.bases if b % MIN_ALIGNMENT]
         if misaligned:
             raise RuntimeError(f"heap bases {misaligned} are not {MIN_ALIGNMENT}-byte aligned")
@@ -84,16 +90,32 @@ class SymmetricHeap:
                 f"heap reserves {self.size} bytes per rank and backs them on first touch, and this machine can "
                 f"back {limit} per rank: {self._memory.backing_note}. Free memory, use fewer ranks, or allocate "
                 "less")
+        if self._memory.back is not None and start + nbytes > self._backed_to:
+            self._back(start + nbytes, f"{nbytes} bytes (shape {tuple(shape)}, {dtype})")
         self._offset = start + max(nbytes, 1)
         region = self._memory.local[start : start + nbytes]
         return region.view(dtype).view(shape)
 
+    def _back(self, end: int, what: str) -> None:
+        # collective, as allocations are: grow by at least the bytes backed so far (at most GROWTH_STEP more than
+        # asked), so a heap that grows steadily asks its peers a few times only
+        target = min(max(end, min(2 * self._backed_to, end + GROWTH_STEP)), self.size)
+        try:
+            self._memory.back(self._backed_to, target)
+        except MemoryError as error:
+            raise MemoryError(f"symmetric heap: backing bytes {self._backed_to}-{target} for an allocation of "
+                              f"{what} failed: {error}. Free device memory, use fewer ranks per device, or allocate "
+                              "less") from error
+        self._backed_to = target
+
     def usage(self) -> dict:
         """``{"reserved": bytes of the heap's range per rank (allocatable and reserved regions), "allocated": bytes
-        the allocations reach, "backable": bytes the allocations may reach before the machine could not back them
-        (the heap's size where it is backed up front)}``."""
+        the allocations reach, "backed": bytes of the range backed by memory now, "backable": bytes the
+        allocations may reach before the machine could not back them (the heap's size where it is backed up
+        front or in chunks on request)}``."""
         limit = self._memory.backing_limit
-        return {"reserved": self.size + self.reserved, "allocated": self._offset,
+        backed = self.size + self.reserved if self._memory.backed is None else self._memory.backed()
+        return {"reserved": self.size + self.reserved, "allocated": self._offset, "backed": backed,
                 "backable": self.size if limit is None else limit}
 
     def region(self, name: str) -> torch.Tensor:

@@ -15,13 +15,19 @@ class HeapMemory:
 
     ``backing_limit``: where the heap is an address range whose pages are backed on first touch (the CPU
     backend's shared memory), the bytes of it each rank's allocations may take before the machine could not back
-    them, the same on every rank; ``backing_note`` says what the machine holds. None: all of it is backed."""
+    them, the same on every rank; ``backing_note`` says what the machine holds. None: all of it is backed.
+
+    ``back(lo, hi)``: where the heap is backed in chunks on request (the virtual-memory heap), the collective call
+    that backs bytes [lo, hi) of every rank's heap before anything touches them; ``backed()`` its backed bytes.
+    None: nothing to ask (backed up front, or on first touch)."""
 
     local: torch.Tensor
     bases: list[int]
     release_peers: Callable[[], None] = field(default=lambda: None)
     backing_limit: int | None = None
     backing_note: str = ""
+    back: Callable[[int, int], None] | None = None
+    backed: Callable[[], int] | None = None
 
 
 def raise_if_any_rank_failed(comm, failure: str | None) -> None:
@@ -60,7 +66,7 @@ class Backend(ABC):
 
     FACTS = ("compiles_kernels", "runs_programs_in_turn", "upcasts_narrow_floats", "has_streams", "has_copy_engine",
              "tensor_descriptors", "native_graph_launch", "engine_reaches_other_nodes", "memory_on_host",
-             "inline_asm", "xcc_count", "arch_name", "float8_formats")
+             "inline_asm", "xcc_count", "arch_name", "float8_formats", "default_allocator")
 
     #: Triton compiles kernels for the device (autotuning, a compile cache); False: its interpreter runs them.
     compiles_kernels: bool
@@ -82,6 +88,9 @@ class Backend(ABC):
     memory_on_host: bool
     #: The inline assembly compiled kernels carry ("ptx", "amdgcn"), or None.
     inline_asm: str | None
+    #: The heap a context gets when neither ``allocator_type`` nor IRIS_ALLOCATOR names one: ``"vmem"`` (an
+    #: address range backed as allocations grow) or ``"torch"`` (backed up front).
+    default_allocator: str
 
     @abstractmethod
     def xcc_count(self, device_index: int | None = None) -> int:
@@ -123,8 +132,9 @@ class Backend(ABC):
         """Make ``device`` current for this process."""
 
     @abstractmethod
-    def create_heap(self, nbytes: int, device: torch.device, comm) -> HeapMemory:
-        """Collective: allocate ``nbytes`` on every rank and map every peer's heap."""
+    def create_heap(self, nbytes: int, device: torch.device, comm, on_demand: bool = False) -> HeapMemory:
+        """Collective: allocate ``nbytes`` on every rank and map every peer's heap; ``on_demand``: reserve the
+        range and back it as the allocations grow (``allocator_type="vmem"``), where the backend can."""
 
     def synchronize(self, device: torch.device, stream=None) -> None:
         """Wait for the work queued on ``device`` (or only on ``stream``)."""

@@ -1,4 +1,5 @@
-"""CPU backend: each rank's heap is a POSIX shared-memory segment.
+"""CPU backend: each rank's heap is a POSIX shared-memory segment (``allocator_type="torch"``) or memfd chunks
+mapped into a reserved range as allocations grow (``"vmem"``, :mod:`iris.runtime.vmm_host`).
 
 Every rank maps every peer's segment, so heap bases are plain addresses that Triton's interpreter dereferences,
 and its 32- and 64-bit atomics are atomic across processes. Segments are unlinked once every rank has mapped
@@ -46,6 +47,7 @@ class CpuBackend(Backend):
     engine_reaches_other_nodes = False
     memory_on_host = True
     inline_asm = None
+    default_allocator = "vmem"
 
     def xcc_count(self, device_index=None) -> int:
         return 1
@@ -94,9 +96,19 @@ class CpuBackend(Backend):
             os.close(descriptor)  # the mapping keeps the memory
         return _address(mapping) + offset, mapping.close
 
-    def create_heap(self, nbytes: int, device, comm) -> HeapMemory:
+    def create_heap(self, nbytes: int, device, comm, on_demand: bool = False) -> HeapMemory:
         context = comm.broadcast_object(uuid.uuid4().hex[:8] if comm.rank == 0 else None, src=0)
         job = comm.broadcast_object(config.job_id() or uuid.uuid4().hex[:8], src=0)
+        # Either heap is sparse: each rank may back its share of what the machine can back now (rank 0's view,
+        # so every rank refuses the same allocation).
+        capacity = comm.broadcast_object(backing_capacity() if comm.rank == 0 else None, src=0)
+        backing = {"backing_limit": None if capacity is None else min(nbytes, capacity // comm.world_size),
+                   "backing_note": f"{comm.world_size} ranks share this machine's memory ({capacity_report()})"}
+        if on_demand:
+            from iris.runtime.vmm import create_virtual_heap
+            from iris.runtime.vmm_host import HostVirtualMemory
+
+            return create_virtual_heap(HostVirtualMemory(), nbytes, comm, f"{job}_{context}", **backing)
         remove_stale_segments()  # what killed ranks of earlier jobs left
         try:
             own, failure = create_segment(segment_name(job, context, comm.rank), nbytes), None
@@ -110,6 +122,7 @@ class CpuBackend(Backend):
                 if r != comm.rank
             }
             comm.barrier()
+            resident, close_reader = own.resident_bytes_reader()
         finally:
             if own is not None:
                 own.unlink()
@@ -121,11 +134,6 @@ class CpuBackend(Backend):
             for mapping in peers.values():
                 mapping.close()
             peers.clear()
+            close_reader()
 
-        # The segments are sparse: each rank may back its share of what the machine can back now (rank 0's view,
-        # so every rank refuses the same allocation).
-        capacity = comm.broadcast_object(backing_capacity() if comm.rank == 0 else None, src=0)
-        limit = None if capacity is None else min(nbytes, capacity // comm.world_size)
-        return HeapMemory(local=local, bases=bases, release_peers=release_peers, backing_limit=limit,
-                          backing_note=f"{comm.world_size} ranks share this machine's shared memory "
-                                       f"({capacity_report()})")
+        return HeapMemory(local=local, bases=bases, release_peers=release_peers, backed=resident, **backing)

@@ -30,6 +30,7 @@ class CudaBackend(IpcBackend):
     engine_reaches_other_nodes = True  # NVSHMEM's device calls
     memory_on_host = False
     inline_asm = "ptx"
+    default_allocator = "torch"
 
     def xcc_count(self, device_index=None) -> int:
         return 1

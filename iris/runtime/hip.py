@@ -73,6 +73,7 @@ class HipBackend(IpcBackend):
     native_graph_launch = False  # graphs go out by graph.replay()
     engine_reaches_other_nodes = False  # rocSHMEM's device calls are not wired (docs/multi-node.md)
     memory_on_host = False
+    default_allocator = "torch"  # the hipMem* path of allocator_type="vmem" has not run on an AMD GPU yet
     inline_asm = "amdgcn"
 
     def __init__(self):

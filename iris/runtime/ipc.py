@@ -8,12 +8,13 @@ before the exporter frees (``Iris.close()``: barrier, release_peers, barrier).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
+import uuid
 
 import torch
 
 from iris.runtime.base import Backend, HeapMemory, raise_if_any_rank_failed
+from iris.runtime.libraries import RuntimeApiError, load_library
 
 IPC_HANDLE_BYTES = 64  # CUDA_IPC_HANDLE_SIZE; hipIpcMemHandle_t has the same 64 reserved bytes
 IPC_LAZY_ENABLE_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess == hipIpcMemLazyEnablePeerAccess
@@ -23,40 +24,6 @@ MEMCPY_DEFAULT = 4  # cudaMemcpyDefault == hipMemcpyDefault: the direction from 
 
 class IpcMemHandle(ctypes.Structure):
     _fields_ = [("reserved", ctypes.c_char * IPC_HANDLE_BYTES)]
-
-
-class RuntimeApiError(RuntimeError):
-    """A call into the CUDA/HIP runtime failed."""
-
-
-def find_loaded_library(fragment: str) -> str | None:
-    """Path of a shared library already mapped into this process whose name contains ``fragment``."""
-    try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                path = line.rsplit(" ", 1)[-1].strip()
-                if fragment in os.path.basename(path):
-                    return path
-    except OSError:
-        return None
-    return None
-
-
-def load_library(fragment: str, fallback_names: tuple[str, ...], what: str) -> ctypes.CDLL:
-    """The library already mapped here whose name contains ``fragment`` (the very one torch uses), else the first
-    of ``fallback_names`` that loads."""
-    path = find_loaded_library(fragment)
-    candidates = ([path] if path else []) + list(fallback_names)
-    found = ctypes.util.find_library(fragment.replace("lib", "", 1).split(".")[0])
-    if found:
-        candidates.append(found)
-    errors = []
-    for name in candidates:
-        try:
-            return ctypes.CDLL(name)
-        except OSError as exc:
-            errors.append(f"{name}: {exc}")
-    raise RuntimeApiError(f"cannot load {what}; tried: {'; '.join(errors)}")
 
 
 #: The call giving the allocation a device pointer lies in, by runtime prefix: (library, or None for the runtime's
@@ -256,8 +223,10 @@ class IpcBackend(Backend):
 
         return entry[0] + offset, release
 
-    def create_heap(self, nbytes: int, device, comm) -> HeapMemory:
+    def create_heap(self, nbytes: int, device, comm, on_demand: bool = False) -> HeapMemory:
         self.activate(device)
+        if on_demand:
+            return self._create_virtual_heap(nbytes, device, comm)
         try:
             allocation, failure = _DeviceAllocation(self.runtime, nbytes), None
         except MemoryError as error:
@@ -282,3 +251,12 @@ class IpcBackend(Backend):
             opened.clear()
 
         return HeapMemory(local=local, bases=bases, release_peers=release_peers)
+
+    def _create_virtual_heap(self, nbytes: int, device, comm) -> HeapMemory:
+        from iris.runtime.vmm import create_virtual_heap
+        from iris.runtime.vmm_gpu import DeviceVirtualMemory
+
+        torch.zeros(1, device=device)  # the device's primary context is current before any driver call
+        tag = comm.broadcast_object(f"{os.getpid()}_{uuid.uuid4().hex[:8]}" if comm.rank == 0 else None, src=0)
+        return create_virtual_heap(DeviceVirtualMemory(self.runtime_prefix, self.runtime.lib, device), nbytes, comm,
+                                   tag)

@@ -92,6 +92,12 @@ class Segment:
         self.unlink()
         self.mapping.close()
 
+    def resident_bytes_reader(self):
+        """A callable giving the bytes of memory the segment's touched pages take, valid after :meth:`unlink`
+        (it holds a descriptor of its own), and a callable that closes that descriptor."""
+        fd = os.dup(self._fd)
+        return (lambda: os.fstat(fd).st_blocks * 512), (lambda: os.close(fd))
+
 
 def create_segment(name: str, nbytes: int) -> Segment:
     """Create, size, lock and map segment ``name``; unlinks what it made if a later step fails. The segment is

@@ -55,8 +55,10 @@ class HeapProvider(ABC):
         """Why this provider cannot serve ``job`` (a sentence naming what to change), or None."""
 
     @abstractmethod
-    def create(self, backend, nbytes: int, device, comm, nodes: tuple[int, ...] | None = None):
-        """Collective: ``nbytes`` of heap on every rank (``nodes``: each rank's node), as a ``HeapMemory``."""
+    def create(self, backend, nbytes: int, device, comm, nodes: tuple[int, ...] | None = None,
+               on_demand: bool = False):
+        """Collective: ``nbytes`` of heap on every rank (``nodes``: each rank's node), as a ``HeapMemory``;
+        ``on_demand``: backed as the allocations grow, where this provider's memory can be."""
 
     def spans_nodes_refusal(self, job: JobFacts, why: str) -> str | None:
         """The refusal of a job spanning nodes, or None on one node."""

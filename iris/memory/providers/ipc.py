@@ -13,5 +13,5 @@ class IpcHeap(HeapProvider):
             job, "this heap reaches its peers by CUDA/HIP IPC or shared memory, which work inside one node only: "
                  "start one job per node (docs/multi-node.md says where the shmem heap stands)")
 
-    def create(self, backend, nbytes: int, device, comm, nodes=None):
-        return backend.create_heap(nbytes, device, comm)
+    def create(self, backend, nbytes: int, device, comm, nodes=None, on_demand=False):
+        return backend.create_heap(nbytes, device, comm, on_demand=on_demand)

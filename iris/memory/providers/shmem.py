@@ -154,7 +154,9 @@ class ShmemHeap(HeapProvider):
                      "rocSHMEM's (AMD) are not wired yet: start one job per node for now (docs/multi-node.md)")
         return None
 
-    def create(self, backend, nbytes: int, device, comm, nodes: tuple[int, ...] | None = None) -> HeapMemory:
+    def create(self, backend, nbytes: int, device, comm, nodes: tuple[int, ...] | None = None,
+               on_demand: bool = False) -> HeapMemory:
+        # the engine's heap: allocated by the engine whatever allocator_type says (on_demand has no meaning here)
         import torch.distributed as dist
         from torch.distributed import _symmetric_memory as symm_mem
 
