@@ -45,6 +45,35 @@ def test_a_descriptor_round_gives_every_rank_each_peers_descriptor_and_header(ra
         assert without == {p: ("none to give", None) for p in seen}
 
 
+def _a_round_ahead_on_rank():
+    import time
+
+    ctx = iris.iris(1 << 20)
+    comm, rank = ctx.comm, ctx.get_rank()
+    tag = comm.broadcast_object(uuid.uuid4().hex if rank == 0 else None, src=0)
+    exchange = DescriptorExchange(comm, f"test_{tag}")
+    seen = []
+    if rank == 0:  # reaches rank 1 at once and rank 2 late: rank 1 finishes round 1 and sends rank 2 its round 2
+        payload = exchange._next_round({"number": 0})
+        exchange._send(1, payload, None)
+        time.sleep(0.5)
+        exchange._send(2, payload, None)
+        got = exchange._collect("round 1")
+        seen.append(sorted((peer, header["number"]) for peer, (header, _) in got.items()))
+    for number in range(1 if rank == 0 else 0, 3):
+        got = exchange.round({"number": number}, None)
+        seen.append(sorted((peer, header["number"]) for peer, (header, _) in got.items()))
+    exchange.close()
+    ctx.close()
+    return rank, seen
+
+
+def test_rounds_stay_apart_when_a_peer_runs_a_round_ahead(three_ranks):
+    for rank, seen in three_ranks.run(_a_round_ahead_on_rank):
+        peers = [r for r in range(3) if r != rank]
+        assert seen == [[(peer, number) for peer in peers] for number in range(3)]
+
+
 def _growing_heap_on_rank():
     ctx = iris.iris(HUGE, allocator_type="vmem")
     rank, world = ctx.get_rank(), ctx.get_num_ranks()

@@ -35,7 +35,10 @@ class DescriptorExchange:
         self._progress_every_s = progress_every_s
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(self._address(self.rank))
-        self._listener.listen(max(self.world_size, 1))
+        # a peer is at most one round ahead (it cannot finish a round without this rank's message)
+        self._listener.listen(2 * self.world_size + 2)
+        self._round = 0
+        self._early: dict[int, dict[int, tuple]] = {}  # round -> {rank: (header, fd)} of peers a round ahead
         comm.barrier()  # every listener exists before any rank connects
 
     def _address(self, rank: int) -> str:
@@ -45,11 +48,18 @@ class DescriptorExchange:
         """Send ``header`` (JSON-able) and ``fd`` (None: none, e.g. the header reports a failure) to every other
         rank, and receive theirs: ``{rank: (header, fd or None)}``; the received descriptors are this process's
         to close. ``what`` names the round in the progress messages."""
-        payload = json.dumps({"rank": self.rank, **header}).encode()
+        payload = self._next_round(header)
         for peer in range(self.world_size):
             if peer != self.rank:
                 self._send(peer, payload, fd)
-        received: dict[int, tuple] = {}
+        return self._collect(what)
+
+    def _next_round(self, header: dict) -> bytes:
+        self._round += 1
+        return json.dumps({"rank": self.rank, "round": self._round, **header}).encode()
+
+    def _collect(self, what: str) -> dict[int, tuple]:
+        received: dict[int, tuple] = self._early.pop(self._round, {})
         started = last_message = time.monotonic()
         self._listener.settimeout(1.0)
         while len(received) < self.world_size - 1:
@@ -66,7 +76,10 @@ class DescriptorExchange:
             with connection:
                 connection.settimeout(None)
                 peer_header, peer_fd = self._receive(connection)
-            received[peer_header["rank"]] = (peer_header, peer_fd)
+            if peer_header["round"] == self._round:
+                received[peer_header["rank"]] = (peer_header, peer_fd)
+            else:  # a peer already in the next round
+                self._early.setdefault(peer_header["round"], {})[peer_header["rank"]] = (peer_header, peer_fd)
         return received
 
     def _send(self, peer: int, payload: bytes, fd: int | None) -> None:
