@@ -49,7 +49,7 @@ def _address(value):
     """A device tensor argument read by the kernels, by address (a list or other value: unhashable, never replayed)."""
     if type(value) is torch.Tensor:
         return value.data_ptr(), value.shape, value.dtype, str(value.device)
-    return None if value is None else [value]
+    return None if value is None else {"never replayed": value}
 
 
 class CCL:

@@ -109,6 +109,19 @@ def call_key(name, first, second, *rest):
             second.data_ptr(), second.shape, second.is_contiguous() or second.stride(), second.dtype, *rest)
 
 
+def _with_rank_lists_as_tuples(key):
+    """``key`` (a tuple) with each list of ints in it as a tuple, where that makes it hashable; else ``key``. Only
+    on a miss: a list in a key fails the first lookup, so hashable keys never pay for this."""
+    try:
+        hash(key)
+        return key
+    except TypeError:
+        pass
+    if not isinstance(key, tuple):
+        return key
+    return tuple(tuple(v) if type(v) is list and all(type(r) is int for r in v) else v for v in key)
+
+
 def value_key(value, kind: type):
     """A config by value (it may change between calls), e.g. ``value_key(Config(), Config)``: its type and fields;
     None for None; anything else a fresh object (the call refuses it: nothing is remembered under it)."""
@@ -187,6 +200,10 @@ class Plans:
                 return plan.result
         else:
             key = call_key(name, first, second, *rest, by_value)
+        plan = self.replay(key)
+        if plan is not None:
+            return plan.result
+        key = _with_rank_lists_as_tuples(key)  # a team given as a list of ranks: planned by its ranks
         plan = self.replay(key)
         if plan is not None:
             return plan.result
