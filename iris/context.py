@@ -178,6 +178,9 @@ class Iris(TensorFactories):
             self.backend.synchronize(self._device)
             self._external.close(collective=True)  # registered tensors: their peers' mappings go first
             heap.close(collective=True)
+            for facade in ("ccl", "ops"):  # no call replays from now on: each one meets the heap's refusal
+                if facade in self.__dict__:
+                    self.__dict__[facade]._plans.forget()
 
     def __enter__(self):
         return self
@@ -351,6 +354,9 @@ class Iris(TensorFactories):
             >>> x = ctx.as_symmetric(torch.arange(8))
             >>> y = ctx.as_symmetric(torch.zeros(8).share_memory_(), copy=False)
         """
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"as_symmetric takes a torch.Tensor; got {type(tensor).__name__} (torch.tensor(x) makes "
+                            "one)")
         if copy:
             return super().as_symmetric(tensor)
         self.register_external_tensor(tensor)
@@ -396,6 +402,7 @@ class Iris(TensorFactories):
             >>> ctx.device_barrier()
             >>> kernel_that_reads[grid](...)
         """
+        self.heap.refuse_if_closed("device_barrier")
         self.team.barrier(group)
         self.team.diagnose_now_in_debug()
 

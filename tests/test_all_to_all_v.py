@@ -111,6 +111,10 @@ def _misuse():
                                      output_split_sizes=[1] * world, input_split_sizes=[1] * world),  # off the heap
         lambda: ctx.ccl.all_to_all_v(torch.zeros(4, world, device=device), x.t()[:, :world],
                                      output_split_sizes=[1] * world, input_split_sizes=[1] * world),  # rows strided
+        lambda: ctx.ccl.all_to_all_v(torch.zeros(8, 4, device=device), x, [-1] + [1] * (world - 1)),  # negative
+        lambda: ctx.ccl.all_to_all_v(torch.zeros(8, 4, device=device), x, [1.5] * world),              # not whole
+        lambda: ctx.ccl.all_to_all_v(torch.zeros(8, 4, device=device), x, [1] * world, [0, -2] + [0] * (world - 2)),
+        lambda: ctx.as_symmetric([1, 2, 3]),                                                            # no tensor
     ])
     ctx.close()
     return errors
@@ -126,6 +130,10 @@ def test_misuse_is_refused_before_any_launch(ranks):
         assert "output holds 8" in errors[5], errors
         assert "input is not on the symmetric heap" in errors[6], errors
         assert "input must be contiguous in its rows" in errors[7], errors
+        assert "send_counts must be whole numbers >= 0; got [-1" in errors[8], errors
+        assert "send_counts must be whole numbers >= 0; got [1.5" in errors[9], errors
+        assert "send_displs must be whole numbers >= 0; got [0, -2" in errors[10], errors
+        assert "as_symmetric takes a torch.Tensor; got list" in errors[11], errors
 
 
 def _groups_that_overlap(delay: float):

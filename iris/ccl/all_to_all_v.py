@@ -28,6 +28,8 @@ Example:
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 import triton
 import triton.language as tl
@@ -137,10 +139,13 @@ def _counts(what: str, name: str, values, size: int, device) -> torch.Tensor:
     """``values`` as a (size,) int64/int32 device tensor (a list or tuple of ints is copied there)."""
     if not isinstance(values, torch.Tensor):
         try:
-            values = torch.tensor(list(values), dtype=torch.int64, device=device)
-        except (TypeError, ValueError) as exc:
+            values = list(values)
+        except TypeError as exc:
             raise TypeError(f"{what}: {name} must be a device tensor of {size} counts (int64 or int32) or a list of "
                             f"ints; got {type(values).__name__}") from exc
+        if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0 for v in values):
+            raise ValueError(f"{what}: {name} must be whole numbers >= 0; got {values}")
+        values = torch.tensor(values, dtype=torch.int64, device=device)
     if values.dtype not in SPLIT_DTYPES or values.shape != (size,) or values.device != device \
             or not values.is_contiguous():
         raise ValueError(f"{what}: {name} must be a contiguous ({size},) int64 or int32 tensor on {device}, one count "

@@ -18,6 +18,7 @@ def barrier(ctx, group=None, async_op: bool = False, config=None) -> None:
         >>> ctx.ccl.barrier()            # every member's earlier writes are visible to every member from here on
     """
     _common.config_or_default(config)
+    ctx.heap.refuse_if_closed("ccl.barrier")
     ctx.team.participants(group)  # checked: the group, and this rank in it
     state = getattr(ctx, "_ccl_barrier_state", None)
     if state is None:

@@ -72,8 +72,7 @@ class SymmetricHeap:
                  alignment: int = MIN_ALIGNMENT) -> torch.Tensor:
         """A new uninitialized tensor of ``shape`` (or a number of elements: one-dimensional) and ``dtype``;
         MemoryError where the heap has not enough free bytes left."""
-        if self._memory is None:
-            raise RuntimeError("this Iris context is closed; create a new one with iris.iris()")
+        self.refuse_if_closed("allocating")
         if isinstance(shape, int):
             shape = (shape,)
         nbytes = math.prod(shape) * _element_size(dtype)
@@ -95,6 +94,16 @@ class SymmetricHeap:
         self._offset = start + max(nbytes, 1)
         region = self._memory.local[start : start + nbytes]
         return region.view(dtype).view(shape)
+
+    @property
+    def closed(self) -> bool:
+        return self._memory is None
+
+    def refuse_if_closed(self, what: str) -> None:
+        """RuntimeError naming ``what`` once :meth:`close` has run: the peers' heaps are unmapped, and a launch
+        that reached one would fault."""
+        if self._memory is None:
+            raise RuntimeError(f"{what}: this Iris context is closed; create a new one with iris.iris()")
 
     def _back(self, end: int, what: str) -> None:
         # collective, as allocations are: grow by at least the bytes backed so far (at most GROWTH_STEP more than

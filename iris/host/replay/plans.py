@@ -208,6 +208,7 @@ class Plans:
         if plan is not None:
             return plan.result
         ctx = self._ctx
+        ctx.heap.refuse_if_closed(name)  # a closed context forgot its plans (Iris.close): every call ends here
         if ctx.team.debug and self._check is not None and getattr(run, "checked", True):
             code = run.__code__
             self._check(ctx.team, name, dict(zip(code.co_varnames[1:code.co_argcount], args)))
@@ -237,6 +238,11 @@ class Plans:
 
     def __len__(self) -> int:
         return len(self._plans)
+
+    def forget(self) -> None:
+        """Drop every plan and kept workspace (the context is closing: none may launch again)."""
+        self._plans.clear()
+        self._kept.clear()
 
     def plans(self) -> list[Plans.Plan]:
         """The remembered plans."""
