@@ -42,6 +42,38 @@ def test_first_failure_code_is_returned_and_others_stopped(tmp_path):
     assert elapsed < 60
 
 
+def test_a_rank_that_ends_with_code_0_while_its_peers_wait_for_it_ends_the_job_after_the_grace(tmp_path):
+    proc, elapsed = _launch(tmp_path, """
+        import os, time
+        if os.environ["RANK"] == "0":
+            time.sleep(600)  # as a rank waiting in a collective for its peer that left
+    """, extra=("--early-exit-grace", "2"))
+    assert proc.returncode == 1, proc.stdout
+    assert "rank 1 ended (code 0) while ranks [0] still run" in proc.stdout, proc.stdout
+    assert "ranks [0] did not end within 2 s of rank 1" in proc.stdout, proc.stdout
+    assert elapsed < 60
+
+
+def test_a_rank_that_ends_early_and_peers_that_finish_in_the_grace_end_the_job_with_0(tmp_path):
+    proc, _ = _launch(tmp_path, """
+        import os, time
+        if os.environ["RANK"] == "0":
+            time.sleep(1)  # finishing its work after its peer has
+    """, extra=("--early-exit-grace", "30"))
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_a_killed_rank_is_named_with_its_signal(tmp_path):
+    proc, _ = _launch(tmp_path, """
+        import os, signal, time
+        if os.environ["RANK"] == "1":
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(600)
+    """)
+    assert proc.returncode == 137, proc.stdout
+    assert "rank 1 exited with code 137 (SIGKILL: killed" in proc.stdout, proc.stdout
+
+
 @pytest.mark.slow
 def test_timeout_stops_every_rank(tmp_path):
     proc, elapsed = _launch(tmp_path, "import time\ntime.sleep(600)\n", extra=("--timeout", "2"))

@@ -32,6 +32,8 @@ TIMEOUT_EXIT_CODE = 124
 STOP_GRACE_SECONDS = 5.0
 STACK_DUMP_SECONDS = 15.0  # the most a timed-out rank gets to print its stacks
 STACK_DUMP_QUIET_SECONDS = 0.5  # a dump is over once every signalled rank has spoken and then been this quiet
+#: seconds the other ranks may run on after one ends with code 0 (``--early-exit-grace``)
+EARLY_EXIT_GRACE_SECONDS = 120.0
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 CRASH_SIGNALS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -164,18 +166,30 @@ def _stop(procs, signum: int = signal.SIGTERM) -> None:
             p.wait()
 
 
+#: what a signal that ended a rank usually means, beside its name
+SIGNAL_MEANINGS = {signal.SIGKILL: "killed: by the out-of-memory killer, a scheduler or kill -9",
+                   signal.SIGTERM: "asked to stop", signal.SIGINT: "interrupted", signal.SIGABRT: "aborted"}
+
+
 def _failure_message(rank: int, returncode: int) -> str:
     code = _exit_code(returncode)
     message = f"[iris run] rank {rank} exited with code {code}"
     if -returncode in CRASH_SIGNALS:
         message += (f" ({signal.Signals(-returncode).name}; its Python stack is above; a device access outside the "
                     "heap or the world ends like this: rerun with IRIS_DEBUG=1 to have it named)")
+    elif returncode < 0:
+        number = -returncode
+        name = signal.Signals(number).name if number in signal.Signals._value2member_map_ else f"signal {number}"
+        meaning = SIGNAL_MEANINGS.get(number)
+        message += f" ({name}: {meaning})" if meaning else f" ({name})"
     return message + "; stopping the other ranks\n"
 
 
-def _watch(procs, timeout, sink, lock, heard) -> int:
-    """Wait for the ranks; the exit code of the job (the first failure, the timeout or 0)."""
+def _watch(procs, timeout, sink, lock, heard, early_exit_grace: float = EARLY_EXIT_GRACE_SECONDS) -> int:
+    """Wait for the ranks; the exit code of the job (the first failure, the timeout, 1 when ranks outlive a rank
+    that ended with code 0 by more than ``early_exit_grace`` seconds, or 0)."""
     start = time.monotonic()
+    first_done = None  # (rank, when) of the first rank that ended with code 0
     while True:
         states = [p.poll() for p in procs]
         failed = [(r, c) for r, c in enumerate(states) if c not in (None, 0)]
@@ -186,25 +200,42 @@ def _watch(procs, timeout, sink, lock, heard) -> int:
             return _exit_code(returncode)
         if all(c == 0 for c in states):
             return 0
+        waiting = [r for r, c in enumerate(states) if c is None]
+        if first_done is None and len(waiting) < len(procs):
+            first_done = (states.index(0), time.monotonic())
+            with lock:
+                sink.write(f"[iris run] rank {first_done[0]} ended (code 0) while ranks {waiting} still run; if they "
+                           f"wait for it, they are stopped after {early_exit_grace:g} s (--early-exit-grace)\n")
+        if first_done is not None and time.monotonic() - first_done[1] > early_exit_grace:
+            return _stop_waiting(procs, waiting, sink, lock, heard, 1,
+                                 f"ranks {waiting} did not end within {early_exit_grace:g} s of rank {first_done[0]}, "
+                                 "which ended with code 0: a rank that leaves a job before its peers' last collective "
+                                 "leaves them waiting")
         if timeout is not None and time.monotonic() - start > timeout:
-            with lock:
-                waiting = [r for r, c in enumerate(states) if c is None]
-                sink.write(f"[iris run] timeout after {timeout:g} s; ranks {waiting} still running: their stacks "
-                           "follow, then they are stopped\n")
-            silent = _dump_stacks(procs, waiting, heard)
-            with lock:
-                for rank in silent:
-                    sink.write(f"[iris run] rank {rank} printed no stack in {STACK_DUMP_SECONDS:g} s: a rank prints "
-                               "its stacks once it has made an Iris context (iris.iris())\n")
-                sink.flush()
-            return TIMEOUT_EXIT_CODE
+            return _stop_waiting(procs, waiting, sink, lock, heard, TIMEOUT_EXIT_CODE,
+                                 f"timeout after {timeout:g} s; ranks {waiting} still running")
         time.sleep(0.05)
 
 
-def run(nprocs: int, command: list[str], timeout: float | None = None, sink=None, cpu_bind: bool | None = None) -> int:
+def _stop_waiting(procs, waiting, sink, lock, heard, code: int, why: str) -> int:
+    """Print ``why``, the stacks of the ``waiting`` ranks, and return ``code`` (the caller stops them)."""
+    with lock:
+        sink.write(f"[iris run] {why}: their stacks follow, then they are stopped\n")
+    silent = _dump_stacks(procs, waiting, heard)
+    with lock:
+        for rank in silent:
+            sink.write(f"[iris run] rank {rank} printed no stack in {STACK_DUMP_SECONDS:g} s: a rank prints "
+                       "its stacks once it has made an Iris context (iris.iris())\n")
+        sink.flush()
+    return code
+
+
+def run(nprocs: int, command: list[str], timeout: float | None = None, sink=None, cpu_bind: bool | None = None,
+        early_exit_grace: float = EARLY_EXIT_GRACE_SECONDS) -> int:
     """Run ``command`` (``[script, args...]`` or ``[-m, module, ...]``) as ``nprocs`` ranks; returns the exit code.
 
-    ``cpu_bind``: each rank on cores of its own; None: as IRIS_CPU_BIND says.
+    ``cpu_bind``: each rank on cores of its own; None: as IRIS_CPU_BIND says. ``early_exit_grace``: seconds the
+    other ranks may run on after one ends with code 0, before they are taken as waiting for it and stopped.
 
     Example:
         >>> run(2, ["examples/01_store/example.py", "--validate"], timeout=300)
@@ -233,7 +264,7 @@ def run(nprocs: int, command: list[str], timeout: float | None = None, sink=None
         for rank, p in enumerate(procs):
             pumps.append(threading.Thread(target=_pump, args=(p.stdout, rank, sink, lock, heard), daemon=True))
             pumps[-1].start()
-        code = _watch(procs, timeout, sink, lock, heard)
+        code = _watch(procs, timeout, sink, lock, heard, early_exit_grace)
     except (_Stopped, KeyboardInterrupt) as stop:
         stop_with = stop.signum if isinstance(stop, _Stopped) else signal.SIGINT
         code = 128 + stop_with
@@ -261,9 +292,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run_parser = sub.add_parser(
         "run", help="run a script (or a module, with -m) as N ranks on this machine",
-        usage="iris run [-h] -n NPROCS [--timeout TIMEOUT] [--cpu-bind] (script [args ...] | -m MODULE [args ...])")
+        usage="iris run [-h] -n NPROCS [--timeout TIMEOUT] [--early-exit-grace SECONDS] [--cpu-bind] "
+              "(script [args ...] | -m MODULE [args ...])")
     run_parser.add_argument("-n", "--nprocs", type=int, required=True, help="number of ranks")
     run_parser.add_argument("--timeout", type=float, default=None, help="stop every rank after this many seconds")
+    # 120: EARLY_EXIT_GRACE_SECONDS, written out (the CLI page renders this function alone)
+    run_parser.add_argument("--early-exit-grace", type=float, default=120.0, metavar="SECONDS",
+                            help="once a rank ends with code 0, how long the others may run on before they are "
+                                 "taken as waiting for it and stopped, exit code 1 (default %(default)g)")
     run_parser.add_argument("--cpu-bind", action="store_true", default=None,
                             help="give each rank cores of its own, spread over the NUMA nodes (IRIS_CPU_BIND=1)")
     # -m takes the rest of the line, as python -m does
@@ -323,7 +359,9 @@ def main(argv=None) -> int:
         cpu_bind = config.cpu_bind_requested() if args.cpu_bind is None else args.cpu_bind
     except ValueError as exc:
         parser.error(str(exc))
-    return run(args.nprocs, program, timeout=args.timeout, cpu_bind=cpu_bind)
+    if not args.early_exit_grace > 0:
+        parser.error(f"--early-exit-grace {args.early_exit_grace:g}: must be positive (seconds)")
+    return run(args.nprocs, program, timeout=args.timeout, cpu_bind=cpu_bind, early_exit_grace=args.early_exit_grace)
 
 
 if __name__ == "__main__":
