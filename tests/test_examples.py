@@ -74,6 +74,16 @@ def test_gemm_epilogue_example_validates_one_shot_through_tensor_descriptors():
 
 
 @pytest.mark.slow
+def test_flash_decode_combines_every_ranks_softmax_through_the_heap_at_3_ranks():
+    """Example 19 at a world the sequence splits unevenly into blocks (32 tokens each, blocks of 32), three calls
+    (the partials' two slots reused), its torch way timed beside it."""
+    code, output = _iris_run(3, ROOT / "19_flash_decode" / "example.py", "--validate", "--benchmark",
+                             "--num_experiments", "1", "--num_warmup", "0")
+    assert code == 0, output[-4000:]
+    assert output.count("validation passed") == 3 and "flash-decode through the heap" in output, output[-4000:]
+
+
+@pytest.mark.slow
 def test_example_starts_its_own_ranks_without_a_launcher():
     """As the original's examples run: ``python example.py -r 2`` spawns the ranks itself."""
     timeout = float(os.environ.get("IRIS_TEST_TIMEOUT", "300"))

@@ -34,6 +34,8 @@ STACK_DUMP_SECONDS = 15.0  # the most a timed-out rank gets to print its stacks
 STACK_DUMP_QUIET_SECONDS = 0.5  # a dump is over once every signalled rank has spoken and then been this quiet
 #: seconds the other ranks may run on after one ends with code 0 (``--early-exit-grace``)
 EARLY_EXIT_GRACE_SECONDS = 120.0
+#: seconds after which the launcher says that ranks outlive one that ended with code 0
+EARLY_EXIT_NOTE_SECONDS = 10.0
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 CRASH_SIGNALS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE)
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -202,11 +204,16 @@ def _watch(procs, timeout, sink, lock, heard, early_exit_grace: float = EARLY_EX
             return 0
         waiting = [r for r, c in enumerate(states) if c is None]
         if first_done is None and len(waiting) < len(procs):
-            first_done = (states.index(0), time.monotonic())
+            first_done = (states.index(0), time.monotonic(), [False])  # (rank, when, said so)
+        alone = 0.0 if first_done is None else time.monotonic() - first_done[1]
+        if first_done is not None and not first_done[2][0] and alone > min(EARLY_EXIT_NOTE_SECONDS,
+                                                                           early_exit_grace / 2):
+            first_done[2][0] = True  # ranks that finish a little apart are normal: say it only after a while
             with lock:
-                sink.write(f"[iris run] rank {first_done[0]} ended (code 0) while ranks {waiting} still run; if they "
-                           f"wait for it, they are stopped after {early_exit_grace:g} s (--early-exit-grace)\n")
-        if first_done is not None and time.monotonic() - first_done[1] > early_exit_grace:
+                sink.write(f"[iris run] rank {first_done[0]} ended (code 0) {alone:.0f} s ago while ranks {waiting} "
+                           f"still run; if they wait for it, they are stopped {early_exit_grace:g} s after it ended "
+                           "(--early-exit-grace)\n")
+        if first_done is not None and alone > early_exit_grace:
             return _stop_waiting(procs, waiting, sink, lock, heard, 1,
                                  f"ranks {waiting} did not end within {early_exit_grace:g} s of rank {first_done[0]}, "
                                  "which ended with code 0: a rank that leaves a job before its peers' last collective "
