@@ -42,6 +42,7 @@ def test_first_failure_code_is_returned_and_others_stopped(tmp_path):
     assert elapsed < 60
 
 
+@pytest.mark.slow
 def test_a_rank_that_ends_with_code_0_while_its_peers_wait_for_it_ends_the_job_after_the_grace(tmp_path):
     proc, elapsed = _launch(tmp_path, """
         import os, time
