@@ -189,6 +189,35 @@ def test_debug_mode_catches_a_collective_called_differently_on_each_rank(tmp_pat
             assert "op: rank 0 <ReduceOp.MAX" in line and "rank 1 <ReduceOp.SUM" in line, line
 
 
+STALLED_PEER = """
+import time
+import iris
+ctx = iris.iris(1 << 16, debug=True)
+x = ctx.ones(16)
+if ctx.get_rank() == 1:
+    time.sleep(60)  # stops calling collectives
+    raise SystemExit(0)
+started = time.monotonic()
+try:
+    ctx.ccl.all_reduce(x, x)
+except iris.WaitTimeoutError as exc:
+    print("CAUGHT", f"{time.monotonic() - started:.1f}", exc, flush=True)
+    raise SystemExit(7)
+"""
+
+
+@pytest.mark.slow
+def test_debug_modes_agreement_check_gives_up_on_a_stalled_peer_and_names_it(tmp_path):
+    """The host-side check of a collective's arguments waits for the peers no longer than IRIS_WAIT_TIMEOUT
+    (it waited for ever on a peer that stopped calling collectives)."""
+    proc = _launch(tmp_path, STALLED_PEER, {"IRIS_WAIT_TIMEOUT": "3"})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 7, out
+    line = next(text for text in out.splitlines() if "CAUGHT" in text)
+    assert line.startswith("[rank 0] CAUGHT") and float(line.split()[3]) < 30, line
+    assert "all_reduce" in line and "rank 1" in line and "IRIS_WAIT_TIMEOUT" in line, line
+
+
 PER_CONTEXT = """
 import torch, triton, triton.language as tl
 import iris

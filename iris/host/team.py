@@ -19,6 +19,7 @@ import enum
 import torch
 import torch.distributed as dist
 
+from iris import config
 from iris.host import debug as debug_mode
 from iris.device import nvshmem as engine
 from iris.device.barrier import FUSED_PROGRAMS
@@ -153,6 +154,13 @@ def check_agreement(team: Team, what: str, group, call: dict[str, str]) -> None:
     made the same ``call`` (as :func:`describe` gives it); collective on the host."""
     members = team.barrier.members_of(group)
     if group is None:
+        timeout = config.wait_timeout_s()
+        try:  # bounded, as every wait of debug mode: a peer that stopped calling collectives is named
+            team.comm.meet(timeout, f"{what}'s argument check")
+        except TimeoutError as error:
+            raise debug_mode.WaitTimeoutError(f"{error}: one that stopped calling collectives, or one far behind "
+                                              f"(IRIS_WAIT_TIMEOUT={timeout:g}; raise it if that rank only needs "
+                                              "longer)") from None
         calls = team.comm.all_gather_object(call)
     else:
         calls = [None] * len(members)

@@ -7,7 +7,10 @@
 from __future__ import annotations
 
 import atexit
+import datetime
+import re
 import socket
+import time
 from typing import Any
 
 import torch.distributed as dist
@@ -31,6 +34,11 @@ class Communicator:
     def barrier(self, group=None) -> None:
         raise NotImplementedError
 
+    def meet(self, timeout_s: float, what: str) -> None:
+        """A barrier that gives up after ``timeout_s``: TimeoutError naming ``what`` and, where the transport can
+        tell, the ranks that did not come. Example: ``comm.meet(10.0, "all_reduce's argument check")``."""
+        raise NotImplementedError
+
 
 class SoloCommunicator(Communicator):
     """A world of one: every collective is the identity."""
@@ -43,6 +51,9 @@ class SoloCommunicator(Communicator):
         return obj
 
     def barrier(self, group=None):
+        return None
+
+    def meet(self, timeout_s, what):
         return None
 
 
@@ -79,6 +90,15 @@ class TorchCommunicator(Communicator):
     def barrier(self, group=None):
         dist.barrier(group=self._group if group is None else group)
 
+    def meet(self, timeout_s, what):
+        try:  # gloo's monitored barrier: rank 0 names every rank that did not answer in time
+            dist.monitored_barrier(group=self._group, timeout=datetime.timedelta(seconds=timeout_s),
+                                   wait_all_ranks=True)
+        except RuntimeError as error:
+            missing = re.search(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier", str(error))
+            who = f"rank {missing[1].strip()} did not arrive" if missing else "not every rank arrived"
+            raise TimeoutError(f"{what}: {who} within {timeout_s:g} s") from None
+
 
 class MpiCommunicator(Communicator):
     """Exchange through MPI_COMM_WORLD (mpi4py)."""
@@ -106,6 +126,13 @@ class MpiCommunicator(Communicator):
         if group is not None:
             raise ValueError("barrier(group=...) needs torch.distributed; this job was bootstrapped through MPI")
         self._comm.Barrier()
+
+    def meet(self, timeout_s, what):
+        request, deadline = self._comm.Ibarrier(), time.monotonic() + timeout_s
+        while not request.Test():  # MPI cannot say who is missing, only that someone is
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what}: the ranks did not all arrive within {timeout_s:g} s")
+            time.sleep(0.001)
 
 
 def node_map(comm: Communicator) -> tuple[int, ...]:
