@@ -101,6 +101,7 @@ def _ops(ops, method):
     return failures
 
 
+@pytest.mark.slow  # with the cross-compile gate on, its GEMM kernels add about 10 s
 def test_a_gemm_all_reduce_and_an_all_gather_gemm_per_tile(ranks):
     for failures in ranks.run(_ops, ("gemm_all_reduce", "all_gather_gemm"), False):
         assert failures == []
