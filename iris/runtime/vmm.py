@@ -59,7 +59,6 @@ class VirtualHeap:
         self.driver, self.rank, self.world_size = driver, rank, world_size
         self.granule = driver.granularity
         self.span = _round_up(nbytes, self.granule)
-        self.chunks: list[tuple[int, int]] = []  # [lo, hi) byte ranges of each heap, sorted
         self.exchange: DescriptorExchange | None = None
         self.own = _AddressRange(driver, driver.reserve(self.span), self.span)
         self.peers: dict[int, tuple[int, list]] = {}  # rank -> (its range's address here, mapped (offset, bytes))
@@ -74,9 +73,14 @@ class VirtualHeap:
     def bases(self) -> list[int]:
         return [self.own.address if r == self.rank else self.peers[r][0] for r in range(self.world_size)]
 
+    @property
+    def chunks(self) -> list[tuple[int, int]]:
+        """The [lo, hi) byte ranges backed, sorted: this rank's mapped chunks, the same on every rank."""
+        return sorted((offset, offset + nbytes) for offset, nbytes in self.own.mapped)
+
     def backed(self) -> int:
         """Bytes of this rank's heap backed by memory."""
-        return sum(hi - lo for lo, hi in self.chunks)
+        return sum(nbytes for _, nbytes in self.own.mapped)
 
     def back(self, lo: int, hi: int) -> None:
         """Collective: back bytes [lo, hi) of every rank's heap (rounded out to the granularity), in the same
@@ -126,7 +130,6 @@ class VirtualHeap:
                     os.close(peer_fd)
             if handle is not None:
                 self.driver.release(handle)  # a mapped chunk lives until it is unmapped
-        self.chunks = sorted(self.chunks + [(lo, hi)])
 
     def _check_agreement(self, lo: int, hi: int, failure: str | None, received: dict) -> None:
         failures = {r: h["failure"] for r, (h, _) in received.items() if h.get("failure")}
