@@ -175,3 +175,44 @@ def test_the_device_barrier_loads_its_expected_counts_in_every_thread_before_one
     loads = [i for i, line in enumerate(ptx[: stores[0]]) if "ld.global" in line and f"[ {address}" in line]
     assert loads, (address, ptx)
     assert any("bar.sync" in line for line in ptx[loads[-1] : stores[0]]), ptx[loads[-1] : stores[0] + 1]
+
+
+_BAD_KERNEL = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def raw_int64_cas(word):
+    tl.atomic_cas(word, 1 << 33, 7)
+
+
+def {name}():
+    raw_int64_cas[(1,)](torch.zeros(1, dtype=torch.int64))
+'''
+
+
+@pytest.mark.parametrize("how", ["pytest", "--run"])
+def test_a_test_or_script_whose_kernel_does_not_compile_fails_naming_it(tmp_path, how):
+    """Through pytest's plugin, the test fails; through ``--run`` (as ``iris run`` starts ranks), the script,
+    naming the kernel."""
+    import subprocess
+    import sys
+
+    from iris import config
+
+    env = config.child_environment(IRIS_CROSS_COMPILE="cuda:90", IRIS_CROSS_COMPILE_CACHE=str(tmp_path / "cache"))
+    if how == "pytest":
+        (tmp_path / "test_bad.py").write_text(_BAD_KERNEL.format(name="test_bad"))
+        command = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "iris.testing.cross_compile_plugin",
+                   str(tmp_path / "test_bad.py")]
+    else:
+        (tmp_path / "bad.py").write_text(_BAD_KERNEL.format(name="main") + "\nmain()\nprint('past the launch')\n")
+        command = ["-m", "iris.testing.cross_compile", "--run", str(tmp_path / "bad.py")]
+    result = subprocess.run([sys.executable, *command], env=env, cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300, check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "raw_int64_cas does not compile for cuda:90" in output, output
+    assert "1 failed" in output if how == "pytest" else "past the launch" not in output, output
