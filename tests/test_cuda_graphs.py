@@ -337,3 +337,73 @@ def test_moe_dispatch_and_combine_replay_from_a_cuda_graph(ranks):
     routes new tokens (new counts per expert) right."""
     for results in ranks.run(_moe_replays, 4):
         assert all(grouped and error < 1e-5 for grouped, error in results), results
+
+
+def _layer_replays(replays):
+    """A layer's sequence captured once: matmul_all_reduce, all_reduce_rmsnorm (residual in place), a torch copy
+    and all_gather; each replay takes new activations and residuals. Per replay, the largest relative error of
+    the three results against float64 torch."""
+    ctx = iris.iris(1 << 26)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    tokens, k_shard, hidden, eps = 16, 64, 256, 1e-6
+
+    def inputs(replay, source):
+        g = torch.Generator().manual_seed(1000 * replay + source)
+        return torch.randn(tokens, k_shard, generator=g), torch.randn(tokens, hidden, generator=g)
+
+    w_shards = [torch.randn(k_shard, hidden, generator=torch.Generator().manual_seed(7 + s)) / 8 for s in range(world)]
+    weight_cpu = torch.rand(hidden, generator=torch.Generator().manual_seed(3)) + 0.5
+    w, weight = w_shards[rank].to(device), weight_cpu.to(device)
+    x, residual = (t.to(device) for t in inputs(0, rank))
+    y = ctx.zeros(tokens, hidden)  # all_reduce_rmsnorm reads every member's partial: on the heap
+    normed = torch.empty(tokens, hidden, device=device)
+    staged = ctx.zeros(tokens, hidden)
+    gathered = ctx.zeros(world * tokens, hidden)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+
+    def step():
+        ctx.ops.matmul_all_reduce(y, x, w)
+        ctx.ccl.all_reduce_rmsnorm(y, residual, weight, eps=eps, out=normed)
+        staged.copy_(normed)
+        ctx.ccl.all_gather(gathered, staged)
+
+    with torch.cuda.stream(stream):
+        step()  # uncaptured: compiles the kernels, makes the workspaces
+    stream.synchronize()
+    ctx.barrier()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        step()
+    torch.cuda.synchronize()
+    ctx.barrier()
+
+    def relative(got, want):
+        return ((got.cpu().double() - want).norm() / want.norm()).item()
+
+    errors = []
+    for replay in range(1, replays + 1):
+        data = [inputs(replay, source) for source in range(world)]
+        with torch.cuda.stream(stream):
+            x.copy_(data[rank][0])
+            residual.copy_(data[rank][1])
+        stream.synchronize()
+        ctx.barrier()  # every rank's inputs are in place
+        with torch.cuda.stream(stream):
+            graph.replay()
+        stream.synchronize()
+        y_want = sum(d[0].double() @ s.double() for d, s in zip(data, w_shards))
+        layer = [d[1].double() + world * y_want for d in data]  # each rank's residual after the step
+        norms = [r / torch.sqrt(r.pow(2).mean(-1, keepdim=True) + eps) * weight_cpu.double() for r in layer]
+        errors.append(max(relative(y, y_want), relative(residual, layer[rank]), relative(normed, norms[rank]),
+                          relative(gathered, torch.cat(norms))))
+        ctx.barrier()  # nobody's next replay lands while a peer still checks
+    ctx.close()
+    return errors
+
+
+def test_a_layer_of_fused_ops_and_collectives_replays_from_one_graph_with_new_inputs(ranks):
+    """Upstream's graph-capture test, as a layer: fused GEMM + all_reduce, the fused all_reduce + RMSNorm and an
+    all_gather captured together, replayed ten times with new inputs (TF32 allowed: 1e-2)."""
+    for errors in ranks.run(_layer_replays, 10):
+        assert len(errors) == 10 and max(errors) < 1e-2, errors
