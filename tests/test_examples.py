@@ -139,3 +139,13 @@ def test_the_originals_64_gib_heap_per_rank_runs_on_a_small_machine(folder, worl
     code, output = _iris_run(world, ROOT / folder / "example.py", "--validate", "--heap_size", str(64 << 30))
     assert code == 0, output[-4000:]
     assert output.count("validation passed") == world, output[-4000:]
+
+
+@pytest.mark.slow
+def test_ring_prefill_passes_kv_blocks_around_the_ring_at_3_ranks():
+    """Example 21 causal at three ranks (32 tokens each: blocks of 16, two per head), three calls without a barrier
+    between them (the two slots refilled across calls), its torch way (all_gather + SDPA) timed beside it."""
+    code, output = _iris_run(3, ROOT / "21_ring_prefill" / "example.py", "--validate", "--benchmark",
+                             "--num_experiments", "1", "--num_warmup", "0")
+    assert code == 0, output[-4000:]
+    assert output.count("validation passed") == 3 and "ring prefill through the heap" in output, output[-4000:]
