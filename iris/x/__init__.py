@@ -1,7 +1,7 @@
 """iris.x: communication inside your own ``@triton.jit`` kernels, a tile at a time: the tile's place
-(:mod:`iris.x.core`), its collectives (:mod:`iris.x.collectives`) and GEMM + communication tile ops
-(:mod:`iris.x.gemm`), with ROCm/iris's names; the ranks come from the device context, which importing iris.x gives
-the collectives and GEMM ops as methods too.
+(:mod:`iris.x.core`), its collectives (:mod:`iris.x.collectives`), GEMM + communication tile ops
+(:mod:`iris.x.gemm`) and the KV-cache exchange (:mod:`iris.x.kv`), with ROCm/iris's names; the ranks come from the
+device context, which importing iris.x gives the collectives, GEMM ops and KV exchange as methods too.
 
 Example (inside a kernel; the whole program: examples/17_gemm_all_reduce_epilogue):
     >>> ctx = iris.TritonContext.initialize(context, rank, world_size)
@@ -26,6 +26,7 @@ from iris.x.collectives import (
 from iris.x.core import (AllReduceConfig, Tile, TensorView, TileView, make_tensor_view, offset_ptr, tile_layout,
                          tile_ptr)
 from iris.x.gemm import all_gather_gemm, gemm_all_gather, gemm_all_reduce, gemm_reduce_scatter, gemm_tile
+from iris.x.kv import alltoall_kv, recv_kv, wait_kv
 
 all_reduce = all_reduce_atomic  # the default variant, by the plain name
 
@@ -34,4 +35,5 @@ __all__ = [
     "all_gather", "all_reduce", "all_reduce_atomic", "all_reduce_one_shot", "all_reduce_two_shot", "all_reduce_ring",
     "all_reduce_spinlock", "reduce_scatter", "all_to_all", "broadcast", "gather", "publish_tile", "mark_tile_ready",
     "wait_tile_ready", "gemm_tile", "gemm_all_reduce", "gemm_reduce_scatter", "gemm_all_gather", "all_gather_gemm",
+    "alltoall_kv", "wait_kv", "recv_kv",
 ]
