@@ -36,6 +36,16 @@ def tile_of(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
+def dot(x, y, acc, UPCAST: tl.constexpr):
+    """``acc + x @ y`` in float32; ``UPCAST``: 16-bit operands multiplied as float32 (the CPU backend's interpreter
+    needs it for bfloat16)."""
+    if UPCAST:
+        x = x.to(tl.float32)
+        y = y.to(tl.float32)
+    return tl.dot(x, y, acc)
+
+
+@triton.jit
 def accumulate(acc, a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, rows, cols, UPCAST: tl.constexpr,
                BLOCK_K: tl.constexpr):
     """``acc + a[rows, :K] @ b[:K, cols]`` in float32 (rows past M and columns past N read as zeros)."""
@@ -46,10 +56,7 @@ def accumulate(acc, a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, r
         left = K - k * BLOCK_K
         x = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < left), other=0.0)
         y = tl.load(b_ptrs, mask=(ks[:, None] < left) & (cols[None, :] < N), other=0.0)
-        if UPCAST:
-            acc = tl.dot(x.to(tl.float32), y.to(tl.float32), acc)
-        else:
-            acc = tl.dot(x, y, acc)
+        acc = dot(x, y, acc, UPCAST)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     return acc
@@ -61,10 +68,7 @@ def accumulate_described(acc, a, b, K, row, col, UPCAST: tl.constexpr, BLOCK_K: 
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         x = a.load([row, k * BLOCK_K])
         y = b.load([b_row + k * BLOCK_K, col])
-        if UPCAST:
-            acc = tl.dot(x.to(tl.float32), y.to(tl.float32), acc)
-        else:
-            acc = tl.dot(x, y, acc)
+        acc = dot(x, y, acc, UPCAST)
     return acc
 
 

@@ -24,6 +24,7 @@ import triton.language as tl
 
 from iris.device import rma
 from iris.device.context import DeviceContext, bind_methods
+from iris.ops.gemm import dot
 from iris.x.collectives import _all_gather_push, all_reduce_one_shot, publish_tile, reduce_scatter
 from iris.x.core import Tile
 
@@ -47,10 +48,7 @@ def _product(acc, a_view, b_view, rows, cols, k_first, owner, ctx, REMOTE: tl.co
                     + cols[None, :].to(tl.int64) * b_view.stride_n,
                     mask=(kk[:, None] < a_view.N) & (b_rows[:, None] < b_view.M) & (cols[None, :] < b_view.N),
                     other=0.0)
-        if UPCAST:
-            acc = tl.dot(x.to(tl.float32), y.to(tl.float32), acc)
-        else:
-            acc = tl.dot(x, y, acc)
+        acc = dot(x, y, acc, UPCAST)
     return acc
 
 
