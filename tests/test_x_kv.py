@@ -1,4 +1,4 @@
-"""iris.x's KV-cache exchange (alltoall_kv, wait_kv, recv_kv), called for every (token block, head) tile of a user's
+"""iris.x's KV-cache exchange (send_kv, wait_kv, recv_kv), called for every (token block, head) tile of a user's
 kernel and as the device context's methods, against torch's exchange of the same blocks: the same block to every
 rank (context parallelism) and a block per destination (all-to-all), float32 and bfloat16, at 2 and 3 ranks. The
 token blocks do not divide the tokens and the head is narrower than its tile (masked edges); the sources have padded
@@ -34,9 +34,9 @@ def _exchange(k_src, v_src, k_dst, v_dst, flags, k_seen, v_seen, context, src_ro
     d = tl.arange(0, BD)
     inside = (t < T)[:, None] & (d < HEAD_DIM)[None, :]
     if METHOD:
-        ctx.alltoall_kv(tile, ks, None, kd, None, flags, value=call)
+        ctx.send_kv(tile, ks, None, kd, None, flags, value=call)
     else:
-        iris.x.alltoall_kv(tile, ks, vs, kd, vd, flags, ctx, HEAD_DIM, call)
+        iris.x.send_kv(tile, ks, vs, kd, vd, flags, ctx, HEAD_DIM, call)
     for s in tl.static_range(world):
         at = (s * T + t)[:, None] * width + (tile.pid_n * HEAD_DIM + d)[None, :]
         if METHOD:
@@ -127,6 +127,48 @@ def test_alltoall_kv_at_three_ranks(three_ranks):  # the slow tier's (conftest)
 
 
 def test_the_exchange_is_exported_with_its_method_forms():
-    assert {"alltoall_kv", "wait_kv", "recv_kv"} <= set(iris.x.__all__)
-    for name in ("alltoall_kv", "wait_kv", "recv_kv"):
+    assert {"send_kv", "wait_kv", "recv_kv"} <= set(iris.x.__all__)
+    for name in ("send_kv", "wait_kv", "recv_kv"):
         assert hasattr(iris.DeviceContext, name)
+
+
+def _host_exchanges(calls):
+    """ROCm/iris's host alltoall_kv, ``calls`` times with new chunks (a barrier between, as the buffers are reused):
+    whether every rank's chunk was in its slot each time, and the flags after (all consumed: zeros)."""
+    from iris.x.alltoall_kv import alltoall_kv
+
+    ctx = iris.iris(1 << 22)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    chunk = 3 * 64 + 5  # blocks of 64, the last one ragged
+    k_recv = ctx.full((world * chunk,), POISON, dtype=torch.float32)
+    v_recv = ctx.full((world * chunk,), POISON, dtype=torch.bfloat16)
+    flags = ctx.zeros(world, dtype=torch.int32)
+    right = []
+    for call in range(1, calls + 1):
+        def chunks(source):
+            g = torch.Generator().manual_seed(100 * call + source)
+            return torch.randn(chunk, generator=g), torch.randn(chunk, generator=g).to(torch.bfloat16)
+
+        k, v = (t.to(device) for t in chunks(rank))
+        alltoall_kv(k, v, k_recv, v_recv, flags, ctx.get_device_context(), rank, world, BLOCK=64, num_fetch_sms=2)
+        want = [chunks(source) for source in range(world)]
+        right.append(torch.equal(k_recv.cpu(), torch.cat([w[0] for w in want]))
+                     and torch.equal(v_recv.cpu(), torch.cat([w[1] for w in want])))
+        ctx.barrier()  # every rank has read its buffers before anyone sends again
+    zeros = flags.cpu().tolist()
+    ctx.close()
+    return right, zeros
+
+
+def test_the_host_alltoall_kv_puts_every_ranks_chunk_in_its_slot_everywhere(ranks):
+    """ROCm/iris's argument list (iris.x.alltoall_kv is its module); three calls on the same buffers and flags."""
+    for right, flags in ranks.run(_host_exchanges, 3):
+        assert right == [True] * 3 and flags == [0] * ranks.world_size, (right, flags)
+
+
+def test_the_host_alltoall_kv_refuses_buffers_that_do_not_fit():
+    from iris.x.alltoall_kv import alltoall_kv
+
+    k = torch.zeros(8)
+    with pytest.raises(ValueError, match="k_recv_buf must be contiguous with world_size \\* chunk = 16.*ready_flags"):
+        alltoall_kv(k, k.clone(), torch.zeros(8), torch.zeros(16), torch.zeros(2), None, 0, 2)

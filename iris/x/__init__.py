@@ -26,7 +26,7 @@ from iris.x.collectives import (
 from iris.x.core import (AllReduceConfig, Tile, TensorView, TileView, make_tensor_view, offset_ptr, tile_layout,
                          tile_ptr)
 from iris.x.gemm import all_gather_gemm, gemm_all_gather, gemm_all_reduce, gemm_reduce_scatter, gemm_tile
-from iris.x.kv import alltoall_kv, recv_kv, wait_kv
+from iris.x.kv import send_kv, recv_kv, wait_kv
 
 all_reduce = all_reduce_atomic  # the default variant, by the plain name
 
@@ -35,5 +35,5 @@ __all__ = [
     "all_gather", "all_reduce", "all_reduce_atomic", "all_reduce_one_shot", "all_reduce_two_shot", "all_reduce_ring",
     "all_reduce_spinlock", "reduce_scatter", "all_to_all", "broadcast", "gather", "publish_tile", "mark_tile_ready",
     "wait_tile_ready", "gemm_tile", "gemm_all_reduce", "gemm_reduce_scatter", "gemm_all_gather", "all_gather_gemm",
-    "alltoall_kv", "wait_kv", "recv_kv",
+    "send_kv", "wait_kv", "recv_kv",
 ]

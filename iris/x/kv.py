@@ -10,14 +10,14 @@ BLOCK_D)``, ``BLOCK_D`` at least ``head_dim`` (columns past it are masked, so he
 view               what it holds (T: tokens per rank block; W: the world size)
 =================  ==================================================================================================
 ``k_src, v_src``   this rank's keys and values to send, anywhere in memory: T rows (the same block goes to every rank:
-                   context parallelism's exchange, ROCm/iris's ``alltoall_kv``) or W*T rows (rows
+                   context parallelism's exchange, ROCm/iris's ``send_kv``) or W*T rows (rows
                    ``[d*T, (d+1)*T)`` go to rank d: an all-to-all, e.g. prefill ranks re-sharding for decode)
 ``k_dst, v_dst``   on the heap, W*T rows alike on every rank: rows ``[s*T, (s+1)*T)`` receive rank s's block
 ``flags``          on the heap, int32, ``[W, cdiv(T, BLOCK_T), heads]``, zeroed once: on the receiver,
                    ``flags[s, b, h]`` reaches ``value`` when rank s's tile (b, h) is in place
 =================  ==================================================================================================
 
-:func:`alltoall_kv` pushes this rank's tile to every rank (itself included), each destination's flag set with a
+:func:`send_kv` pushes this rank's tile to every rank (itself included), each destination's flag set with a
 release at system scope right after its data; :func:`wait_kv` spins on one flag (acquire), and :func:`recv_kv`
 waits and returns the received keys and values, so a consumer reads only what has arrived. Passing the call's
 number as ``value`` (1, 2, ...) reuses the flags without resetting them; before a rank sends again into the same
@@ -27,7 +27,7 @@ tile of the peers (every rank does), or launch a persistent grid.
 
 Example (inside a ``@triton.jit`` kernel, one program per (token block, kv head)):
     >>> tile = iris.x.TileView(pid_t, pid_h, BLOCK_T, BLOCK_D)
-    >>> iris.x.alltoall_kv(tile, k_src, v_src, k_dst, v_dst, flags, ctx, HEAD_DIM, call)
+    >>> iris.x.send_kv(tile, k_src, v_src, k_dst, v_dst, flags, ctx, HEAD_DIM, call)
     >>> for s in range(world):
     ...     k, v = iris.x.recv_kv(tile, k_dst, v_dst, flags, s, ctx, HEAD_DIM, call)
 """
@@ -60,14 +60,14 @@ def _kv_flag(tile, k_dst, from_rank, ctx, head_dim):
 
 
 @triton.jit
-def alltoall_kv(tile, k_src, v_src, k_dst, v_dst, flags, ctx, head_dim=None, value=1):
+def send_kv(tile, k_src, v_src, k_dst, v_dst, flags, ctx, head_dim=None, value=1):
     """Send this rank's KV tile (token block ``tile.pid_m``, head ``tile.pid_n``) to every rank: into rows
     ``[rank*T, (rank+1)*T)`` of rank d's ``k_dst`` and ``v_dst`` (T = ``k_dst.M // world``), read from ``k_src`` and
     ``v_src``'s T rows (the same block to every rank) or from their rows ``[d*T, (d+1)*T)`` (W*T rows: a block per
     destination); then set rank d's ``flags[rank, tile.pid_m, tile.pid_n]`` to ``value`` (release, system scope).
     ``head_dim``: columns per head (default ``tile.block_n``). ``v_src`` and ``v_dst`` None: keys only (one latent
     cache). Values are converted to ``k_dst``'s dtype.
-    Example: ``iris.x.alltoall_kv(tile, k_src, v_src, k_dst, v_dst, flags, ctx, HEAD_DIM)``."""
+    Example: ``iris.x.send_kv(tile, k_src, v_src, k_dst, v_dst, flags, ctx, HEAD_DIM)``."""
     if head_dim is None:
         head_dim = tile.block_n
     tokens = k_dst.M // ctx.world_size
@@ -116,12 +116,12 @@ def recv_kv(tile, k_dst, v_dst, flags, from_rank, ctx, head_dim=None, value=1):
 
 class _ContextKV:
     """The KV exchange as methods of the device context (``ctx`` filled in), added to ``iris.DeviceContext`` by
-    importing iris.x. Example: ``ctx.alltoall_kv(tile, k_src, v_src, k_dst, v_dst, flags, HEAD_DIM)``."""
+    importing iris.x. Example: ``ctx.send_kv(tile, k_src, v_src, k_dst, v_dst, flags, HEAD_DIM)``."""
 
     @triton.jit
-    def alltoall_kv(self, tile, k_src, v_src, k_dst, v_dst, flags, head_dim=None, value=1):
-        """:func:`alltoall_kv`. Example: ``ctx.alltoall_kv(tile, k_src, v_src, k_dst, v_dst, flags, HEAD_DIM)``."""
-        alltoall_kv(tile, k_src, v_src, k_dst, v_dst, flags, self, head_dim, value)
+    def send_kv(self, tile, k_src, v_src, k_dst, v_dst, flags, head_dim=None, value=1):
+        """:func:`send_kv`. Example: ``ctx.send_kv(tile, k_src, v_src, k_dst, v_dst, flags, HEAD_DIM)``."""
+        send_kv(tile, k_src, v_src, k_dst, v_dst, flags, self, head_dim, value)
 
     @triton.jit
     def wait_kv(self, tile, k_dst, flags, from_rank, head_dim=None, value=1):
