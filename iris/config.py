@@ -92,13 +92,16 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("IRIS_ENGINE_CACHE", "~/.cache/iris/engine",
              "where NVSHMEM's device library, cut to the calls of the path across nodes, is kept"),
     Variable("RANK", "", "the rank: set by ``iris run`` and the test harness, read from torchrun-style launchers "
-             "(torchrun, the Slurm recipes)", "launch"),
+             "(torchrun, the Slurm recipes); with ``WORLD_SIZE`` it wins over Slurm's and MPI's variables",
+             "launch"),
     Variable("WORLD_SIZE", "", "the number of ranks, set and read as ``RANK``", "launch"),
     Variable("LOCAL_RANK", "", "the rank's index on its node, set by ``iris run`` and the test harness (as torchrun "
              "does) for programs that pick their GPU by it", "launch"),
     Variable("LOCAL_WORLD_SIZE", "", "the number of ranks on the node, set as ``LOCAL_RANK``", "launch"),
-    Variable("MASTER_ADDR", "", "torch.distributed's rendezvous host, set and read as ``RANK``", "launch"),
-    Variable("MASTER_PORT", "", "torch.distributed's rendezvous port, set and read as ``RANK``", "launch"),
+    Variable("MASTER_ADDR", "", "torch.distributed's rendezvous host, set and read as ``RANK``; in an srun step "
+             "it wins over the step's first host", "launch"),
+    Variable("MASTER_PORT", "", "torch.distributed's rendezvous port, set and read as ``RANK``; in an srun step "
+             "it wins over the port derived from the job and step ids", "launch"),
     Variable("IRIS_JOB_ID", "", "set by ``iris run`` and the test harness: names one launch's heap segments",
              "launch"),
     Variable("IRIS_STACKS_ON_SIGUSR1", "", "set by ``iris run``: SIGUSR1 prints the rank's Python stacks", "launch"),
@@ -132,10 +135,31 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("PMIX_SIZE", "", "PMIx's world size: a job started by a PMIx launcher", "outside"),
     Variable("MPI_LOCALNRANKS", "", "MPICH Hydra's local rank count: a job started by mpirun", "outside"),
     Variable("MV2_COMM_WORLD_SIZE", "", "MVAPICH2's world size: a job started by mpirun", "outside"),
+    Variable("SLURM_STEP_ID", "", "set by srun in each task of a job step, never in a batch script (which sees "
+             "``SLURM_PROCID=0`` and the job's ``SLURM_NTASKS`` too): a process with it, ``SLURM_PROCID`` and "
+             "no ``RANK`` is one rank of the step (iris.runtime.distributed.launch)", "outside"),
+    Variable("SLURM_PROCID", "", "Slurm's rank of the task: an srun task's rank", "outside"),
+    Variable("SLURM_STEP_NUM_TASKS", "", "the tasks of the srun step: its world size", "outside"),
+    Variable("SLURM_NTASKS", "", "the tasks of the job or step: the world size where ``SLURM_STEP_NUM_TASKS`` "
+             "is unset", "outside"),
+    Variable("SLURM_LOCALID", "", "the task's index on its node: an srun task's local rank", "outside"),
+    Variable("SLURM_NODEID", "", "the index of the task's node in the step's node list", "outside"),
+    Variable("SLURM_STEP_TASKS_PER_NODE", "", "the step's tasks on each node, e.g. ``4(x2),2``: the local world "
+             "size (``SLURM_TASKS_PER_NODE`` where unset)", "outside"),
+    Variable("SLURM_TASKS_PER_NODE", "", "the job's tasks on each node, read as ``SLURM_STEP_TASKS_PER_NODE``",
+             "outside"),
+    Variable("SLURM_STEP_NODELIST", "", "the step's hosts, e.g. ``node[01-03],other``: the first is the "
+             "rendezvous host of an srun step (``SLURM_JOB_NODELIST`` where unset)", "outside"),
+    Variable("SLURM_JOB_NODELIST", "", "the job's hosts, read as ``SLURM_STEP_NODELIST``", "outside"),
+    Variable("SLURM_JOB_ID", "", "the job's id: with ``SLURM_STEP_ID`` it makes an srun step's rendezvous port",
+             "outside"),
 )
 
-TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 MPI_SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE")
+SLURM_VARIABLES = ("SLURM_STEP_ID", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_LOCALID",
+                   "SLURM_NODEID", "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_STEP_NODELIST",
+                   "SLURM_JOB_NODELIST", "SLURM_JOB_ID")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 _BY_NAME = {variable.name: variable for variable in VARIABLES}
@@ -396,23 +420,17 @@ def failure_log() -> str:
     return text("IRIS_FAILURE_LOG")
 
 
-def launcher_rank_and_world() -> tuple[int, int] | None:
-    """(RANK, WORLD_SIZE) when a torchrun-style launcher set every variable it sets, else None."""
-    if all(name in os.environ for name in TORCHRUN_VARIABLES):
-        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    return None
+def launch_variables() -> dict[str, str]:
+    """The launchers' variables that are set (torchrun's, MPI's sizes, Slurm's), by name, as text.
 
+    iris.runtime.distributed.launch decides from them how this process was started.
 
-def launcher_world_size() -> int | None:
-    """WORLD_SIZE, else an MPI launcher's size variable, else None."""
-    for name in ("WORLD_SIZE",) + MPI_SIZE_VARIABLES:
-        if name in os.environ:
-            return int(os.environ[name])
-    return None
-
-
-def launched_by_mpi() -> bool:
-    return any(name in os.environ for name in MPI_SIZE_VARIABLES)
+    Example:
+        >>> launch_variables()  # a task of `srun -n 2`
+        {'SLURM_STEP_ID': '0', 'SLURM_PROCID': '1', 'SLURM_STEP_NUM_TASKS': '2', ...}
+    """
+    return {name: os.environ[name] for name in TORCHRUN_VARIABLES + MPI_SIZE_VARIABLES + SLURM_VARIABLES
+            if name in os.environ}
 
 
 def child_environment(drop: tuple[str, ...] = (), **values: str) -> dict[str, str]:

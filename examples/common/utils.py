@@ -13,6 +13,7 @@ import torch.multiprocessing as mp
 
 import iris
 from iris.runtime import interpreted
+from iris.runtime.distributed import launch
 
 DTYPES = {"int8": torch.int8, "fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
           "int32": torch.int32}
@@ -143,9 +144,9 @@ def print_bandwidth_vector(ctx, gbps: float, label: str, output_file: str = "") 
 
 
 def launched() -> bool:
-    """True when a launcher started this process as one rank of a job (iris run, torchrun, mpirun, srun)."""
-    return any(v in os.environ for v in ("RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS",
-                                         "MV2_COMM_WORLD_SIZE"))
+    """True when a launcher started this process as one rank of a job (iris run, torchrun, mpirun, srun; a
+    batch script's plain ``python`` is none, see iris.runtime.distributed.launch)."""
+    return "RANK" in os.environ or launch().launcher != "solo"
 
 
 def _spawned(rank: int, world: int, port: int, main, args, statuses) -> None:
