@@ -149,3 +149,18 @@ def test_ring_prefill_passes_kv_blocks_around_the_ring_at_3_ranks():
                              "--num_experiments", "1", "--num_warmup", "0")
     assert code == 0, output[-4000:]
     assert output.count("validation passed") == 3 and "ring prefill through the heap" in output, output[-4000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world, extra", [(2, ("--datatype", "bf16", "--activation", "silu", "--next", "0",
+                                                "--tokens", "1")), (3, ())], ids=["2-bf16-silu", "3-swiglu-next"])
+def test_decoder_megakernel_runs_the_tp_mlp_block_in_one_kernel_per_step(world, extra):
+    """Example 22: up GEMM, activation, down GEMM, all_reduce through the heap, residual + RMSNorm (and the next
+    projection) in one kernel per step, three calls without a barrier between them (the slots reused by call
+    parity, the flags and counters never reset), the op-by-op layer timed beside it; at 2 ranks one token in
+    bf16 without the gate and the next projection, at 3 ranks the defaults (the shards split the ffn in three)."""
+    code, output = _iris_run(world, ROOT / "22_tp_decoder_megakernel" / "example.py", "--validate", "--benchmark",
+                             "--num_experiments", "1", "--num_warmup", "0", *extra)
+    assert code == 0, output[-4000:]
+    assert output.count("validation passed") == world and "megakernel" in output and "op by op" in output, \
+        output[-4000:]
