@@ -47,6 +47,9 @@ VARIABLES: tuple[Variable, ...] = (
              "every context starts in debug mode (bounded waits, checked remote accesses, cross-rank argument "
              "checks)", "switch"),
     Variable("IRIS_WAIT_TIMEOUT", "10", "seconds a wait may last in debug mode before it gives up"),
+    Variable("IRIS_STALL_TIMEOUT", "0",
+             "seconds a device wait may last outside debug mode before the rank ends, naming the wait, the peer "
+             "and its last call (a stalled or missing rank); 0: unbounded"),
     Variable("IRIS_LOG_LEVEL", "WARNING", "level of the ``[Iris] [rank/world]`` log lines: DEBUG, INFO, WARNING or "
              "ERROR"),
     Variable("IRIS_NODE_MAP", "from the ranks' host names",
@@ -285,6 +288,22 @@ def cpu_cuda() -> bool:
 def debug_requested() -> bool:
     """IRIS_DEBUG: contexts start in debug mode."""
     return switch("IRIS_DEBUG")
+
+
+def stall_timeout_s() -> float:
+    """IRIS_STALL_TIMEOUT in seconds; 0 (the default): device waits are unbounded outside debug mode.
+
+    Raises:
+        ValueError: it is not a number of seconds, or negative.
+    """
+    value_text = text("IRIS_STALL_TIMEOUT", "0")
+    try:
+        value = float(value_text)
+    except ValueError:
+        raise ValueError(f"IRIS_STALL_TIMEOUT={value_text!r} must be a number of seconds") from None
+    if value < 0:
+        raise ValueError(f"IRIS_STALL_TIMEOUT={value_text!r} must be 0 (unbounded) or positive")
+    return value
 
 
 def wait_timeout_s() -> float:

@@ -13,6 +13,7 @@ from iris.runtime import sim
 from iris.device.context import build_context_tensor
 from iris.device.rma import HEAP_BASES_SLOT
 from iris.host import debug as debug_mode
+from iris.host import watchdog
 from iris.runtime.distributed import init_distributed, node_map
 from iris.runtime.logging import log
 from iris.memory.external import ExternalMemory
@@ -122,6 +123,8 @@ class Iris(TensorFactories):
         except MemoryError as error:
             raise MemoryError(f"heap_size={self.heap_size} bytes per rank (plus {layout.nbytes} reserved) cannot be "
                               f"allocated on {device}: {error}. Pass a smaller heap_size to iris.iris().") from error
+        if config.stall_timeout_s() > 0:  # before any kernel compiles: the waits are compiled bounded
+            watchdog.watch(self, config.stall_timeout_s())
         words = build_context_tensor(self.cur_rank, self.num_ranks, self.heap.bases, device,
                                      engine_scratch=self.heap.region("engine.scratch").data_ptr())
         self._debug_word = words[-2:-1]  # past the layout get_device_context() keeps
@@ -181,6 +184,7 @@ class Iris(TensorFactories):
             for facade in ("ccl", "ops"):  # no call replays from now on: each one meets the heap's refusal
                 if facade in self.__dict__:
                     self.__dict__[facade]._plans.forget()
+            watchdog.stop(heap)  # a closed context's waits are over
 
     def __enter__(self):
         return self

@@ -26,8 +26,9 @@ from iris.device.rma import AMDGCN, PTX, as_element, debug_report, far_update, n
 
 COMPARISONS = ("==", "!=", ">=", ">", "<=", "<")
 
-# Debug mode bounds every wait; compile-time constants, so without it the spin loops carry nothing extra.
-DEBUG = tl.constexpr(False)
+# Debug mode (or IRIS_STALL_TIMEOUT) bounds every wait; compile-time constants, so without them the spin loops
+# carry nothing extra.
+BOUNDED_WAITS = tl.constexpr(False)
 WAIT_TIMEOUT_NS = tl.constexpr(10_000_000_000)
 # s_memrealtime counts at 100 MHz on AMD Instinct GPUs.
 _MEMREALTIME_NS_PER_TICK = tl.constexpr(10)
@@ -152,7 +153,7 @@ def wait_until(ptr, cmp: tl.constexpr, value, sem: tl.constexpr = tl.constexpr("
                      "wait_until: cmp must be one of ==, !=, >=, >, <=, <")
     value = as_element(value, ptr)
     seen = tl.atomic_add(ptr, as_element(0, ptr), sem=sem, scope=scope)
-    if DEBUG:
+    if BOUNDED_WAITS:
         start = _clock_ns()
         waited = start - start
         while (_satisfied(seen, cmp, value) == 0) & (waited < WAIT_TIMEOUT_NS):
@@ -186,7 +187,7 @@ def wait_flagged_words(ptr, flag, mask):
     words = tl.load(ptr, mask=mask, other=0, volatile=True)
     # A scalar count: see barrier_round.
     late = tl.sum(_without_flag(words, flag, mask).to(tl.int32))
-    if DEBUG:
+    if BOUNDED_WAITS:
         start = _clock_ns()
         waited = start - start
         while (late > 0) & (waited < WAIT_TIMEOUT_NS):
@@ -231,7 +232,7 @@ def barrier_round(arrivals, expected, members, count, cur, heap_bases, BLOCK: tl
     tl.debug_barrier()
     tl.store(expected + peers, want, mask=others)
     seen = tl.atomic_add(arrivals + peers, 0, mask=others, sem="acquire", scope="sys")
-    if DEBUG:
+    if BOUNDED_WAITS:
         start = _clock_ns()
         waited = start - start
         while (tl.sum((others & (seen < want)).to(tl.int32)) > 0) & (waited < WAIT_TIMEOUT_NS):

@@ -68,31 +68,56 @@ class DeviceAccessError(RuntimeError):
 
 def compiled_in() -> bool:
     """Whether this process compiles kernels with the debug checks (see the module's docstring)."""
-    return bool(sync.DEBUG.value)
+    return bool(rma.DEBUG.value)
+
+
+def waits_bounded() -> bool:
+    """Whether this process compiles its device waits bounded (debug mode, or IRIS_STALL_TIMEOUT)."""
+    return bool(sync.BOUNDED_WAITS.value)
+
+
+def compile_flavour() -> tuple[bool, bool]:
+    """(waits bounded, accesses checked): what this process compiles into kernels."""
+    return waits_bounded(), compiled_in()
+
+
+def _the_record(device: torch.device) -> torch.Tensor:
+    global _record
+    if _record is None:
+        _record = torch.zeros(16, dtype=torch.int64, device=device)
+    return _record
 
 
 def enable(device: torch.device, heap_bytes: int) -> None:
     """Compile the debug checks into this process's kernels from now on (idempotent); the record lives
     on ``device``. ``heap_bytes`` (per rank, reserved tail included) bounds the checked accesses.
     """
-    global _record
-    if _record is None:
-        _record = torch.zeros(16, dtype=torch.int64, device=device)
-    _record[9] = max(int(_record[9]), heap_bytes)
-    _set_constants(True, _record.data_ptr())
+    record = _the_record(device)
+    record[9] = max(int(record[9]), heap_bytes)
+    _set_constants(True, True, record.data_ptr(), config.wait_timeout_s())
 
 
-def _set_constants(on: bool, record_address: int) -> None:
-    sync.WAIT_TIMEOUT_NS = tl.constexpr(int(config.wait_timeout_s() * 1e9))
-    rma.RECORD_ADDRESS = tl.constexpr(record_address if on else 0)
-    rma.DEBUG = tl.constexpr(on)
-    sync.DEBUG = tl.constexpr(on)
+def bound_waits(device: torch.device, timeout_s: float) -> None:
+    """Outside debug mode: compile every device wait of this process bounded by ``timeout_s`` from now on (a wait
+    that gives up fills in the record and returns; :mod:`iris.host.watchdog` ends the rank with it). Nothing
+    where the waits are bounded already (debug mode's own bound stays)."""
+    if not waits_bounded():
+        _set_constants(True, compiled_in(), _the_record(device).data_ptr(), timeout_s)
 
 
-def set_compile_constants(on: bool) -> None:
-    """In a cross-compile worker (iris.testing.cross_compile): compile kernels as debug mode does
-    (``on``) or as it does not. Nothing launches there, so the record's address is a placeholder."""
-    _set_constants(on, 1 << 20)
+def _set_constants(waits: bool, checks: bool, record_address: int, timeout_s: float) -> None:
+    sync.WAIT_TIMEOUT_NS = tl.constexpr(int(timeout_s * 1e9))
+    rma.RECORD_ADDRESS = tl.constexpr(record_address if waits or checks else 0)
+    rma.DEBUG = tl.constexpr(checks)
+    sync.BOUNDED_WAITS = tl.constexpr(waits)
+
+
+def set_compile_constants(flavour: bool | tuple[bool, bool]) -> None:
+    """In a cross-compile worker (iris.testing.cross_compile): compile kernels as this flavour
+    (:func:`compile_flavour`; True: debug mode's, both). Nothing launches there, so the record's address is a
+    placeholder."""
+    waits, checks = (flavour, flavour) if isinstance(flavour, bool) else flavour
+    _set_constants(waits, checks, 1 << 20, config.wait_timeout_s())
 
 
 def raise_if_reported(rank: int, heap) -> None:
@@ -104,25 +129,34 @@ def raise_if_reported(rank: int, heap) -> None:
         WaitTimeoutError: a wait_until or device_barrier gave up.
         DeviceAccessError: an access named a rank outside the world or a pointer outside the heap.
     """
+    report = take_report(rank, heap)
+    if report is not None:
+        raise report
+
+
+def take_report(rank: int, heap, words: list[int] | None = None) -> Exception | None:
+    """What a device check of this process reported since the last take, as the exception to raise (the record
+    cleared), or None. ``words``: the record's first seven words, read by the caller (the watchdog reads them on
+    a stream of its own); else read here, after the device work is complete."""
     if _record is None:
-        return
-    kind, pid, address, expected, seen, detail, waited_ns = _record[:7].cpu().tolist()
+        return None
+    kind, pid, address, expected, seen, detail, waited_ns = words or _record[:7].cpu().tolist()
     if kind == 0:
-        return
+        return None
     _record[:8].zero_()
     found = heap.locate(address)
     where = f"heap offset {found[1]:#x} of rank {found[0]}" if found else f"address {address:#x} (not on the heap)"
     if kind == rma.RANK_OUT_OF_RANGE_RECORD.value:
-        raise DeviceAccessError(f"rank {rank} program {pid}: an access from rank {expected} to rank {seen} in a "
-                                f"world of {detail} ranks (valid ranks are 0..{detail - 1}); pointer {where}")
+        return DeviceAccessError(f"rank {rank} program {pid}: an access from rank {expected} to rank {seen} in a "
+                                 f"world of {detail} ranks (valid ranks are 0..{detail - 1}); pointer {where}")
     if kind == rma.NOT_THE_CURRENT_RANK_RECORD.value:
-        raise DeviceAccessError(f"rank {rank} program {pid}: a load or get named ranks {expected} and {seen}, neither "
-                                f"of them the current rank {detail}; its pointer is local to the current rank, so one "
-                                "of the two ranks must be the current one (the other is read)")
+        return DeviceAccessError(f"rank {rank} program {pid}: a load or get named ranks {expected} and {seen}, neither "
+                                 f"of them the current rank {detail}; its pointer is local to the current rank, so one "
+                                 "of the two ranks must be the current one (the other is read)")
     if kind == rma.OUTSIDE_HEAP_RECORD.value:
-        raise DeviceAccessError(f"rank {rank} program {pid}: pointer {address:#x} is outside the heap of rank "
-                                f"{expected} (an access from rank {expected} to rank {seen}); pass tensors made "
-                                "by the context (ctx.zeros, ctx.empty, ...) or ctx.as_symmetric(...)")
+        return DeviceAccessError(f"rank {rank} program {pid}: pointer {address:#x} is outside the heap of rank "
+                                 f"{expected} (an access from rank {expected} to rank {seen}); pass tensors made "
+                                 "by the context (ctx.zeros, ctx.empty, ...) or ctx.as_symmetric(...)")
     if kind == sync.WAIT_UNTIL_RECORD.value:
         cmp = sync.COMPARISONS[detail]
         message = (f"rank {rank} program {pid} gave up after {waited_ns / 1e9:.1f} s in wait_until: "
@@ -131,5 +165,5 @@ def raise_if_reported(rank: int, heap) -> None:
         message = (f"rank {rank} program {pid} gave up after {waited_ns / 1e9:.1f} s in device_barrier: "
                    f"waiting for rank {detail} to arrive (arrival counter at {where}: expected {expected}, "
                    f"last saw {seen})")
-    raise WaitTimeoutError(message + "; a signal that never came, or a rank that never reached this point")
+    return WaitTimeoutError(message + "; a signal that never came, or a rank that never reached this point")
 

@@ -268,10 +268,10 @@ def _state(interpreted_fn) -> _KernelState:
     return state
 
 
-def _debug_on() -> bool:
-    from iris.device import sync
+def _debug_on() -> tuple[bool, bool]:
+    from iris.host import debug
 
-    return bool(sync.DEBUG.value)
+    return debug.compile_flavour()
 
 
 def _write_atomically(path: Path, text: str) -> None:

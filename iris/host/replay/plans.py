@@ -19,6 +19,7 @@ from triton import knobs
 
 from iris import config
 from iris import runtime
+from iris.host import watchdog
 
 _RUNTIME_KNOBS = knobs.runtime  # the launch hooks live here
 
@@ -171,6 +172,7 @@ class Plans:
         self._check, self._config_type = check, config_type
         self._plans: dict = {}
         self._kept: dict = {}  # heap workspaces, by problem: never dropped (a plan may use one)
+        self._watchdog = watchdog.current()  # IRIS_STALL_TIMEOUT: told every call, to name the last one
         self._graphs = config.graph_replay() and _compiles()
         self._capturing = torch.cuda.is_current_stream_capturing  # whether the current stream is being captured
         if self._graphs:  # torch's own C call, without the Python around it
@@ -192,6 +194,8 @@ class Plans:
             ...     return broadcast(tensor, ctx, src=src, config=config), None
             >>> plans.call("broadcast", tensor, None, config, (src,), _first_broadcast, tensor, src, config)
         """
+        if self._watchdog is not None:
+            self._watchdog.note_call(name)
         by_value = None if config is None else value_key(config, self._config_type)
         native = self._native
         if native is not None:

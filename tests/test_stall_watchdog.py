@@ -1,0 +1,84 @@
+"""IRIS_STALL_TIMEOUT: a rank that stops calling collectives makes its peers end, naming what they waited for.
+
+Real ranks under ``iris run`` (CPU backend): one rank sleeps while the others call all_reduce; each waiting
+rank's device wait gives up after the bound, its watchdog prints the wait (the peer that never arrived) and its
+last Iris call and ends the rank with exit code 75; the launcher then ends the job with that code. Without the
+variable the waits stay unbounded (the default), which the slow tier's launcher tests cover with --timeout.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from iris.host.watchdog import EXIT_CODE
+
+_STALLING = """
+    import os, time
+    import torch
+    import iris
+
+    ctx = iris.iris(1 << 20)
+    x = ctx.ones(64)
+    ctx.ccl.all_reduce(x, x)  # every rank: the plans and kernels are made
+    ctx.barrier()
+    if ctx.get_rank() == {stalled}:
+        time.sleep(600)  # stops calling collectives
+    for _ in range(3):
+        ctx.ccl.all_reduce(x, x)
+    print("never here", flush=True)
+"""
+
+
+def _stall(tmp_path, ranks: int, stalled: int, bound_s: int):
+    script = tmp_path / "stall.py"
+    script.write_text(textwrap.dedent(_STALLING.format(stalled=stalled)))
+    env = dict(os.environ, IRIS_STALL_TIMEOUT=str(bound_s))
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "iris", "run", "-n", str(ranks), "--timeout", "170", str(script)],
+                          capture_output=True, text=True, timeout=200, env=env)
+    return proc, time.monotonic() - started
+
+
+def _check(proc, elapsed, ranks, stalled, bound_s):
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == EXIT_CODE, output[-3000:]
+    assert "never here" not in output
+    waiting = [r for r in range(ranks) if r != stalled]
+    reports = [r for r in waiting if f"rank {r} stalled:" in output]
+    assert reports, output[-3000:]  # the first to give up ends the job
+    line = next(line for line in output.splitlines() if "stalled:" in line)
+    assert f"gave up after {bound_s}" in line and "its last Iris call: all_reduce" in line, line
+    # every rank's last call from the node's boards: the stalled one is behind (one all_reduce, then it slept)
+    assert f"rank {stalled} all_reduce (call 1," in line, line
+    assert all(f"rank {r} all_reduce (call 1," not in line for r in waiting), line
+    assert elapsed < 150, elapsed
+
+
+def test_a_stalled_rank_makes_its_peer_end_naming_it_and_the_call(tmp_path):
+    proc, elapsed = _stall(tmp_path, 2, 1, 3)
+    _check(proc, elapsed, 2, 1, 3)
+
+
+@pytest.mark.slow
+def test_a_stalled_rank_of_four_makes_the_job_end_naming_it(tmp_path):
+    proc, elapsed = _stall(tmp_path, 4, 2, 3)
+    _check(proc, elapsed, 4, 2, 3)
+
+
+def test_the_stall_timeout_is_read_as_seconds_and_refuses_nonsense(monkeypatch):
+    from iris import config
+
+    monkeypatch.setenv("IRIS_STALL_TIMEOUT", "2.5")
+    assert config.stall_timeout_s() == 2.5
+    monkeypatch.setenv("IRIS_STALL_TIMEOUT", "-1")
+    with pytest.raises(ValueError, match="0 .unbounded. or positive"):
+        config.stall_timeout_s()
+    monkeypatch.setenv("IRIS_STALL_TIMEOUT", "soon")
+    with pytest.raises(ValueError, match="must be a number of seconds"):
+        config.stall_timeout_s()
+    monkeypatch.delenv("IRIS_STALL_TIMEOUT")
+    assert config.stall_timeout_s() == 0
