@@ -1,7 +1,8 @@
 """The recipes for tox, docker, apptainer and Slurm, and the documentation, stay complete and consistent.
 
-None of the container or cluster recipes can run on CI (no container engine, apptainer or Slurm
-there): these checks catch what can be caught without them, beside .ci/static-checks' linters.
+No container engine, apptainer or Slurm runs on CI: .ci/container.sh runs the images' step list
+(docker/install.sh) in a Debian root filesystem and Iris in it, and these checks catch what else can be
+caught without them, beside .ci/static-checks' linters.
 """
 
 import configparser
@@ -17,7 +18,8 @@ MULTICAST_OFF = ("NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1", "NV
 RECIPES = (
     "tox.ini", "docker/Dockerfile", "docker/Dockerfile.rocm", "docker/build.sh", "docker/run.sh",
     "docker-compose.yml", "apptainer/iris.def", "apptainer/iris-rocm.def", "apptainer/build.sh",
-    "apptainer/run.sh", "apptainer/conformance.slurm", "apptainer/multinode.slurm",
+    "apptainer/run.sh", "apptainer/conformance.slurm", "apptainer/multinode.slurm", "docker/install.sh",
+    ".ci/container.sh",
 )
 GPU_PROGRAMS = ("docker/Dockerfile", "docker/Dockerfile.rocm", "apptainer/iris.def", "apptainer/iris-rocm.def",
                 "apptainer/conformance.slurm", "apptainer/multinode.slurm")
@@ -84,8 +86,59 @@ def test_static_checks_cover_every_shell_script():
     listed = _text(".ci/static-checks")
     scripts = [p.relative_to(ROOT).as_posix() for folder in ("docker", "apptainer")
                for p in sorted((ROOT / folder).iterdir()) if p.suffix in (".sh", ".slurm")]
-    missing = [script for script in scripts + [".ci/run"] if script not in listed]
+    missing = [script for script in scripts + [".ci/run", ".ci/container.sh"] if script not in listed]
     assert not missing, f".ci/static-checks does not check {missing}"
+
+
+# Each image recipe, its flavour of docker/install.sh and the base image it names (Dockerfile: its ARG's default).
+IMAGES = {
+    "docker/Dockerfile": ("cuda", "CUDA_IMAGE"), "apptainer/iris.def": ("cuda", None),
+    "docker/Dockerfile.rocm": ("rocm", "ROCM_IMAGE"), "apptainer/iris-rocm.def": ("rocm", None),
+}
+
+
+def _base_image(path: str) -> str:
+    arg = IMAGES[path][1]
+    pattern = rf"^ARG {arg}=(\S+)$" if arg else r"^From:\s*(\S+)$"
+    return re.search(pattern, _text(path), re.MULTILINE).group(1)
+
+
+@pytest.mark.parametrize("path", IMAGES)
+def test_every_image_installs_through_the_one_step_list(path):
+    """docker/install.sh is the only recipe that names a package: the images run it and install only Iris."""
+    text = _text(path)
+    flavour = IMAGES[path][0]
+    assert re.search(rf"bash \S*docker/install\.sh {flavour}\b", text), \
+        f"{path} does not run docker/install.sh {flavour}"
+    assert "apt-get" not in text, f"{path} installs OS packages itself"
+    pip_lines = [line.strip() for line in text.splitlines() if re.search(r"\bpip install\b", line)]
+    assert all("--no-deps -e" in line for line in pip_lines), f"{path} installs Python packages itself: {pip_lines}"
+    copied = "COPY docker/install.sh" if path.startswith("docker/") else "docker/install.sh /opt/iris/docker/install.sh"
+    assert copied in text and "pyproject.toml" in text, f"{path} does not copy the step list and pyproject.toml"
+
+
+@pytest.mark.parametrize("docker, apptainer", [("docker/Dockerfile", "apptainer/iris.def"),
+                                                ("docker/Dockerfile.rocm", "apptainer/iris-rocm.def")])
+def test_docker_and_apptainer_start_from_the_documented_base_image(docker, apptainer):
+    image = _base_image(docker)
+    assert _base_image(apptainer) == image, f"{apptainer} starts from another image than {docker} ({image})"
+    assert f"`{image}`" in _text("docs/deployment.md"), f"docs/deployment.md does not name the base image {image}"
+
+
+def test_the_step_list_takes_its_python_tools_from_pyproject_and_its_pins_are_documented():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    script = _text("docker/install.sh")
+    extras = tomllib.loads(_text("pyproject.toml"))["project"]["optional-dependencies"]
+    named = re.findall(r"\$\(extras ([\w ]+)\)", script)
+    assert named, "docker/install.sh reads no extra of pyproject.toml"
+    for extra in " ".join(named).split():
+        assert extra in extras, f"docker/install.sh installs the extra {extra!r}, which pyproject.toml lacks"
+    page = " ".join(_text("docs/deployment.md").split())
+    for variable in ("TORCH_VERSION", "TRITON_VERSION"):
+        default = re.search(rf"\${{{variable}:-([\d.]+)}}", script).group(1)
+        assert f"{variable}` (default {default})" in page, f"docs/deployment.md does not give {variable}'s {default}"
+    for flavour in ("cuda", "cpu", "rocm"):
+        assert re.search(rf"^\s+{flavour}\)", script, re.MULTILINE), f"docker/install.sh has no {flavour} flavour"
 
 
 def test_the_api_reference_names_every_public_function():
