@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent / "examples"
 CATALOGUE = sorted(p.name for p in ROOT.iterdir() if re.fullmatch(r"\d\d_\w+", p.name) and p.is_dir())
 # What an example's parser is made by, when not in its own file: each of these defines --validate.
-SHARED_PARSERS = ("utils.bandwidth_args(", "gemm.parse_args(", "common.run(")
+SHARED_PARSERS = ("utils.bandwidth_args(", "gemm.parse_args(", "common.run(", "utils.add_check_and_timing_args(")
 
 
 def _iris_run(n, script, *args):

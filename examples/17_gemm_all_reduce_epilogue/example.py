@@ -84,12 +84,7 @@ def parse_args():
                         help="one_shot: every rank sums every tile; two_shot: one rank sums a tile, sends it to all")
     parser.add_argument("--tma", action=argparse.BooleanOptionalAction, default=utils.hopper_or_newer(),
                         help="load A and B tiles through TMA tensor descriptors (NVIDIA Hopper and newer)")
-    parser.add_argument("--datatype", default="fp32" if cpu else "bf16", choices=["fp16", "bf16", "fp32"],
-                        help="element type of A, B and C")
-    parser.add_argument("-v", "--validate", action="store_true", help="check C against torch; exit non-zero if wrong")
-    parser.add_argument("--benchmark", action="store_true", help="time it beside torch.matmul + ctx.ccl.all_reduce")
-    parser.add_argument("--num_experiments", type=int, default=2 if cpu else 50, help="timed runs")
-    parser.add_argument("--num_warmup", type=int, default=1 if cpu else 10, help="untimed runs first")
+    utils.add_check_and_timing_args(parser, "A, B and C", "torch.matmul + ctx.ccl.all_reduce", runs=50, warmup=10)
     return utils.add_common_args(parser).parse_args()
 
 

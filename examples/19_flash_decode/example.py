@@ -96,17 +96,8 @@ def parse_args():
     parser.add_argument("--head-dim", type=int, default=16 if cpu else 128, help="D, a power of two")
     parser.add_argument("--context", type=int, default=96 if cpu else 32768, help="tokens of each sequence, all ranks")
     parser.add_argument("--block-s", type=int, default=32 if cpu else 64, help="keys per step of the loop")
-    parser.add_argument("--datatype", default="fp32" if cpu else "bf16", choices=["fp16", "bf16", "fp32"],
-                        help="element type of the queries and the KV cache")
-    parser.add_argument("-v", "--validate", action="store_true", help="check against torch; exit non-zero if wrong")
-    parser.add_argument("--benchmark", action="store_true", help="time it beside the torch way")
-    parser.add_argument("--num_experiments", type=int, default=2 if cpu else 100, help="timed runs")
-    parser.add_argument("--num_warmup", type=int, default=1 if cpu else 10, help="untimed runs first")
+    utils.add_check_and_timing_args(parser, "the queries and the KV cache", "the torch way", runs=100, warmup=10)
     return utils.add_common_args(parser).parse_args()
-
-
-def _cache(seed: int, shape, dtype) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
 
 
 def main(args) -> int:
@@ -119,8 +110,9 @@ def main(args) -> int:
         raise SystemExit(f"--context {args.context}: a multiple of the {world} ranks")
     S = args.context // world
     scale = 1.0 / math.sqrt(D)
-    q = _cache(7, (B, H, D), dtype).to(device)  # the same queries on every rank
-    whole_k, whole_v = _cache(11, (B, H, args.context, D), dtype), _cache(13, (B, H, args.context, D), dtype)
+    q = utils.seeded(7, (B, H, D), dtype).to(device)  # the same queries on every rank
+    whole = (B, H, args.context, D)
+    whole_k, whole_v = utils.seeded(11, whole, dtype), utils.seeded(13, whole, dtype)
     keys = whole_k[:, :, rank * S:(rank + 1) * S].contiguous().to(device)  # this rank's slice of the cache
     values = whole_v[:, :, rank * S:(rank + 1) * S].contiguous().to(device)
     partials = ctx.zeros(2 * B * H * (D + 2), dtype=torch.float32)

@@ -75,14 +75,9 @@ def parse_args():
     cpu = utils.on_cpu()
     parser.add_argument("--tokens", type=int, default=8 if cpu else 4096, help="T, tokens of the whole sequence")
     parser.add_argument("--hidden", type=int, default=64 if cpu else 8192, help="H, the hidden size")
-    parser.add_argument("--datatype", default="fp32" if cpu else "bf16", choices=["fp16", "bf16", "fp32"],
-                        help="element type of the partials and the residual")
     parser.add_argument("--quantize", action=argparse.BooleanOptionalAction, default=True,
                         help="store fp8 (e4m3) rows with a scale per token; --no-quantize: the datatype")
-    parser.add_argument("-v", "--validate", action="store_true", help="check against torch; exit non-zero if wrong")
-    parser.add_argument("--benchmark", action="store_true", help="time it beside the torch way")
-    parser.add_argument("--num_experiments", type=int, default=2 if cpu else 100, help="timed runs")
-    parser.add_argument("--num_warmup", type=int, default=1 if cpu else 10, help="untimed runs first")
+    utils.add_check_and_timing_args(parser, "the partials and the residual", "the torch way", runs=100, warmup=10)
     return utils.add_common_args(parser).parse_args()
 
 

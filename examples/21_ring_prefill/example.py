@@ -214,40 +214,13 @@ def parse_args():
     parser.add_argument("--block-m", type=int, default=16 if cpu else 128, help="queries per tile")
     parser.add_argument("--block-n", type=int, default=16 if cpu else 64, help="keys per step of a tile's loop")
     parser.add_argument("--num-warps", type=int, default=4 if cpu else 8, help="warps per program on a GPU")
-    parser.add_argument("--programs", type=int, default=0,
-                        help="programs of the launch (0: one per SM of this rank's share of its GPU; 1 on the CPU); "
-                             "all must be resident at once")
-    parser.add_argument("--datatype", default="fp32" if cpu else "bf16", choices=["fp16", "bf16", "fp32"],
-                        help="element type of the queries, keys, values and output")
-    parser.add_argument("-v", "--validate", action="store_true", help="check against torch; exit non-zero if wrong")
-    parser.add_argument("--benchmark", action="store_true", help="time it beside the torch way")
-    parser.add_argument("--num_experiments", type=int, default=2 if cpu else 20, help="timed runs")
-    parser.add_argument("--num_warmup", type=int, default=1 if cpu else 5, help="untimed runs first")
+    utils.add_programs_arg(parser)
+    utils.add_check_and_timing_args(parser, "the queries, keys, values and output", "the torch way", runs=20, warmup=5)
     return utils.add_common_args(parser).parse_args()
-
-
-def _sequence(seed: int, shape, dtype) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
 
 
 def _power_of_two(value: int) -> bool:
     return value > 0 and not value & (value - 1)
-
-
-def _programs(ctx, args, tiles: int) -> int:
-    """Programs of the launch, the same on every rank: all of them must run at once (they wait on each other's
-    peers), so one where the backend runs programs in turn, else one per SM of this rank's share of its GPU."""
-    if args.programs and ctx.backend.runs_programs_in_turn and args.programs > 1:
-        raise SystemExit(f"--programs {args.programs}: this backend runs a launch's programs one after another, and a "
-                         "program would wait on a peer's program that has not run: leave it at 0 (one program)")
-    if args.programs:
-        mine = args.programs
-    elif ctx.backend.runs_programs_in_turn:
-        mine = 1
-    else:
-        sharing = -(-ctx.get_num_ranks() // max(1, ctx.backend.device_count()))  # ranks per GPU in simulation
-        mine = max(1, ctx.get_cu_count() // sharing)
-    return min([tiles] + [ctx.broadcast(mine, r) for r in range(ctx.get_num_ranks())])
 
 
 def main(args) -> int:
@@ -264,11 +237,12 @@ def main(args) -> int:
     S, BH = args.context // world, B * H
     blocks = -(-S // args.block_m)
     tiles = BH * blocks
-    programs = _programs(ctx, args, tiles)
+    programs = utils.resident_programs(ctx, args.programs, tiles)
     scale = 1.0 / math.sqrt(D)
     mine = slice(rank * S, (rank + 1) * S)
-    whole_k, whole_v = _sequence(11, (B, H, args.context, D), dtype), _sequence(13, (B, H, args.context, D), dtype)
-    q = _sequence(7, (B, H, args.context, D), dtype)[:, :, mine].contiguous().to(device)
+    whole = (B, H, args.context, D)
+    whole_k, whole_v = utils.seeded(11, whole, dtype), utils.seeded(13, whole, dtype)
+    q = utils.seeded(7, (B, H, args.context, D), dtype)[:, :, mine].contiguous().to(device)
     keys = whole_k[:, :, mine].contiguous().to(device)  # this rank's block of the sequence
     values = whole_v[:, :, mine].contiguous().to(device)
     slot_k = ctx.zeros(2, B, H, S, D, dtype=dtype)

@@ -253,7 +253,7 @@ class Megakernel:
         self.tiles = -(-args.hidden // args.block_n)
         self.block_t = max(16, triton.next_power_of_2(capacity))  # tl.dot's smallest M
         work = max(-(-ffn_shard // args.block_f), self.tiles, -(-next_shard // args.block_f) if next_shard else 0)
-        self.programs = _programs(ctx, args, work)
+        self.programs = utils.resident_programs(ctx, args.programs, work)
         self.h = torch.empty(capacity, ffn_shard, dtype=dtype, device=device)
         self.slots = ctx.zeros(2, world, capacity, args.hidden, dtype=dtype)  # [parity][source rank]
         self.flags = ctx.zeros(2, world, self.tiles, dtype=torch.int64)
@@ -275,22 +275,6 @@ class Megakernel:
             UPCAST=self.ctx.backend.upcasts_narrow_floats, num_warps=self.args.num_warps)
 
 
-def _programs(ctx, args, work: int) -> int:
-    """Programs of the launch, the same on every rank: all must be resident at once (the barriers wait on every
-    one), so one where the backend runs programs in turn, else one per SM of this rank's share of its GPU."""
-    if args.programs > 1 and ctx.backend.runs_programs_in_turn:
-        raise SystemExit(f"--programs {args.programs}: this backend runs a launch's programs one after another, and a "
-                         "program would wait at a barrier for programs that have not run: leave it at 0 (one program)")
-    if args.programs:
-        mine = args.programs
-    elif ctx.backend.runs_programs_in_turn:
-        mine = 1
-    else:
-        sharing = -(-ctx.get_num_ranks() // max(1, ctx.backend.device_count()))  # ranks per GPU in simulation
-        mine = max(1, ctx.get_cu_count() // sharing)
-    return min([work] + [ctx.broadcast(mine, r) for r in range(ctx.get_num_ranks())])
-
-
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -307,15 +291,8 @@ def parse_args():
     parser.add_argument("--block-f", type=int, default=32 if cpu else 64, help="columns of an up or next tile")
     parser.add_argument("--block-n", type=int, default=32, help="columns of a down (partial) tile")
     parser.add_argument("--num-warps", type=int, default=4, help="warps per program on a GPU")
-    parser.add_argument("--programs", type=int, default=0,
-                        help="programs of the launch (0: one per SM of this rank's share of its GPU; 1 on the CPU); "
-                             "all must be resident at once")
-    parser.add_argument("--datatype", default="fp32" if cpu else "bf16", choices=["fp16", "bf16", "fp32"],
-                        help="element type of the activations and weights")
-    parser.add_argument("-v", "--validate", action="store_true", help="check against torch; exit non-zero if wrong")
-    parser.add_argument("--benchmark", action="store_true", help="time it beside the op-by-op layer")
-    parser.add_argument("--num_experiments", type=int, default=2 if cpu else 100, help="timed runs")
-    parser.add_argument("--num_warmup", type=int, default=1 if cpu else 10, help="untimed runs first")
+    utils.add_programs_arg(parser)
+    utils.add_check_and_timing_args(parser, "the activations and weights", "the op-by-op layer", runs=100, warmup=10)
     return utils.add_common_args(parser).parse_args()
 
 

@@ -37,6 +37,54 @@ def torch_dtype(name: str) -> torch.dtype:
     return DTYPES[name]
 
 
+def add_check_and_timing_args(parser: argparse.ArgumentParser, what: str, against: str, runs: int = 100,
+                              warmup: int = 10) -> argparse.ArgumentParser:
+    """The newer examples' flags: --datatype (of ``what``; fp32 on the CPU backend, else bf16), -v/--validate,
+    --benchmark (beside ``against``), --num_experiments and --num_warmup (``runs`` and ``warmup`` on a GPU)."""
+    cpu = on_cpu()
+    parser.add_argument("--datatype", default="fp32" if cpu else "bf16", choices=["fp16", "bf16", "fp32"],
+                        help=f"element type of {what}")
+    parser.add_argument("-v", "--validate", action="store_true", help="check against torch; exit non-zero if wrong")
+    parser.add_argument("--benchmark", action="store_true", help=f"time it beside {against}")
+    parser.add_argument("--num_experiments", type=int, default=2 if cpu else runs, help="timed runs")
+    parser.add_argument("--num_warmup", type=int, default=1 if cpu else warmup, help="untimed runs first")
+    return parser
+
+
+def add_programs_arg(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """--programs of a persistent kernel whose programs wait on each other: see :func:`resident_programs`."""
+    parser.add_argument("--programs", type=int, default=0,
+                        help="programs of the launch (0: one per SM of this rank's share of its GPU; 1 on the CPU); "
+                             "all must be resident at once")
+    return parser
+
+
+def resident_programs(ctx, asked: int, work: int) -> int:
+    """Programs of a launch whose programs wait on each other (or on peers' programs), the same on every rank:
+    all must run at once, so one where the backend runs a launch's programs in turn, else ``asked`` or one per SM
+    of this rank's share of its GPU; at most ``work``.
+
+    Raises:
+        SystemExit: ``asked`` > 1 where programs run in turn (one would wait on a program that has not run).
+    """
+    if asked > 1 and ctx.backend.runs_programs_in_turn:
+        raise SystemExit(f"--programs {asked}: this backend runs a launch's programs one after another, and a "
+                         "program would wait on a program that has not run: leave it at 0 (one program)")
+    if asked:
+        mine = asked
+    elif ctx.backend.runs_programs_in_turn:
+        mine = 1
+    else:
+        sharing = -(-ctx.get_num_ranks() // max(1, ctx.backend.device_count()))  # ranks per GPU in simulation
+        mine = max(1, ctx.get_cu_count() // sharing)
+    return min([work] + [ctx.broadcast(mine, r) for r in range(ctx.get_num_ranks())])
+
+
+def seeded(seed: int, shape, dtype: torch.dtype) -> torch.Tensor:
+    """Normal samples of ``shape`` from ``seed`` (the same on every rank), as ``dtype``, on the host."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
 def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The flags every example has: -r/--num_ranks (ranks to spawn when no launcher started them)."""
     parser.add_argument("-r", "--num_ranks", type=int, default=2,
