@@ -50,6 +50,10 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("IRIS_STALL_TIMEOUT", "0",
              "seconds a device wait may last outside debug mode before the rank ends, naming the wait, the peer "
              "and its last call (a stalled or missing rank); 0: unbounded"),
+    Variable("IRIS_AGREEMENT_CHECK", "300",
+             "seconds the first call of each distinct collective or fused op (its op, shapes, dtypes and settings) "
+             "waits to compare that call with every rank's: ranks that disagree raise ValueError naming each "
+             "rank's call, before any launch; 0: off (debug mode compares every call)"),
     Variable("IRIS_LOG_LEVEL", "WARNING", "level of the ``[Iris] [rank/world]`` log lines: DEBUG, INFO, WARNING or "
              "ERROR"),
     Variable("IRIS_NODE_MAP", "from the ranks' host names",
@@ -290,36 +294,41 @@ def debug_requested() -> bool:
     return switch("IRIS_DEBUG")
 
 
-def stall_timeout_s() -> float:
-    """IRIS_STALL_TIMEOUT in seconds; 0 (the default): device waits are unbounded outside debug mode.
+def seconds(name: str, default: str, zero_means: str | None = None) -> float:
+    """Variable ``name`` as a number of seconds; 0 allowed only where ``zero_means`` says what it does.
+
+    Example:
+        >>> seconds("IRIS_STALL_TIMEOUT", "0", zero_means="unbounded")
+        0.0
 
     Raises:
-        ValueError: it is not a number of seconds, or negative.
+        ValueError: it is not a number of seconds, or negative (or 0 where 0 means nothing).
     """
-    value_text = text("IRIS_STALL_TIMEOUT", "0")
+    value_text = text(name, default)
     try:
         value = float(value_text)
     except ValueError:
-        raise ValueError(f"IRIS_STALL_TIMEOUT={value_text!r} must be a number of seconds") from None
-    if value < 0:
-        raise ValueError(f"IRIS_STALL_TIMEOUT={value_text!r} must be 0 (unbounded) or positive")
+        raise ValueError(f"{name}={value_text!r} must be a number of seconds") from None
+    if value < 0 or (value == 0 and zero_means is None):
+        allowed = f"0 ({zero_means}) or positive" if zero_means else "positive"
+        raise ValueError(f"{name}={value_text!r} must be {allowed}")
     return value
+
+
+def stall_timeout_s() -> float:
+    """IRIS_STALL_TIMEOUT in seconds; 0 (the default): device waits are unbounded outside debug mode."""
+    return seconds("IRIS_STALL_TIMEOUT", "0", zero_means="unbounded")
 
 
 def wait_timeout_s() -> float:
-    """IRIS_WAIT_TIMEOUT in seconds (default 10).
+    """IRIS_WAIT_TIMEOUT in seconds (default 10)."""
+    return seconds("IRIS_WAIT_TIMEOUT", "10")
 
-    Raises:
-        ValueError: it is not a positive number.
-    """
-    value_text = text("IRIS_WAIT_TIMEOUT", "10")
-    try:
-        value = float(value_text)
-    except ValueError:
-        raise ValueError(f"IRIS_WAIT_TIMEOUT={value_text!r} must be a number of seconds") from None
-    if value <= 0:
-        raise ValueError(f"IRIS_WAIT_TIMEOUT={value_text!r} must be positive")
-    return value
+
+def agreement_check_s() -> float:
+    """IRIS_AGREEMENT_CHECK in seconds (default 300): how long the first call of each distinct collective or fused
+    op waits for every rank's description of its call; 0: the check is off."""
+    return seconds("IRIS_AGREEMENT_CHECK", "300", zero_means="off")
 
 
 def log_level_name() -> str:

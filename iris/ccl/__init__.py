@@ -26,8 +26,8 @@ import torch
 
 from iris.ccl.config import CollectiveConfig, Config, ReduceOp
 from iris.ccl.moe import DispatchHandle, LocalExperts, MoEDispatchConfig, MoEDispatcher
-from iris.host.replay import Plans, unchecked
-from iris.host.team import check_call
+from iris.host.replay import Plans, rank_specific, unchecked
+from iris.host.team import check_call, check_first_call
 
 # imported once here, not in every call (an import statement is host time on every call's path)
 from iris.ccl import all_gather as _all_gather
@@ -58,7 +58,7 @@ class CCL:
 
     def __init__(self, ctx):
         self._ctx = weakref.proxy(ctx)  # held weakly: the context, and with it the heap, dies with its last user
-        self._plans = Plans(self._ctx, check=check_call, config_type=CollectiveConfig)
+        self._plans = Plans(self._ctx, check=check_first_call, config_type=CollectiveConfig)
         self._tracing = ctx.tracing  # read on every call (its switch is in the call's key); it holds ctx weakly
 
     def kept_workspace(self, key, make):
@@ -195,6 +195,7 @@ def _first_all_to_all(ctx, output_tensor, input_tensor, group, async_op, config)
                                   config=config), None
 
 
+@rank_specific("output_tensor", "input_tensor", "send_counts", "send_displs", "recv_counts", "recv_displs")
 def _first_all_to_all_v(ctx, output_tensor, input_tensor, send_counts, send_displs, recv_counts, recv_displs, group,
                         async_op, config):
     return _all_to_all_v.all_to_all_v(output_tensor, input_tensor, ctx, send_counts, send_displs, recv_counts,
@@ -210,6 +211,7 @@ def _first_reduce_scatter(ctx, output_tensor, input_tensor, op, group, async_op,
                                           group=group, async_op=async_op, config=config, workspace=workspace), None
 
 
+@rank_specific("output_tensor")  # read on rank dst only
 def _first_reduce(ctx, output_tensor, input_tensor, dst, op, group, async_op, config):
     return _rooted.reduce(output_tensor, input_tensor, ctx, dst=dst, op=ReduceOp.SUM if op is None else op,
                           group=group, async_op=async_op, config=config), None

@@ -84,6 +84,8 @@ class Team:
                     self._regions[region.name].zero_()
         self._participants: dict[tuple[int, ...], Participants] = {}
         self.debug = False  # this context's debug mode (ctx.set_debug): cross-rank checks and diagnoses
+        self.agreed_calls: set[tuple] = set()  # the calls every rank made alike (check_first_call)
+        self.calls_compared = 0  # how many times a call was compared across ranks outside debug mode
 
     def region(self, name: str) -> torch.Tensor:
         """The scratch region ``name`` a collective declared (:class:`iris.memory.reserved.Region`): a view of
@@ -149,18 +151,21 @@ def describe(value) -> str:
     return type(value).__name__ + (f"({variant})" if variant else "")
 
 
-def check_agreement(team: Team, what: str, group, call: dict[str, str]) -> None:
-    """Debug mode: raise ValueError on every member of ``group`` (naming each argument that differs) unless all
-    made the same ``call`` (as :func:`describe` gives it); collective on the host."""
+def check_agreement(team: Team, what: str, group, call: dict[str, str], timeout: float | None = None,
+                    why: str = "checked because debug mode is on") -> None:
+    """Raise ValueError on every member of ``group`` (naming each argument that differs) unless all made the same
+    ``call`` (as :func:`describe` gives it); collective on the host. Over all ranks, a peer that does not come
+    within ``timeout`` seconds (IRIS_WAIT_TIMEOUT unless given) is named by WaitTimeoutError; ``why`` ends the
+    message (what asked for the check)."""
     members = team.barrier.members_of(group)
     if group is None:
-        timeout = config.wait_timeout_s()
-        try:  # bounded, as every wait of debug mode: a peer that stopped calling collectives is named
+        timeout = config.wait_timeout_s() if timeout is None else timeout
+        try:  # bounded: a peer that stopped calling collectives is named
             team.comm.meet(timeout, f"{what}'s argument check")
         except TimeoutError as error:
-            raise debug_mode.WaitTimeoutError(f"{error}: one that stopped calling collectives, or one far behind "
-                                              f"(IRIS_WAIT_TIMEOUT={timeout:g}; raise it if that rank only needs "
-                                              "longer)") from None
+            raise debug_mode.WaitTimeoutError(f"{error}: one that stopped calling collectives, or one far behind, "
+                                              f"or one that made another call ({why}; give that rank longer if "
+                                              "it only needs longer)") from None
         calls = team.comm.all_gather_object(call)
     else:
         calls = [None] * len(members)
@@ -172,7 +177,14 @@ def check_agreement(team: Team, what: str, group, call: dict[str, str]) -> None:
                                                   for r, c in zip(members, calls)) for name in differing)
         raise ValueError(f"{what}: the ranks of the group called it differently ({lines}); every member must make "
                          "the same collective calls in the same order, with the same shapes, dtypes and settings "
-                         "(checked because debug mode is on)")
+                         f"({why})")
+
+
+def describe_call(what: str, arguments: dict) -> dict[str, str]:
+    """A call as ranks compare it: its name and each argument by :func:`describe` (no addresses)."""
+    call = {"call": what}
+    call.update((name, describe(value)) for name, value in arguments.items())
+    return call
 
 
 def check_call(team: Team, what: str, arguments: dict) -> None:
@@ -183,6 +195,33 @@ def check_call(team: Team, what: str, arguments: dict) -> None:
         >>> check_call(ctx.team, "all_reduce", {"output_tensor": out, "input_tensor": x, "group": None})
     """
     if team.debug:
-        call = {"call": what}
-        call.update((name, describe(value)) for name, value in arguments.items())
-        check_agreement(team, what, arguments.get("group"), call)
+        check_agreement(team, what, arguments.get("group"), describe_call(what, arguments))
+
+
+def check_first_call(team: Team, what: str, arguments: dict) -> None:
+    """The check of a call that has no plan yet (:class:`iris.host.replay.Plans`): in debug mode
+    :func:`check_call`; otherwise, over all ranks, the first call of each distinct description (op, shapes, dtypes,
+    settings; IRIS_AGREEMENT_CHECK) is compared across ranks once, so ranks that disagree get an error before
+    their kernels wait on each other for ever, and a repeated call costs nothing. Every rank reaches the same
+    first calls in the same order (the descriptions hold no addresses), so the comparison never waits on a rank
+    that agreed. A call on a group (``arguments["group"]``) is compared in debug mode only.
+
+    Example:
+        >>> check_first_call(ctx.team, "all_reduce", {"output_tensor": out, "input_tensor": x, "group": None})
+    """
+    if team.debug:
+        check_call(team, what, arguments)
+        return
+    if team.world_size == 1 or arguments.get("group") is not None:
+        return
+    timeout = config.agreement_check_s()
+    if not timeout:
+        return
+    call = describe_call(what, arguments)
+    signature = tuple(call.items())
+    if signature in team.agreed_calls:
+        return
+    team.calls_compared += 1
+    check_agreement(team, what, None, call, timeout, why="compared on the first call of each distinct call; "
+                    f"IRIS_AGREEMENT_CHECK={timeout:g}")
+    team.agreed_calls.add(signature)

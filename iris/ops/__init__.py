@@ -31,7 +31,7 @@ from iris.ops.gemm_all_scatter import gemm_all_scatter, gemm_all_scatter_preambl
 from iris.ops.matmul_all_gather import matmul_all_gather, matmul_all_gather_preamble
 from iris.ops.matmul_all_reduce import matmul_all_reduce, matmul_all_reduce_preamble
 from iris.ops.matmul_reduce_scatter import matmul_reduce_scatter, matmul_reduce_scatter_preamble
-from iris.host.team import check_call
+from iris.host.team import check_first_call
 
 __all__ = ["FusedConfig", "FusedWorkspace", "Ops", "OpsNamespace", "Workspace",
            "all_gather_matmul", "all_gather_matmul_preamble", "gemm_all_scatter",
@@ -45,7 +45,7 @@ class Ops:
 
     def __init__(self, ctx):
         self._ctx = weakref.proxy(ctx)  # held weakly: the context, and with it the heap, dies with its last user
-        self._plans = Plans(self._ctx, check=check_call, config_type=_config.FusedConfig)  # the native class
+        self._plans = Plans(self._ctx, check=check_first_call, config_type=_config.FusedConfig)  # the native class
         self._tracing = ctx.tracing  # read on every call (its switch is in the call's key); it holds ctx weakly
 
     def _call(self, op: str, run, output, A, B, bias, async_op, config, workspace):

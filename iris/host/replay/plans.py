@@ -140,10 +140,20 @@ def unchecked(run):
     return run
 
 
+def rank_specific(*names: str):
+    """Mark parameters of a first run of :meth:`Plans.call` that ranks pass differently by design, left out of the
+    cross-rank check (``@rank_specific("output_tensor", "send_counts") def _first_all_to_all_v(ctx, ...)``)."""
+    def mark(run):
+        run.rank_specific = frozenset(names)
+        return run
+    return mark
+
+
 class Plans:
     """A context's remembered calls (``ctx.ccl``, ``ctx.ops``), by :func:`call_key`: a repeated call skips its
-    checks and Triton's per-call Python. Nothing is remembered in debug mode (each call is checked across ranks
-    by ``check(team, name, arguments)``, e.g. :func:`iris.host.team.check_call`) nor for a key of None. A call's
+    checks and Triton's per-call Python. A call without a plan is first checked by ``check(team, name, arguments)``
+    (:func:`iris.host.team.check_first_call`: across ranks, every call in debug mode, else the first of each
+    distinct call). Nothing is remembered in debug mode nor for a key of None. A call's
     config, an instance of ``config_type``, is keyed by value (:func:`value_key`).
 
     On a GPU, unless IRIS_GRAPH_REPLAY=0, a plan's launches are captured into a CUDA/HIP graph on its first replay
@@ -152,7 +162,7 @@ class Plans:
     and graph launch are one C call (iris.host.replay.native).
 
     Example:
-        >>> plans = Plans(ctx, check=check_call, config_type=Config)
+        >>> plans = Plans(ctx, check=check_first_call, config_type=Config)
         >>> plans.call("all_reduce", out, x, config, (op, group), _first_all_reduce, out, x, op, group, config)
     """
 
@@ -184,7 +194,7 @@ class Plans:
 
     def call(self, name, first, second, config, rest, run, *args):
         """One call: relaunch the launches remembered for ``call_key(name, first, second, *rest, config by value)``
-        or, the first time, check it across ranks (debug mode), ``run(ctx, *args)`` and remember what it returns,
+        or, the first time, ``check`` it across ranks, ``run(ctx, *args)`` and remember what it returns,
         ``(launches, result)``; returns ``result``. ``rest`` holds every other value the launches depend on (an
         unhashable one, or ``first`` not a plain tensor: not remembered); ``run``'s parameters after ``ctx`` name
         ``args`` for the check (unless :func:`unchecked`).
@@ -213,9 +223,11 @@ class Plans:
             return plan.result
         ctx = self._ctx
         ctx.heap.refuse_if_closed(name)  # a closed context forgot its plans (Iris.close): every call ends here
-        if ctx.team.debug and self._check is not None and getattr(run, "checked", True):
-            code = run.__code__
-            self._check(ctx.team, name, dict(zip(code.co_varnames[1:code.co_argcount], args)))
+        if self._check is not None and getattr(run, "checked", True):  # debug: every call; else a first one
+            code, differing = run.__code__, getattr(run, "rank_specific", ())
+            self._check(ctx.team, name, {parameter: value for parameter, value
+                                         in zip(code.co_varnames[1:code.co_argcount], args)
+                                         if parameter not in differing})
         launches, result = run(ctx, *args)
         return self.remember(key, launches, result).result
 
