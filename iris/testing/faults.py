@@ -25,6 +25,8 @@ import tempfile
 import textwrap
 import time
 
+from iris import config
+
 _PROLOGUE = """
 import os, signal, time
 import iris
@@ -101,7 +103,7 @@ def run(scenario: Scenario, ranks: int, timeout: float = 120.0) -> Outcome:
         program = os.path.join(folder, "fault.py")
         with open(program, "w") as file:
             file.write(_PROLOGUE + scenario.body)
-        env = {**os.environ, **dict(scenario.env), "PYTHONFAULTHANDLER": "0"}
+        env = config.child_environment(**dict(scenario.env), PYTHONFAULTHANDLER="0")
         command = [sys.executable, "-m", "iris", "run", "-n", str(ranks), "--timeout", f"{timeout:g}",
                    *scenario.flags, program]
         started = time.monotonic()
