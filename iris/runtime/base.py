@@ -158,6 +158,11 @@ class Backend(ABC):
         process, a callable that unmaps it)."""
 
     @abstractmethod
+    def copy_queue(self, device: torch.device):
+        """A new :class:`iris.runtime.copy_queue.CopyQueue` on ``device``: copies and flag operations beside the
+        kernels (a stream of the copy engine on GPUs, a thread on the CPU backend)."""
+
+    @abstractmethod
     def copy(self, dst: int, src: int, nbytes: int, stream=None) -> None:
         """Copy ``nbytes`` from address ``src`` to ``dst`` (mapped heap or pinned host memory) in ``stream``'s order
         (None: the current stream); asynchronous on a GPU, at once on the CPU backend."""

@@ -17,6 +17,7 @@ import torch
 
 from iris import config
 from iris.runtime.base import Backend, HeapMemory, raise_if_any_rank_failed
+from iris.runtime.copy_queue import ThreadCopyQueue
 from iris.runtime.shm import (SEGMENT_PREFIX, backing_capacity, capacity_report, create_segment, open_segment,
                               remove_stale_segments)
 
@@ -68,6 +69,9 @@ class CpuBackend(Backend):
 
     def compute_unit_count(self, device) -> int:
         return os.cpu_count() or 1
+
+    def copy_queue(self, device):
+        return ThreadCopyQueue()
 
     def copy(self, dst: int, src: int, nbytes: int, stream=None) -> None:
         ctypes.memmove(dst, src, nbytes)  # every heap of the job is mapped into this process

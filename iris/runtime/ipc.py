@@ -14,6 +14,7 @@ import uuid
 import torch
 
 from iris.runtime.base import Backend, HeapMemory, raise_if_any_rank_failed
+from iris.runtime.copy_queue import StreamCopyQueue
 from iris.runtime.libraries import RuntimeApiError, load_library
 
 IPC_HANDLE_BYTES = 64  # CUDA_IPC_HANDLE_SIZE; hipIpcMemHandle_t has the same 64 reserved bytes
@@ -30,6 +31,15 @@ class IpcMemHandle(ctypes.Structure):
 #: own, its fallbacks, symbol). The CUDA runtime has none, so it is the driver's.
 ADDRESS_RANGE_CALLS = {"cuda": ("libcuda.so", ("libcuda.so.1",), "cuMemGetAddressRange_v2"),
                        "hip": (None, (), "hipMemGetAddressRange")}
+
+#: The stream memory operations by runtime prefix: (library, or None for the runtime's own, its fallbacks, wait
+#: symbols to try, write symbols to try). CUDA has them in the driver only; 0 is "at least" in both flag sets
+#: (CU_STREAM_WAIT_VALUE_GEQ, hipStreamWaitValueGte), and HIP's wait takes a mask after the flags.
+STREAM_VALUE_CALLS = {"cuda": ("libcuda.so", ("libcuda.so.1",), ("cuStreamWaitValue64_v2", "cuStreamWaitValue64"),
+                               ("cuStreamWriteValue64_v2", "cuStreamWriteValue64")),
+                      "hip": (None, (), ("hipStreamWaitValue64",), ("hipStreamWriteValue64",))}
+WAIT_AT_LEAST = 0
+ALL_BITS = (1 << 64) - 1
 
 
 class GpuRuntime:
@@ -113,6 +123,34 @@ class GpuRuntime:
             raise RuntimeApiError(f"{symbol} failed with error {status} for the address {hex(ptr)}")
         return base.value, size.value
 
+    def _stream_value_calls(self):
+        """(wait, write): the stream memory operations, bound on first use."""
+        if getattr(self, "_stream_values", None) is None:
+            fragment, fallbacks, waits, writes = STREAM_VALUE_CALLS[self.prefix]
+            lib = self.lib if fragment is None else load_library(fragment, fallbacks, "the CUDA driver library")
+            wait = next(getattr(lib, name) for name in waits if hasattr(lib, name))
+            write = next(getattr(lib, name) for name in writes if hasattr(lib, name))
+            u64, vp = ctypes.c_uint64, ctypes.c_void_p
+            wait.argtypes = [vp, vp, u64, ctypes.c_uint] + ([u64] if self.prefix == "hip" else [])
+            write.argtypes = [vp, vp, u64, ctypes.c_uint]
+            wait.restype = write.restype = ctypes.c_int
+            self._stream_values = wait, write
+        return self._stream_values
+
+    def wait_value(self, stream: int, address: int, value: int) -> None:
+        """Work queued later on ``stream`` waits until the int64 at device address ``address`` is at least ``value``."""
+        wait = self._stream_value_calls()[0]
+        mask = (ALL_BITS,) if self.prefix == "hip" else ()
+        status = wait(ctypes.c_void_p(stream), ctypes.c_void_p(address), value, WAIT_AT_LEAST, *mask)
+        if status != 0:
+            raise RuntimeApiError(f"{self.prefix} stream wait on {hex(address)} failed with error {status}")
+
+    def write_value(self, stream: int, address: int, value: int) -> None:
+        """``stream`` stores ``value`` in the int64 at device address ``address``, in its order."""
+        status = self._stream_value_calls()[1](ctypes.c_void_p(stream), ctypes.c_void_p(address), value, 0)
+        if status != 0:
+            raise RuntimeApiError(f"{self.prefix} stream write to {hex(address)} failed with error {status}")
+
     def memcpy_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
         """``nbytes`` from ``src`` to ``dst`` on ``stream`` (a raw handle); the addresses say where they are
         (unified addressing: ``cudaMemcpyDefault`` / ``hipMemcpyDefault``)."""
@@ -193,6 +231,9 @@ class IpcBackend(Backend):
     def copy(self, dst: int, src: int, nbytes: int, stream=None) -> None:
         stream = torch.cuda.current_stream() if stream is None else stream
         self.runtime.memcpy_async(dst, src, nbytes, stream.cuda_stream)
+
+    def copy_queue(self, device):
+        return StreamCopyQueue(self.runtime, device)
 
     def export_memory(self, tensor: torch.Tensor):
         """(IPC handle of the allocation ``tensor`` lies in, byte offset of ``tensor`` in it). Memory the IPC calls
