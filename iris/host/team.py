@@ -152,20 +152,20 @@ def describe(value) -> str:
 
 
 def check_agreement(team: Team, what: str, group, call: dict[str, str], timeout: float | None = None,
-                    why: str = "checked because debug mode is on") -> None:
+                    setting: str = "IRIS_WAIT_TIMEOUT", why: str = "checked because debug mode is on") -> None:
     """Raise ValueError on every member of ``group`` (naming each argument that differs) unless all made the same
     ``call`` (as :func:`describe` gives it); collective on the host. Over all ranks, a peer that does not come
-    within ``timeout`` seconds (IRIS_WAIT_TIMEOUT unless given) is named by WaitTimeoutError; ``why`` ends the
-    message (what asked for the check)."""
+    within ``timeout`` seconds (IRIS_WAIT_TIMEOUT unless given; ``setting`` names the variable that sets it) is
+    named by WaitTimeoutError; ``why`` ends the message (what asked for the check)."""
     members = team.barrier.members_of(group)
     if group is None:
         timeout = config.wait_timeout_s() if timeout is None else timeout
         try:  # bounded: a peer that stopped calling collectives is named
             team.comm.meet(timeout, f"{what}'s argument check")
         except TimeoutError as error:
-            raise debug_mode.WaitTimeoutError(f"{error}: one that stopped calling collectives, or one far behind, "
-                                              f"or one that made another call ({why}; give that rank longer if "
-                                              "it only needs longer)") from None
+            raise debug_mode.WaitTimeoutError(f"{error}: one that stopped calling collectives, one far behind, or "
+                                              f"one in another call ({setting}={timeout:g}; raise it if that rank "
+                                              "only needs longer)") from None
         calls = team.comm.all_gather_object(call)
     else:
         calls = [None] * len(members)
@@ -222,6 +222,6 @@ def check_first_call(team: Team, what: str, arguments: dict) -> None:
     if signature in team.agreed_calls:
         return
     team.calls_compared += 1
-    check_agreement(team, what, None, call, timeout, why="compared on the first call of each distinct call; "
-                    f"IRIS_AGREEMENT_CHECK={timeout:g}")
+    check_agreement(team, what, None, call, timeout, "IRIS_AGREEMENT_CHECK", "compared on the first call of each "
+                    f"distinct call; IRIS_AGREEMENT_CHECK={timeout:g}")
     team.agreed_calls.add(signature)

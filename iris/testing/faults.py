@@ -77,6 +77,11 @@ SCENARIOS = (
              "y = ctx.ones(2048 if faulty else 1024)\nctx.ccl.all_reduce(y, y)\n", 1,
              r"ValueError: all_reduce: the ranks of the group called it differently .*rank 0 \(1024,\) float32, .*"
              r"rank \d \(2048,\) float32"),
+    Scenario("ranks in different calls (IRIS_AGREEMENT_CHECK=5)",
+             "y = x if faulty else ctx.ones(4096)  # the last rank repeats its first call, the others make a new one\n"
+             "ctx.ccl.all_reduce(y, y)\n", 1,
+             r"WaitTimeoutError: all_reduce's argument check: rank \d+ did not arrive within 5 s",
+             env=(("IRIS_AGREEMENT_CHECK", "5"),)),
     Scenario("a call on a closed context", "ctx.close()\nctx.ccl.all_reduce(x, x)\n", 1,
              r"RuntimeError: all_reduce: this Iris context is closed"),
 )
