@@ -82,6 +82,10 @@ VARIABLES: tuple[Variable, ...] = (
              "all_reduce's two_shot of two members into a separate output, past ``Config.fused_bytes`` (at any size "
              "for members on two nodes), first writes each member's half of the input that the other reduces into "
              "the other's output, instead of each reading it (0: reads); set it the same on every rank", "switch"),
+    Variable("IRIS_GEMM_TUNED", "0",
+             "``iris.ops.matmul`` on a GPU splits each tile's K range in parts where the tiles are fewer than the SMs "
+             "(decode shapes, M up to 128) and loads operands through TMA descriptors on NVIDIA; off until measured "
+             "against cuBLAS (``benchmarks/gemm.py``)", "switch"),
     Variable("IRIS_CPU_BIND", "0", "``iris run`` gives each rank cores of its own, as ``--cpu-bind``", "switch"),
     Variable("IRIS_QUIET_AMD_OPTIONS", "0",
              "no warning when an AMD-only launch option (``waves_per_eu``, ``matrix_instr_nonkdim``, ``kpack``, "
@@ -217,6 +221,11 @@ def check_switches() -> None:
     for variable in VARIABLES:
         if variable.kind == "switch":
             switch(variable.name)
+
+
+def gemm_tuned() -> bool:
+    """IRIS_GEMM_TUNED: iris.ops.matmul takes its split-K and TMA kernel."""
+    return switch("IRIS_GEMM_TUNED")
 
 
 def cpu_bind_requested() -> bool:

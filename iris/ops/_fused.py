@@ -15,7 +15,7 @@ import triton
 
 from iris.device.barrier import FUSED_PROGRAMS
 from iris.ops.config import FusedConfig
-from iris.ops.gemm import INTERPRETED_TILE, check_operands
+from iris.ops.gemm import INTERPRETED_TILE, check_operands, tma_ready
 
 
 @dataclass(frozen=True)
@@ -135,18 +135,7 @@ def tma_loads(ctx, config: FusedConfig, A: torch.Tensor, B: torch.Tensor) -> boo
     16-byte aligned rows and base. Then Triton needs an allocator for the descriptors; one on the
     context's device is installed unless one is set."""
     wanted = config.tma_loads if config.tma_loads is not None else A.shape[0] >= TMA_AUTO_ROWS
-    if not wanted or not ctx.team.backend.tensor_descriptors:
-        return False
-    for t in (A, B):
-        if t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
-            return False
-    from triton.runtime import _allocation
-
-    current = getattr(_allocation, "_allocator", None)
-    if current is None or isinstance(current.get(), _allocation.NullAllocator):
-        device = ctx.get_device()
-        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=device))
-    return True
+    return wanted and tma_ready(ctx.team.backend, ctx.get_device(), A, B)
 
 
 def sm_share(ctx) -> int:

@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
+from iris import config
 from iris.device import sync
 from iris.runtime import get_backend
 
@@ -65,8 +66,15 @@ def accumulate(acc, a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, r
 @triton.jit
 def accumulate_described(acc, a, b, K, row, col, UPCAST: tl.constexpr, BLOCK_K: tl.constexpr, b_row):
     """``acc + a[row:, :K] @ b[b_row:b_row + K, col:]`` in float32, through tensor descriptors (zeros past edges)."""
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        x = a.load([row, k * BLOCK_K])
+    return accumulate_range(acc, a, b, K, row, col, 0, b_row, UPCAST, BLOCK_K)
+
+
+@triton.jit
+def accumulate_range(acc, a, b, length, row, col, a_col, b_row, UPCAST: tl.constexpr, BLOCK_K: tl.constexpr):
+    """``acc + a[row:, a_col:a_col + length] @ b[b_row:b_row + length, col:]`` in float32, through tensor
+    descriptors (zeros past the tensors' edges; ``length`` a multiple of BLOCK_K unless it ends at an edge)."""
+    for k in range(0, tl.cdiv(length, BLOCK_K)):
+        x = a.load([row, a_col + k * BLOCK_K])
         y = b.load([b_row + k * BLOCK_K, col])
         acc = dot(x, y, acc, UPCAST)
     return acc
@@ -143,10 +151,55 @@ def _gemm_kernel(a, b, out, bias, M, N, K, stride_am, stride_ak, stride_bk, stri
         tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
         acc, rows, cols = tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m, tile_n,
                                        UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
-        acc = add_bias(acc, bias, cols, N, HAS_BIAS)
-        mask = (rows[:, None] < M) & (cols[None, :] < N)
-        tl.store(out + rows[:, None].to(tl.int64) * stride_om + cols[None, :] * stride_on,
-                 acc.to(out.dtype.element_ty), mask=mask)
+        _store_tile(acc, out, bias, rows, cols, M, N, stride_om, stride_on, HAS_BIAS)
+
+
+@triton.jit
+def _store_tile(acc, out, bias, rows, cols, M, N, stride_om, stride_on, HAS_BIAS: tl.constexpr):
+    acc = add_bias(acc, bias, cols, N, HAS_BIAS)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    tl.store(out + rows[:, None].to(tl.int64) * stride_om + cols[None, :] * stride_on, acc.to(out.dtype.element_ty),
+             mask=mask)
+
+
+@triton.jit
+def _split_gemm_kernel(a, b, out, bias, parts, ready, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_om,
+                       stride_on, HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr, TMA: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                       SPLIT: tl.constexpr):
+    """The persistent GEMM with each tile's K range in ``SPLIT`` parts (more work units than tiles where the tiles
+    are fewer than the SMs: decode shapes). Unit u is part u // tiles of tile u % tiles; a tile's last part waits
+    for the others (:func:`take_over`), which have lower unit numbers: a program hands over every earlier part
+    before it waits, so a grid no larger than the SMs cannot deadlock. ``TMA``: ``a`` and ``b`` are descriptors."""
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    tiles = tiles_m * tiles_n
+    per_part = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT) * BLOCK_K
+    a_tiles = operand(a, M, K, stride_am, TMA, BLOCK_M, BLOCK_K)
+    b_tiles = operand(b, K, N, stride_bk, TMA, BLOCK_K, BLOCK_N)
+    for unit in range(tl.program_id(0), tiles * SPLIT, tl.num_programs(0)):
+        tile = unit % tiles
+        part = unit // tiles
+        tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
+        rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        first = part * per_part
+        length = tl.minimum(K - first, per_part)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        if TMA:
+            acc = accumulate_range(acc, a_tiles, b_tiles, length, tile_m * BLOCK_M, tile_n * BLOCK_N, first, first,
+                                   UPCAST, BLOCK_K)
+        else:
+            acc = accumulate(acc, a + tl.cast(first, tl.int64) * stride_ak, b + tl.cast(first, tl.int64) * stride_bk,
+                             M, N, length, stride_am, stride_ak, stride_bk, stride_bn, rows, cols, UPCAST, BLOCK_K)
+        if SPLIT > 1:
+            if part < SPLIT - 1:
+                hand_over(acc, parts, ready, part * tiles + tile, BLOCK_M, BLOCK_N)
+            else:
+                acc = take_over(acc, parts, ready, tile, tiles, SPLIT, BLOCK_M, BLOCK_N)
+                _store_tile(acc, out, bias, rows, cols, M, N, stride_om, stride_on, HAS_BIAS)
+        else:
+            _store_tile(acc, out, bias, rows, cols, M, N, stride_om, stride_on, HAS_BIAS)
 
 
 def _hopper_configs() -> list[triton.Config]:
@@ -167,6 +220,65 @@ def _fitting(configs, named_args, **_):
 
 _tuned_gemm_kernel = triton.autotune(configs=_hopper_configs(), key=["M", "N", "K"],
                                      prune_configs_by={"early_config_prune": _fitting})(_gemm_kernel)
+
+
+#: Rows up to which matmul's tuned kernel takes the decode tiles: narrow in M, K split in parts where the tiles
+#: are fewer than the SMs (the weights streamed once by many programs)
+DECODE_ROWS = 128
+#: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT) of the decode tiles
+_DECODE_SHAPES = [(16, 64, 128, 4, 4, 1), (16, 64, 128, 4, 4, 2), (16, 64, 128, 4, 4, 4), (16, 128, 128, 4, 4, 1),
+                  (16, 128, 128, 4, 4, 2), (16, 128, 128, 4, 4, 4), (32, 64, 128, 4, 4, 2), (32, 128, 128, 4, 4, 2),
+                  (64, 64, 128, 4, 4, 2), (64, 128, 64, 4, 4, 1), (64, 128, 64, 4, 4, 2), (64, 128, 128, 8, 3, 4)]
+_DECODE_CONFIGS = [triton.Config(dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, GROUP_M=8, SPLIT=split), num_warps=w,
+                                 num_stages=stages) for m, n, k, w, stages, split in _DECODE_SHAPES]
+_LARGE_CONFIGS = [triton.Config({**c.kwargs, "SPLIT": 1}, num_warps=c.num_warps, num_stages=c.num_stages)
+                  for c in _hopper_configs()]
+
+
+def _by_rows(configs, named_args, **kwargs):
+    """The decode tiles no taller than M needs up to DECODE_ROWS rows, the large tiles (fitted) above."""
+    m = named_args["M"]
+    if m > DECODE_ROWS:
+        return _fitting([c for c in configs if c in _LARGE_CONFIGS], named_args)
+    return [c for c in configs if c in _DECODE_CONFIGS and c.kwargs["BLOCK_M"] <= max(16, triton.next_power_of_2(m))]
+
+
+_tuned_split_kernel = triton.autotune(configs=_DECODE_CONFIGS + _LARGE_CONFIGS, key=["M", "N", "K"],
+                                      prune_configs_by={"early_config_prune": _by_rows})(_split_gemm_kernel)
+_WORKSPACES: dict = {}  # device -> (parts, ready) of the split kernel, grown as needed
+
+
+def split_workspace(device: torch.device, m: int, n: int, configs=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(parts, ready) for :func:`_split_gemm_kernel` on an (m, n) output under any of ``configs`` (the decode
+    tiles): float32 slots for every part but a tile's last, and their flags, zero (the kernel leaves them zero)."""
+    parts = slots = 1
+    for c in _DECODE_CONFIGS if configs is None else configs:
+        tile = c.kwargs if isinstance(c, triton.Config) else c
+        count = (tile["SPLIT"] - 1) * tile_count(m, n, tile)
+        slots = max(slots, count)
+        parts = max(parts, count * tile["BLOCK_M"] * tile["BLOCK_N"])
+    held = _WORKSPACES.get(device)
+    if held is None or held[0].numel() < parts or held[1].numel() < slots:
+        held = _WORKSPACES[device] = (torch.empty(parts, dtype=torch.float32, device=device),
+                                      torch.zeros(slots, dtype=torch.int32, device=device))
+    return held
+
+
+def tma_ready(backend, device: torch.device, *operands: torch.Tensor) -> bool:
+    """Whether ``operands`` can be loaded through TMA descriptors here: the backend has them, and each is row-major
+    with 16-byte aligned rows and base. Then Triton needs an allocator for the descriptors: one on ``device`` is
+    installed unless one is set. Example: ``tma_ready(ctx.backend, A.device, A, B)``."""
+    if not backend.tensor_descriptors:
+        return False
+    for t in operands:
+        if t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
+            return False
+    from triton.runtime import _allocation
+
+    current = getattr(_allocation, "_allocator", None)
+    if current is None or isinstance(current.get(), _allocation.NullAllocator):
+        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=device))
+    return True
 
 
 def tile_count(m: int, n: int, tile: dict) -> int:
@@ -229,6 +341,16 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, bi
         return out
     units = backend.compute_unit_count(a.device)
     programs = units if programs is None else max(1, min(programs, units))
+    if config.gemm_tuned():
+        tma = tma_ready(backend, a.device, a, b)
+        parts, ready = split_workspace(a.device, M, N)
+
+        def split_grid(meta):
+            return (min(programs, tile_count(M, N, meta) * meta["SPLIT"]),)
+
+        _tuned_split_kernel[split_grid](a, b, out, args[3], parts, ready, *args[4:], HAS_BIAS=bias is not None,
+                                        UPCAST=upcast, TMA=tma)
+        return out
 
     def grid(meta):
         return (min(programs, tile_count(M, N, meta)),)
