@@ -14,7 +14,7 @@ from iris.device.context import build_context_tensor
 from iris.device.rma import HEAP_BASES_SLOT
 from iris.host import debug as debug_mode
 from iris.host import watchdog
-from iris.runtime.distributed import init_distributed, node_map
+from iris.runtime.distributed import init_distributed, node_local_index, node_map
 from iris.runtime.logging import log
 from iris.memory.external import ExternalMemory
 from iris.memory.heap import SymmetricHeap
@@ -102,7 +102,7 @@ class Iris(TensorFactories):
         if len(set(sizes)) != 1:
             raise ValueError(f"every rank must pass the same heap_size; got {sizes} (by rank)")
         nodes = node_map(comm)
-        device = backend.device_for(comm.rank)
+        device = backend.device_for(node_local_index(nodes, comm.rank))  # its place on its node picks the GPU
         refusal = provider.refusal(_job_facts(backend, comm, nodes, device, provider))  # the same on every rank
         if refusal:
             raise HeapProviderRefusal(refusal)
@@ -459,7 +459,11 @@ class Iris(TensorFactories):
         rank = self.cur_rank if rank is None else rank
         if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or not 0 <= rank < self.num_ranks:
             raise ValueError(f"wall_clock_rate(rank={rank!r}): give a rank in 0..{self.num_ranks - 1}")
-        return self.backend.wall_clock_rate_khz(self.backend.device_for(int(rank)))
+        return self.backend.wall_clock_rate_khz(self.device_of(int(rank)))
+
+    def device_of(self, rank: int) -> torch.device:
+        """The device rank ``rank`` computes on, as this process names it (its place on its node picks it)."""
+        return self.backend.device_for(node_local_index(self._node_map, rank))
 
 
 def iris(heap_size: int = 1 << 30, allocator_type: str | None = None, debug: bool = False,

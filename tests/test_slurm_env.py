@@ -250,3 +250,16 @@ def test_two_processes_with_an_srun_step_s_variables_meet_as_ranks_0_and_1(tmp_p
     for procid, (child, (out, err)) in enumerate(zip(children, outputs)):
         assert child.returncode == 0, err
         assert f"ranks {procid} 2 [0, 1]" in out, out
+
+
+@pytest.mark.parametrize("nodes,expected", [
+    ((0, 0, 0, 0), [0, 1, 2, 3]),              # one node
+    ((0, 0, 1, 1), [0, 1, 0, 1]),              # srun's block distribution
+    ((0, 1, 0, 1), [0, 0, 1, 1]),              # srun -m cyclic: rank 2 is the second task of node 0
+    ((1, 0, 1, 0, 1), [0, 0, 1, 1, 2]),        # uneven
+])
+def test_each_rank_takes_the_gpu_of_its_place_on_its_node_not_of_its_rank(nodes, expected):
+    """Rank r's GPU index is its place among the ranks of its node (rank % GPUs gave two tasks of a node the same
+    GPU under a cyclic distribution)."""
+    assert [distributed.node_local_index(nodes, rank) for rank in range(len(nodes))] == expected
+

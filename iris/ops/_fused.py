@@ -213,7 +213,8 @@ def copy_refusal(ctx) -> str | None:
         return ("FusedConfig(copy_engine=True) copies into every member's heap, and a member here is reached only "
                 "through the engine (another node); use copy_engine=False")
     if ctx.team.backend.has_copy_engine:
-        devices = [ctx.backend.device_for(rank) for rank in range(ctx.get_num_ranks())]
+        nodes = ctx.get_node_map()
+        devices = [(nodes[rank], ctx.device_of(rank)) for rank in range(ctx.get_num_ranks())]
         if len(set(devices)) < len(devices):
             return ("FusedConfig(copy_engine=True) needs one GPU per rank; here ranks share a GPU "
                     "(IRIS_SIMULATION?), where a copy could wait for the SMs the kernel holds. Use copy_engine=False")

@@ -395,6 +395,16 @@ def _destroy_process_group() -> None:
         dist.destroy_process_group()
 
 
+def node_local_index(nodes: tuple[int, ...], rank: int) -> int:
+    """``rank``'s place among the ranks of its node (``nodes``: each rank's node, :func:`node_map`): the GPU it takes.
+
+    Example:
+        >>> node_local_index((0, 1, 0, 1), 2)    # srun -m cyclic: rank 2 is node 0's second task
+        1
+    """
+    return sum(1 for other in range(rank) if nodes[other] == nodes[rank])
+
+
 def init_distributed(backend, device_for_rank=None) -> Communicator:
     """Find or create the job's communicator (see the module docstring).
 
@@ -414,8 +424,10 @@ def init_distributed(backend, device_for_rank=None) -> Communicator:
         rank, world = launched.rank, launched.world_size
         # torchrun's agent hosts the store at MASTER_ADDR:MASTER_PORT: env:// joins it, tcp:// would start another.
         init = "env://" if "MASTER_ADDR" in variables and "MASTER_PORT" in variables else launched.init_method()
-        device = device_for_rank(rank)
-        shares_devices = len({device_for_rank(r) for r in range(world)}) < world
+        # the GPU of the rank's place on its node (a cyclic srun distribution puts ranks 0 and 2 on one node)
+        device = device_for_rank(launched.local_rank)
+        local = launched.local_world_size
+        shares_devices = len({device_for_rank(r) for r in range(local)}) < local
         if device.type == "cpu" or shares_devices:
             # NCCL refuses several ranks per GPU.
             dist.init_process_group(backend="gloo", rank=rank, world_size=world, init_method=init)
