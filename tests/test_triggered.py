@@ -140,3 +140,47 @@ def test_a_batch_never_published_ends_the_round_with_a_timeout_naming_the_wait(r
         pytest.skip("on a GPU the host does not wait for the copy queue: the consumer's wait is what stalls")
     for message in ranks.run(_never_published):
         assert "did not finish within 1 s" in message and "wait_value(" in message, message
+
+
+@triton.jit
+def _produce_block(buffer, gates, rank, round_, PER_BATCH: tl.constexpr, BLOCKS: tl.constexpr, BLOCK: tl.constexpr):
+    """Program b writes block b of this rank's slot; each batch is PER_BATCH blocks, published by each writer."""
+    b = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    tl.store(buffer + (rank * BLOCKS + b) * BLOCK + offs, (rank * 1000 + round_ * 100 + b + offs).to(tl.float32))
+    triggered.publish(gates, rank * (BLOCKS // PER_BATCH) + b // PER_BATCH)
+
+
+@triton.jit
+def _wait_all(arrivals, rank, world, BATCHES: tl.constexpr):
+    for batch in range(0, world * BATCHES):
+        if batch // BATCHES != rank:
+            triggered.wait_arrival(arrivals, batch)
+
+
+def _batches_of_several_blocks(rounds=2, per_batch=2, blocks=4):
+    ctx = iris.iris(1 << 20)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    buffer = ctx.zeros(world * blocks * BLOCK)
+    span = per_batch * BLOCK
+    schedules = [[(r * blocks * BLOCK + i * span, r * blocks * BLOCK + (i + 1) * span, per_batch)
+                  for i in range(blocks // per_batch)] for r in range(world)]
+    plan = TriggeredPlan(ctx, buffer, schedules, timeout=60)
+    failures = []
+    for round_ in range(rounds):
+        plan.start()
+        _produce_block[(blocks,)](buffer, plan.gates, rank, round_, PER_BATCH=per_batch, BLOCKS=blocks, BLOCK=BLOCK)
+        _wait_all[(1,)](plan.arrivals, rank, world, BATCHES=blocks // per_batch)
+        plan.finish()
+        b = torch.arange(blocks).repeat_interleave(BLOCK)
+        offs = torch.arange(BLOCK).repeat(blocks)
+        expected = torch.cat([r * 1000 + round_ * 100 + b + offs for r in range(world)]).float()
+        if not torch.equal(buffer.cpu(), expected):
+            failures.append(round_)
+    plan.close()
+    ctx.close()
+    return failures
+
+
+def test_a_batch_of_several_blocks_goes_once_each_writer_published(ranks):
+    assert ranks.run(_batches_of_several_blocks) == [[]] * ranks.world_size

@@ -19,10 +19,11 @@ from iris.device import sync
 
 @triton.jit
 def publish(gates, batch):
-    """Batch ``batch`` (its global id) is written: the copies queued for it start. The program's earlier stores
-    reach memory first (a release at system scope: the copy engine reads them)."""
+    """This program's share of batch ``batch`` (its global id) is written; once every contributor the schedule
+    names has published (one unless given), the copies queued for it start. The program's earlier stores reach
+    memory first (a release at system scope: the copy engine reads them)."""
     tl.debug_barrier()  # every thread's stores of the batch, not only the publishing thread's
-    tl.atomic_xchg(gates + batch, 1, sem="release", scope="sys")
+    tl.atomic_add(gates + batch, 1, sem="release", scope="sys")
 
 
 @triton.jit

@@ -31,8 +31,9 @@ class TriggeredPlan:
     Args:
         ctx: the Iris context.
         buffer: a contiguous tensor on the symmetric heap.
-        schedules: one list per rank of ``(start, stop)`` element ranges of ``buffer``, in the order that rank
-            publishes them; no two batches overlap. Every rank passes the same schedules.
+        schedules: one list per rank of ``(start, stop)`` element ranges of ``buffer`` (or ``(start, stop,
+            contributors)``: the batch goes once that many programs have published it, e.g. the tiles of a row
+            block), in the order that rank publishes them; no two batches overlap. Every rank passes the same.
         timeout: seconds :meth:`finish` waits for this rank's copies where the host waits (the CPU backend).
 
     Raises (collective, before any copy): ValueError for a buffer off the heap or not contiguous, a range outside
@@ -48,12 +49,13 @@ class TriggeredPlan:
         bases = team.heap.bases
         if refusal is None and 0 in bases:
             refusal = "a member's heap is reached only through the engine (another node): no copy can reach it"
-        schedules = [] if refusal else [[(int(lo), int(hi)) for lo, hi in own] for own in schedules]
+        schedules = [] if refusal else [[(int(entry[0]), int(entry[1]), int(entry[2]) if len(entry) == 3 else 1)
+                                         for entry in own] for own in schedules]
         self.first = [0]
         for own in schedules:
             self.first.append(self.first[-1] + len(own))
         count = self.first[-1] if schedules else 0
-        self.gates = ctx.zeros(max(count, 1), dtype=torch.int64)  # this rank's batches: published when 1
+        self.gates = ctx.zeros(max(count, 1), dtype=torch.int64)  # this rank's batches: contributors so far
         self.arrivals = ctx.zeros(max(count, 1), dtype=torch.int64)  # every batch: here when 1
         self._one = ctx.ones(1, dtype=torch.int64)  # what the copies of arrival flags read
         start = bases[self.rank]
@@ -91,10 +93,10 @@ class TriggeredPlan:
             raise RuntimeError("TriggeredPlan.start: the round already started; call finish() first")
         queue, size = self._queue, self.buffer.element_size()
         queue.fork()
-        for index, (lo, hi) in enumerate(self.schedules[self.rank]):
+        for index, (lo, hi, contributors) in enumerate(self.schedules[self.rank]):
             batch = self.batch(self.rank, index)
             gate = self.gates.data_ptr() + batch * 8
-            queue.wait_value(gate, 1)
+            queue.wait_value(gate, contributors)
             for step in range(1, self.world):
                 peer = (self.rank + step) % self.world
                 queue.copy(self._peer_address(self.buffer, peer, lo * size), self.buffer.data_ptr() + lo * size,
@@ -132,10 +134,13 @@ def _refusal(ctx, buffer, schedules, world: int) -> str | None:
     ranges = []
     for rank, own in enumerate(schedules):
         for entry in own:
-            if (not isinstance(entry, (list, tuple)) or len(entry) != 2
+            if (not isinstance(entry, (list, tuple)) or len(entry) not in (2, 3)
                     or not all(isinstance(v, int) and not isinstance(v, bool) for v in entry)):
-                return f"rank {rank}'s batch {entry!r} is not a (start, stop) pair of element indices"
-            lo, hi = entry
+                return (f"rank {rank}'s batch {entry!r} is not (start, stop) element indices, or (start, stop, "
+                        "contributors)")
+            if len(entry) == 3 and entry[2] < 1:
+                return f"rank {rank}'s batch {entry!r} names {entry[2]} contributors; at least one publishes it"
+            lo, hi = entry[:2]
             if not 0 <= lo < hi <= buffer.numel():
                 return f"rank {rank}'s batch ({lo}, {hi}) is not a non-empty range of the {buffer.numel()} elements"
             ranges.append((lo, hi, rank))
