@@ -185,3 +185,61 @@ def test_all_gather_matmul_sends_by_copies_up_to_1024_rows_where_the_job_allows(
     refused = copy_refusal_in(ranks) is not None
     for ways in ranks.run(_ways_of_sending):
         assert ways == [not refused, not refused, False, False, False, True]
+
+
+def test_matmul_all_gather_with_row_blocks_sent_by_triggered_copies_matches_float64(ranks):
+    """FusedConfig(copy_engine=True): each row block of this rank's product goes to every member by copies its
+    tiles trigger (iris.host.triggered), not by the programs' stores."""
+    config = FusedConfig(copy_engine=True)
+    for rank, errors in enumerate(ranks.run(run_op, "matmul_all_gather", 72, 80, 40, torch.float32, True,
+                                            seeds=[3, 4, 5], config=config)):
+        assert max(errors) <= TOLERANCE[torch.float32], f"rank {rank}: relative errors {errors}"
+
+
+def _triggered_replayed(calls=3):
+    ctx = iris.iris(1 << 22)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    a, b = torch.empty(40, 24, device=device), torch.empty(24, 48, device=device)
+    out = ctx.zeros(world * 40, 48)
+    wrong = []
+    for call in range(calls):  # the same tensors: the first call plans, the next ones replay its plan
+        shards = [(torch.full((40, 24), float(r + call)), torch.eye(24, 48) * (call + 1)) for r in range(world)]
+        a.copy_(shards[rank][0])
+        b.copy_(shards[rank][1])
+        ctx.ops.matmul_all_gather(out, a, b, config=FusedConfig(copy_engine=True))
+        ctx.barrier()
+        if not torch.equal(out.cpu(), torch.cat([x @ y for x, y in shards])):
+            wrong.append(call)
+    # the path taken: one remembered call whose launch is a round of triggered copies, run once per call
+    rounds = [launch.plan.rounds for plan in ctx.ops._plans.plans() for launch in plan.launches]
+    ctx.close()
+    return wrong, rounds
+
+
+def test_matmul_all_gather_by_triggered_copies_replays_with_new_operands(ranks):
+    assert ranks.run(_triggered_replayed) == [([], [3])] * ranks.world_size
+
+
+def _triggered_refusals():
+    ctx = iris.iris(1 << 20)
+    device, world = ctx.get_device(), ctx.get_num_ranks()
+    a, b = torch.ones(8, 16, device=device), torch.ones(16, 32, device=device)
+    calls = {"scatter": lambda: ctx.ops.gemm_all_scatter(ctx.zeros(8, world * 32), a, b,
+                                                         config=FusedConfig(copy_engine=True)),
+             "split": lambda: ctx.ops.matmul_all_gather(ctx.zeros(world * 8, 32), a, b,
+                                                        config=FusedConfig(copy_engine=True, split_k=2))}
+    messages = {}
+    for name, call in calls.items():
+        try:
+            call()
+            messages[name] = None
+        except ValueError as error:
+            messages[name] = str(error)
+    ctx.close()
+    return messages
+
+
+def test_triggered_copies_are_refused_where_they_cannot_serve_before_any_launch(ranks):
+    for messages in ranks.run(_triggered_refusals):
+        assert "gemm_all_scatter: FusedConfig(copy_engine=True)" in messages["scatter"], messages
+        assert "split_k=2" in messages["split"], messages

@@ -73,6 +73,7 @@ class TriggeredPlan:
         self._bases = list(bases)
         self._queue: CopyQueue | None = ctx.backend.copy_queue(buffer.device)
         self._started = False
+        self.rounds = 0  # rounds finished
         ctx.barrier()
 
     def batch(self, rank: int, index: int) -> int:
@@ -115,6 +116,12 @@ class TriggeredPlan:
         self._queue.join(self.timeout)
         self.arrivals.zero_()
         self._ctx.device_barrier()
+        self.rounds += 1
+
+    def around(self, launch) -> TriggeredLaunch:
+        """``launch`` (a kernel launch that publishes this plan's batches) as one callable: start, launch, finish;
+        what a fused op remembers and replays."""
+        return TriggeredLaunch(self, launch)
 
     def close(self) -> None:
         """Stop the copy queue (its thread on the CPU backend); the plan cannot start again."""
@@ -152,3 +159,17 @@ def _refusal(ctx, buffer, schedules, world: int) -> str | None:
             return (f"rank {rank}'s batch ({lo}, {hi}) overlaps rank {other}'s ({next_lo}, {next_hi}): their copies "
                     "would overwrite each other")
     return None
+
+
+class TriggeredLaunch:
+    """A round of a :class:`TriggeredPlan` around one kernel launch: ``plan.start(); launch(); plan.finish()``.
+    ``tensors`` are the launch's (what a remembered call must keep alive to replay)."""
+
+    def __init__(self, plan: TriggeredPlan, launch):
+        self.plan, self.launch = plan, launch
+        self.tensors = getattr(launch, "tensors", ())
+
+    def __call__(self) -> None:
+        self.plan.start()
+        self.launch()
+        self.plan.finish()

@@ -46,7 +46,10 @@ class FusedConfig:
             columns go to their owners by copies, in row chunks, which add them into their own columns
             (:mod:`iris.ops.matmul_all_reduce.copy_engine`; N divisible by W); False: the programs push every
             partial tile; None (default): at 2 ranks by copies where a member's columns take more than one wave
-            of programs (measured), else the pushes.
+            of programs (measured), else the pushes. matmul_all_gather: True: each block of output rows goes to
+            every member by copies its tiles trigger as they finish (:mod:`iris.host.triggered`: the copy engine
+            on GPUs, no SM stores to peers; not measured yet); None or False (default): the programs store each
+            tile into every member.
         vendor_gemm: all_gather_matmul: True: torch's GEMM (cuBLAS, hipBLASLt) multiplies each member's slice
             once its copy's flag is seen (:mod:`iris.ops.all_gather_matmul.vendor_gemm`): what the copies need,
             an output of A's dtype; the tile fields, tma_loads and split_k have no effect. None (default): where
