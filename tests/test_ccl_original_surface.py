@@ -177,7 +177,8 @@ def _all_gather_variants_on_rank():
     wrong = []
     for variant, m, n, dtype, cache in [("ring", 24, 40, torch.float16, None), ("ring", 3, 5, torch.int32, None),
                                         ("persistent_inline", 24, 40, torch.bfloat16, ".wt"),
-                                        ("persistent", 17, 9, torch.float32, ".cg")]:
+                                        ("persistent", 17, 9, torch.float32, ".cg"),
+                                        ("copies", 24, 40, torch.bfloat16, None), ("copies", 3, 5, torch.int32, None)]:
         config = Config(all_gather_variant=variant, block_size=64, cache_modifier=cache)
 
         def part(r):
@@ -199,6 +200,26 @@ def _all_gather_variants_on_rank():
     return wrong
 
 
-def test_all_gather_ring_and_persistent_inline_gather_exactly(ranks):
+def test_all_gather_ring_persistent_inline_and_copies_gather_exactly(ranks):
     for rank, wrong in enumerate(ranks.run(_all_gather_variants_on_rank)):
         assert wrong == [], (rank, wrong)
+
+
+def _all_gather_by_copies_from_a_torch_tensor_in_a_team():
+    ctx = iris.iris(1 << 20)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    team = list(range(world))  # a team given as a list of ranks: every rank here
+    out = ctx.zeros(world * 8, 6)
+    wrong = []
+    for round_ in range(3):
+        x = torch.full((8, 6), float(rank * 10 + round_), device=device)  # not on the heap: read locally only
+        ctx.ccl.all_gather(out, x, group=team, config=Config(all_gather_variant="copies"))
+        expected = torch.cat([torch.full((8, 6), float(r * 10 + round_)) for r in range(world)])
+        if not torch.equal(out.cpu(), expected):
+            wrong.append(round_)
+    ctx.close()
+    return wrong
+
+
+def test_all_gather_by_copies_reads_any_input_and_serves_a_team(ranks):
+    assert ranks.run(_all_gather_by_copies_from_a_torch_tensor_in_a_team) == [[]] * ranks.world_size

@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass
 
 ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "atomic", "spinlock", "ring", "push", "ll", "hierarchical")
-ALL_GATHER_VARIANTS = ("persistent", "partitioned", "ring", "persistent_inline")
+ALL_GATHER_VARIANTS = ("persistent", "partitioned", "ring", "persistent_inline", "copies")
 REDUCE_SCATTER_VARIANTS = ("two_shot", "ring_chunked")
 # Triton's cache modifiers: a load takes the first, a store the second ("" or None: the default).
 LOAD_CACHE_MODIFIERS = (".ca", ".cg", ".cv")

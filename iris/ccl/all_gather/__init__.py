@@ -2,9 +2,9 @@
 
 The front door: checks, then the variant (``Config.all_gather_variant``): "persistent", "partitioned" and
 "persistent_inline" (:mod:`~iris.ccl.all_gather.direct`: each member stores its pieces into every
-member's output, hierarchically for members on several nodes) or "ring"
-(:mod:`~iris.ccl.all_gather.ring`). ``Config.cache_modifier`` goes to the stores into the members'
-outputs when it is a store's (".wb", ".cg", ".cs", ".wt").
+member's output, hierarchically for members on several nodes), "ring" (:mod:`~iris.ccl.all_gather.ring`) or
+"copies" (:mod:`~iris.ccl.all_gather.copies`: the copy engine, no SM). ``Config.cache_modifier`` goes to
+the stores into the members' outputs when it is a store's (".wb", ".cg", ".cs", ".wt").
 
 Example:
     >>> out = ctx.empty(ctx.get_num_ranks() * 128, 64)
@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from iris.ccl import _common
-from iris.ccl.all_gather import direct, ring
+from iris.ccl.all_gather import copies, direct, ring
 from iris.ccl.all_gather.direct import _all_gather_kernel, piece_of_repeat, store_to_members  # noqa: F401
 from iris.ccl.all_gather.ring import AllGatherWorkspace
 from iris.ccl.config import STORE_CACHE_MODIFIERS
@@ -79,4 +79,6 @@ def all_gather(output, input, ctx, group=None, async_op=False, config=None, work
     if config.all_gather_variant == "ring":
         flags = None if workspace is None else all_gather_preamble(output, input, ctx, config, workspace, group).flags
         return ring.launch(ctx, output, input, members, group, async_op, config, cache, flags)
+    if config.all_gather_variant == "copies":
+        return copies.launch(ctx, output, input, members, group, async_op)
     return direct.launch(ctx, output, input, members, group, async_op, config, cache)
