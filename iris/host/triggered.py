@@ -84,15 +84,18 @@ class TriggeredPlan:
         return self._bases[peer] + tensor.data_ptr() - self._bases[self.rank] + offset
 
     def start(self) -> None:
-        """Queue this round's copies: for each of this rank's batches, in order, wait for its gate, send its bytes
-        to every peer (the next rank first) followed by the batch's arrival flag there, then close the gate. Call
-        before launching the kernels that publish; then :meth:`finish`."""
+        """Begin a round: a device barrier (every rank is done with the last round's data), then, queued, for each
+        of this rank's batches in order: wait for its gate, send its bytes to every peer (the next rank first)
+        followed by the batch's arrival flag there, close the gate. Call before launching the kernels that
+        publish; then :meth:`finish`."""
         self._ctx.heap.refuse_if_closed("TriggeredPlan.start")
         if self._queue is None:
             raise RuntimeError("TriggeredPlan.start: this plan is closed")
         if self._started:
             raise RuntimeError("TriggeredPlan.start: the round already started; call finish() first")
         queue, size = self._queue, self.buffer.element_size()
+        # every rank has started this round (so it is done with the last one's data) before any copy can land
+        self._ctx.device_barrier()
         queue.fork()
         for index, (lo, hi, contributors) in enumerate(self.schedules[self.rank]):
             batch = self.batch(self.rank, index)
@@ -108,14 +111,14 @@ class TriggeredPlan:
 
     def finish(self) -> None:
         """End the round: work queued later on the current stream waits for this rank's copies (on the CPU
-        backend the host waits, TimeoutError after ``timeout`` naming what was never published), the arrival
-        flags are cleared, and a device barrier keeps a fast peer's next round from overtaking this one."""
+        backend the host waits, TimeoutError after ``timeout`` naming what was never published), then a device
+        barrier (every rank's copies landed: ``buffer`` is whole here), then the arrival flags are cleared."""
         if not self._started:
             raise RuntimeError("TriggeredPlan.finish: no round started (call start() first)")
         self._started = False
         self._queue.join(self.timeout)
-        self.arrivals.zero_()
-        self._ctx.device_barrier()
+        self._ctx.device_barrier()  # every rank's copies have landed, here too
+        self.arrivals.zero_()  # before this rank's next start: no peer's next copy lands before that barrier
         self.rounds += 1
 
     def around(self, launch) -> TriggeredLaunch:
