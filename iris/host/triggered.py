@@ -127,10 +127,14 @@ class TriggeredPlan:
         return TriggeredLaunch(self, launch)
 
     def close(self) -> None:
-        """Stop the copy queue (its thread on the CPU backend); the plan cannot start again."""
-        if self._queue is not None:
-            self._queue.close()
-            self._queue = None
+        """Stop the copy queue (its thread on the CPU backend); the plan cannot start again. A plan no longer
+        referenced closes itself (a fused op's plan dropped with its remembered call)."""
+        queue, self._queue = getattr(self, "_queue", None), None
+        if queue is not None:
+            queue.close()
+
+    def __del__(self):
+        self.close()
 
 
 def _refusal(ctx, buffer, schedules, world: int) -> str | None:
