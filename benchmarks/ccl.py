@@ -9,7 +9,8 @@ Sizes are bytes of input per rank, powers of two from --min to --max (all_gather
 times that; reduce_scatter's input is split W ways). For every collective, dtype and size, in one
 process group and with the same buffers:
 
-    iris              ctx.ccl.<collective> with its default variant (all_reduce: also each variant)
+    iris              ctx.ccl.<collective> with its default variant (all_reduce: also each variant;
+                      all_gather: also ``iris.copies``, the copy engine's variant)
     iris.copy_in      the input copied from a plain tensor into a heap buffer, then the collective:
                       the documented path for inputs that are not on the heap (see iris.ccl)
     nccl              torch.distributed (all_reduce, all_gather_into_tensor, reduce_scatter_tensor,
@@ -201,6 +202,11 @@ def _iris_variants(ctx, name, inp, out, world):
     if name == "all_to_all":
         shape = all_to_all_shape(inp.numel(), world)
         return {"iris": lambda: ctx.ccl.all_to_all(out.view(shape), inp.view(shape))}
+    if name == "all_gather":  # the default variant, and the copy engine's (one copy per member, no SM)
+        copies = Config(all_gather_variant="copies")
+        return {"iris": lambda: ctx.ccl.all_gather(out, inp),
+                "iris.copies": "a member is reached only through the engine (another node)" if 0 in ctx.team.heap.bases
+                else lambda: ctx.ccl.all_gather(out, inp, config=copies)}
     return {"iris": lambda: getattr(ctx.ccl, name)(out, inp)}
 
 
