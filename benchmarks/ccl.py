@@ -205,7 +205,7 @@ def _iris_variants(ctx, name, inp, out, world):
     if name == "all_gather":  # the default variant, and the copy engine's (one copy per member, no SM)
         copies = Config(all_gather_variant="copies")
         return {"iris": lambda: ctx.ccl.all_gather(out, inp),
-                "iris.copies": "a member is reached only through the engine (another node)" if 0 in ctx.team.heap.bases
+                "iris.copies": "a member is reached only through the engine (another node)" if not ctx.team.heap.maps()
                 else lambda: ctx.ccl.all_gather(out, inp, config=copies)}
     return {"iris": lambda: getattr(ctx.ccl, name)(out, inp)}
 

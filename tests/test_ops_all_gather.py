@@ -224,19 +224,12 @@ def _triggered_refusals():
     ctx = iris.iris(1 << 20)
     device, world = ctx.get_device(), ctx.get_num_ranks()
     a, b = torch.ones(8, 16, device=device), torch.ones(16, 32, device=device)
-    calls = {"scatter": lambda: ctx.ops.gemm_all_scatter(ctx.zeros(8, world * 32), a, b,
-                                                         config=FusedConfig(copy_engine=True)),
-             "split": lambda: ctx.ops.matmul_all_gather(ctx.zeros(world * 8, 32), a, b,
-                                                        config=FusedConfig(copy_engine=True, split_k=2))}
-    messages = {}
-    for name, call in calls.items():
-        try:
-            call()
-            messages[name] = None
-        except ValueError as error:
-            messages[name] = str(error)
+    messages = refusals([
+        lambda: ctx.ops.gemm_all_scatter(ctx.zeros(8, world * 32), a, b, config=FusedConfig(copy_engine=True)),
+        lambda: ctx.ops.matmul_all_gather(ctx.zeros(world * 8, 32), a, b,
+                                          config=FusedConfig(copy_engine=True, split_k=2))])
     ctx.close()
-    return messages
+    return dict(zip(("scatter", "split"), messages))
 
 
 def test_triggered_copies_are_refused_where_they_cannot_serve_before_any_launch(ranks):

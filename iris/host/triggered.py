@@ -46,8 +46,8 @@ class TriggeredPlan:
         self.timeout = timeout
         refusal = _refusal(ctx, buffer, schedules, self.world)
         team = ctx.team
-        bases = team.heap.bases
-        if refusal is None and 0 in bases:
+        self._heap = heap = team.heap
+        if refusal is None and not heap.maps():
             refusal = "a member's heap is reached only through the engine (another node): no copy can reach it"
         schedules = [] if refusal else [[(int(entry[0]), int(entry[1]), int(entry[2]) if len(entry) == 3 else 1)
                                          for entry in own] for own in schedules]
@@ -58,7 +58,7 @@ class TriggeredPlan:
         self.gates = ctx.zeros(max(count, 1), dtype=torch.int64)  # this rank's batches: contributors so far
         self.arrivals = ctx.zeros(max(count, 1), dtype=torch.int64)  # every batch: here when 1
         self._one = ctx.ones(1, dtype=torch.int64)  # what the copies of arrival flags read
-        start = bases[self.rank]
+        start = heap.base
         described = (refusal, buffer.numel() if isinstance(buffer, torch.Tensor) else None, str(
             getattr(buffer, "dtype", None)), schedules, [t.data_ptr() - start for t in (self.gates, self.arrivals)])
         everyone = team.comm.all_gather_object(described)
@@ -69,8 +69,7 @@ class TriggeredPlan:
         if differing:
             raise ValueError(f"TriggeredPlan: ranks {differing} passed another buffer size, dtype or schedules than "
                              "rank 0 (every rank passes the same, in the same order of plans)")
-        self.buffer, self.schedules, self.batches = buffer, schedules, count
-        self._bases = list(bases)
+        self.buffer, self.schedules = buffer, schedules
         self._queue: CopyQueue | None = ctx.backend.copy_queue(buffer.device)
         self._started = False
         self.rounds = 0  # rounds finished
@@ -80,15 +79,12 @@ class TriggeredPlan:
         """The global id of ``schedules[rank][index]``: what a kernel passes to publish and wait_arrival."""
         return self.first[rank] + index
 
-    def _peer_address(self, tensor: torch.Tensor, peer: int, offset: int = 0) -> int:
-        return self._bases[peer] + tensor.data_ptr() - self._bases[self.rank] + offset
-
     def start(self) -> None:
         """Begin a round: a device barrier (every rank is done with the last round's data), then, queued, for each
         of this rank's batches in order: wait for its gate, send its bytes to every peer (the next rank first)
         followed by the batch's arrival flag there, close the gate. Call before launching the kernels that
         publish; then :meth:`finish`."""
-        self._ctx.heap.refuse_if_closed("TriggeredPlan.start")
+        self._heap.refuse_if_closed("TriggeredPlan.start")
         if self._queue is None:
             raise RuntimeError("TriggeredPlan.start: this plan is closed")
         if self._started:
@@ -103,9 +99,9 @@ class TriggeredPlan:
             queue.wait_value(gate, contributors)
             for step in range(1, self.world):
                 peer = (self.rank + step) % self.world
-                queue.copy(self._peer_address(self.buffer, peer, lo * size), self.buffer.data_ptr() + lo * size,
-                           (hi - lo) * size)
-                queue.copy(self._peer_address(self.arrivals, peer, batch * 8), self._one.data_ptr(), 8)
+                source = self.buffer.data_ptr() + lo * size
+                queue.copy(self._heap.peer_address(source, peer), source, (hi - lo) * size)
+                queue.copy(self._heap.peer_address(self.arrivals.data_ptr() + batch * 8, peer), self._one.data_ptr(), 8)
             queue.write_value(gate, 0)
         self._started = True
 

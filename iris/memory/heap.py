@@ -133,6 +133,17 @@ class SymmetricHeap:
         start = self.size + offset
         return self._memory.local[start : start + count * _element_size(dtype)].view(dtype)
 
+    def peer_address(self, address: int, peer: int) -> int:
+        """Where ``address`` (in this rank's heap) lies in rank ``peer``'s heap, as this process maps it (see
+        :meth:`maps`). Example: ``heap.peer_address(out.data_ptr(), 1)`` is rank 1's ``out``."""
+        return self.bases[peer] + address - self.base
+
+    def maps(self, ranks=None) -> bool:
+        """Whether every rank of ``ranks`` (default: all) has its heap mapped in this process; a rank reached only
+        through the engine (another node, the ``shmem`` provider) has none, so no copy can reach it."""
+        bases = self.bases
+        return all(bases[rank] for rank in (range(len(bases)) if ranks is None else ranks))
+
     def locate(self, address: int) -> tuple[int, int] | None:
         """(owning rank, heap offset) of an address in this process's view of any rank's heap, or None."""
         for owner, base in enumerate(self.bases):

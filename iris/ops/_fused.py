@@ -209,7 +209,7 @@ def copy_refusal(ctx) -> str | None:
     here (none reached only through the engine, across nodes), and on GPUs each rank must have its own:
     ranks sharing one (IRIS_SIMULATION) would copy inside it, where a copy may need the SMs the kernel
     holds while it waits for the copy."""
-    if 0 in ctx.team.heap.bases:
+    if not ctx.team.heap.maps():
         return ("FusedConfig(copy_engine=True) copies into every member's heap, and a member here is reached only "
                 "through the engine (another node); use copy_engine=False")
     if ctx.team.backend.has_copy_engine:
@@ -251,8 +251,7 @@ def _one(device: torch.device) -> torch.Tensor:
 def peer_address(ctx, tensor: torch.Tensor, member: int, offset: int = 0) -> int:
     """The address, in this process, of heap tensor ``tensor``'s place (plus ``offset`` bytes) in rank
     ``member``'s heap (mapped here: :func:`copy_refusal` says where it is not)."""
-    bases = ctx.team.heap.bases
-    return bases[member] + tensor.data_ptr() - bases[ctx.get_rank()] + offset
+    return ctx.team.heap.peer_address(tensor.data_ptr() + offset, member)
 
 
 def flag_set(ctx, flags: torch.Tensor, member: int, position: int) -> tuple:

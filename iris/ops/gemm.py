@@ -13,6 +13,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -151,11 +153,12 @@ def _gemm_kernel(a, b, out, bias, M, N, K, stride_am, stride_ak, stride_bk, stri
         tile_m, tile_n = tile_of(tile, tiles_m, tiles_n, GROUP_M)
         acc, rows, cols = tile_product(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, tile_m, tile_n,
                                        UPCAST, BLOCK_M, BLOCK_N, BLOCK_K)
-        _store_tile(acc, out, bias, rows, cols, M, N, stride_om, stride_on, HAS_BIAS)
+        store_tile(acc, out, bias, rows, cols, M, N, stride_om, stride_on, HAS_BIAS)
 
 
 @triton.jit
-def _store_tile(acc, out, bias, rows, cols, M, N, stride_om, stride_on, HAS_BIAS: tl.constexpr):
+def store_tile(acc, out, bias, rows, cols, M, N, stride_om, stride_on, HAS_BIAS: tl.constexpr):
+    """A float32 tile (``rows`` x ``cols`` of an (M, N) output at ``out``) plus the bias, stored in out's dtype."""
     acc = add_bias(acc, bias, cols, N, HAS_BIAS)
     mask = (rows[:, None] < M) & (cols[None, :] < N)
     tl.store(out + rows[:, None].to(tl.int64) * stride_om + cols[None, :] * stride_on, acc.to(out.dtype.element_ty),
@@ -197,9 +200,9 @@ def _split_gemm_kernel(a, b, out, bias, parts, ready, M, N, K, stride_am, stride
                 hand_over(acc, parts, ready, part * tiles + tile, BLOCK_M, BLOCK_N)
             else:
                 acc = take_over(acc, parts, ready, tile, tiles, SPLIT, BLOCK_M, BLOCK_N)
-                _store_tile(acc, out, bias, rows, cols, M, N, stride_om, stride_on, HAS_BIAS)
+                store_tile(acc, out, bias, rows, cols, M, N, stride_om, stride_on, HAS_BIAS)
         else:
-            _store_tile(acc, out, bias, rows, cols, M, N, stride_om, stride_on, HAS_BIAS)
+            store_tile(acc, out, bias, rows, cols, M, N, stride_om, stride_on, HAS_BIAS)
 
 
 def _hopper_configs() -> list[triton.Config]:
@@ -243,20 +246,28 @@ def _by_rows(configs, named_args, **kwargs):
     return [c for c in configs if c in _DECODE_CONFIGS and c.kwargs["BLOCK_M"] <= max(16, triton.next_power_of_2(m))]
 
 
-_tuned_split_kernel = triton.autotune(configs=_DECODE_CONFIGS + _LARGE_CONFIGS, key=["M", "N", "K"],
+# a shape in both lists (64 x 128 x 64, no split) is tried once
+_tuned_split_kernel = triton.autotune(configs=_DECODE_CONFIGS + [c for c in _LARGE_CONFIGS if c not in _DECODE_CONFIGS],
+                                      key=["M", "N", "K"],
                                       prune_configs_by={"early_config_prune": _by_rows})(_split_gemm_kernel)
 _WORKSPACES: dict = {}  # device -> (parts, ready) of the split kernel, grown as needed
+_DECODE_TILES = tuple((m, n, split) for m, n, _, _, _, split in _DECODE_SHAPES)
 
 
-def split_workspace(device: torch.device, m: int, n: int, configs=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(parts, ready) for :func:`_split_gemm_kernel` on an (m, n) output under any of ``configs`` (the decode
-    tiles): float32 slots for every part but a tile's last, and their flags, zero (the kernel leaves them zero)."""
-    parts = slots = 1
-    for c in _DECODE_CONFIGS if configs is None else configs:
-        tile = c.kwargs if isinstance(c, triton.Config) else c
-        count = (tile["SPLIT"] - 1) * tile_count(m, n, tile)
-        slots = max(slots, count)
-        parts = max(parts, count * tile["BLOCK_M"] * tile["BLOCK_N"])
+@functools.lru_cache(maxsize=256)
+def _split_need(m: int, n: int, tiles: tuple) -> tuple[int, int]:
+    """(float32 part elements, flags) the worst of ``tiles`` ((BLOCK_M, BLOCK_N, SPLIT) each) hands over on an
+    (m, n) output: worked out once per shape, not on every call."""
+    counts = [((split - 1) * triton.cdiv(m, bm) * triton.cdiv(n, bn), bm * bn) for bm, bn, split in tiles]
+    return max([1] + [count * area for count, area in counts]), max([1] + [count for count, _ in counts])
+
+
+def split_workspace(device: torch.device, m: int, n: int, tiles=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(parts, ready) for :func:`_split_gemm_kernel` on an (m, n) output under any of ``tiles`` (dicts of BLOCK_M,
+    BLOCK_N and SPLIT; default: the decode tiles): float32 slots for every part but a tile's last, and their flags,
+    zero (the kernel leaves them zero)."""
+    parts, slots = _split_need(m, n, _DECODE_TILES if tiles is None else tuple(
+        (t["BLOCK_M"], t["BLOCK_N"], t["SPLIT"]) for t in tiles))
     held = _WORKSPACES.get(device)
     if held is None or held[0].numel() < parts or held[1].numel() < slots:
         held = _WORKSPACES[device] = (torch.empty(parts, dtype=torch.float32, device=device),

@@ -22,6 +22,8 @@ import ctypes
 import threading
 import time
 
+import torch
+
 
 class CopyQueue:
     """The interface; :meth:`iris.runtime.Backend.copy_queue` gives the backend's."""
@@ -55,14 +57,11 @@ class StreamCopyQueue(CopyQueue):
     """A GPU stream of its own; ``runtime`` an :class:`iris.runtime.ipc.GpuRuntime`."""
 
     def __init__(self, runtime, device):
-        import torch
-
-        self._torch = torch
         self._runtime, self._device = runtime, device
         self.stream = torch.cuda.Stream(device)
 
     def fork(self):
-        self.stream.wait_stream(self._torch.cuda.current_stream(self._device))
+        self.stream.wait_stream(torch.cuda.current_stream(self._device))
 
     def wait_value(self, address, value):
         self._runtime.wait_value(self.stream.cuda_stream, address, value)
@@ -74,7 +73,7 @@ class StreamCopyQueue(CopyQueue):
         self._runtime.write_value(self.stream.cuda_stream, address, value)
 
     def join(self, timeout):
-        self._torch.cuda.current_stream(self._device).wait_stream(self.stream)
+        torch.cuda.current_stream(self._device).wait_stream(self.stream)
 
 
 class ThreadCopyQueue(CopyQueue):

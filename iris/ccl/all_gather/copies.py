@@ -16,16 +16,16 @@ def launch(ctx, output, input, members, group, async_op: bool) -> list:
     """The copies of checked tensors between the group's barriers (the second unless ``async_op``); returns the
     launches, run once here (``ctx.ccl`` replays them)."""
     team = ctx.team
-    bases = team.heap.bases
-    if any(bases[member] == 0 for member in members.ranks):
+    heap = team.heap
+    if not heap.maps(members.ranks):
         raise ValueError("all_gather: Config(all_gather_variant='copies') copies into every member's heap, and a "
                          "member here is reached only through the engine (another node); use another variant")
-    rank, index, nbytes, copy = ctx.get_rank(), members.index, input.numel() * input.element_size(), ctx.backend.copy
+    index, nbytes, copy = members.index, input.numel() * input.element_size(), ctx.backend.copy
 
     def send(output, input) -> None:  # this member's slot of every member's output, from the next member on
-        slot = output.data_ptr() - bases[rank] + index * nbytes
+        slot = output.data_ptr() + index * nbytes
         for step in range(members.size):
-            copy(bases[members.ranks[(index + step) % members.size]] + slot, input.data_ptr(), nbytes)
+            copy(heap.peer_address(slot, members.ranks[(index + step) % members.size]), input.data_ptr(), nbytes)
 
     launches = [team.barrier.launch(group), weakly_held(send, output, input)]
     if not async_op:

@@ -29,7 +29,7 @@ from iris.host.replay import bind
 from iris.host.triggered import TriggeredPlan
 from iris.ops import _fused
 from iris.ops.config import FusedConfig
-from iris.ops.gemm import add_bias, hand_over, operand, take_over, tile_count, tile_of, tile_product
+from iris.ops.gemm import add_bias, hand_over, operand, store_tile, take_over, tile_count, tile_of, tile_product
 
 
 @triton.jit(do_not_specialize=GROUP_ARGS)
@@ -52,7 +52,8 @@ def _matmul_gather_kernel(a, b, out, bias, parts, ready, gates, M, N, K, whole, 
                                        tile_m, tile_n, UPCAST, BLOCK_M, BLOCK_N, BLOCK_K, TMA)
         trace.end(span)
         if TRIGGERED:  # into this rank's place only; the row block's copies go once its every tile is here
-            _keep_tile(acc, rows, cols, out, bias, M, N, stride_om, stride_on, index, HAS_BIAS)
+            store_tile(acc, out + tl.cast(index * M, tl.int64) * stride_om, bias, rows, cols, M, N, stride_om,
+                       stride_on, HAS_BIAS)
             triggered.publish(gates, index * tiles_m + tile_m)
         else:
             _finish_tile(acc, rows, cols, out, bias, M, N, stride_om, stride_on, tile_m, tile_n, members, count,
@@ -76,15 +77,6 @@ def _matmul_gather_kernel(a, b, out, bias, parts, ready, gates, M, N, K, whole, 
                              out, bias, M, N, stride_om, stride_on, tile_m, tile_n, members, count, index, cur,
                              heap_bases, trace, ALONG_M, HAS_BIAS, BLOCK_M, BLOCK_N)
     leave(arrivals, expected, members, count, cur, heap_bases, WORLD, EXIT_BARRIER, BARRIER_BLOCK, trace)
-
-
-@triton.jit
-def _keep_tile(acc, rows, cols, out, bias, M, N, stride_om, stride_on, index, HAS_BIAS: tl.constexpr):
-    """A whole tile's product with the bias, into this rank's rows of its own output only (ALONG_M)."""
-    acc = add_bias(acc, bias, cols, N, HAS_BIAS)
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    tl.store(out + (rows[:, None] + index * M).to(tl.int64) * stride_om + cols[None, :] * stride_on,
-             acc.to(out.dtype.element_ty), mask=mask)
 
 
 @triton.jit
