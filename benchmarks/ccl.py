@@ -10,7 +10,7 @@ times that; reduce_scatter's input is split W ways). For every collective, dtype
 process group and with the same buffers:
 
     iris              ctx.ccl.<collective> with its default variant (all_reduce: also each variant;
-                      all_gather: also ``iris.copies``, the copy engine's variant)
+                      all_gather and all_to_all: also ``iris.copies``, the copy engine's variant)
     iris.copy_in      the input copied from a plain tensor into a heap buffer, then the collective:
                       the documented path for inputs that are not on the heap (see iris.ccl)
     nccl              torch.distributed (all_reduce, all_gather_into_tensor, reduce_scatter_tensor,
@@ -199,14 +199,18 @@ def _iris_variants(ctx, name, inp, out, world):
             config = Config(all_reduce_variant=variant)
             calls[f"iris.{variant}"] = lambda config=config: ctx.ccl.all_reduce(out, inp, config=config)
         return calls
+    # all_to_all and all_gather: the default variant, and the copy engine's (a copy per member, no SM)
+    unreached = None if ctx.team.heap.maps() else "a member is reached only through the engine (another node)"
     if name == "all_to_all":
         shape = all_to_all_shape(inp.numel(), world)
-        return {"iris": lambda: ctx.ccl.all_to_all(out.view(shape), inp.view(shape))}
-    if name == "all_gather":  # the default variant, and the copy engine's (one copy per member, no SM)
+        copies = Config(all_to_all_variant="copies")
+        return {"iris": lambda: ctx.ccl.all_to_all(out.view(shape), inp.view(shape)),
+                "iris.copies": unreached or (lambda: ctx.ccl.all_to_all(out.view(shape), inp.view(shape),
+                                                                       config=copies))}
+    if name == "all_gather":
         copies = Config(all_gather_variant="copies")
         return {"iris": lambda: ctx.ccl.all_gather(out, inp),
-                "iris.copies": "a member is reached only through the engine (another node)" if not ctx.team.heap.maps()
-                else lambda: ctx.ccl.all_gather(out, inp, config=copies)}
+                "iris.copies": unreached or (lambda: ctx.ccl.all_gather(out, inp, config=copies))}
     return {"iris": lambda: getattr(ctx.ccl, name)(out, inp)}
 
 

@@ -111,8 +111,7 @@ def _collective_on_rank(case):
         return harness.Verdict([])
     mine = _input(case, rank)
     expected = _expected(case, rank)
-    config = Config(block_size=case["block"], block_size_m=TILE[0], block_size_n=TILE[1],
-                    all_reduce_variant=case.get("variant"), fused_bytes=case["fused_bytes"])
+    config = _config(case)
     out = harness.region(0, expected.numel(), dtype).view(expected.shape)
     src_offset = (expected.numel() * element_size(dtype) // ALIGN + 1) * ALIGN
     violations = []
@@ -154,6 +153,10 @@ def _collective_on_rank(case):
         violations += harness.attempt(ctx.ccl.broadcast, out, src=case["src"], group=group, config=config)
     else:
         launch = ctx.ccl.all_gather if op == "all_gather" else ctx.ccl.all_to_all
+        if case.get("copies") and not ctx.heap.maps(members):  # a member only the engine reaches: refused
+            return harness.Verdict(_expect_refusal(launch, ValueError, "the copies variant copies into every "
+                                                   "member's heap", out, harness.to_device(mine, device),
+                                                   group=group, config=config))
         violations += harness.attempt(launch, out, harness.to_device(mine, device), group=group, config=config)
     ctx.device_barrier(group)
     size = element_size(dtype)
@@ -166,6 +169,14 @@ def _collective_on_rank(case):
                           f"{harness.to_device(out, 'cpu').flatten()[first].item()}, expected "
                           f"{expected.flatten()[first].item()}")
     return harness.Verdict(violations)
+
+
+def _config(case) -> Config:
+    """The case's Config: its block sizes, fusing, and variant (all_reduce's, or the copy engine's for all_gather
+    and all_to_all)."""
+    copies = {f"{case['op']}_variant": "copies"} if case.get("copies") else {}
+    return Config(block_size=case["block"], block_size_m=TILE[0], block_size_n=TILE[1],
+                  all_reduce_variant=case.get("variant"), fused_bytes=case["fused_bytes"], **copies)
 
 
 def _atomic_refusal(case) -> bool:
@@ -213,6 +224,8 @@ def collective_cases(draw, world_size: int):
                 fused_bytes=draw(st.sampled_from((0, 1 << 20))))  # three launches, or one fused launch
     if op == "broadcast":
         case["src"] = draw(st.sampled_from(members))
+    if op in ("all_gather", "all_to_all"):
+        case["copies"] = draw(st.booleans())  # by a kernel, or by the copy engine
     if op in ("reduce", "gather", "scatter"):
         case["root"] = draw(st.sampled_from(members))
     if op == "reduce":
@@ -240,14 +253,14 @@ def _replayed_on_rank(case):
     ctx = harness.context()
     rank, device, op, dtype = ctx.get_rank(), ctx.get_device(), case["op"], case["dtype"]
     harness.fill_arena(case["seed"])
-    config = Config(block_size=case["block"], block_size_m=TILE[0], block_size_n=TILE[1],
-                    all_reduce_variant=case.get("variant"), fused_bytes=case["fused_bytes"])
+    config = _config(case)
     mine, expected = _input(case, rank), _expected(case, rank)
     out = harness.region(0, expected.numel(), dtype).view(expected.shape)
     x = harness.region((expected.numel() * element_size(dtype) // ALIGN + 1) * ALIGN, mine.numel(),
                        dtype).view(mine.shape)
     reduce = ReduceOp(case.get("reduce", "sum"))
-    if op == "all_reduce" and _far_path_refused(ctx.get_node_map(), case):  # refused there: the default runs instead
+    if (op == "all_reduce" and _far_path_refused(ctx.get_node_map(), case)) or (
+            case.get("copies") and not ctx.heap.maps(case["members"])):  # refused there: the default runs instead
         config = Config(block_size=case["block"], fused_bytes=case["fused_bytes"])
     calls = {"all_reduce": lambda: ctx.ccl.all_reduce(out, x, op=reduce, config=config),
              "reduce_scatter": lambda: ctx.ccl.reduce_scatter(out, x, op=reduce, config=config),
@@ -291,6 +304,8 @@ def replayed_cases(draw, world_size: int):
                 replays=draw(st.integers(2, 1 + current().barrier_rounds)))
     if op == "broadcast":
         case["src"] = draw(st.sampled_from(case["members"]))
+    if op in ("all_gather", "all_to_all"):
+        case["copies"] = draw(st.booleans())
     if op in REDUCING:
         case.update(reduce=draw(st.sampled_from(("sum", "max", "min"))), layout="torch")
     if op == "all_reduce":

@@ -711,3 +711,49 @@ def test_members_on_two_nodes_take_ll_up_to_its_capacity_and_two_shot_by_writes_
                             (True, True): (1, [w * (w + 1) / 2]),
                             (False, False): (writes, [w * (w + 1) / 2]),
                             (False, True): (3, [w * (w + 1) / 2])}, (rank, launches)
+
+
+# ---------------------------------------------------------------- all_to_all by copies
+
+
+def _all_to_all_by_copies():
+    """Every shape class (one row, odd widths, a torch tensor as input, a team of some ranks), replayed on new
+    data, against the kernel variant's result and the definition."""
+    ctx = iris.iris(1 << 22)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    wrong = []
+    for rows, width, dtype, team in [(5, 3, torch.float32, None), (1, 8, torch.bfloat16, None),
+                                     (17, 1, torch.int32, None), (4, 6, torch.float16, list(range(world))[::-1]),
+                                     (3, 2, torch.float32, [0])]:
+        members = list(range(world)) if team is None else team
+        if rank not in members:
+            continue
+        count, index = len(members), members.index(rank)
+
+        def block(sender, receiver, round_):  # what member ``sender`` sends member ``receiver``
+            return (torch.arange(rows * width).reshape(rows, width) + 1000 * sender + 100 * receiver + round_) \
+                .to(dtype)
+
+        out = ctx.full((rows, count * width), -1, dtype=dtype)
+        for round_ in range(3):
+            x = torch.cat([block(index, j, round_) for j in range(count)], dim=1).to(device)  # not on the heap
+            ctx.ccl.all_to_all(out, x, group=team, config=Config(all_to_all_variant="copies"))
+            expected = torch.cat([block(i, index, round_) for i in range(count)], dim=1)
+            if not torch.equal(out.cpu(), expected):
+                wrong.append((rows, width, str(dtype), team, round_))
+        by_kernel = ctx.full((rows, count * width), -1, dtype=dtype)
+        ctx.ccl.all_to_all(by_kernel, x, group=team)
+        if not torch.equal(by_kernel.cpu(), out.cpu()):
+            wrong.append((rows, width, str(dtype), team, "differs from the kernel variant"))
+    ctx.close()
+    return wrong
+
+
+def test_all_to_all_by_copies_exchanges_column_blocks_like_the_kernel(ranks):
+    assert ranks.run(_all_to_all_by_copies) == [[]] * ranks.world_size
+
+
+def test_the_all_to_all_variant_is_checked():
+    assert Config(all_to_all_variant="copies").all_to_all_variant == "copies"
+    with pytest.raises(ValueError, match="all_to_all_variant='ring'.*persistent, copies"):
+        Config(all_to_all_variant="ring")

@@ -25,7 +25,8 @@ def test_ccl_benchmark_validates_and_writes_every_row(tmp_path):
         assert (collective, "bf16", "iris") in seen and (collective, "bf16", "nccl") in seen, seen
     assert ("all_gather", "fp8e4m3", "iris") in seen and ("all_reduce", "fp8e4m3", "iris") not in seen
     assert {"iris.one_shot", "iris.two_shot"} <= {r["impl"] for r in rows if r["collective"] == "all_reduce"}
-    assert "iris.copies" in {r["impl"] for r in rows if r["collective"] == "all_gather"}  # the copy engine's
+    for collective in ("all_gather", "all_to_all"):  # the copy engine's variant beside the default
+        assert "iris.copies" in {r["impl"] for r in rows if r["collective"] == collective}, collective
     assert all(float(r["us"]) > 0 for r in rows if r["us"])
     assert {r["trace"] for r in rows} == {"1"}  # validated with every collective recording its events
     assert {r["calls_per_sample"] for r in rows} == {"2"} and {r["samples"] for r in rows} == {"1"}

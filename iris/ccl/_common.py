@@ -6,7 +6,7 @@ import torch
 
 from iris.ccl.config import CollectiveConfig
 from iris.device.barrier import FUSED_PROGRAMS
-from iris.host.replay import BoundLaunch, bind
+from iris.host.replay import BoundLaunch, bind, weakly_held
 
 REDUCE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32)
 MOVE_DTYPES = REDUCE_DTYPES + (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -53,3 +53,20 @@ def run(ctx, group, async_op: bool, fuse: bool, kernel, programs: int, *args, fu
 def fuse(config: CollectiveConfig, nbytes: int) -> bool:
     """Small messages (``Config.fused_bytes`` per rank or less) run as one fused launch."""
     return nbytes <= config.fused_bytes
+
+
+def run_copies(ctx, what: str, members, group, async_op: bool, send, *tensors) -> list:
+    """A copy-engine variant: ``send(*tensors)`` (queues this member's copies into the members' heaps) between the
+    group's barriers (the second unless ``async_op``); returns the launches, run once here (``ctx.ccl`` replays
+    them; ``tensors`` weakly held). Refused, before anything runs, where a member's heap is not mapped here."""
+    team = ctx.team
+    if not team.heap.maps(members.ranks):
+        raise ValueError(f"{what}: the copies variant copies into every member's heap, and a member here is "
+                         "reached only through the engine (another node); use another variant")
+    launches = [team.barrier.launch(group), weakly_held(send, *tensors)]
+    if not async_op:
+        launches.append(team.barrier.launch(group))
+    for each in launches:
+        each()
+    team.diagnose_now_in_debug()
+    return launches

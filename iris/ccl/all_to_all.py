@@ -1,4 +1,13 @@
-"""all_to_all over (M, W*N) tensors: column chunk j of member i's input lands as column chunk i of member j's output."""
+"""all_to_all over (M, W*N) tensors: column chunk j of member i's input lands as column chunk i of member j's output.
+
+Two variants (``Config.all_to_all_variant``): "persistent", a kernel whose programs store every tile into its
+member's output, and "copies", one 2-D copy-engine copy per member (the column chunk, row by row, into that
+member's heap) between two barriers of the group: no SM moves data, so a kernel beside it keeps them all.
+
+Example:
+    >>> out = ctx.empty(4096, 1024 * ctx.get_num_ranks())
+    >>> ctx.ccl.all_to_all(out, x, config=iris.ccl.Config(all_to_all_variant="copies"))
+"""
 
 from __future__ import annotations
 
@@ -70,8 +79,27 @@ def all_to_all(output, input, ctx, group=None, async_op=False, config=None):
         raise ValueError(f"{what}: input and output must both be (M, {members.size}*N) of one dtype; got input "
                          f"{tuple(input.shape)} {input.dtype}, output {tuple(output.shape)} {output.dtype}")
     rows, width = input.shape[0], input.shape[1] // members.size
+    if config.all_to_all_variant == "copies":
+        return _by_copies(ctx, output, input, members, group, async_op, rows, width)
     column_blocks = triton.cdiv(width, config.block_size_n)
     programs = triton.cdiv(rows, config.block_size_m) * column_blocks if rows and width else 0
     return _common.run(ctx, group, async_op, _common.fuse(config, input.nbytes), _all_to_all_kernel, programs,
                        input, output, rows, width, column_blocks, members.tensor, members.size, members.index,
                        ctx.get_rank(), ctx.get_heap_bases(), BLOCK_M=config.block_size_m, BLOCK_N=config.block_size_n)
+
+
+def _by_copies(ctx, output, input, members, group, async_op: bool, rows: int, width: int) -> list:
+    """The "copies" variant of checked tensors (see :func:`iris.ccl._common.run_copies`)."""
+    heap, index, copy_rows = ctx.team.heap, members.index, ctx.backend.copy_rows
+    chunk = width * input.element_size()  # bytes of a row of one column chunk
+    pitch = chunk * members.size  # bytes of a whole row, in both tensors (contiguous)
+
+    def send(output, input) -> None:  # chunk j of the input into chunk ``index`` of member j's output
+        if not rows or not chunk:
+            return
+        for step in range(members.size):
+            j = (index + step) % members.size  # a different first peer on every member
+            copy_rows(heap.peer_address(output.data_ptr() + index * chunk, members.ranks[j]), pitch,
+                      input.data_ptr() + j * chunk, pitch, chunk, rows)
+
+    return _common.run_copies(ctx, "all_to_all", members, group, async_op, send, output, input)

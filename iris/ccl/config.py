@@ -8,6 +8,7 @@ from dataclasses import dataclass
 ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "atomic", "spinlock", "ring", "push", "ll", "hierarchical")
 ALL_GATHER_VARIANTS = ("persistent", "partitioned", "ring", "persistent_inline", "copies")
 REDUCE_SCATTER_VARIANTS = ("two_shot", "ring_chunked")
+ALL_TO_ALL_VARIANTS = ("persistent", "copies")
 # Triton's cache modifiers: a load takes the first, a store the second ("" or None: the default).
 LOAD_CACHE_MODIFIERS = (".ca", ".cg", ".cv")
 STORE_CACHE_MODIFIERS = (".wb", ".cg", ".cs", ".wt")
@@ -46,6 +47,8 @@ class CollectiveConfig:
         all_gather_variant: one of ALL_GATHER_VARIANTS (:mod:`iris.ccl.all_gather`).
         cache_modifier: Triton's cache modifier of the all_gather stores or the reduce_scatter loads, left out
             where the access does not take it; None or "": the default.
+        all_to_all_variant: "persistent" (a kernel stores every block into its member's output) or "copies"
+            (the copy engine, no SM: :mod:`iris.ccl.all_to_all`).
 
     Example:
         >>> ctx.ccl.all_reduce(out, x, config=Config(all_reduce_variant="two_shot"))
@@ -62,6 +65,7 @@ class CollectiveConfig:
     all_gather_variant: str = "persistent"
     swizzle_size: int = 4
     cache_modifier: str | None = None
+    all_to_all_variant: str = "persistent"
 
     def __post_init__(self):
         for name in ("block_size", "block_size_m", "block_size_n"):
@@ -87,6 +91,9 @@ class CollectiveConfig:
         if self.all_gather_variant not in ALL_GATHER_VARIANTS:
             raise ValueError(f"Config.all_gather_variant={self.all_gather_variant!r}: use one of "
                              f"{', '.join(ALL_GATHER_VARIANTS)}")
+        if self.all_to_all_variant not in ALL_TO_ALL_VARIANTS:
+            raise ValueError(f"Config.all_to_all_variant={self.all_to_all_variant!r}: use one of "
+                             f"{', '.join(ALL_TO_ALL_VARIANTS)}")
         if self.cache_modifier not in CACHE_MODIFIERS:
             raise ValueError(f"Config.cache_modifier={self.cache_modifier!r}: use one of "
                              f"{', '.join(repr(m) for m in CACHE_MODIFIERS)}")

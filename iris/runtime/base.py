@@ -166,3 +166,12 @@ class Backend(ABC):
     def copy(self, dst: int, src: int, nbytes: int, stream=None) -> None:
         """Copy ``nbytes`` from address ``src`` to ``dst`` (mapped heap or pinned host memory) in ``stream``'s order
         (None: the current stream); asynchronous on a GPU, at once on the CPU backend."""
+
+    @abstractmethod
+    def copy_rows(self, dst: int, dst_pitch: int, src: int, src_pitch: int, row_bytes: int, rows: int,
+                  stream=None) -> None:
+        """Copy ``rows`` rows of ``row_bytes`` each, row r from ``src + r * src_pitch`` to ``dst + r * dst_pitch``
+        (a 2-D copy: a column block of a row-major matrix), in ``stream``'s order as :meth:`copy` does.
+
+        Example: columns [c, c + w) of an (M, N) float32 matrix at ``a`` into a peer's (M, w) matrix at ``b``:
+        ``backend.copy_rows(b, 4 * w, a + 4 * c, 4 * N, 4 * w, M)``."""

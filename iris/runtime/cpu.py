@@ -76,6 +76,13 @@ class CpuBackend(Backend):
     def copy(self, dst: int, src: int, nbytes: int, stream=None) -> None:
         ctypes.memmove(dst, src, nbytes)  # every heap of the job is mapped into this process
 
+    def copy_rows(self, dst, dst_pitch, src, src_pitch, row_bytes, rows, stream=None) -> None:
+        if dst_pitch == src_pitch == row_bytes:  # the rows are one run of bytes
+            ctypes.memmove(dst, src, row_bytes * rows)
+            return
+        for row in range(rows):
+            ctypes.memmove(dst + row * dst_pitch, src + row * src_pitch, row_bytes)
+
     def export_memory(self, tensor: torch.Tensor):
         """(pid, fd, storage bytes, byte offset): a peer of the same user opens ``/proc/<pid>/fd/<fd>``. Only
         memory torch shares by file descriptor (``t.share_memory_()`` under its default strategy) has one."""

@@ -65,6 +65,8 @@ class GpuRuntime:
         self._open_handle = self._fn("IpcOpenMemHandle", [ctypes.POINTER(vp), IpcMemHandle, ctypes.c_uint])
         self._close_handle = self._fn("IpcCloseMemHandle", [vp])
         self._memcpy_async = self._fn("MemcpyAsync", [vp, vp, ctypes.c_size_t, ctypes.c_int, vp])
+        size = ctypes.c_size_t
+        self._memcpy_2d_async = self._fn("Memcpy2DAsync", [vp, size, vp, size, size, size, ctypes.c_int, vp])
         self._get_last_error = self._fn("GetLastError", [])
         self._error_string = getattr(self.lib, self.prefix + "GetErrorString")
         self._error_string.argtypes = [ctypes.c_int]
@@ -158,6 +160,14 @@ class GpuRuntime:
                                     ctypes.c_void_p(stream))
         self.check(status, "MemcpyAsync")
 
+    def memcpy_2d_async(self, dst: int, dst_pitch: int, src: int, src_pitch: int, row_bytes: int, rows: int,
+                        stream: int) -> None:
+        """``rows`` rows of ``row_bytes`` from ``src`` (rows ``src_pitch`` bytes apart) to ``dst`` (``dst_pitch``
+        apart) on ``stream``: one copy-engine operation (``cudaMemcpy2DAsync`` / ``hipMemcpy2DAsync``)."""
+        status = self._memcpy_2d_async(ctypes.c_void_p(dst), dst_pitch, ctypes.c_void_p(src), src_pitch, row_bytes,
+                                       rows, MEMCPY_DEFAULT, ctypes.c_void_p(stream))
+        self.check(status, "Memcpy2DAsync")
+
 
 class _DeviceAllocation:
     """Owns one runtime allocation; exposes it to torch through __cuda_array_interface__.
@@ -231,6 +241,10 @@ class IpcBackend(Backend):
     def copy(self, dst: int, src: int, nbytes: int, stream=None) -> None:
         stream = torch.cuda.current_stream() if stream is None else stream
         self.runtime.memcpy_async(dst, src, nbytes, stream.cuda_stream)
+
+    def copy_rows(self, dst, dst_pitch, src, src_pitch, row_bytes, rows, stream=None) -> None:
+        stream = torch.cuda.current_stream() if stream is None else stream
+        self.runtime.memcpy_2d_async(dst, dst_pitch, src, src_pitch, row_bytes, rows, stream.cuda_stream)
 
     def copy_queue(self, device):
         return StreamCopyQueue(self.runtime, device)
