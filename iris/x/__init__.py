@@ -1,6 +1,7 @@
 """iris.x: communication inside your own ``@triton.jit`` kernels, a tile at a time: the tile's place
 (:mod:`iris.x.core`), its collectives (:mod:`iris.x.collectives`), GEMM + communication tile ops
-(:mod:`iris.x.gemm`) and the KV-cache exchange (:mod:`iris.x.kv`), with ROCm/iris's names; the ranks come from the
+(:mod:`iris.x.gemm`), the KV-cache exchange (:mod:`iris.x.kv`) and prefill attention over a cache paged across
+ranks (:mod:`iris.x.prefill_attn`), with ROCm/iris's names; the ranks come from the
 device context, which importing iris.x gives the collectives, GEMM ops and KV exchange as methods too.
 
 Example (inside a kernel; the whole program: examples/17_gemm_all_reduce_epilogue):
@@ -27,6 +28,7 @@ from iris.x.core import (AllReduceConfig, Tile, TensorView, TileView, make_tenso
                          tile_ptr)
 from iris.x.gemm import all_gather_gemm, gemm_all_gather, gemm_all_reduce, gemm_reduce_scatter, gemm_tile
 from iris.x.kv import send_kv, recv_kv, wait_kv
+from iris.x import prefill_attn  # noqa: F401  (iris.x.prefill_attn: its device steps and host calls by module)
 
 all_reduce = all_reduce_atomic  # the default variant, by the plain name
 
