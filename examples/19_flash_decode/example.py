@@ -155,8 +155,7 @@ def main(args) -> int:
             out.copy_((gathered[..., :D] * weights[..., None]).sum(0).to(dtype))
 
         staging = (ctx.zeros(B * H, D + 1), ctx.zeros(world * B * H, D + 1))
-        fused_ms = iris.do_bench(fused, ctx.barrier, n_warmup=args.num_warmup, n_repeat=args.num_experiments)
-        torch_ms = iris.do_bench(torch_way, ctx.barrier, n_warmup=args.num_warmup, n_repeat=args.num_experiments)
+        fused_ms, torch_ms = utils.timed_ms(ctx, args, fused, torch_way)
         if rank == 0:
             ctx.log_stats(f"flash-decode through the heap {fused_ms * 1e3:.1f} us; torch attention + "
                           f"{'NCCL' if own_gpus else 'Iris'} all_gather + combine {torch_ms * 1e3:.1f} us "

@@ -145,8 +145,7 @@ def main(args) -> int:
             ctx.ccl.all_gather(out, rows)
             ctx.ccl.all_gather(gathered_scales, row_scales)
 
-        fused_ms = iris.do_bench(fused, ctx.barrier, n_warmup=args.num_warmup, n_repeat=args.num_experiments)
-        torch_ms = iris.do_bench(torch_way, ctx.barrier, n_warmup=args.num_warmup, n_repeat=args.num_experiments)
+        fused_ms, torch_ms = utils.timed_ms(ctx, args, fused, torch_way)
         if rank == 0:
             ctx.log_stats(f"sequence-parallel norm in one kernel {fused_ms * 1e3:.1f} us; reduce_scatter + torch "
                           f"norm and quantization + all_gather {torch_ms * 1e3:.1f} us ({world} ranks, {T} tokens x "

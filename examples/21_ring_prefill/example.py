@@ -302,8 +302,7 @@ def main(args) -> int:
             k_all, v_all = (g[:keys_end // S].permute(1, 2, 0, 3, 4).reshape(B, H, keys_end, D) for g in gathered)
             out.copy_(F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask))
 
-        fused_ms = iris.do_bench(fused, ctx.barrier, n_warmup=args.num_warmup, n_repeat=args.num_experiments)
-        torch_ms = iris.do_bench(torch_way, ctx.barrier, n_warmup=args.num_warmup, n_repeat=args.num_experiments)
+        fused_ms, torch_ms = utils.timed_ms(ctx, args, fused, torch_way)
         if rank == 0:
             ctx.log_stats(f"ring prefill through the heap {fused_ms:.3f} ms; {'NCCL' if own_gpus else 'Iris'} "
                           f"all_gather of K and V + scaled_dot_product_attention {torch_ms:.3f} ms ({world} ranks, "
