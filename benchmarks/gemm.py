@@ -30,6 +30,7 @@ from _timing import Timer
 
 import iris
 from iris.ops import matmul
+from iris.ops.gemm import chosen_tile
 
 SIZES = (4096, 8192, 14336)
 ROWS = (1, 16, 32, 64, 128, 1024, 4096, 8192)
@@ -98,15 +99,21 @@ def main() -> int:
                     print(f"M={m} N={n} K={k}: {label} differs from cuBLAS (relative error {error:.3g})", flush=True)
         for method in methods:
             figures = timer.per_call_us(impls, method)
+            # each iris kernel's last call was of this shape: its autotuner's choice for it
+            chosen = {"iris": chosen_tile(False), "iris_tuned": chosen_tile(True)}
             base = figures["cublas"]
             for label, us in figures.items():
                 tflops = 2 * m * n * k / us / 1e6 if isinstance(us, float) else ""
                 ratio = base / us if isinstance(us, float) and isinstance(base, float) else ""
                 table.append({"gpu": name, "dtype": str(dtype).removeprefix("torch."), "M": m, "N": n, "K": k,
-                              "impl": label, "method": method, "us": us, "tflops": tflops, "vs_cublas": ratio})
+                              "impl": label, "method": method, "us": us, "tflops": tflops, "vs_cublas": ratio,
+                              "tile": chosen.get(label, "")})
             line = "  ".join(f"{label} {us:8.1f} us ({base / us:4.2f}x)" if isinstance(us, float) else f"{label} {us}"
                              for label, us in figures.items())
             print(f"M={m:5d} N={n:5d} K={k:5d} {method:6s} {line}", flush=True)
+        if chosen["iris_tuned"]:
+            print(f"M={m:5d} N={n:5d} K={k:5d} tiles: iris {chosen['iris']}; iris_tuned {chosen['iris_tuned']}",
+                  flush=True)
     os.environ.pop("IRIS_GEMM_TUNED", None)
     write_csv(table, args.csv or default_csv("gemm", name, 1))
     if failures:

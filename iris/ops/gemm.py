@@ -275,6 +275,14 @@ def split_workspace(device: torch.device, m: int, n: int, tiles=None) -> tuple[t
     return held
 
 
+def chosen_tile(tuned: bool) -> str:
+    """The tile shape and pipeline of the last ``matmul`` by the tuned kernel (``tuned``, IRIS_GEMM_TUNED=1) or the
+    default one, as its autotuner chose them ("" before any, and on the CPU backend, which tunes nothing); what a
+    benchmark reports beside a figure. Example: ``chosen_tile(True)`` -> ``"BLOCK_M=16, BLOCK_N=64, ..."``."""
+    config = getattr(_tuned_split_kernel if tuned else _tuned_gemm_kernel, "best_config", None)
+    return "" if config is None else ", ".join(f"{k}={v}" for k, v in config.all_kwargs().items())
+
+
 def tma_ready(backend, device: torch.device, *operands: torch.Tensor) -> bool:
     """Whether ``operands`` can be loaded through TMA descriptors here: the backend has them, and each is row-major
     with 16-byte aligned rows and base. Then Triton needs an allocator for the descriptors: one on ``device`` is
