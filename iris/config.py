@@ -50,6 +50,11 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("IRIS_STALL_TIMEOUT", "0",
              "seconds a device wait may last outside debug mode before the rank ends, naming the wait, the peer "
              "and its last call (a stalled or missing rank); 0: unbounded"),
+    Variable("IRIS_RECORD_ON_HOST", "0",
+             "on GPUs, the record a bounded wait or checked access fills (debug mode, IRIS_STALL_TIMEOUT) is a page of "
+             "host memory at one fixed address, mapped for the device: compiled kernels stay the same from process "
+             "to process (Triton's cache hits) and the stall watchdog reads it with no GPU call (safe beside graph "
+             "capture); off until measured on GPUs", "switch"),
     Variable("IRIS_AGREEMENT_CHECK", "300",
              "seconds the first call of each distinct collective or fused op (its op, shapes, dtypes and settings) "
              "waits to compare that call with every rank's: ranks that disagree raise ValueError naming each "
@@ -221,6 +226,11 @@ def check_switches() -> None:
     for variable in VARIABLES:
         if variable.kind == "switch":
             switch(variable.name)
+
+
+def record_on_host() -> bool:
+    """IRIS_RECORD_ON_HOST: the debug record is a fixed host page mapped for the GPU (see iris.host.debug)."""
+    return switch("IRIS_RECORD_ON_HOST")
 
 
 def gemm_tuned() -> bool:

@@ -15,6 +15,8 @@ import time
 import pytest
 
 from iris.host.watchdog import EXIT_CODE
+from iris.runtime import SELECTED
+from iris.runtime.host_page import FIXED_ADDRESS
 
 _STALLING = """
     import os, time
@@ -33,10 +35,10 @@ _STALLING = """
 """
 
 
-def _stall(tmp_path, ranks: int, stalled: int, bound_s: int):
+def _stall(tmp_path, ranks: int, stalled: int, bound_s: int, **env_vars):
     script = tmp_path / "stall.py"
     script.write_text(textwrap.dedent(_STALLING.format(stalled=stalled)))
-    env = dict(os.environ, IRIS_STALL_TIMEOUT=str(bound_s))
+    env = dict(os.environ, IRIS_STALL_TIMEOUT=str(bound_s), **env_vars)
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "iris", "run", "-n", str(ranks), "--timeout", "170", str(script)],
                           capture_output=True, text=True, timeout=200, env=env)
@@ -61,6 +63,44 @@ def _check(proc, elapsed, ranks, stalled, bound_s):
 def test_a_stalled_rank_makes_its_peer_end_naming_it_and_the_call(tmp_path):
     proc, elapsed = _stall(tmp_path, 2, 1, 3)
     _check(proc, elapsed, 2, 1, 3)
+
+
+@pytest.mark.skipif(SELECTED == "cpu", reason="the CPU backend's record is host memory already")
+def test_with_the_record_on_a_host_page_the_watchdog_reads_it_without_a_gpu_call(tmp_path):
+    proc, elapsed = _stall(tmp_path, 2, 1, 3, IRIS_RECORD_ON_HOST="1")
+    _check(proc, elapsed, 2, 1, 3)
+
+
+_RECORD_ADDRESS = """
+    import iris
+    from iris.device import rma
+
+    ctx = iris.iris(1 << 20)
+    print("record at", hex(rma.RECORD_ADDRESS.value), flush=True)
+    ctx.close()
+"""
+
+
+@pytest.mark.skipif(SELECTED == "cpu", reason="kernels compile (and are cached) on GPUs only")
+def test_with_the_record_on_a_host_page_kernels_compile_the_same_address_in_every_process(tmp_path):
+    """The record's address is compiled into every kernel of a process with bounded waits: one address in every
+    process keeps Triton's cache hitting from run to run."""
+    script = tmp_path / "address.py"
+    script.write_text(textwrap.dedent(_RECORD_ADDRESS))
+    env = dict(os.environ, IRIS_STALL_TIMEOUT="30", IRIS_RECORD_ON_HOST="1")
+    seen = set()
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        seen |= {line for line in proc.stdout.splitlines() if line.startswith("record at")}
+    assert seen == {f"record at {hex(FIXED_ADDRESS)}"}, seen
+
+
+def test_the_fixed_page_is_at_one_address_in_every_process():
+    code = "from iris.runtime.host_page import fixed_page; a, w = fixed_page(); w[3] = 7; print(hex(a), w[0], w[3])"
+    outputs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                              check=True).stdout.strip() for _ in range(2)}
+    assert outputs == {f"{hex(FIXED_ADDRESS)} 0 7"}, outputs
 
 
 @pytest.mark.slow

@@ -22,7 +22,8 @@ lane is pointed at a scratch word instead of faulting, and the host raises
 Hangs under ``iris run``: :func:`enable_stack_dumps` (called by ``iris.iris()``) lets the launcher's
 timeout make every rank print its Python stacks.
 
-Record layout (int64[16], one per process, never freed so its address stays constant):
+Record layout (int64[16], one per process, never freed so its address stays constant; on GPUs device memory, or
+with IRIS_RECORD_ON_HOST a host page at one fixed address mapped for the device):
 
     [0] kind (0 none, 1 wait_until, 2 device_barrier, 3 rank out of range, 4 outside the heap,
         5 a load or get naming two ranks, neither of them the current rank: [3], [4] those ranks, [5] the current)
@@ -42,8 +43,11 @@ import triton.language as tl
 
 from iris import config
 from iris.device import rma, sync
+from iris.runtime import get_backend
 
+RECORD_WORDS = 16
 _record: torch.Tensor | None = None
+_record_address = 0  # where kernels write the record (the device's address of it)
 
 
 def enable_stack_dumps() -> None:
@@ -82,9 +86,11 @@ def compile_flavour() -> tuple[bool, bool]:
 
 
 def _the_record(device: torch.device) -> torch.Tensor:
-    global _record
+    """The record (made once: kernels compile its address in), as a tensor the host reads; see
+    :meth:`iris.runtime.Backend.debug_record` for where it lives."""
+    global _record, _record_address
     if _record is None:
-        _record = torch.zeros(16, dtype=torch.int64, device=device)
+        _record, _record_address = get_backend().debug_record(device, RECORD_WORDS)
     return _record
 
 
@@ -94,7 +100,7 @@ def enable(device: torch.device, heap_bytes: int) -> None:
     """
     record = _the_record(device)
     record[9] = max(int(record[9]), heap_bytes)
-    _set_constants(True, True, record.data_ptr(), config.wait_timeout_s())
+    _set_constants(True, True, _record_address, config.wait_timeout_s())
 
 
 def bound_waits(device: torch.device, timeout_s: float) -> None:
@@ -102,7 +108,8 @@ def bound_waits(device: torch.device, timeout_s: float) -> None:
     that gives up fills in the record and returns; :mod:`iris.host.watchdog` ends the rank with it). Nothing
     where the waits are bounded already (debug mode's own bound stays)."""
     if not waits_bounded():
-        _set_constants(True, compiled_in(), _the_record(device).data_ptr(), timeout_s)
+        _the_record(device)
+        _set_constants(True, compiled_in(), _record_address, timeout_s)
 
 
 def _set_constants(waits: bool, checks: bool, record_address: int, timeout_s: float) -> None:

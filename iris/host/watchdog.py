@@ -44,7 +44,6 @@ class StallWatchdog(threading.Thread):
         super().__init__(name="iris stall watchdog", daemon=True)
         self._rank, self._world = ctx.cur_rank, ctx.num_ranks
         self.heap = ctx.heap
-        self._streams = ctx.backend.has_streams
         self.last_call = ("", 0)  # (name, calls so far): set by iris.host.replay's Plans on every call
         self.stopped = threading.Event()
         # the node's progress boards (under a launcher that names the job): each rank's last call, for the report
@@ -89,7 +88,7 @@ class StallWatchdog(threading.Thread):
 
     def _record_words(self) -> list[int]:
         record = debug._record
-        if not self._streams:  # memory the host reads directly
+        if record.is_cpu:  # memory the host reads directly (the CPU backend, IRIS_RECORD_ON_HOST)
             return record[:7].tolist()
         side = getattr(self, "_side", None) or torch.cuda.Stream(device=record.device)
         self._side = side

@@ -168,6 +168,11 @@ class Backend(ABC):
         (None: the current stream); asynchronous on a GPU, at once on the CPU backend."""
 
     @abstractmethod
+    def debug_record(self, device: torch.device, words: int) -> tuple[torch.Tensor, int]:
+        """(the record a bounded wait or checked access fills, ``words`` int64 zeros, as a tensor the host reads;
+        the address kernels write it at). Made once per process (:mod:`iris.host.debug` keeps it)."""
+
+    @abstractmethod
     def copy_rows(self, dst: int, dst_pitch: int, src: int, src_pitch: int, row_bytes: int, rows: int,
                   stream=None) -> None:
         """Copy ``rows`` rows of ``row_bytes`` each, row r from ``src + r * src_pitch`` to ``dst + r * dst_pitch``

@@ -13,6 +13,8 @@ import uuid
 
 import torch
 
+from iris import config
+from iris.runtime import host_page
 from iris.runtime.base import Backend, HeapMemory, raise_if_any_rank_failed
 from iris.runtime.copy_queue import StreamCopyQueue
 from iris.runtime.libraries import RuntimeApiError, load_library
@@ -20,6 +22,7 @@ from iris.runtime.libraries import RuntimeApiError, load_library
 IPC_HANDLE_BYTES = 64  # CUDA_IPC_HANDLE_SIZE; hipIpcMemHandle_t has the same 64 reserved bytes
 IPC_LAZY_ENABLE_PEER_ACCESS = 1  # cudaIpcMemLazyEnablePeerAccess == hipIpcMemLazyEnablePeerAccess
 OUT_OF_MEMORY = 2  # cudaErrorMemoryAllocation == hipErrorOutOfMemory
+HOST_REGISTER_MAPPED_PORTABLE = 0x3  # cudaHostRegisterPortable | cudaHostRegisterMapped (hip: the same bits)
 MEMCPY_DEFAULT = 4  # cudaMemcpyDefault == hipMemcpyDefault: the direction from the addresses
 
 
@@ -153,6 +156,20 @@ class GpuRuntime:
         if status != 0:
             raise RuntimeApiError(f"{self.prefix} stream write to {hex(address)} failed with error {status}")
 
+    def map_host(self, address: int, nbytes: int) -> int:
+        """Register ``nbytes`` of host memory at ``address`` for the device (page-locked, mapped, every context);
+        returns the device's address of it (the host's, under unified addressing)."""
+        if getattr(self, "_host_register", None) is None:
+            vp = ctypes.c_void_p
+            self._host_register = self._fn("HostRegister", [vp, ctypes.c_size_t, ctypes.c_uint])
+            self._host_device_pointer = self._fn("HostGetDevicePointer", [ctypes.POINTER(vp), vp, ctypes.c_uint])
+        self.check(self._host_register(ctypes.c_void_p(address), nbytes, HOST_REGISTER_MAPPED_PORTABLE),
+                   "HostRegister")
+        device = ctypes.c_void_p()
+        self.check(self._host_device_pointer(ctypes.byref(device), ctypes.c_void_p(address), 0),
+                   "HostGetDevicePointer")
+        return device.value
+
     def memcpy_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
         """``nbytes`` from ``src`` to ``dst`` on ``stream`` (a raw handle); the addresses say where they are
         (unified addressing: ``cudaMemcpyDefault`` / ``hipMemcpyDefault``)."""
@@ -241,6 +258,17 @@ class IpcBackend(Backend):
     def copy(self, dst: int, src: int, nbytes: int, stream=None) -> None:
         stream = torch.cuda.current_stream() if stream is None else stream
         self.runtime.memcpy_async(dst, src, nbytes, stream.cuda_stream)
+
+    def debug_record(self, device, words):
+        """Device memory; with IRIS_RECORD_ON_HOST, a page of host memory at a fixed address mapped for the device
+        (:mod:`iris.runtime.host_page`): the same address in every process, read by the host directly."""
+        if not config.record_on_host():
+            record = torch.zeros(words, dtype=torch.int64, device=device)
+            return record, record.data_ptr()
+        address, page = host_page.fixed_page()
+        record = torch.frombuffer(page, dtype=torch.int64, count=words)
+        record.zero_()
+        return record, self.runtime.map_host(address, host_page.PAGE_BYTES)
 
     def copy_rows(self, dst, dst_pitch, src, src_pitch, row_bytes, rows, stream=None) -> None:
         stream = torch.cuda.current_stream() if stream is None else stream
