@@ -179,12 +179,12 @@ class Iris(TensorFactories):
         heap = getattr(self, "heap", None)
         if heap is not None:
             self.backend.synchronize(self._device)
+            watchdog.stop(heap)  # this context's waits are over; its board goes before the ranks' last barrier
             self._external.close(collective=True)  # registered tensors: their peers' mappings go first
             heap.close(collective=True)
             for facade in ("ccl", "ops"):  # no call replays from now on: each one meets the heap's refusal
                 if facade in self.__dict__:
                     self.__dict__[facade]._plans.forget()
-            watchdog.stop(heap)  # a closed context's waits are over
 
     def __enter__(self):
         return self
