@@ -31,6 +31,8 @@ _STALLING = """
         time.sleep(600)  # stops calling collectives
     for _ in range(3):
         ctx.ccl.all_reduce(x, x)
+    torch.cuda.synchronize()  # on a GPU the calls only queue: the host waits here for the one that gives up
+    time.sleep(30)  # the program goes on (the watchdog polls once a second)
     print("never here", flush=True)
 """
 
