@@ -359,3 +359,33 @@ def all_to_all_v_16_256mib(rows):
     ``iris.device_counts``, column us) at 16-256 MiB per rank: the range."""
     return ratios(_over(rows, ("bytes",), "nccl.splits", "iris.device_counts",
                         lambda b: 16 << 20 <= b <= 256 << 20))
+
+
+# gemm: one GPU (an H100 so far), bf16, cuBLAS (impl cublas) beside iris.ops.matmul's default kernel (iris) and
+# the tuned one (iris_tuned), each timed replayed from a CUDA graph (method graph) and back to back (device).
+
+@claim("gemm", gpu="nvidia-h100", ranks=1)
+def gemm_tuned_graph_large(rows):
+    """cuBLAS's time over the tuned kernel's (impls ``cublas`` and ``iris_tuned``), replayed from a CUDA graph
+    (method graph), at M >= 1024: the range."""
+    return ratios(_over(rows, ("M", "N", "K"), "cublas", "iris_tuned", lambda m, n, k: m >= 1024, method="graph"))
+
+
+@claim("gemm", gpu="nvidia-h100", ranks=1)
+def gemm_tuned_graph_decode(rows):
+    """As :func:`gemm_tuned_graph_large`, at M <= 128 (decode rows)."""
+    return ratios(_over(rows, ("M", "N", "K"), "cublas", "iris_tuned", lambda m, n, k: m <= 128, method="graph"))
+
+
+@claim("gemm", gpu="nvidia-h100", ranks=1)
+def gemm_tuned_device_decode(rows):
+    """cuBLAS's time over the tuned kernel's back to back without a graph (method device: CUDA events around
+    calls issued one after another) at M <= 128: the range."""
+    return ratios(_over(rows, ("M", "N", "K"), "cublas", "iris_tuned", lambda m, n, k: m <= 128, method="device"))
+
+
+@claim("gemm", gpu="nvidia-h100", ranks=1)
+def gemm_persistent_graph(rows):
+    """cuBLAS's time over the default persistent kernel's (impl ``iris``), replayed from a CUDA graph (method
+    graph), at every shape: the range."""
+    return ratios(_over(rows, ("M", "N", "K"), "cublas", "iris", method="graph"))

@@ -26,7 +26,7 @@ from _rows import (CCL_COLLECTIVES, COMMAND, REFERENCE_GPU, REFERENCE_RANKS, RES
                    number as _float, size_label as _size)
 
 # benchmarks/<name>.py, each writing <name>_<gpu>_<N>ranks.csv
-BENCHMARKS = ("all_to_all_v", "ccl", "latency", "moe", "ops", "rma", "rmsnorm", "tp_decode")
+BENCHMARKS = ("all_to_all_v", "ccl", "gemm", "latency", "moe", "ops", "rma", "rmsnorm", "tp_decode")
 _NAME = re.compile(rf"^({'|'.join(BENCHMARKS)})_([a-z0-9]+(?:-[a-z0-9]+)*)_([1-9][0-9]*)ranks(\.csv|\.png)$")
 
 
@@ -267,8 +267,14 @@ def tp_decode_figures(rows: list[dict]) -> str:
     return _side_by_side(rows, ("hidden", "batch"), ("hidden", "batch"), "iris", "nccl") if rows else ""
 
 
-FIGURES = {"all_to_all_v": all_to_all_v_figures, "ccl": ccl_figures, "latency": latency_figures, "moe": moe_figures,
-           "ops": ops_figures, "rma": rma_figures, "rmsnorm": rmsnorm_figures,
+def gemm_figures(rows: list[dict]) -> str:
+    """iris.ops.matmul per (M, N, K) on one GPU: cuBLAS, the persistent and the tuned kernel, median µs, and cuBLAS
+    over the tuned kernel (1 or more: at cuBLAS's speed)."""
+    return _side_by_side(rows, ("M", "N", "K"), ("M", "N", "K"), "iris_tuned", "cublas") if rows else ""
+
+
+FIGURES = {"all_to_all_v": all_to_all_v_figures, "ccl": ccl_figures, "gemm": gemm_figures, "latency": latency_figures,
+           "moe": moe_figures, "ops": ops_figures, "rma": rma_figures, "rmsnorm": rmsnorm_figures,
            "tp_decode": tp_decode_figures}
 
 

@@ -198,7 +198,7 @@ def test_the_ops_figures_read_the_reference_csv():
 
 def test_the_figures_name_their_data_and_appear_in_the_summary():
     summary = import_benchmark("summarize_results")
-    not_yet_run = set()  # written, smoke-tested on the CPU, not yet run on the reference platform
+    not_yet_run = {"gemm"}  # written, smoke-tested on the CPU, not yet run on the reference platform (one H100 only)
     for benchmark in not_yet_run:
         assert summary.figures(benchmark) is None, f"{benchmark} has run on the reference platform: drop it here"
     for benchmark in set(summary.BENCHMARKS) - not_yet_run:
