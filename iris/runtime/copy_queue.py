@@ -54,25 +54,33 @@ class CopyQueue:
 
 
 class StreamCopyQueue(CopyQueue):
-    """A GPU stream of its own; ``runtime`` an :class:`iris.runtime.ipc.GpuRuntime`."""
+    """A GPU stream of its own; ``runtime`` an :class:`iris.runtime.ipc.GpuRuntime`.
+
+    Its operations reach the driver at :meth:`join`, not as they are queued: a stream wait for a word that a
+    kernel sets must be submitted after that kernel's launch (CUDA does not see the dependency; submitted first,
+    where the two streams share a hardware queue, the wait holds the kernel back for ever)."""
 
     def __init__(self, runtime, device):
         self._runtime, self._device = runtime, device
         self.stream = torch.cuda.Stream(device)
+        self._held: list = []  # calls of a stream handle, submitted at join
 
     def fork(self):
-        self.stream.wait_stream(torch.cuda.current_stream(self._device))
+        self.stream.wait_stream(torch.cuda.current_stream(self._device))  # an event recorded now: safe at once
 
     def wait_value(self, address, value):
-        self._runtime.wait_value(self.stream.cuda_stream, address, value)
+        self._held.append(lambda stream: self._runtime.wait_value(stream, address, value))
 
     def copy(self, dst, src, nbytes):
-        self._runtime.memcpy_async(dst, src, nbytes, self.stream.cuda_stream)
+        self._held.append(lambda stream: self._runtime.memcpy_async(dst, src, nbytes, stream))
 
     def write_value(self, address, value):
-        self._runtime.write_value(self.stream.cuda_stream, address, value)
+        self._held.append(lambda stream: self._runtime.write_value(stream, address, value))
 
     def join(self, timeout):
+        held, self._held = self._held, []
+        for submit in held:
+            submit(self.stream.cuda_stream)
         torch.cuda.current_stream(self._device).wait_stream(self.stream)
 
 
