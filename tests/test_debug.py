@@ -96,7 +96,9 @@ def test_landing_words_that_never_carry_the_awaited_number_are_named(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 7, out
     line = next(text for text in out.splitlines() if text.startswith("[rank 0]") and "CAUGHT" in text)
-    assert "rank 0 program 0" in line and "== 1" in line and "last saw 5" in line, line
+    # the first program to give up fills the record: program 0 with it in device memory, program 1 on an H100
+    # with IRIS_RECORD_ON_HOST (its atomics cross PCIe)
+    assert re.search(r"rank 0 program \d+ ", line) and "== 1" in line and "last saw 5" in line, line
 
 
 BAD_ACCESS = """
