@@ -54,7 +54,7 @@ VARIABLES: tuple[Variable, ...] = (
              "on GPUs, the record a bounded wait or checked access fills (debug mode, IRIS_STALL_TIMEOUT) is a page of "
              "host memory at one fixed address, mapped for the device: compiled kernels stay the same from process "
              "to process (Triton's cache hits) and the stall watchdog reads it with no GPU call (safe beside graph "
-             "capture); off until measured on GPUs", "switch"),
+             "capture); off until the GPU gate runs with it", "switch"),
     Variable("IRIS_AGREEMENT_CHECK", "300",
              "seconds the first call of each distinct collective or fused op (its op, shapes, dtypes and settings) "
              "waits to compare that call with every rank's: ranks that disagree raise ValueError naming each "
