@@ -18,7 +18,6 @@ with the lower-right causal mask.
 """
 
 import argparse
-import math
 import sys
 from pathlib import Path
 

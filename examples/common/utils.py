@@ -54,7 +54,9 @@ def add_check_and_timing_args(parser: argparse.ArgumentParser, what: str, agains
 def timed_ms(ctx, args, *calls) -> list[float]:
     """Milliseconds per run of each of ``calls`` by ``iris.do_bench`` (the ranks lined up by ``ctx.barrier``
     before each run; ``args.num_warmup`` untimed runs, then ``args.num_experiments`` timed): the examples' way of
-    timing a fused kernel beside the torch way. Example: ``fused_ms, torch_ms = timed_ms(ctx, args, fused, torch_way)``."""
+    timing a fused kernel beside the torch way.
+
+    Example: ``fused_ms, torch_ms = timed_ms(ctx, args, fused, torch_way)``."""
     return [iris.do_bench(call, ctx.barrier, n_warmup=args.num_warmup, n_repeat=args.num_experiments)
             for call in calls]
 

@@ -15,7 +15,7 @@ tensor                      shape and meaning
                             ``q_start[b] + i`` and sees the keys at positions up to its own (causal)
 ``k``, ``v`` (contiguous)   (S_kv, H_kv, D): keys and values of positions 0 .. S_kv - 1 of one sequence
 ``k_cache``, ``v_cache``    (pages, PAGE_SIZE, H_kv, D): a paged cache (vLLM's layout); PAGE_SIZE a power of two
-``block_table``             (B, max_pages) int32: page of sequence b's positions ``[j * PAGE_SIZE, (j + 1) * PAGE_SIZE)``
+``block_table``             (B, max_pages) int32: the page of sequence b's positions from ``j * PAGE_SIZE``
 ``global_block_table``      (B, max_pages, 2) int32: (rank that holds the page, the page there), the same on every
                             rank; the caches on the symmetric heap, allocated alike on every rank
 ``seq_lens``, ``kv_lens``   (B,) int32 on the device: keys of each sequence
