@@ -23,7 +23,6 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 import triton
 import triton.language as tl
 
@@ -138,27 +137,21 @@ def main(args) -> int:
                 f"{error:.2e}, validation {'passed' if ok else 'FAILED'}")
     if args.benchmark:
         gathered = torch.empty(world, B, H, D + 1, dtype=torch.float32, device=device)
-        own_gpus = device.type == "cuda" and "nccl" in dist.get_backend()
+        gather = utils.BaselineAllGather(ctx, gathered[0])
 
         def torch_way():
             scores = torch.einsum("bhd,bhsd->bhs", q.float(), keys.float()) * scale
             lse = torch.logsumexp(scores, dim=-1)
             partial = torch.einsum("bhs,bhsd->bhd", torch.softmax(scores, dim=-1), values.float())
             mine = torch.cat([partial, lse[..., None]], dim=-1)
-            if own_gpus:
-                dist.all_gather_into_tensor(gathered, mine)
-            else:
-                staging[0].copy_(mine.view(B * H, D + 1))
-                ctx.ccl.all_gather(staging[1], staging[0])
-                gathered.copy_(staging[1].view(world, B, H, D + 1))
+            gather(gathered, mine)
             weights = torch.softmax(gathered[..., D], dim=0)  # each rank's share: e^lse_r / sum e^lse
             out.copy_((gathered[..., :D] * weights[..., None]).sum(0).to(dtype))
 
-        staging = (ctx.zeros(B * H, D + 1), ctx.zeros(world * B * H, D + 1))
         fused_ms, torch_ms = utils.timed_ms(ctx, args, fused, torch_way)
         if rank == 0:
             ctx.log_stats(f"flash-decode through the heap {fused_ms * 1e3:.1f} us; torch attention + "
-                          f"{'NCCL' if own_gpus else 'Iris'} all_gather + combine {torch_ms * 1e3:.1f} us "
+                          f"{gather.name} all_gather + combine {torch_ms * 1e3:.1f} us "
                           f"({world} ranks, batch {B}, {H} heads of {D}, {args.context} tokens, {args.datatype})")
     ctx.barrier()
     ctx.close()

@@ -54,7 +54,6 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 import triton
 import triton.language as tl
@@ -282,29 +281,21 @@ def main(args) -> int:
         ctx.log(f"ring prefill ({kind}) of {B} x {H} heads over {args.context} tokens ({S} per rank), 3 calls: "
                 f"relative error {error:.2e}, validation {'passed' if ok else 'FAILED'}")
     if args.benchmark:
-        own_gpus = device.type == "cuda" and "nccl" in dist.get_backend()
         gathered = [torch.empty(world, B, H, S, D, dtype=dtype, device=device) for _ in range(2)]
-        if not own_gpus:
-            heap_in = ctx.zeros(BH * S, D, dtype=dtype)
-            heap_out = ctx.zeros(world * BH * S, D, dtype=dtype)
+        gather = utils.BaselineAllGather(ctx, keys)
         keys_end = (rank + 1) * S if args.causal else world * S
         mask = causal_lower_right(S, keys_end) if args.causal else None
 
         def torch_way():
             for mine_, whole in zip((keys, values), gathered):
-                if own_gpus:
-                    dist.all_gather_into_tensor(whole, mine_)
-                else:
-                    heap_in.copy_(mine_.view(BH * S, D))
-                    ctx.ccl.all_gather(heap_out, heap_in)
-                    whole.copy_(heap_out.view(world, B, H, S, D))
+                gather(whole, mine_)
             # blocks 0..rank (causal) or all, in sequence order: (B, H, keys_end, D)
             k_all, v_all = (g[:keys_end // S].permute(1, 2, 0, 3, 4).reshape(B, H, keys_end, D) for g in gathered)
             out.copy_(F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask))
 
         fused_ms, torch_ms = utils.timed_ms(ctx, args, fused, torch_way)
         if rank == 0:
-            ctx.log_stats(f"ring prefill through the heap {fused_ms:.3f} ms; {'NCCL' if own_gpus else 'Iris'} "
+            ctx.log_stats(f"ring prefill through the heap {fused_ms:.3f} ms; {gather.name} "
                           f"all_gather of K and V + scaled_dot_product_attention {torch_ms:.3f} ms ({world} ranks, "
                           f"{kind}, batch {B}, {H} heads of {D}, {args.context} tokens, {args.datatype}, "
                           f"{programs} programs)")

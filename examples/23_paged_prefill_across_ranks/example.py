@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
@@ -98,21 +97,15 @@ def main(args) -> int:
                 f"tokens ({S} per rank, pages of {page}): relative error {error:.2e}, validation "
                 f"{'passed' if ok else 'FAILED'}")
     if args.benchmark:
-        own_gpus = device.type == "cuda" and "nccl" in dist.get_backend()
         gathered = [torch.empty(world, B, S, H_kv, D, dtype=dtype, device=device) for _ in range(2)]
         local = [cache.view(B, S, H_kv, D) for cache in (k_cache, v_cache)]
-        if not own_gpus:
-            heap_out = ctx.zeros(world * B * S * H_kv, D, dtype=dtype)
+        gather = utils.BaselineAllGather(ctx, local[0])
         mask = causal_lower_right(S, (rank + 1) * S)
         group = H // H_kv
 
         def torch_way():
             for part, whole in zip(local, gathered):
-                if own_gpus:
-                    dist.all_gather_into_tensor(whole, part)
-                else:
-                    ctx.ccl.all_gather(heap_out, part.reshape(B * S * H_kv, D))
-                    whole.copy_(heap_out.view(world, B, S, H_kv, D))
+                gather(whole, part)
             k_all, v_all = (g[:rank + 1].permute(1, 3, 0, 2, 4).reshape(B, H_kv, (rank + 1) * S, D)
                             .repeat_interleave(group, dim=1) for g in gathered)
             out.copy_(F.scaled_dot_product_attention(q.transpose(1, 2), k_all, v_all, attn_mask=mask)
@@ -121,7 +114,7 @@ def main(args) -> int:
         fused_ms, torch_ms = utils.timed_ms(ctx, args, fused, torch_way)
         if rank == 0:
             ctx.log_stats(f"paged prefill reading pages through the heap {fused_ms:.3f} ms; "
-                          f"{'NCCL' if own_gpus else 'Iris'} all_gather of K and V + scaled_dot_product_attention "
+                          f"{gather.name} all_gather of K and V + scaled_dot_product_attention "
                           f"{torch_ms:.3f} ms ({world} ranks, batch {B}, {H} heads of {D}, {H_kv} key heads, "
                           f"{args.context} tokens, pages of {page}, {args.datatype})")
     ctx.barrier()

@@ -61,6 +61,31 @@ def timed_ms(ctx, args, *calls) -> list[float]:
             for call in calls]
 
 
+class BaselineAllGather:
+    """The torch way's all_gather in the examples' baselines: ``gather(whole, part)`` stacks every rank's ``part``
+    (one shape and dtype on every rank) into ``whole`` (W x part's shape), by NCCL through torch.distributed where
+    each rank has a GPU of its own, else by Iris through heap buffers made here (gloo takes no device tensors,
+    and simulated ranks share a GPU). ``name`` says which, for the log line.
+
+    Example: ``gather = BaselineAllGather(ctx, keys)``, then ``gather(whole_keys, keys)`` inside the timed call."""
+
+    def __init__(self, ctx, part: torch.Tensor):
+        self.ctx = ctx
+        self.nccl = part.device.type == "cuda" and "nccl" in dist.get_backend()
+        self.name = "NCCL" if self.nccl else "Iris"
+        if not self.nccl:
+            self.heap_in = ctx.zeros(part.numel(), dtype=part.dtype)
+            self.heap_out = ctx.zeros(ctx.get_num_ranks() * part.numel(), dtype=part.dtype)
+
+    def __call__(self, whole: torch.Tensor, part: torch.Tensor) -> None:
+        if self.nccl:
+            dist.all_gather_into_tensor(whole, part)
+            return
+        self.heap_in.copy_(part.reshape(-1))
+        self.ctx.ccl.all_gather(self.heap_out, self.heap_in)
+        whole.copy_(self.heap_out.view(whole.shape))
+
+
 def add_programs_arg(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """--programs of a persistent kernel whose programs wait on each other: see :func:`resident_programs`."""
     parser.add_argument("--programs", type=int, default=0,

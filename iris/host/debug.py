@@ -85,22 +85,22 @@ def compile_flavour() -> tuple[bool, bool]:
     return waits_bounded(), compiled_in()
 
 
-def _the_record(device: torch.device) -> torch.Tensor:
-    """The record (made once: kernels compile its address in), as a tensor the host reads; see
-    :meth:`iris.runtime.Backend.debug_record` for where it lives."""
+def _the_record(device: torch.device) -> tuple[torch.Tensor, int]:
+    """(the record, as a tensor the host reads; the address kernels write it at), made once: kernels compile the
+    address in. See :meth:`iris.runtime.Backend.debug_record` for where it lives."""
     global _record, _record_address
     if _record is None:
         _record, _record_address = get_backend().debug_record(device, RECORD_WORDS)
-    return _record
+    return _record, _record_address
 
 
 def enable(device: torch.device, heap_bytes: int) -> None:
     """Compile the debug checks into this process's kernels from now on (idempotent); the record lives
     on ``device``. ``heap_bytes`` (per rank, reserved tail included) bounds the checked accesses.
     """
-    record = _the_record(device)
+    record, address = _the_record(device)
     record[9] = max(int(record[9]), heap_bytes)
-    _set_constants(True, True, _record_address, config.wait_timeout_s())
+    _set_constants(True, True, address, config.wait_timeout_s())
 
 
 def bound_waits(device: torch.device, timeout_s: float) -> None:
@@ -108,8 +108,7 @@ def bound_waits(device: torch.device, timeout_s: float) -> None:
     that gives up fills in the record and returns; :mod:`iris.host.watchdog` ends the rank with it). Nothing
     where the waits are bounded already (debug mode's own bound stays)."""
     if not waits_bounded():
-        _the_record(device)
-        _set_constants(True, compiled_in(), _record_address, timeout_s)
+        _set_constants(True, compiled_in(), _the_record(device)[1], timeout_s)
 
 
 def _set_constants(waits: bool, checks: bool, record_address: int, timeout_s: float) -> None:

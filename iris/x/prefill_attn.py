@@ -205,15 +205,16 @@ def _launch(mode: int, q, k, v, table, kv_lens, q_starts, out, heap_bases=None, 
     batch, seq, heads, dim = q.shape
     backend = get_backend()
     compiled = backend.compiles_kernels
-    page = k.shape[1] if mode != CONTIGUOUS else 16
-    block_k = min(page, 64 if compiled else 16) if mode != CONTIGUOUS else (64 if compiled else 16)
-    block_q = 64 if compiled else 16
+    paged = mode != CONTIGUOUS
+    block_q = 64 if compiled else 16  # the interpreter: tl.dot's smallest tile
+    page = k.shape[1] if paged else block_q  # contiguous keys: no pages (any multiple of the key tile)
+    block_k = min(page, block_q)
     q_blocks = triton.cdiv(seq, block_q)
     if out is None:
         out = torch.empty_like(q)
     if not batch or not seq:
         return out
-    kv_strides = k.stride()[-4:] if mode != CONTIGUOUS else (0,) + k.stride()
+    kv_strides = k.stride() if paged else (0,) + k.stride()  # (page, slot, head, dim) or (0, position, head, dim)
     table_strides = (table.stride(0), table.stride(1)) if table is not None else (0, 0)
     _prefill_kernel[(batch * q_blocks, heads)](
         q, k, v, table if table is not None else kv_lens, kv_lens, q_starts, out,
