@@ -3,6 +3,9 @@
 #   every GPU of the node, one rank each (2, 4 or 8):  bash .ci/gpu.sh
 #   one GPU, simulation at 4 ranks:  IRIS_SIMULATION=1 bash .ci/gpu.sh
 #   the GPU gate (about 3 minutes on 2 x H200; run before device code lands):  bash .ci/gpu.sh --quick
+#   the gate in parts, where one call must stay short (one GPU of 16 cores: about 10 minutes whole):
+#     bash .ci/gpu.sh --quick --part 1/2, then --part 2/2 (each 1/N of the test files; the node's conformance
+#     run in the first part, the 4 simulated ranks' in the last; a part's line reads "gate part K/N")
 #     every public device op, collective and fused op against torch (tests/), the conformance suite at
 #     profile ci on the node's GPUs, and the same at 4 ranks on one GPU with IRIS_SIMULATION=1, side by side.
 # Logs go to one archive, $OUT/gpu-logs.tgz (the device tool's output folder; written even when a time limit
@@ -40,6 +43,17 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | sed "s/^/[$tag]
 python -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
 python -m iris info >"$logs/$tag-info.txt" 2>&1  # versions, GPUs and peer access, switches: beside every log
 if [ "${1:-}" = --quick ]; then
+  part=1 parts=1
+  if [ "${2:-}" = --part ]; then
+    if ! [[ "${3:-}" =~ ^([0-9]+)/([0-9]+)$ ]] || [ "${BASH_REMATCH[1]}" -lt 1 ] \
+        || [ "${BASH_REMATCH[1]}" -gt "${BASH_REMATCH[2]}" ]; then
+      echo "[gpu.sh] --part takes K/N with 1 <= K <= N, e.g. --part 1/2; got '${3:-}'" >&2; exit 2
+    fi
+    part=${BASH_REMATCH[1]} parts=${BASH_REMATCH[2]}
+  fi
+  # this part's test files: every N-th of the files by size (large first), so the parts take about as long
+  # shellcheck disable=SC2012  # the test files have plain names
+  test_files=$(ls -S tests/test_*.py | awk -v k="$part" -v n="$parts" '(NR - 1) % n == k - 1')
   # Compiling the kernels (a fresh machine has no Triton cache) is most of the time: pytest-xdist spreads
   # the tests over workers (each with its own ranks), so kernels compile side by side on the host's cores.
   workers=$(( $(nproc) / 2 < 8 ? $(nproc) / 2 : 8 ))
@@ -56,18 +70,23 @@ if [ "${1:-}" = --quick ]; then
   # Each session names its failures in quick-<name>-failures.txt as they happen (a killed gate still tells).
   rm -f "$logs"/quick-*-failures.txt
   # The default tier (every device op, collective and fused op at 2 ranks); the full run below adds the slow one.
+  # shellcheck disable=SC2086  # the file list splits on purpose
   env "$node_env" IRIS_FAILURE_LOG="$logs/quick-tests-failures.txt" \
-    python -m pytest tests -q -p no:cacheprovider -n "$test_workers" --dist loadfile --durations=25 \
+    python -m pytest $test_files -q -p no:cacheprovider -n "$test_workers" --dist loadfile --durations=25 \
     --junitxml="$logs/quick-tests.xml" >"$logs/quick-tests.log" 2>&1 &
-  tests_pid=$!
-  env "$node_env" IRIS_FAILURE_LOG="$logs/quick-conformance-failures.txt" \
-    python -m pytest conformance -q -p no:cacheprovider -n "$workers" --ranks "$node_ranks" \
-    --hypothesis-profile ci >"$logs/quick-conformance.log" 2>&1 &
-  conformance_pid=$!
-  IRIS_SIMULATION=1 CUDA_VISIBLE_DEVICES=0 IRIS_FAILURE_LOG="$logs/quick-sim4-failures.txt" \
-    python -m pytest conformance -q -p no:cacheprovider -n "$workers" --ranks 4 --hypothesis-profile ci \
-    >"$logs/quick-sim4.log" 2>&1 &
-  sim_pid=$!
+  jobs_run="tests:$!"
+  if [ "$part" = 1 ]; then
+    env "$node_env" IRIS_FAILURE_LOG="$logs/quick-conformance-failures.txt" \
+      python -m pytest conformance -q -p no:cacheprovider -n "$workers" --ranks "$node_ranks" \
+      --hypothesis-profile ci >"$logs/quick-conformance.log" 2>&1 &
+    jobs_run="$jobs_run conformance:$!"
+  fi
+  if [ "$part" = "$parts" ]; then
+    IRIS_SIMULATION=1 CUDA_VISIBLE_DEVICES=0 IRIS_FAILURE_LOG="$logs/quick-sim4-failures.txt" \
+      python -m pytest conformance -q -p no:cacheprovider -n "$workers" --ranks 4 --hypothesis-profile ci \
+      >"$logs/quick-sim4.log" 2>&1 &
+    jobs_run="$jobs_run sim4:$!"
+  fi
   sampler="" counter=""
   if command -v nvidia-smi >/dev/null; then  # each GPU's memory every second: how full it was at an out-of-memory
     nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits -lms 1000 \
@@ -82,7 +101,7 @@ if [ "${1:-}" = --quick ]; then
     done >"$logs/quick-processes.log" &
     counter=$!
   fi
-  for job in "tests:$tests_pid" "conformance:$conformance_pid" "sim4:$sim_pid"; do
+  for job in $jobs_run; do
     name=${job%%:*}
     wait "${job#*:}" || status=1
     echo "[quick] $name: $(grep -E 'passed|failed|error' "$logs/quick-$name.log" | tail -1)"
@@ -98,7 +117,8 @@ if [ "${1:-}" = --quick ]; then
       "host memory available at least: $(sort -k2 -n "$logs/quick-processes.log" | head -1 | cut -d' ' -f2) of" \
       "$(awk '/^MemTotal:/ { print int($2 / 1024) }' /proc/meminfo) MiB"
   fi
-  echo "[quick] gate: $([ $status = 0 ] && echo PASSED || echo FAILED) in $(( $(date +%s) - started )) s" \
+  echo "[quick] gate$([ "$parts" -gt 1 ] && echo " part $part/$parts"):" \
+    "$([ $status = 0 ] && echo PASSED || echo FAILED) in $(( $(date +%s) - started )) s" \
     "($gpus GPU(s), $node_ranks ranks on the node, 4 simulated ranks on GPU 0)"
   exit $status
 fi
