@@ -47,14 +47,14 @@ VARIABLES: tuple[Variable, ...] = (
              "every context starts in debug mode (bounded waits, checked remote accesses, cross-rank argument "
              "checks)", "switch"),
     Variable("IRIS_WAIT_TIMEOUT", "10", "seconds a wait may last in debug mode before it gives up"),
-    Variable("IRIS_STALL_TIMEOUT", "0",
+    Variable("IRIS_STALL_TIMEOUT", "600",
              "seconds a device wait may last outside debug mode before the rank ends, naming the wait, the peer "
              "and its last call (a stalled or missing rank); 0: unbounded"),
-    Variable("IRIS_RECORD_ON_HOST", "0",
+    Variable("IRIS_RECORD_ON_HOST", "1",
              "on GPUs, the record a bounded wait or checked access fills (debug mode, IRIS_STALL_TIMEOUT) is a page of "
              "host memory at one fixed address, mapped for the device: compiled kernels stay the same from process "
              "to process (Triton's cache hits) and the stall watchdog reads it with no GPU call (safe beside graph "
-             "capture); off until the GPU gate runs with it", "switch"),
+             "capture); 0: a device allocation", "switch"),
     Variable("IRIS_AGREEMENT_CHECK", "300",
              "seconds the first call of each distinct collective or fused op (its op, shapes, dtypes and settings) "
              "waits to compare that call with every rank's: ranks that disagree raise ValueError naming each "
@@ -335,8 +335,8 @@ def seconds(name: str, default: str, zero_means: str | None = None) -> float:
 
 
 def stall_timeout_s() -> float:
-    """IRIS_STALL_TIMEOUT in seconds; 0 (the default): device waits are unbounded outside debug mode."""
-    return seconds("IRIS_STALL_TIMEOUT", "0", zero_means="unbounded")
+    """IRIS_STALL_TIMEOUT in seconds (default 600); 0: device waits are unbounded outside debug mode."""
+    return seconds("IRIS_STALL_TIMEOUT", "600", zero_means="unbounded")
 
 
 def wait_timeout_s() -> float:

@@ -122,5 +122,7 @@ def test_the_stall_timeout_is_read_as_seconds_and_refuses_nonsense(monkeypatch):
     monkeypatch.setenv("IRIS_STALL_TIMEOUT", "soon")
     with pytest.raises(ValueError, match="must be a number of seconds"):
         config.stall_timeout_s()
+    monkeypatch.setenv("IRIS_STALL_TIMEOUT", "0")
+    assert config.stall_timeout_s() == 0  # unbounded, on request
     monkeypatch.delenv("IRIS_STALL_TIMEOUT")
-    assert config.stall_timeout_s() == 0
+    assert config.stall_timeout_s() == 600  # on by default: a stalled peer ends the job within ten minutes

@@ -27,8 +27,8 @@ _RUNTIME_KNOBS = knobs.runtime  # the launch hooks live here
 class BoundLaunch:
     """One kernel, grid and argument list, ready to launch on the current stream (see :func:`bind`)."""
 
-    __slots__ = ("_kernel", "_grid", "_args", "_constexprs", "_compiled", "_values", "_device", "_run", "_function",
-                 "_metadata")
+    __slots__ = ("_kernel", "_grid", "_args", "_constexprs", "_compiled", "_values", "_tail", "_device", "_run",
+                 "_function", "_metadata")
 
     def __init__(self, kernel, grid, args, constexprs):
         self._kernel, self._grid, self._args, self._constexprs = kernel, tuple(grid) + (1,) * (3 - len(grid)), args, \
@@ -48,26 +48,45 @@ class BoundLaunch:
         tail = [self._constexprs[name] if name in self._constexprs else defaults[name]
                 for name in names[len(self._args):]]
         # The launcher takes every parameter in order (it skips the constexprs); pointers as addresses.
-        self._values = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in self._args) + tuple(tail)
+        self._tail = tuple(tail)
+        self._values = _addresses(self._args) + self._tail
         self._device = torch.cuda.current_device()
         self._run, self._function, self._metadata = compiled.run, compiled.function, compiled.packed_metadata
         self._compiled = compiled
         self._args = None  # from now on only addresses: no tensor is kept alive
 
     def __call__(self) -> None:
-        compiled = self._compiled
-        if compiled is None:  # the interpreter
+        if self._compiled is None:  # the interpreter
             self._kernel[self._grid](*self._args, **self._constexprs)
             return
+        self._launch(self._values)
+
+    def launch_with(self, *args) -> None:
+        """This launch with other arguments of the same specialization: tensors of the same dtypes whose addresses
+        agree with the first ones' modulo 16, the same integers (Triton compiles those in). What a repeated call of
+        one shape passes with new tensors, e.g. ``launch.launch_with(x2, y2, n)`` after ``bind(k, (4,), x, y, n)``.
+        """
+        if self._compiled is None:  # the interpreter
+            self._kernel[self._grid](*args, **self._constexprs)
+            return
+        self._launch(_addresses(args) + self._tail)
+
+    def _launch(self, values: tuple) -> None:
+        compiled = self._compiled
         stream = _current_stream(self._device)
         gx, gy, gz = self._grid
         enter = _RUNTIME_KNOBS.launch_enter_hook
         if _no_hook(enter):
-            self._run(gx, gy, gz, stream, self._function, self._metadata, None, None, None, *self._values)
+            self._run(gx, gy, gz, stream, self._function, self._metadata, None, None, None, *values)
         else:  # as Triton launches it, so that the hook (a profiler) sees the launch
-            launch_metadata = compiled.launch_metadata(self._grid, stream, *self._values)
+            launch_metadata = compiled.launch_metadata(self._grid, stream, *values)
             self._run(gx, gy, gz, stream, self._function, self._metadata, launch_metadata, enter,
-                      _RUNTIME_KNOBS.launch_exit_hook, *self._values)
+                      _RUNTIME_KNOBS.launch_exit_hook, *values)
+
+
+def _addresses(args) -> tuple:
+    """A launch's arguments as the launcher takes them: each tensor as its address."""
+    return tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args)
 
 
 def bind(kernel, grid, *args, **constexprs) -> BoundLaunch:
