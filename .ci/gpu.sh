@@ -3,7 +3,7 @@
 #   every GPU of the node, one rank each (2, 4 or 8):  bash .ci/gpu.sh
 #   one GPU, simulation at 4 ranks:  IRIS_SIMULATION=1 bash .ci/gpu.sh
 #   the GPU gate (about 3 minutes on 2 x H200; run before device code lands):  bash .ci/gpu.sh --quick
-#   the gate in parts, where one call must stay short (one GPU of 16 cores: about 10 minutes whole):
+#   the gate in parts, where one command must stay short (one GPU of 16 cores: about 4 minutes whole):
 #     bash .ci/gpu.sh --quick --part 1/2, then --part 2/2 (each 1/N of the test files; the node's conformance
 #     run in the first part, the 4 simulated ranks' in the last; a part's line reads "gate part K/N")
 #     every public device op, collective and fused op against torch (tests/), the conformance suite at
