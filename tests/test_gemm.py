@@ -21,30 +21,40 @@ _FLOAT32_DOT_TOLERANCE = 2e-3 if torch.cuda.is_available() else 1e-5
 
 @pytest.mark.parametrize("tuned", ["0", "1"])
 def test_a_repeated_matmul_reads_each_calls_own_tensors(tuned, monkeypatch):
-    """matmul remembers how it launched a shape (on GPUs: the compiled kernel, its tile and grid, skipping the
-    autotuner and Triton's argument binding): a later call of that shape must still read its own operands, bias
-    and output, also where they are views that start off Triton's 16-byte alignment (another specialization)."""
+    """matmul remembers how it launched a call's kind (dtypes, shapes, strides, alignment; on GPUs the compiled
+    kernel, its tile and grid, skipping the autotuner and Triton's argument binding): a later call must still read
+    its own operands, bias and output, also where they are views that start off Triton's 16-byte alignment
+    (another specialization), where b is a transposed view, out is made by matmul, or there is no bias; and a
+    call of the wrong shape after them is still refused."""
     monkeypatch.setenv("IRIS_GEMM_TUNED", tuned)
     m, n, k = 24, 40, 48
     g = torch.Generator().manual_seed(7)
 
-    def operands(offset):
-        """a, b, bias and a poisoned out, each a view ``offset`` elements into a larger buffer"""
-        made = []
-        for shape in ((m, k), (k, n), (n,), (m, n)):
-            size = torch.Size(shape).numel()
-            buffer = torch.randn(size + offset, generator=g).to(torch.bfloat16).to(_device())
-            made.append(buffer[offset:].view(shape))
-        made[3].fill_(float("nan"))
-        return made
+    def view(shape, offset, transposed=False):
+        """a bf16 tensor of ``shape``, ``offset`` elements into a larger buffer (transposed: a (n, k) tensor's .t())"""
+        rows, cols = shape
+        size = rows * cols
+        buffer = torch.randn(size + offset, generator=g).to(torch.bfloat16).to(_device())
+        return buffer[offset:].view(cols, rows).t() if transposed else buffer[offset:].view(rows, cols)
 
-    for offset in (0, 0, 1, 0, 1):
-        a, b, bias, out = operands(offset)
-        assert iris.ops.matmul(a, b, out=out, bias=bias) is out
-        ref = a.double() @ b.double() + bias.double()
-        assert not out.isnan().any(), f"elements left unwritten (offset {offset})"
-        error = ((out.double() - ref).norm() / ref.norm()).item()
-        assert error <= TOLERANCE[torch.bfloat16], f"relative error {error:.3g} (offset {offset})"
+    cases = [(0, False, True, True), (0, False, True, True), (1, False, True, True), (0, True, True, True),
+             (0, False, False, True), (0, False, True, False), (1, False, True, True), (0, False, False, False)]
+    for offset, transposed, given_out, with_bias in cases:
+        what = f"offset {offset}, b transposed {transposed}, out given {given_out}, bias {with_bias}"
+        a, b = view((m, k), offset), view((k, n), offset, transposed)
+        bias = view((1, n), offset).view(n) if with_bias else None
+        out = view((m, n), offset).fill_(float("nan")) if given_out else None
+        result = iris.ops.matmul(a, b, out=out, bias=bias)
+        assert out is None or result is out, what
+        ref = a.double() @ b.double() + (bias.double() if with_bias else 0)
+        assert result.shape == (m, n) and result.dtype == torch.bfloat16, what
+        assert not result.isnan().any(), f"elements left unwritten ({what})"
+        error = ((result.double() - ref).norm() / ref.norm()).item()
+        assert error <= TOLERANCE[torch.bfloat16], f"relative error {error:.3g} ({what})"
+    with pytest.raises(ValueError, match="inner sizes differ"):
+        iris.ops.matmul(view((m, k + 1), 0), view((k, n), 0))
+    with pytest.raises(ValueError, match="out must be"):
+        iris.ops.matmul(view((m, k), 0), view((k, n), 0), out=view((m, n + 1), 0))
 
 
 @pytest.mark.parametrize("shape", [(37, 45, 70), (64, 32, 16), (1, 33, 17), (50, 1, 9), (96, 80, 100)])
