@@ -40,7 +40,7 @@ _watchdog: StallWatchdog | None = None
 class StallWatchdog(threading.Thread):
     """The thread of one process: polls the debug record and ends the process on a wait that gave up."""
 
-    def __init__(self, ctx):
+    def __init__(self, ctx, timeout_s: float):
         super().__init__(name="iris stall watchdog", daemon=True)
         self._rank, self._world = ctx.cur_rank, ctx.num_ranks
         self.heap = ctx.heap
@@ -48,7 +48,10 @@ class StallWatchdog(threading.Thread):
         self.stopped = threading.Event()
         # the node's progress boards (under a launcher that names the job): each rank's last call, for the report
         self._job = config.job_id()
-        self._board = shm.create_segment(_board_name(self._job, self._rank), _PROGRESS.size) if self._job else None
+        self._board, self._boards = None, {}
+        if self._job:
+            self._board = shm.create_segment(_board_name(self._job, self._rank), _PROGRESS.size)
+            self._boards = _node_boards(ctx.comm, self._job, self._world, self._board, timeout_s)
         self._posted = None
 
     def note_call(self, name: str) -> None:
@@ -68,13 +71,14 @@ class StallWatchdog(threading.Thread):
         """Each rank's last Iris call as its board on this node says (ranks of other nodes unseen)."""
         parts = []
         for rank in range(self._world):
+            mapping = self._boards.get(rank)
             try:
-                mapping = shm.open_segment(_board_name(self._job, rank), _PROGRESS.size)
-            except OSError:
-                parts.append(f"rank {rank} unseen (another node, or no context yet)")
+                calls, when, name = _PROGRESS.unpack_from(mapping, 0) if mapping is not None else (None, 0, b"")
+            except ValueError:  # closed meanwhile (the context closed)
+                calls = None
+            if calls is None:
+                parts.append(f"rank {rank} unseen (another node)")
                 continue
-            calls, when, name = _PROGRESS.unpack_from(mapping, 0)
-            mapping.close()
             name = name.rstrip(b"\0").decode() or "none"
             parts.append(f"rank {rank} {name} (call {calls}, {time.time() - when:.0f} s ago)" if calls else
                          f"rank {rank} no call yet")
@@ -82,6 +86,9 @@ class StallWatchdog(threading.Thread):
 
     def close(self) -> None:
         self.stopped.set()
+        boards, self._boards = self._boards, {}
+        for mapping in boards.values():
+            mapping.close()
         if self._board is not None:
             self._board.close()
             self._board = None
@@ -117,6 +124,23 @@ def _board_name(job: str, rank: int) -> str:
     return f"/{shm.SEGMENT_PREFIX}{job}_progress_{rank}"
 
 
+def _node_boards(comm, job: str, world: int, own, timeout_s: float) -> dict:
+    """rank -> its progress board, for every rank of this node (``own``, this rank's, just made), mapped while
+    the names exist: every rank makes its board before the first meeting and removes its name after the second,
+    so a job that ends without closing (its launcher killed) leaves no name behind in /dev/shm."""
+    what = "the stall watchdog's progress boards (every rank makes a context)"
+    comm.meet(timeout_s, what)
+    boards = {}
+    for rank in range(world):
+        try:
+            boards[rank] = shm.open_segment(_board_name(job, rank), _PROGRESS.size)
+        except OSError:  # a rank of another node
+            pass
+    comm.meet(timeout_s, what)
+    own.unlink()  # its memory stays mapped by the node's ranks
+    return boards
+
+
 def watch(ctx, timeout_s: float) -> StallWatchdog:
     """Bound this process's device waits by ``timeout_s`` and start its watchdog (once per process; a later
     context replaces the watched one)."""
@@ -124,7 +148,7 @@ def watch(ctx, timeout_s: float) -> StallWatchdog:
     debug.bound_waits(ctx._device, timeout_s)
     if _watchdog is not None:
         _watchdog.close()
-    _watchdog = StallWatchdog(ctx)
+    _watchdog = StallWatchdog(ctx, timeout_s)
     _watchdog.start()
     return _watchdog
 
