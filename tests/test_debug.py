@@ -277,6 +277,42 @@ def test_debug_mode_is_switched_per_context(tmp_path):
     assert seen == [expected, expected], out
 
 
+
+REPORT_OUTLIVES_A_POLL = """
+import time
+import torch
+import triton
+import triton.language as tl
+import iris
+from iris.host import watchdog
+
+@triton.jit
+def read_local(src, dst, rank, heap_bases, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(dst + offs, iris.load(src + offs, rank, rank, heap_bases))
+
+ctx = iris.iris(1 << 16, debug=True)
+src = torch.arange(64, dtype=torch.int32, device=ctx.get_device())
+dst = torch.zeros_like(src)
+read_local[(1,)](src, dst, ctx.get_rank(), ctx.get_heap_bases(), BLOCK=64)   # off the heap: reported
+time.sleep(2.5 * watchdog.POLL_S)   # the stall watchdog (on by default) reads the record meanwhile
+try:
+    ctx.barrier()
+except iris.DeviceAccessError as exc:
+    print("REPORTED", exc, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_debug_report_is_left_to_debug_mode_by_the_stall_watchdog(tmp_path):
+    # the watchdog ends a rank on a wait that gave up; what debug mode reports after the call (here an access
+    # outside the heap) is debug mode's to raise, however long the host takes to get there
+    proc = _launch(tmp_path, REPORT_OUTLIVES_A_POLL, {"IRIS_STALL_TIMEOUT": "600"})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert out.count("REPORTED") == 2 and "outside the heap" in out, out
+    assert "stalled:" not in out, out
+
 MOE_EXPERT_IDS = """
 import torch
 import iris

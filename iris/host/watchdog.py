@@ -27,10 +27,12 @@ import time
 import torch
 
 from iris import config
+from iris.device import sync
 from iris.host import debug
 from iris.runtime import shm
 
 EXIT_CODE = 75  # EX_TEMPFAIL: not the program's own failure
+_STALLS = (sync.WAIT_UNTIL_RECORD.value, sync.DEVICE_BARRIER_RECORD.value)  # the record's kinds that end a rank
 POLL_S = 1.0
 _PROGRESS = struct.Struct("<qd48s")  # a rank's board: calls so far, when it was last told one, the call's name
 
@@ -105,10 +107,15 @@ class StallWatchdog(threading.Thread):
         return words.tolist()
 
     def run(self) -> None:
+        held = None  # a wait's report debug mode had a poll to raise and did not
         while not self.stopped.wait(POLL_S):
             self._post()
             words = self._record_words()
-            if words[0] == 0:
+            if words[0] not in _STALLS:  # nothing, or an access debug mode checked: its to raise after the call
+                held = None
+                continue
+            if debug.compiled_in() and words != held:  # debug mode raises a wait that gave up at its next check
+                held = words
                 continue
             report = debug.take_report(self._rank, self.heap, words)
             name, calls = self.last_call
