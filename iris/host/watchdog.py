@@ -1,9 +1,11 @@
 """The stall watchdog (IRIS_STALL_TIMEOUT): a rank whose device wait gives up ends, naming the wait and its call.
 
 Why: without it a rank that stops calling collectives (a stall, a hang elsewhere, an early exit under a launcher
-that does not notice) leaves every peer spinning for ever, silently. With ``IRIS_STALL_TIMEOUT=<seconds>`` every
-device wait of the process is compiled bounded (as debug mode's are, without its access checks); one that gives
-up fills in the debug record and returns. A thread of each rank reads the record once a second (on a stream of
+that does not notice) leaves every peer spinning for ever, silently. Every device wait of the process is compiled
+bounded by ``IRIS_STALL_TIMEOUT`` seconds (600 unless set; 0: unbounded, no watchdog), as debug mode's are,
+without its access checks; one that gives up fills in the debug record and returns. In a process with debug
+checks, debug mode raises what it reports after a call; the watchdog leaves an access report to it, and a wait's
+report for one poll. A thread of each rank reads the record once a second (on a stream of
 its own, so a kernel still spinning on the device does not block it) and, on a report, prints what the rank
 waited for (the word, its owner, the value expected and the last seen; for a device barrier, the peer that never
 arrived) and the rank's last Iris call, then ends the process with :data:`EXIT_CODE`; ``iris run`` (or any
