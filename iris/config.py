@@ -313,17 +313,18 @@ def debug_requested() -> bool:
     return switch("IRIS_DEBUG")
 
 
-def seconds(name: str, default: str, zero_means: str | None = None) -> float:
-    """Variable ``name`` as a number of seconds; 0 allowed only where ``zero_means`` says what it does.
+def seconds(name: str, zero_means: str | None = None) -> float:
+    """Variable ``name`` as a number of seconds (unset: its default in :data:`VARIABLES`); 0 allowed only where
+    ``zero_means`` says what it does.
 
     Example:
-        >>> seconds("IRIS_STALL_TIMEOUT", "0", zero_means="unbounded")
-        0.0
+        >>> seconds("IRIS_STALL_TIMEOUT", zero_means="unbounded")   # unset: the table's 600
+        600.0
 
     Raises:
         ValueError: it is not a number of seconds, or negative (or 0 where 0 means nothing).
     """
-    value_text = text(name, default)
+    value_text = text(name, _BY_NAME[name].default)
     try:
         value = float(value_text)
     except ValueError:
@@ -336,18 +337,18 @@ def seconds(name: str, default: str, zero_means: str | None = None) -> float:
 
 def stall_timeout_s() -> float:
     """IRIS_STALL_TIMEOUT in seconds (default 600); 0: device waits are unbounded outside debug mode."""
-    return seconds("IRIS_STALL_TIMEOUT", "600", zero_means="unbounded")
+    return seconds("IRIS_STALL_TIMEOUT", zero_means="unbounded")
 
 
 def wait_timeout_s() -> float:
     """IRIS_WAIT_TIMEOUT in seconds (default 10)."""
-    return seconds("IRIS_WAIT_TIMEOUT", "10")
+    return seconds("IRIS_WAIT_TIMEOUT")
 
 
 def agreement_check_s() -> float:
     """IRIS_AGREEMENT_CHECK in seconds (default 300): how long the first call of each distinct collective or fused
     op waits for every rank's description of its call; 0: the check is off."""
-    return seconds("IRIS_AGREEMENT_CHECK", "300", zero_means="off")
+    return seconds("IRIS_AGREEMENT_CHECK", zero_means="off")
 
 
 def log_level_name() -> str:

@@ -220,7 +220,8 @@ def test_debug_modes_agreement_check_gives_up_on_a_stalled_peer_and_names_it(tmp
     assert "all_reduce" in line and "rank 1" in line and "IRIS_WAIT_TIMEOUT" in line, line
 
 
-PER_CONTEXT = """
+# A local read through iris.load, for the scripts below: given a pointer off the heap, debug mode reports it.
+READ_LOCAL = """
 import torch, triton, triton.language as tl
 import iris
 
@@ -228,7 +229,9 @@ import iris
 def read_local(src, dst, rank, heap_bases, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     tl.store(dst + offs, iris.load(src + offs, rank, rank, heap_bases))
+"""
 
+PER_CONTEXT = READ_LOCAL + """
 def off_heap_read(ctx):
     # a pointer off the heap, read locally: harmless, but debug mode reports every access outside the heap
     src = torch.arange(64, dtype=torch.int32, device=ctx.get_device())
@@ -277,19 +280,9 @@ def test_debug_mode_is_switched_per_context(tmp_path):
     assert seen == [expected, expected], out
 
 
-
-REPORT_OUTLIVES_A_POLL = """
+REPORT_OUTLIVES_A_POLL = READ_LOCAL + """
 import time
-import torch
-import triton
-import triton.language as tl
-import iris
 from iris.host import watchdog
-
-@triton.jit
-def read_local(src, dst, rank, heap_bases, BLOCK: tl.constexpr):
-    offs = tl.arange(0, BLOCK)
-    tl.store(dst + offs, iris.load(src + offs, rank, rank, heap_bases))
 
 ctx = iris.iris(1 << 16, debug=True)
 src = torch.arange(64, dtype=torch.int32, device=ctx.get_device())
@@ -312,6 +305,7 @@ def test_a_debug_report_is_left_to_debug_mode_by_the_stall_watchdog(tmp_path):
     assert proc.returncode == 0, out
     assert out.count("REPORTED") == 2 and "outside the heap" in out, out
     assert "stalled:" not in out, out
+
 
 MOE_EXPERT_IDS = """
 import torch

@@ -76,12 +76,12 @@ class StallWatchdog(threading.Thread):
         parts = []
         for rank in range(self._world):
             mapping = self._boards.get(rank)
-            try:
-                calls, when, name = _PROGRESS.unpack_from(mapping, 0) if mapping is not None else (None, 0, b"")
-            except ValueError:  # closed meanwhile (the context closed)
-                calls = None
-            if calls is None:
+            if mapping is None:
                 parts.append(f"rank {rank} unseen (another node)")
+                continue
+            try:
+                calls, when, name = _PROGRESS.unpack_from(mapping, 0)
+            except ValueError:  # closed meanwhile (the context closed)
                 continue
             name = name.rstrip(b"\0").decode() or "none"
             parts.append(f"rank {rank} {name} (call {calls}, {time.time() - when:.0f} s ago)" if calls else
