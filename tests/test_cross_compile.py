@@ -11,7 +11,7 @@ import triton.language as tl
 
 import iris
 from iris.runtime import SELECTED
-from iris.testing.cross_compile import CrossCompileError, Gate, Target, parse_targets, summary
+from iris.testing.cross_compile import CrossCompileError, Gate, SharedMemoryError, Target, parse_targets, summary
 
 pytestmark = [pytest.mark.slow,  # the slow tier (see pyproject.toml)
               pytest.mark.skipif(SELECTED != "cpu", reason="the gate checks the CPU backend's interpreted launches")]
@@ -216,3 +216,33 @@ def test_a_test_or_script_whose_kernel_does_not_compile_fails_naming_it(tmp_path
     assert result.returncode == 1, output
     assert "raw_int64_cas does not compile for cuda:90" in output, output
     assert "1 failed" in output if how == "pytest" else "past the launch" not in output, output
+
+
+@triton.jit
+def _pipelined_dot(a, b, out, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rows, cols, ks = tl.arange(0, BLOCK_M), tl.arange(0, BLOCK_N), tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):  # pipelined: num_stages copies of both tiles in shared memory
+        acc += tl.dot(tl.load(a + rows[:, None] * K + (k + ks)[None, :]),
+                      tl.load(b + (k + ks)[:, None] * BLOCK_N + cols[None, :]))
+    tl.store(out + rows[:, None] * BLOCK_N + cols[None, :], acc.to(out.dtype.element_ty))
+
+
+def test_a_tile_over_the_targets_shared_memory_fails_naming_its_need(tmp_path):
+    """A launch the compiler takes but the GPU would refuse (OutOfResources: more shared memory per program than
+    the GPU has) fails the gate, with the bytes needed and the target's; a smaller tile of the same kernel passes.
+    An MI300X has 64 KiB per program, an H100 227 KiB: 128 x 256 x 64 bf16 tiles in 3 stages need about 96 KiB."""
+    assert HIP.shared_memory_bytes == 65536 and CUDA.shared_memory_bytes == 232448
+    a, b = torch.zeros(128 * 256, dtype=torch.bfloat16), torch.zeros(256 * 256, dtype=torch.bfloat16)
+    out = torch.zeros(128 * 256, dtype=torch.bfloat16)
+    gate = Gate([CUDA, HIP], tmp_path)
+    try:
+        with pytest.raises(SharedMemoryError, match=r"_pipelined_dot needs \d+ bytes of shared memory per program "
+                                                    r"on hip:gfx942, which has 65536"):
+            _check(gate, _pipelined_dot, a, b, out, 256, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=3)
+        verdicts = gate.verdicts(_pipelined_dot, (a, b, out, 256), dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64,
+                                                                         num_stages=3))
+        assert verdicts[CUDA] is None and isinstance(verdicts[HIP], SharedMemoryError), verdicts
+        _check(gate, _pipelined_dot, a, b, out, 256, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, num_stages=2)
+    finally:
+        gate.close()

@@ -43,6 +43,19 @@ class CrossCompileError(RuntimeError):
     """A kernel launched on the CPU backend does not compile for a GPU target of the gate."""
 
 
+class SharedMemoryError(CrossCompileError):
+    """A kernel compiles for a target but needs more shared memory per program than its GPUs have: there the
+    launch fails (Triton's OutOfResources), and an autotuner skips the configuration."""
+
+
+#: Shared memory (LDS on AMD) one program may use on the GPUs of a target, in bytes: what Triton's launcher
+#: compares a compiled kernel's need with (CUDA's opt-in maximum per block; AMD's LDS per workgroup). A target
+#: not listed is compiled without this check.
+SHARED_MEMORY_BYTES = {"cuda:80": 166912, "cuda:86": 101376, "cuda:89": 101376, "cuda:90": 232448,
+                       "cuda:100": 232448, "cuda:120": 101376, "hip:gfx90a": 65536, "hip:gfx942": 65536,
+                       "hip:gfx950": 163840}
+
+
 @dataclass(frozen=True)
 class Target:
     """A GPU to compile for: ``backend`` "cuda" or "hip", ``arch`` 90 or "gfx942"."""
@@ -53,6 +66,11 @@ class Target:
     @property
     def name(self) -> str:
         return f"{self.backend}:{self.arch}"
+
+    @property
+    def shared_memory_bytes(self) -> int | None:
+        """Shared memory per program on this target's GPUs (None: not known here, not checked)."""
+        return SHARED_MEMORY_BYTES.get(self.name)
 
     def gpu_target(self):
         from triton.backends.compiler import GPUTarget
@@ -108,7 +126,7 @@ class _Worker:
     def send(self, request: dict) -> None:
         _write_frame(self.proc.stdin, request)
 
-    def receive(self, request: dict) -> tuple[str, str]:
+    def receive(self, request: dict) -> tuple[str, str, int | None]:
         """The reply to the request sent last."""
         reply = _read_frame(self.proc.stdout)
         if reply is None:
@@ -144,30 +162,38 @@ class Gate:
         """Compile ``interpreted_fn`` for every target with these launch arguments (cached), targets in parallel.
 
         Raises:
-            CrossCompileError: it does not compile for a target.
+            CrossCompileError: it does not compile for a target (SharedMemoryError: it compiles, but needs more
+                shared memory per program than the target's GPUs have).
         """
+        error = next((e for e in self.verdicts(interpreted_fn, args, kwargs).values() if e is not None), None)
+        if error is not None:
+            raise type(error)(str(error))
+
+    def verdicts(self, interpreted_fn, args: tuple, kwargs: dict) -> dict[Target, CrossCompileError | None]:
+        """Per target, None where this launch of ``interpreted_fn`` compiles and fits the target's shared memory,
+        else the error :meth:`check` would raise; what a caller that expects some refusals reads (an autotuner's
+        candidates, of which the GPU skips those over its shared memory). Example:
+        ``gate.verdicts(kernel, (x, y, n), dict(BLOCK=1024, num_stages=3))`` -> ``{Target("cuda", 90): None, ...}``.
+        """
+        verdicts = {}
         with self._lock:
             compiling = []  # (key, state, job) of the targets sent to their workers, in target order
-            errors = []
             try:
                 for target in self.targets:
                     state, work, found = self._look_up(target, interpreted_fn, args, kwargs)
-                    if found is not None:  # compiled before, here or in another process (or refused)
-                        errors.append(found[0])
+                    if found is not None:  # checked before, here or in another process
+                        verdicts[target] = found[0]
                         continue
                     key, request, marker = work
                     job = self._start(target, request, marker)
                     if job is None:  # another process compiled it while this one waited for the lock
-                        state.done[key] = None
+                        state.done[key] = verdicts[target] = None
                     else:
                         compiling.append((key, state, job))
             finally:  # every job sent is finished and its lock released, whatever went wrong
                 for key, state, job in compiling:
-                    state.done[key] = error = self._finish(job)
-                    errors.append(error)
-        error = next((e for e in errors if e is not None), None)
-        if error is not None:
-            raise CrossCompileError(error)
+                    state.done[key] = verdicts[job["target"]] = self._finish(job)
+        return {target: verdicts[target] for target in self.targets}
 
     def _look_up(self, target: Target, interpreted_fn, args, kwargs):
         """(state, work, found) of one launch for ``target``: ``found`` is ``(error or None,)`` when the launch's
@@ -227,17 +253,26 @@ class Gate:
             raise
         return dict(target=target, request=request, marker=marker, lock=lock, worker=worker)
 
-    def _finish(self, job: dict) -> str | None:
+    def _finish(self, job: dict) -> CrossCompileError | None:
         """The worker's answer to a job :meth:`_start` sent: the marker written (None) or the error; the lock
         released either way."""
         try:
-            status, message = job["worker"].receive(job["request"])
+            status, message, shared = job["worker"].receive(job["request"])
             request, target = job["request"], job["target"]
             kernel = f"{request['module']}.{request['qualname']}"
             if status == "error":
-                return (f"kernel {kernel} does not compile for {target.name} (cross-compile gate, "
-                        f"{TARGETS_ENV}):\n{message}")
-            record = dict(kernel=kernel, status=status, detail=message, signature=request["signature"])
+                return CrossCompileError(f"kernel {kernel} does not compile for {target.name} (cross-compile gate, "
+                                         f"{TARGETS_ENV}):\n{message}")
+            limit = target.shared_memory_bytes
+            if shared is not None and limit is not None and shared > limit:
+                options = request["options"]
+                return SharedMemoryError(
+                    f"kernel {kernel} needs {shared} bytes of shared memory per program on {target.name}, which has "
+                    f"{limit}: its GPUs refuse the launch (OutOfResources; cross-compile gate, {TARGETS_ENV}). "
+                    f"Constants {request['constexprs']}, num_warps {options.get('num_warps')}, num_stages "
+                    f"{options.get('num_stages')}: smaller tiles or fewer stages fit")
+            record = dict(kernel=kernel, status=status, detail=message, signature=request["signature"],
+                          shared=shared)
             _write_atomically(job["marker"], json.dumps(record, default=str))
             return None
         finally:
@@ -258,7 +293,7 @@ class _KernelState:
 
         self.jit = JITFunction(interpreted_fn.fn, **interpreted_fn.kwargs)
         self.binders: dict = {}
-        self.done: dict[tuple, str | None] = {}  # None: compiled; else the error
+        self.done: dict[tuple, CrossCompileError | None] = {}  # None: compiled; else the error
 
 
 def _state(interpreted_fn) -> _KernelState:
@@ -485,7 +520,9 @@ def _captured_stderr():
             box[0] = file.read().decode(errors="replace")
 
 
-def _compile_request(request: dict, target: Target) -> tuple[str, str]:
+def _compile_request(request: dict, target: Target) -> tuple[str, str, int | None]:
+    """(status, message, shared memory bytes per program): "compiled", "unchecked" (a kernel not importable by
+    name) or "error" (the compiler's message)."""
     import triton
     from triton.compiler import ASTSource
 
@@ -494,21 +531,21 @@ def _compile_request(request: dict, target: Target) -> tuple[str, str]:
     try:
         kernel, why = _find_kernel(request["module"], request["qualname"], request["path"])
     except Exception as exc:  # the module failed to import in a GPU process: that is a finding too
-        return "error", f"importing {request['module']} failed: {type(exc).__name__}: {exc}"
+        return "error", f"importing {request['module']} failed: {type(exc).__name__}: {exc}", None
     if kernel is None:
-        return "unchecked", why
+        return "unchecked", why, None
     debug.set_compile_constants(request["debug"])
     source = ASTSource(kernel, request["signature"], request["constexprs"], request["attrs"])
     with _captured_stderr() as printed:
         try:
-            triton.compile(source, target=target.gpu_target(), options=request["options"])
+            shared = triton.compile(source, target=target.gpu_target(), options=request["options"]).metadata.shared
             failure = None
         except Exception as exc:
             failure = f"{type(exc).__name__}: {exc}"
     if failure is None:
-        return "compiled", ""
+        return "compiled", "", shared
     lines = [_readable(line) for line in printed[0].splitlines() if "error" in line.lower()]
-    return "error", "\n".join((lines or printed[0].splitlines()[-20:]) + [failure])
+    return "error", "\n".join((lines or printed[0].splitlines()[-20:]) + [failure]), None
 
 
 def _readable(diagnostic: str) -> str:
