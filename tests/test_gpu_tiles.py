@@ -1,0 +1,78 @@
+"""The tiles a GPU runs, through the cross-compile gate (iris.testing.cross_compile; no GPU needed).
+
+On the CPU backend every GEMM launches one small tile of its own (``iris.ops.gemm.INTERPRETED_TILE``), so the
+default tier's gate never compiles the tiles a GPU's autotuner tries. These tests compile each candidate
+``iris.ops.matmul``'s two autotuners would try at a spread of shapes, for an H100/H200 (sm_90) and an MI300X
+(gfx942), with the launch constants that vendor's backend gives them. A candidate may need more shared memory
+than the target's GPUs have (the autotuner skips it there: Triton raises OutOfResources at its launch), but it
+must compile, and at every shape each target must keep one candidate that fits.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from iris.ops import gemm
+from iris.runtime import SELECTED, backend_class
+from iris.testing.cross_compile import Gate, SharedMemoryError, Target
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(SELECTED != "cpu", reason="the gate compiles the CPU backend's kernels for GPUs")]
+
+TARGETS = {"cuda": Target("cuda", 90), "hip": Target("hip", "gfx942")}
+#: (M, N, K): decode rows (the split kernel's decode tiles), the rows from which large tiles compete, large M
+SHAPES = [(1, 4096, 4096), (16, 8192, 8192), (64, 14336, 8192), (128, 8192, 8192), (1024, 8192, 14336),
+          (4096, 14336, 8192)]
+AUTOTUNERS = {"persistent": gemm._tuned_gemm_kernel, "split": gemm._tuned_split_kernel}
+
+
+def candidates(autotuner, vendor: str, shape) -> list[tuple]:
+    """(config, args, constants) of each launch ``autotuner`` tries on a ``vendor`` GPU for a bf16 ``shape``
+    (row-major operands, no bias): its configurations after its own pruning, with the constants matmul passes
+    there. The tensors only give dtypes and alignment (what the compiler specializes on)."""
+    m, n, k = shape
+    facts = backend_class(vendor)
+    operands = [torch.empty(64, dtype=torch.bfloat16) for _ in range(4)]  # a, b, out, bias
+    workspace = [torch.empty(64, dtype=torch.float32), torch.empty(64, dtype=torch.int32)]
+    split = "parts" in autotuner.arg_names
+    args = (*operands, *(workspace if split else []), m, n, k, k, 1, n, 1, n, 1)
+    constants = dict(HAS_BIAS=False, UPCAST=facts.upcasts_narrow_floats)
+    if split:
+        constants["TMA"] = facts.tensor_descriptors
+    configs = autotuner.early_config_prune(autotuner.configs, dict(zip(autotuner.arg_names, args)))
+    return [(config, args, dict(constants, **config.all_kwargs())) for config in configs]
+
+
+def _label(config) -> str:
+    kw = config.kwargs
+    return (f"{kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']} w{config.num_warps} s{config.num_stages}"
+            + (f" split{kw['SPLIT']}" if "SPLIT" in kw else ""))
+
+
+_NO_AMD_TILE = pytest.mark.xfail(strict=True, raises=AssertionError,
+                                 reason="gfx942 (MI300X, 64 KiB of LDS per program): no tile of the persistent "
+                                        "kernel's list fits at any shape, none of the large tiles from M = 129")
+
+
+@pytest.mark.parametrize("vendor", ["cuda", pytest.param("hip", marks=_NO_AMD_TILE)])
+@pytest.mark.parametrize("name", list(AUTOTUNERS))
+def test_every_candidate_compiles_and_one_fits_at_every_shape(name, vendor, tmp_path):
+    target = TARGETS[vendor]
+    gate = Gate([target], tmp_path)
+    none_fit = []
+    try:
+        for shape in SHAPES:
+            tried = candidates(AUTOTUNERS[name], vendor, shape)
+            assert tried, f"{name}: no candidate at {shape}"
+            verdicts = {_label(config): gate.verdicts(AUTOTUNERS[name].fn, args, constants)[target]
+                        for config, args, constants in tried}
+            refused = {label: error for label, error in verdicts.items()
+                       if error is not None and not isinstance(error, SharedMemoryError)}
+            assert not refused, f"{name} at {shape} on {target.name}: {refused}"
+            if all(error is not None for error in verdicts.values()):
+                none_fit.append(f"{shape}: {', '.join(verdicts)}")
+    finally:
+        gate.close()
+    assert not none_fit, (f"{name} on {target.name}: no candidate fits its {target.shared_memory_bytes} bytes of "
+                          f"shared memory at\n" + "\n".join(none_fit))
