@@ -91,6 +91,10 @@ VARIABLES: tuple[Variable, ...] = (
              "``iris.ops.matmul`` on a GPU splits each tile's K range in parts where the tiles are fewer than the SMs "
              "(decode shapes, M up to 128) and loads operands through TMA descriptors on NVIDIA; off until measured "
              "against cuBLAS (``benchmarks/gemm.py``)", "switch"),
+    Variable("IRIS_GEMM_FIT_TILES", "0",
+             "``iris.ops.matmul``'s autotuners try only the tiles whose pipeline fits the GPU's shared memory per "
+             "program and, where none does (an MI300X's 64 KiB of LDS), two-stage tiles that fit; read when iris.ops "
+             "is imported; off until the GPU gate has run with it", "switch"),
     Variable("IRIS_CPU_BIND", "0", "``iris run`` gives each rank cores of its own, as ``--cpu-bind``", "switch"),
     Variable("IRIS_QUIET_AMD_OPTIONS", "0",
              "no warning when an AMD-only launch option (``waves_per_eu``, ``matrix_instr_nonkdim``, ``kpack``, "
@@ -236,6 +240,11 @@ def record_on_host() -> bool:
 def gemm_tuned() -> bool:
     """IRIS_GEMM_TUNED: iris.ops.matmul takes its split-K and TMA kernel."""
     return switch("IRIS_GEMM_TUNED")
+
+
+def gemm_fit_tiles() -> bool:
+    """IRIS_GEMM_FIT_TILES: iris.ops.matmul's autotuners keep to tiles that fit the GPU's shared memory."""
+    return switch("IRIS_GEMM_FIT_TILES")
 
 
 def cpu_bind_requested() -> bool:

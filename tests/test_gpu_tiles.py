@@ -25,12 +25,15 @@ TARGETS = {"cuda": Target("cuda", 90), "hip": Target("hip", "gfx942")}
 SHAPES = [(1, 4096, 4096), (16, 8192, 8192), (64, 14336, 8192), (128, 8192, 8192), (1024, 8192, 14336),
           (4096, 14336, 8192)]
 AUTOTUNERS = {"persistent": gemm._tuned_gemm_kernel, "split": gemm._tuned_split_kernel}
+#: each autotuner's pruning as listed (IRIS_GEMM_FIT_TILES=0), and as IRIS_GEMM_FIT_TILES=1 makes it at import
+PRUNES = {("persistent", "0"): gemm._fitting, ("split", "0"): gemm._by_rows,
+          ("persistent", "1"): gemm.fitted(gemm._fitting), ("split", "1"): gemm.fitted(gemm._by_rows, split=True)}
 
 
-def candidates(autotuner, vendor: str, shape) -> list[tuple]:
+def candidates(autotuner, prune, vendor: str, shape) -> list[tuple]:
     """(config, args, constants) of each launch ``autotuner`` tries on a ``vendor`` GPU for a bf16 ``shape``
-    (row-major operands, no bias): its configurations after its own pruning, with the constants matmul passes
-    there. The tensors only give dtypes and alignment (what the compiler specializes on)."""
+    (row-major operands, no bias): its configurations after ``prune``, with the constants matmul passes there.
+    The tensors only give dtypes and alignment (what the compiler specializes on)."""
     m, n, k = shape
     facts = backend_class(vendor)
     operands = [torch.empty(64, dtype=torch.bfloat16) for _ in range(4)]  # a, b, out, bias
@@ -40,7 +43,7 @@ def candidates(autotuner, vendor: str, shape) -> list[tuple]:
     constants = dict(HAS_BIAS=False, UPCAST=facts.upcasts_narrow_floats)
     if split:
         constants["TMA"] = facts.tensor_descriptors
-    configs = autotuner.early_config_prune(autotuner.configs, dict(zip(autotuner.arg_names, args)))
+    configs = prune(autotuner.configs, dict(zip(autotuner.arg_names, args)))
     return [(config, args, dict(constants, **config.all_kwargs())) for config in configs]
 
 
@@ -55,24 +58,42 @@ _NO_AMD_TILE = pytest.mark.xfail(strict=True, raises=AssertionError,
                                         "kernel's list fits at any shape, none of the large tiles from M = 129")
 
 
-@pytest.mark.parametrize("vendor", ["cuda", pytest.param("hip", marks=_NO_AMD_TILE)])
+@pytest.mark.parametrize("fit", ["0", "1"], ids=["as_listed", "fit_tiles"])
+@pytest.mark.parametrize("vendor", ["cuda", "hip"])
 @pytest.mark.parametrize("name", list(AUTOTUNERS))
-def test_every_candidate_compiles_and_one_fits_at_every_shape(name, vendor, tmp_path):
+def test_every_candidate_compiles_and_one_fits_at_every_shape(name, vendor, fit, tmp_path, monkeypatch, request):
+    """As listed, every tile fits sm_90; with IRIS_GEMM_FIT_TILES=1 the autotuners keep the tiles that fit the
+    GPU's shared memory, or else take tiles that do: then every tile tried fits, on gfx942 too."""
+    if vendor == "hip" and fit == "0":
+        request.applymarker(_NO_AMD_TILE)
     target = TARGETS[vendor]
+    monkeypatch.setattr(gemm, "shared_memory_per_program", lambda device: target.shared_memory_bytes)
     gate = Gate([target], tmp_path)
     none_fit = []
     try:
         for shape in SHAPES:
-            tried = candidates(AUTOTUNERS[name], vendor, shape)
+            tried = candidates(AUTOTUNERS[name], PRUNES[name, fit], vendor, shape)
             assert tried, f"{name}: no candidate at {shape}"
             verdicts = {_label(config): gate.verdicts(AUTOTUNERS[name].fn, args, constants)[target]
                         for config, args, constants in tried}
             refused = {label: error for label, error in verdicts.items()
                        if error is not None and not isinstance(error, SharedMemoryError)}
             assert not refused, f"{name} at {shape} on {target.name}: {refused}"
+            over = [label for label, error in verdicts.items() if error is not None]
+            assert fit == "0" or not over, f"{name} at {shape} on {target.name}, fitted, still tries {over}"
             if all(error is not None for error in verdicts.values()):
                 none_fit.append(f"{shape}: {', '.join(verdicts)}")
     finally:
         gate.close()
     assert not none_fit, (f"{name} on {target.name}: no candidate fits its {target.shared_memory_bytes} bytes of "
                           f"shared memory at\n" + "\n".join(none_fit))
+
+
+def test_the_autotuners_prune_as_the_switch_said_at_import():
+    """IRIS_GEMM_FIT_TILES is read when iris.ops.gemm is imported: off (the default), the lists' own pruning."""
+    from iris import config
+
+    fitting = config.gemm_fit_tiles()
+    for name, autotuner in AUTOTUNERS.items():
+        prune = autotuner.early_config_prune
+        assert (prune.__qualname__ == "fitted.<locals>.within") == fitting, (name, prune)

@@ -223,8 +223,53 @@ def _fitting(configs, named_args, **_):
     return fit or [min(configs, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
 
 
-_tuned_gemm_kernel = triton.autotune(configs=_hopper_configs(), key=["M", "N", "K"],
-                                     prune_configs_by={"early_config_prune": _fitting})(_gemm_kernel)
+#: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps) of the tiles for GPUs that none of the lists fits (IRIS_GEMM_FIT_TILES):
+#: two stages each. On gfx942 (64 KiB of LDS per program) each compiles within it (tests/test_gpu_tiles.py): Triton's
+#: AMD pipeliner holds one stage of a two-stage loop in LDS.
+_LOW_MEMORY_SHAPES = [(256, 128, 64, 8), (128, 256, 64, 8), (128, 128, 64, 8), (128, 128, 64, 4), (64, 128, 64, 4),
+                      (128, 64, 64, 4), (64, 64, 128, 4), (32, 64, 128, 4), (16, 64, 128, 4)]
+
+
+def shared_memory_per_program(device: torch.device) -> int | None:
+    """The backend's shared memory per program on ``device`` (None: no limit, the interpreter)."""
+    return get_backend().shared_memory_per_program(device)
+
+
+def pipeline_bytes(tile: triton.Config, element_bytes: int) -> int:
+    """Shared memory a tile's software pipeline takes at most: ``num_stages`` copies of an A and a B tile (what
+    Triton's NVIDIA pipeliner holds; its AMD one holds a stage fewer). Example: 128 x 256 x 64 bf16 tiles in 3
+    stages -> 147456 bytes."""
+    kw = tile.kwargs
+    return tile.num_stages * (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * element_bytes
+
+
+def _low_memory(named_args, split: bool) -> list[triton.Config]:
+    """The two-stage tiles no taller than M needs (the smallest where none is), with SPLIT=1 for the split kernel."""
+    m = named_args["M"]
+    fit = [(m_, n, k, w) for m_, n, k, w in _LOW_MEMORY_SHAPES if m_ <= max(16, triton.next_power_of_2(m))]
+    extra = dict(SPLIT=1) if split else {}
+    return [triton.Config(dict(BLOCK_M=m_, BLOCK_N=n, BLOCK_K=k, GROUP_M=8, **extra), num_warps=w, num_stages=2)
+            for m_, n, k, w in fit or [min(_LOW_MEMORY_SHAPES)]]
+
+
+def fitted(prune, split: bool = False):
+    """An autotuner's ``early_config_prune`` kept within the GPU's shared memory (IRIS_GEMM_FIT_TILES): of the
+    tiles ``prune`` keeps, those whose pipeline (:func:`pipeline_bytes`) fits the GPU's shared memory per program,
+    or, where none does, the two-stage tiles of :data:`_LOW_MEMORY_SHAPES` (``split``: for the split kernel).
+    Without it a tile over the limit fails to launch and the autotuner passes over it: where every tile is over,
+    the call raises OutOfResources. Example: ``fitted(_fitting)(configs, dict(a=a, M=16, N=8192))``."""
+    def within(configs, named_args, **kwargs):
+        kept = prune(configs, named_args, **kwargs)
+        a = named_args["a"]
+        limit = shared_memory_per_program(a.device)
+        fit = [c for c in kept if limit is None or pipeline_bytes(c, a.element_size()) <= limit]
+        return fit or _low_memory(named_args, split)
+    return within
+
+
+# IRIS_GEMM_FIT_TILES is read once, here
+_tuned_gemm_kernel = triton.autotune(configs=_hopper_configs(), key=["M", "N", "K"], prune_configs_by={
+    "early_config_prune": fitted(_fitting) if config.gemm_fit_tiles() else _fitting})(_gemm_kernel)
 
 
 #: Rows up to which matmul's tuned kernel takes the decode tiles: narrow in M, K split in parts where the tiles
@@ -254,7 +299,8 @@ def _by_rows(configs, named_args, **kwargs):
 # a shape in both lists (64 x 128 x 64, no split) is tried once
 _tuned_split_kernel = triton.autotune(configs=_DECODE_CONFIGS + [c for c in _LARGE_CONFIGS if c not in _DECODE_CONFIGS],
                                       key=["M", "N", "K"],
-                                      prune_configs_by={"early_config_prune": _by_rows})(_split_gemm_kernel)
+                                      prune_configs_by={"early_config_prune": fitted(_by_rows, split=True)
+                                                        if config.gemm_fit_tiles() else _by_rows})(_split_gemm_kernel)
 _WORKSPACES: dict = {}  # device -> (parts, ready) of the split kernel, grown as needed
 _DECODE_TILES = tuple((m, n, split) for m, n, _, _, _, split in _DECODE_SHAPES)
 

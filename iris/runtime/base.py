@@ -143,6 +143,13 @@ class Backend(ABC):
     def compute_unit_count(self, device: torch.device) -> int:
         """Streaming multiprocessors, compute units or CPU cores of ``device``."""
 
+    def shared_memory_per_program(self, device: torch.device) -> int | None:
+        """Bytes of shared memory (LDS on AMD) one program of a kernel may use on ``device``: what Triton's
+        launcher checks a compiled kernel against (OutOfResources above it). None: no such limit (the
+        interpreter). Example: ``backend.shared_memory_per_program(torch.device("cuda", 0))`` -> 232448 on an
+        H100."""
+        return None
+
     def wall_clock_rate_khz(self, device: torch.device) -> int:
         """kHz of the clock device timestamps read; nanoseconds by default."""
         return 1_000_000

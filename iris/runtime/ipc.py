@@ -255,6 +255,12 @@ class IpcBackend(Backend):
     def compute_unit_count(self, device) -> int:
         return torch.cuda.get_device_properties(device).multi_processor_count
 
+    def shared_memory_per_program(self, device) -> int:
+        from triton.runtime import driver  # Triton's own figure, the one its launcher compares with
+
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return driver.active.utils.get_device_properties(index)["max_shared_mem"]
+
     def copy(self, dst: int, src: int, nbytes: int, stream=None) -> None:
         stream = torch.cuda.current_stream() if stream is None else stream
         self.runtime.memcpy_async(dst, src, nbytes, stream.cuda_stream)
