@@ -30,6 +30,18 @@ PRUNES = {("persistent", "0"): gemm._fitting, ("split", "0"): gemm._by_rows,
           ("persistent", "1"): gemm.fitted(gemm._fitting), ("split", "1"): gemm.fitted(gemm._by_rows, split=True)}
 
 
+class TargetGpu:
+    """What the pruning asks a GPU backend, for the gate's target of ``vendor`` (no GPU here): the target's shared
+    memory per program and the vendor backend's own pipeline fact."""
+
+    def __init__(self, vendor: str):
+        self.pipeline_buffers = backend_class(vendor).pipeline_buffers
+        self.limit = TARGETS[vendor].shared_memory_bytes
+
+    def shared_memory_per_program(self, device) -> int:
+        return self.limit
+
+
 def candidates(autotuner, prune, vendor: str, shape) -> list[tuple]:
     """(config, args, constants) of each launch ``autotuner`` tries on a ``vendor`` GPU for a bf16 ``shape``
     (row-major operands, no bias): its configurations after ``prune``, with the constants matmul passes there.
@@ -67,7 +79,7 @@ def test_every_candidate_compiles_and_one_fits_at_every_shape(name, vendor, fit,
     if vendor == "hip" and fit == "0":
         request.applymarker(_NO_AMD_TILE)
     target = TARGETS[vendor]
-    monkeypatch.setattr(gemm, "shared_memory_per_program", lambda device: target.shared_memory_bytes)
+    monkeypatch.setattr(gemm, "get_backend", lambda: TargetGpu(vendor))
     gate = Gate([target], tmp_path)
     none_fit = []
     try:

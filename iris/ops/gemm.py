@@ -238,17 +238,13 @@ _LOW_MEMORY_SHAPES = [(256, 128, 64, 8), (128, 256, 64, 8), (128, 128, 64, 8), (
                       (128, 64, 64, 4), (64, 64, 128, 4), (32, 64, 128, 4), (16, 64, 128, 4)]
 
 
-def shared_memory_per_program(device: torch.device) -> int | None:
-    """The backend's shared memory per program on ``device`` (None: no limit, the interpreter)."""
-    return get_backend().shared_memory_per_program(device)
-
-
-def pipeline_bytes(tile: triton.Config, element_bytes: int) -> int:
-    """Shared memory a tile's software pipeline takes at most: ``num_stages`` copies of an A and a B tile (what
-    Triton's NVIDIA pipeliner holds; its AMD one holds a stage fewer). Example: 128 x 256 x 64 bf16 tiles in 3
-    stages -> 147456 bytes."""
-    kw = tile.kwargs
-    return tile.num_stages * (kw["BLOCK_M"] + kw["BLOCK_N"]) * kw["BLOCK_K"] * element_bytes
+def pipeline_bytes(backend, launch: dict, element_bytes: int) -> int:
+    """Shared memory a GEMM tile's software pipeline takes on ``backend``'s GPUs: the copies of an A and a B tile
+    its pipeliner keeps (``backend.pipeline_buffers``) for ``launch``'s BLOCK_M, BLOCK_N, BLOCK_K and num_stages.
+    Example: ``pipeline_bytes(cuda, dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_stages=3), 2)`` -> 147456
+    (what sm_90 compiles it to; 98304 on a HIP backend, what gfx942 does)."""
+    tile_bytes = (launch["BLOCK_M"] + launch["BLOCK_N"]) * launch["BLOCK_K"] * element_bytes
+    return backend.pipeline_buffers(launch["num_stages"]) * tile_bytes
 
 
 def _low_memory(named_args, split: bool) -> list[triton.Config]:
@@ -268,9 +264,9 @@ def fitted(prune, split: bool = False):
     the call raises OutOfResources. Example: ``fitted(_fitting)(configs, dict(a=a, M=16, N=8192))``."""
     def within(configs, named_args, **kwargs):
         kept = prune(configs, named_args, **kwargs)
-        a = named_args["a"]
-        limit = shared_memory_per_program(a.device)
-        fit = [c for c in kept if limit is None or pipeline_bytes(c, a.element_size()) <= limit]
+        a, backend = named_args["a"], get_backend()
+        limit = backend.shared_memory_per_program(a.device)
+        fit = [c for c in kept if limit is None or pipeline_bytes(backend, c.all_kwargs(), a.element_size()) <= limit]
         return fit or _low_memory(named_args, split)
     return within
 

@@ -81,6 +81,12 @@ class HipBackend(IpcBackend):
         configure_compiler()  # made with the backend: before the first kernel compiles
         self._xcc_counts: dict[int, int] = {}
 
+    @staticmethod
+    def pipeline_buffers(num_stages: int) -> int:
+        """AMD's stream pipeliner keeps one stage fewer in LDS (the newest stage's loads wait in registers):
+        128 x 256 x 64 bf16 tiles in 3 stages compile to 98304 bytes for gfx942 (Triton 3.8), two copies."""
+        return max(1, num_stages - 1)
+
     def wall_clock_rate_khz(self, device) -> int:
         """s_memrealtime counts at 100 MHz on AMD Instinct GPUs."""
         return 100_000
