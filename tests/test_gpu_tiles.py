@@ -109,3 +109,75 @@ def test_the_autotuners_prune_as_the_switch_said_at_import():
     for name, autotuner in AUTOTUNERS.items():
         prune = autotuner.early_config_prune
         assert (prune.__qualname__ == "fitted.<locals>.within") == fitting, (name, prune)
+
+
+_RECORD_FUSED_LAUNCHES = """
+import pickle, sys, torch, iris
+from triton.runtime.interpreter import InterpretedFunction
+recorded, run = {}, InterpretedFunction.run
+def recording(self, *args, grid, warmup, **kwargs):
+    if "BLOCK_M" in kwargs:
+        recorded.setdefault((self.fn.__module__, self.fn.__qualname__), (args, kwargs))
+    return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+InterpretedFunction.run = recording
+ctx = iris.iris(1 << 26)
+a, b = ctx.randn(64, 64, dtype=torch.bfloat16), ctx.randn(64, 64, dtype=torch.bfloat16)
+ctx.ops.matmul_all_reduce(ctx.zeros(64, 64, dtype=torch.bfloat16), a, b)
+split = iris.ops.FusedConfig(split_k=2)  # the K split's workspace in the arguments, as a GPU's split launch has it
+ctx.ops.matmul_all_gather(ctx.zeros(64, 64, dtype=torch.bfloat16), a, b, config=split)
+plain = {key: (tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in args), kwargs)
+         for key, (args, kwargs) in recorded.items()}
+with open(sys.argv[1], "wb") as file:
+    pickle.dump(plain, file)
+"""
+
+
+@pytest.fixture(scope="module")
+def fused_launches(tmp_path_factory):
+    """{kernel: (args, constants)} of the fused kernels as one rank's CPU run launches them (tile aside)."""
+    import importlib
+    import pickle
+    import subprocess
+    import sys
+
+    from iris import config
+
+    path = tmp_path_factory.mktemp("fused") / "launches.pickle"
+    subprocess.run([sys.executable, "-c", _RECORD_FUSED_LAUNCHES, str(path)], check=True, timeout=300,
+                   env=config.child_environment(drop=("IRIS_CROSS_COMPILE",)))
+    with open(path, "rb") as file:
+        recorded = pickle.load(file)
+    assert len(recorded) == 2, recorded.keys()
+    return {getattr(importlib.import_module(module), name): launch for (module, name), launch in recorded.items()}
+
+
+@pytest.mark.parametrize("fit", ["0", "1"], ids=["as_listed", "fit_tiles"])
+@pytest.mark.parametrize("vendor", ["cuda", "hip"])
+def test_the_fused_kernels_gpu_tiles_compile_and_fit(fused_launches, vendor, fit, tmp_path, request):
+    """The tiles a GPU's fused ops take for FusedConfig() (fitted_launch at decode and large rows), compiled for
+    the vendor's target: they fit sm_90; on gfx942 the default and small tiles do not (98304 and 73728 bytes of
+    64 KiB) unless IRIS_GEMM_FIT_TILES fits them."""
+    from iris.ops._fused import SPLITS, fitted_launch
+    from iris.ops.config import FusedConfig
+
+    if vendor == "hip" and fit == "0":
+        request.applymarker(pytest.mark.xfail(strict=True, raises=AssertionError,
+                                              reason="gfx942: FusedConfig()'s default and small tiles need more "
+                                                     "than 64 KiB of LDS"))
+    target, facts = TARGETS[vendor], backend_class(vendor)
+    within = (facts, target.shared_memory_bytes) if fit == "1" else None
+    gate = Gate([target], tmp_path)
+    over = []
+    try:
+        for kernel, (args, constants) in fused_launches.items():
+            for rows, cols in ((64, 8192), (4096, 8192)):
+                launch = fitted_launch(FusedConfig(), rows, cols, 132, torch.bfloat16,
+                                       SPLITS if "SPLIT" in constants else None, within)
+                error = gate.verdicts(kernel, args, dict(constants, UPCAST=facts.upcasts_narrow_floats,
+                                                         **launch))[target]
+                assert error is None or isinstance(error, SharedMemoryError), str(error)
+                if error is not None:
+                    over.append(f"{kernel.fn.__name__} at {rows} x {cols}: {error}")
+    finally:
+        gate.close()
+    assert not over, "\n".join(over)

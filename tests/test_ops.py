@@ -83,6 +83,30 @@ def test_a_k_split_is_fitted_where_the_default_tile_leaves_most_programs_idle():
     assert fitted(256, 8192, config=FusedConfig(split_k=1)) == (128, 128, 1)
 
 
+def test_a_tile_is_fitted_within_the_gpus_shared_memory():
+    """fitted_launch(within=(backend, bytes)), as IRIS_GEMM_FIT_TILES gives it: the default candidates that need
+    more shared memory than the GPU has are passed over, the default tile at fewer stages where none fits, and a
+    tile set by hand that does not fit is refused before any launch, naming what it needs. gfx942 (64 KiB, AMD's
+    pipeliner: a stage fewer) keeps the half tile (128 x 128 x 64, 3 stages: 65536 bytes); sm_90 keeps all."""
+    from iris.ops._fused import SPLITS, fitted_launch
+    from iris.runtime import backend_class
+
+    hip, cuda = (backend_class("hip"), 65536), (backend_class("cuda"), 232448)
+
+    def fitted(rows, cols, within, config=FusedConfig(), splits=SPLITS):
+        launch = fitted_launch(config, rows, cols, 304, torch.bfloat16, splits, within=within)
+        return launch["BLOCK_M"], launch["BLOCK_N"], launch["num_stages"], launch.get("SPLIT")
+
+    assert fitted(4096, 8192, cuda) == (128, 256, 3, 1)  # as without a limit
+    assert fitted(4096, 8192, hip) == (128, 128, 3, 1)  # the default tile needs 98304 bytes there
+    assert fitted(64, 8192, hip) == (128, 128, 3, 1)  # the small tile needs 73728
+    assert fitted(4096, 8192, (backend_class("hip"), 50000)) == (128, 256, 2, 1)  # none fits: fewer stages
+    with pytest.raises(ValueError, match=r"needs 98304 bytes of shared memory per program; this GPU has 65536"):
+        fitted(4096, 8192, hip, config=FusedConfig(block_size_n=256, num_stages=3, num_warps=4))
+    with pytest.raises(ValueError, match="3 stages needs 147456 bytes .* has 40000"):
+        fitted(4096, 8192, (backend_class("cuda"), 40000))  # not even one stage
+
+
 @pytest.mark.parametrize("op", ["matmul_all_reduce", "matmul_reduce_scatter", "matmul_all_gather",
                                 "gemm_all_scatter", "all_gather_matmul"])
 def test_fused_op_with_tma_loads_matches_float64(ranks, op):

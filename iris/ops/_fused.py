@@ -13,9 +13,10 @@ from dataclasses import dataclass, replace
 import torch
 import triton
 
+from iris import config as settings
 from iris.device.barrier import FUSED_PROGRAMS
 from iris.ops.config import FusedConfig
-from iris.ops.gemm import INTERPRETED_TILE, check_operands, tma_ready
+from iris.ops.gemm import INTERPRETED_TILE, check_operands, pipeline_bytes, tma_ready
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,15 @@ _TILE_FIELDS = ("block_size_m", "block_size_n", "block_size_k", "group_size_m", 
 
 
 def fitted_launch(config: FusedConfig, rows: int, cols: int, programs: int, dtype: torch.dtype,
-                  splits: tuple[int, ...] | None = None) -> dict:
+                  splits: tuple[int, ...] | None = None, within: tuple | None = None) -> dict:
     """The tile constexprs and launch options (BLOCK_M/N/K, GROUP_M, num_warps, num_stages, and SPLIT where
     ``splits``, the K splits the caller's kernel takes, is given) for an (rows, cols) output on ``programs``
     concurrent programs. A tile set by hand is used as set; the default gives way to :data:`HALF_TILE`,
     :data:`SMALL_TILE` or (unless ``config.split_k`` is set) a tile cut in K parts, whichever finishes its waves
     soonest at its cost per tile. float32 operands take half the K depth (the same shared memory as 16 bits).
+    ``within``, (backend, bytes) of a GPU's shared memory per program (IRIS_GEMM_FIT_TILES): the candidates whose
+    pipeline (``iris.ops.gemm.pipeline_bytes``) needs more are passed over, the default tile at fewer stages taken
+    where none fits, and a tile set by hand that does not fit is refused (ValueError) before any launch.
 
     Example:
         >>> fitted_launch(FusedConfig(), 128, 8192, 132, torch.bfloat16)["BLOCK_M"]   # 32 tiles: too few
@@ -89,12 +93,37 @@ def fitted_launch(config: FusedConfig, rows: int, cols: int, programs: int, dtyp
                       (replace(config, **SMALL_TILE), SMALL_TILE_COST, 1)]
         cut = candidates[0] if rows >= SPLIT_MIN_ROWS else candidates[2]  # the tile whose K parts compete
         candidates += [(cut[0], cut[1], parts) for parts in (splits if fitted else ()) if parts > 1]
+        if within is not None:
+            candidates = ([c for c in candidates if _need(c[0], dtype, within) <= within[1]]
+                          or [(_fewer_stages(config, dtype, within), 1.0, 1)])
         config, _, chosen = min(candidates, key=lambda candidate: cost(*candidate))  # min keeps the first of equals
         split = chosen if fitted else split
-    depth = max(16, config.block_size_k // 2) if dtype == torch.float32 else config.block_size_k
-    launch = dict(BLOCK_M=config.block_size_m, BLOCK_N=config.block_size_n, BLOCK_K=depth,
-                  GROUP_M=config.group_size_m, num_warps=config.num_warps, num_stages=config.num_stages)
+    if within is not None and _need(config, dtype, within) > within[1]:
+        raise ValueError(f"FusedConfig tile {config.block_size_m} x {config.block_size_n} x {config.block_size_k} in "
+                         f"{config.num_stages} stages needs {_need(config, dtype, within)} bytes of shared memory per "
+                         f"program; this GPU has {within[1]}: take fewer stages or a smaller tile")
+    launch = _launch(config, dtype)
     return launch if splits is None else dict(launch, SPLIT=split)
+
+
+def _launch(config: FusedConfig, dtype: torch.dtype) -> dict:
+    """The constexprs and launch options of ``config``'s tile for ``dtype`` operands (float32: half the K depth)."""
+    depth = max(16, config.block_size_k // 2) if dtype == torch.float32 else config.block_size_k
+    return dict(BLOCK_M=config.block_size_m, BLOCK_N=config.block_size_n, BLOCK_K=depth,
+                GROUP_M=config.group_size_m, num_warps=config.num_warps, num_stages=config.num_stages)
+
+
+def _need(config: FusedConfig, dtype: torch.dtype, within: tuple) -> int:
+    return pipeline_bytes(within[0], _launch(config, dtype), dtype.itemsize)
+
+
+def _fewer_stages(config: FusedConfig, dtype: torch.dtype, within: tuple) -> FusedConfig:
+    """``config`` at the most stages (fewer than its own) whose pipeline fits ``within``; itself where none does
+    (then fitted_launch refuses it, naming its need)."""
+    for stages in range(config.num_stages - 1, 0, -1):
+        if _need(replace(config, num_stages=stages), dtype, within) <= within[1]:
+            return replace(config, num_stages=stages)
+    return config
 
 
 def split_last_round(tiles: int, programs: int, choices) -> tuple[int, int]:
@@ -119,10 +148,14 @@ def tile(ctx, config: FusedConfig, dtype: torch.dtype, rows: int, cols: int,
     """The tile and launch options of one call with an (rows, cols) output: :func:`fitted_launch` for
     this rank's concurrent programs on a GPU; the interpreter's own small tile on the CPU backend (K split
     only as ``config.split_k`` says)."""
-    if not ctx.team.backend.compiles_kernels:
+    backend = ctx.team.backend
+    if not backend.compiles_kernels:
         launch = dict(INTERPRETED_TILE, num_warps=config.num_warps, num_stages=config.num_stages)
         return launch if splits is None else dict(launch, SPLIT=config.split_k or 1)
-    return fitted_launch(config, rows, cols, concurrent_programs(ctx), dtype, splits)
+    within = None
+    if settings.gemm_fit_tiles():  # IRIS_GEMM_FIT_TILES
+        within = (backend, backend.shared_memory_per_program(ctx.get_device()))
+    return fitted_launch(config, rows, cols, concurrent_programs(ctx), dtype, splits, within)
 
 
 # FusedConfig(tma_loads=None) takes the descriptors from this many rows of A (faster there on H200, not below)
