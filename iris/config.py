@@ -93,8 +93,9 @@ VARIABLES: tuple[Variable, ...] = (
              "against cuBLAS (``benchmarks/gemm.py``)", "switch"),
     Variable("IRIS_GEMM_FIT_TILES", "0",
              "``iris.ops.matmul``'s autotuners try only the tiles whose pipeline fits the GPU's shared memory per "
-             "program and, where none does (an MI300X's 64 KiB of LDS), two-stage tiles that fit; read when iris.ops "
-             "is imported; off until the GPU gate has run with it", "switch"),
+             "program and, where none does (an MI300X's 64 KiB of LDS), smaller tiles or fewer stages, and so do the "
+             "fused ops (a hand-set tile that does not fit is refused); matmul reads it when iris.ops is imported, "
+             "the fused ops at each call; off until the GPU gate has run with it", "switch"),
     Variable("IRIS_CPU_BIND", "0", "``iris run`` gives each rank cores of its own, as ``--cpu-bind``", "switch"),
     Variable("IRIS_QUIET_AMD_OPTIONS", "0",
              "no warning when an AMD-only launch option (``waves_per_eu``, ``matrix_instr_nonkdim``, ``kpack``, "
