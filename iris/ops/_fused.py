@@ -84,6 +84,11 @@ def fitted_launch(config: FusedConfig, rows: int, cols: int, programs: int, dtyp
     """
     fitted = splits is not None and config.split_k is None
     split = config.split_k or 1
+    if within is not None:
+        backend, limit = within
+
+        def need(tile: FusedConfig) -> int:
+            return pipeline_bytes(backend, _launch(tile, dtype), dtype.itemsize)
     if all(getattr(config, name) == getattr(FusedConfig, name) for name in _TILE_FIELDS):
         def cost(tile: FusedConfig, per_tile: float, parts: int) -> float:
             tiles = triton.cdiv(rows, tile.block_size_m) * triton.cdiv(cols, tile.block_size_n)
@@ -93,15 +98,16 @@ def fitted_launch(config: FusedConfig, rows: int, cols: int, programs: int, dtyp
                       (replace(config, **SMALL_TILE), SMALL_TILE_COST, 1)]
         cut = candidates[0] if rows >= SPLIT_MIN_ROWS else candidates[2]  # the tile whose K parts compete
         candidates += [(cut[0], cut[1], parts) for parts in (splits if fitted else ()) if parts > 1]
-        if within is not None:
-            candidates = ([c for c in candidates if _need(c[0], dtype, within) <= within[1]]
-                          or [(_fewer_stages(config, dtype, within), 1.0, 1)])
+        if within is not None:  # those that fit, else the default tile at the most stages that fit (if any)
+            fewer = (replace(config, num_stages=s) for s in range(config.num_stages - 1, 0, -1))
+            candidates = ([c for c in candidates if need(c[0]) <= limit]
+                          or [(next((c for c in fewer if need(c) <= limit), config), 1.0, 1)])
         config, _, chosen = min(candidates, key=lambda candidate: cost(*candidate))  # min keeps the first of equals
         split = chosen if fitted else split
-    if within is not None and _need(config, dtype, within) > within[1]:
+    if within is not None and need(config) > limit:
         raise ValueError(f"FusedConfig tile {config.block_size_m} x {config.block_size_n} x {config.block_size_k} in "
-                         f"{config.num_stages} stages needs {_need(config, dtype, within)} bytes of shared memory per "
-                         f"program; this GPU has {within[1]}: take fewer stages or a smaller tile")
+                         f"{config.num_stages} stages needs {need(config)} bytes of shared memory per program; this "
+                         f"GPU has {limit}: take fewer stages or a smaller tile")
     launch = _launch(config, dtype)
     return launch if splits is None else dict(launch, SPLIT=split)
 
@@ -111,19 +117,6 @@ def _launch(config: FusedConfig, dtype: torch.dtype) -> dict:
     depth = max(16, config.block_size_k // 2) if dtype == torch.float32 else config.block_size_k
     return dict(BLOCK_M=config.block_size_m, BLOCK_N=config.block_size_n, BLOCK_K=depth,
                 GROUP_M=config.group_size_m, num_warps=config.num_warps, num_stages=config.num_stages)
-
-
-def _need(config: FusedConfig, dtype: torch.dtype, within: tuple) -> int:
-    return pipeline_bytes(within[0], _launch(config, dtype), dtype.itemsize)
-
-
-def _fewer_stages(config: FusedConfig, dtype: torch.dtype, within: tuple) -> FusedConfig:
-    """``config`` at the most stages (fewer than its own) whose pipeline fits ``within``; itself where none does
-    (then fitted_launch refuses it, naming its need)."""
-    for stages in range(config.num_stages - 1, 0, -1):
-        if _need(replace(config, num_stages=stages), dtype, within) <= within[1]:
-            return replace(config, num_stages=stages)
-    return config
 
 
 def split_last_round(tiles: int, programs: int, choices) -> tuple[int, int]:

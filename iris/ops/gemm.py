@@ -239,13 +239,17 @@ def pipeline_bytes(backend, launch: dict, element_bytes: int) -> int:
     return backend.pipeline_buffers(launch["num_stages"]) * tile_bytes
 
 
+def _rows_needed(m: int) -> int:
+    """The tallest decode tile an M-row output needs: M rounded up to a power of two, at least 16."""
+    return max(16, triton.next_power_of_2(m))
+
+
 def _low_memory(named_args, split: bool) -> list[triton.Config]:
     """The two-stage tiles no taller than M needs (the smallest where none is), with SPLIT=1 for the split kernel."""
-    m = named_args["M"]
-    fit = [(m_, n, k, w) for m_, n, k, w in _LOW_MEMORY_SHAPES if m_ <= max(16, triton.next_power_of_2(m))]
+    fit = [(m, n, k, w) for m, n, k, w in _LOW_MEMORY_SHAPES if m <= _rows_needed(named_args["M"])]
     extra = dict(SPLIT=1) if split else {}
-    return [triton.Config(dict(BLOCK_M=m_, BLOCK_N=n, BLOCK_K=k, GROUP_M=8, **extra), num_warps=w, num_stages=2)
-            for m_, n, k, w in fit or [min(_LOW_MEMORY_SHAPES)]]
+    return [triton.Config(dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, GROUP_M=8, **extra), num_warps=w, num_stages=2)
+            for m, n, k, w in fit or [min(_LOW_MEMORY_SHAPES)]]
 
 
 def fitted(prune, split: bool = False):
@@ -288,7 +292,7 @@ def _by_rows(configs, named_args, **kwargs):
     large = _fitting([c for c in configs if c in _LARGE_CONFIGS], named_args)
     if m > DECODE_ROWS:
         return large
-    decode = [c for c in configs if c in _DECODE_CONFIGS and c.kwargs["BLOCK_M"] <= max(16, triton.next_power_of_2(m))]
+    decode = [c for c in configs if c in _DECODE_CONFIGS and c.kwargs["BLOCK_M"] <= _rows_needed(m)]
     return decode + ([c for c in large if c not in decode] if m >= 64 else [])
 
 
