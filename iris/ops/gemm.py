@@ -18,6 +18,7 @@ import functools
 import torch
 import triton
 import triton.language as tl
+import triton.testing
 from triton.runtime import _allocation
 
 from iris import config
@@ -209,8 +210,8 @@ def _split_gemm_kernel(a, b, out, bias, parts, ready, M, N, K, stride_am, stride
 
 def _hopper_configs() -> list[triton.Config]:
     """Tile shapes for bf16/fp16 on Hopper; valid on AMD."""
-    shapes = [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 4),
-              (64, 256, 64, 4, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4)]
+    shapes = [(128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4),
+              (128, 128, 64, 8, 4), (64, 256, 64, 4, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4)]
     return [triton.Config(dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, GROUP_M=8), num_warps=w, num_stages=s)
             for m, n, k, w, s in shapes]
 
@@ -221,6 +222,13 @@ def _fitting(configs, named_args, **_):
     fit = [c for c in configs if c.kwargs["BLOCK_M"] <= max(64, triton.next_power_of_2(m))
            and c.kwargs["BLOCK_N"] <= max(64, triton.next_power_of_2(n))]
     return fit or [min(configs, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
+
+
+def _replayed_ms(kernel_call, quantiles):
+    """The autotuners' timing: the calls replayed from a CUDA graph, back to back with L2 as the last call left it
+    (as a model's GEMMs run), not Triton's default of launches with L2 flushed before each. On an H100 the default
+    picked 256 x 128 tiles where 128 x 256 ones ran 6-9% faster replayed (M = 1024 and 4096, N = 8192)."""
+    return triton.testing.do_bench_cudagraph(kernel_call, rep=20, quantiles=quantiles)
 
 
 #: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps) of the tiles for GPUs that none of the lists fits (IRIS_GEMM_FIT_TILES):
@@ -268,8 +276,9 @@ def fitted(prune, split: bool = False):
 
 
 # IRIS_GEMM_FIT_TILES is read once, here
-_tuned_gemm_kernel = triton.autotune(configs=_hopper_configs(), key=["M", "N", "K"], prune_configs_by={
-    "early_config_prune": fitted(_fitting) if config.gemm_fit_tiles() else _fitting})(_gemm_kernel)
+_tuned_gemm_kernel = triton.autotune(configs=_hopper_configs(), key=["M", "N", "K"], do_bench=_replayed_ms,
+                                     prune_configs_by={"early_config_prune": fitted(_fitting)
+                                                       if config.gemm_fit_tiles() else _fitting})(_gemm_kernel)
 
 
 #: Rows up to which matmul's tuned kernel takes the decode tiles: narrow in M, K split in parts where the tiles
@@ -278,7 +287,8 @@ DECODE_ROWS = 128
 #: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT) of the decode tiles
 _DECODE_SHAPES = [(16, 64, 128, 4, 4, 1), (16, 64, 128, 4, 4, 2), (16, 64, 128, 4, 4, 4), (16, 128, 128, 4, 4, 1),
                   (16, 128, 128, 4, 4, 2), (16, 128, 128, 4, 4, 4), (32, 64, 128, 4, 4, 2), (32, 128, 128, 4, 4, 2),
-                  (64, 64, 128, 4, 4, 2), (64, 128, 64, 4, 4, 1), (64, 128, 64, 4, 4, 2), (64, 128, 128, 8, 3, 4)]
+                  (64, 64, 128, 4, 4, 2), (64, 128, 64, 4, 4, 1), (64, 128, 64, 4, 4, 2), (64, 128, 128, 8, 3, 4),
+                  (64, 128, 128, 4, 4, 1), (128, 64, 128, 4, 4, 1)]  # the last two: 0.96 and 0.94x cuBLAS at M = 128
 _DECODE_CONFIGS = [triton.Config(dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, GROUP_M=8, SPLIT=split), num_warps=w,
                                  num_stages=stages) for m, n, k, w, stages, split in _DECODE_SHAPES]
 _LARGE_CONFIGS = [triton.Config({**c.kwargs, "SPLIT": 1}, num_warps=c.num_warps, num_stages=c.num_stages)
@@ -298,7 +308,7 @@ def _by_rows(configs, named_args, **kwargs):
 
 # a shape in both lists (64 x 128 x 64, no split) is tried once
 _tuned_split_kernel = triton.autotune(configs=_DECODE_CONFIGS + [c for c in _LARGE_CONFIGS if c not in _DECODE_CONFIGS],
-                                      key=["M", "N", "K"],
+                                      key=["M", "N", "K"], do_bench=_replayed_ms,
                                       prune_configs_by={"early_config_prune": fitted(_by_rows, split=True)
                                                         if config.gemm_fit_tiles() else _by_rows})(_split_gemm_kernel)
 _WORKSPACES: dict = {}  # device -> (parts, ready) of the split kernel, grown as needed
@@ -331,7 +341,9 @@ def chosen_tile(tuned: bool) -> str:
     default one, as its autotuner chose them ("" before any, and on the CPU backend, which tunes nothing); what a
     benchmark reports beside a figure. Example: ``chosen_tile(True)`` -> ``"BLOCK_M=16, BLOCK_N=64, ..."``."""
     remembered = _LAST.get(bool(tuned))
-    return "" if remembered is None else ", ".join(f"{k}={v}" for k, v in remembered.config.all_kwargs().items())
+    if remembered is None or remembered.config is None:
+        return ""
+    return ", ".join(f"{k}={v}" for k, v in remembered.config.all_kwargs().items())
 
 
 def tma_ready(backend, device: torch.device, *operands: torch.Tensor) -> bool:
@@ -397,6 +409,36 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, bi
         out_dtype: float32, bfloat16 or float16 (default: ``out``'s dtype, else ``a``'s).
         programs: on a GPU, at most this many persistent programs (default: one per compute unit).
     """
+    tuned = config.gemm_tuned()
+    key = _call_key(a, b, out, bias, out_dtype, programs, tuned)
+    remembered = _LAUNCHES.get(key)
+    if remembered is None:  # checked, launched through the autotuner, remembered
+        return _first_call(a, b, out, bias, out_dtype, programs, tuned, key)
+    if out is None:
+        out = torch.empty(remembered.out_shape, dtype=remembered.out_dtype, device=a.device)
+    remembered.launch(a, b, out, bias)
+    _LAST[tuned] = remembered
+    return out
+
+
+def _call_key(a, b, out, bias, out_dtype, programs, tuned) -> tuple | None:
+    """What a call's launch depends on and its checks read: each tensor's device, dtype, shape, strides and
+    whether its address is 16-byte aligned (Triton compiles in the integers and that alignment); None where an
+    argument is not a tensor (the first call's checks name it)."""
+    key = [tuned, programs, out_dtype]
+    for t in (a, b, out, bias):
+        if t is None:
+            key.append(None)
+        elif isinstance(t, torch.Tensor):
+            key += (t.device, t.dtype, t.shape, t.stride(), t.data_ptr() % 16)
+        else:
+            return None
+    return tuple(key)
+
+
+def _first_call(a, b, out, bias, out_dtype, programs, tuned, key) -> torch.Tensor:
+    """A call of a kind not seen before: its checks, its launch (on GPUs through the autotuner, which times the
+    fitting tiles once per shape), and the launch remembered under ``key`` for the calls to come."""
     out_dtype = out_dtype or (out.dtype if out is not None else getattr(a, "dtype", None))
     check_operands("matmul", a, b, out, bias, out_dtype)
     M, K = a.shape
@@ -405,71 +447,69 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None, bi
         out = torch.empty((M, N), dtype=out_dtype, device=a.device)
     if M == 0 or N == 0:
         return out
-    args = (a, b, out, bias if bias is not None else out, M, N, K, a.stride(0), a.stride(1), b.stride(0),
-            b.stride(1), out.stride(0), out.stride(1))
+    sizes = (M, N, K, *a.stride(), *b.stride(), *out.stride())
     backend = get_backend()
-    upcast = backend.upcasts_narrow_floats
-    if not backend.compiles_kernels:  # nothing to autotune: one small tile
-        programs = min(tile_count(M, N, INTERPRETED_TILE), 4)
-        _gemm_kernel[(programs,)](*args, HAS_BIAS=bias is not None, UPCAST=upcast, **INTERPRETED_TILE)
-        return out
-    tuned = config.gemm_tuned()
-    # what Triton compiles in: dtypes, integers (sizes, strides), and whether each address is 16-byte aligned
-    key = (tuned, programs, a.device, a.dtype, out.dtype, args[3].dtype, M, N, K, a.stride(), b.stride(),
-           out.stride(), bias is not None, a.data_ptr() % 16, b.data_ptr() % 16, out.data_ptr() % 16,
-           args[3].data_ptr() % 16)
-    remembered = _LAUNCHES.get(key)
-    if remembered is None:
-        remembered = _first_launch(backend, key, args, bias is not None, upcast, tuned, programs)
+    constexprs = dict(HAS_BIAS=bias is not None, UPCAST=backend.upcasts_narrow_floats)
+    if not backend.compiles_kernels:  # the interpreter: nothing to autotune, one small tile
+        constexprs.update(INTERPRETED_TILE)
+        remembered = _Launch(_gemm_kernel, (min(tile_count(M, N, INTERPRETED_TILE), 4),), constexprs, None, (),
+                             sizes, False, None, out)
+        remembered.launch(a, b, out, bias)
     else:
-        if remembered.tma:
-            _install_allocator(a.device)  # per thread (Triton's allocator is a context variable)
-        remembered.bound.launch_with(*args[:4], *remembered.workspace, *args[4:])
+        units = backend.compute_unit_count(a.device)
+        programs = units if programs is None else max(1, min(programs, units))
+
+        def grid(meta):
+            return (min(programs, tile_count(M, N, meta) * meta.get("SPLIT", 1)),)
+
+        tma = False
+        if tuned:
+            tma = tma_ready(backend, a.device, a, b)
+            kernel, workspace, constexprs["TMA"] = _tuned_split_kernel, split_workspace(a.device, M, N), tma
+        else:
+            kernel, workspace = _tuned_gemm_kernel, ()
+        call = (a, b, out, out if bias is None else bias, *workspace, *sizes)
+        kernel[grid](*call, **constexprs)
+        chosen = kernel.best_config
+        launch_grid = grid(chosen.kwargs)
+        bound = bind(kernel.fn, launch_grid, *call, **constexprs, **chosen.all_kwargs())
+        remembered = _Launch(kernel.fn, launch_grid, constexprs, bound, workspace, sizes, tma, chosen, out)
+    if key is not None:
+        if len(_LAUNCHES) >= MAX_LAUNCHES:
+            _LAUNCHES.clear()
+        _LAUNCHES[key] = remembered
     _LAST[tuned] = remembered
     return out
 
 
 class _Launch:
-    """How matmul launched a shape (tuned or not, operands' strides and alignment, ...): its kernel bound once
-    with the autotuner's choice (:func:`iris.host.replay.plans.bind`), the split kernel's workspace, whether it
-    loads through TMA descriptors, and the chosen configuration. A repeated call relaunches it with its own
-    tensors, skipping the autotuner's and Triton's per-call Python (about 50 us a call on an H100 host, more than
-    a decode GEMM's kernel)."""
+    """How matmul launches one kind of call (see :func:`_call_key`): on GPUs its kernel bound once with the
+    autotuner's choice (:func:`iris.host.replay.plans.bind`) and relaunched with each call's addresses, skipping
+    the autotuner's and Triton's per-call Python (about 35 us a call on an H100 host, as long as a decode-sized
+    GEMM's kernel); on the interpreter, Triton's own launch. With it: the split kernel's workspace, the sizes and
+    strides (the same for every call of the kind), whether it loads through TMA descriptors, the chosen
+    configuration (None on the interpreter), and the output's shape and dtype (for calls that pass no ``out``)."""
 
-    __slots__ = ("bound", "workspace", "tma", "config")
+    __slots__ = ("kernel", "grid", "constexprs", "bound", "workspace", "sizes", "fixed", "tma", "config",
+                 "out_shape", "out_dtype")
 
-    def __init__(self, bound, workspace, tma, chosen):
-        self.bound, self.workspace, self.tma, self.config = bound, workspace, tma, chosen
+    def __init__(self, kernel, grid, constexprs, bound, workspace, sizes, tma, chosen, out):
+        self.kernel, self.grid, self.constexprs, self.bound = kernel, grid, constexprs, bound
+        self.workspace, self.sizes, self.tma, self.config = workspace, sizes, tma, chosen
+        self.fixed = tuple(t.data_ptr() for t in workspace) + sizes  # the launch's values after the four operands
+        self.out_shape, self.out_dtype = tuple(out.shape), out.dtype
+
+    def launch(self, a, b, out, bias) -> None:
+        bias = out if bias is None else bias  # any pointer: the kernel reads no bias without HAS_BIAS
+        if self.bound is None:
+            self.kernel[self.grid](a, b, out, bias, *self.workspace, *self.sizes, **self.constexprs)
+            return
+        if self.tma:
+            _install_allocator(a.device)  # per thread (Triton's allocator is a context variable)
+        self.bound.launch_values((a.data_ptr(), b.data_ptr(), out.data_ptr(), bias.data_ptr()) + self.fixed)
 
 
 _LAUNCHES: dict = {}  # key (see matmul) -> _Launch; emptied past MAX_LAUNCHES
 MAX_LAUNCHES = 512
 _LAST: dict = {}  # tuned (bool) -> the _Launch of the last call: what chosen_tile reports
 
-
-def _first_launch(backend, key, args, has_bias: bool, upcast: bool, tuned: bool, programs) -> _Launch:
-    """A shape's first call: through the autotuner (which times the fitting tiles once per shape), then the
-    chosen kernel bound for the calls to come."""
-    a, b = args[0], args[1]
-    M, N = args[4], args[5]
-    units = backend.compute_unit_count(a.device)
-    programs = units if programs is None else max(1, min(programs, units))
-
-    def grid(meta):
-        return (min(programs, tile_count(M, N, meta) * meta.get("SPLIT", 1)),)
-
-    if tuned:
-        tma = tma_ready(backend, a.device, a, b)
-        kernel, workspace, constexprs = _tuned_split_kernel, split_workspace(a.device, M, N), dict(TMA=tma)
-    else:
-        tma, kernel, workspace, constexprs = False, _tuned_gemm_kernel, (), {}
-    constexprs.update(HAS_BIAS=has_bias, UPCAST=upcast)
-    call = (*args[:4], *workspace, *args[4:])
-    kernel[grid](*call, **constexprs)
-    chosen = kernel.best_config
-    remembered = _Launch(bind(kernel.fn, grid(chosen.kwargs), *call, **constexprs, **chosen.all_kwargs()),
-                         workspace, tma, chosen)
-    if len(_LAUNCHES) >= MAX_LAUNCHES:
-        _LAUNCHES.clear()
-    _LAUNCHES[key] = remembered
-    return remembered

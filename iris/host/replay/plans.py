@@ -61,15 +61,12 @@ class BoundLaunch:
             return
         self._launch(self._values)
 
-    def launch_with(self, *args) -> None:
-        """This launch with other arguments of the same specialization: tensors of the same dtypes whose addresses
-        agree with the first ones' modulo 16, the same integers (Triton compiles those in). What a repeated call of
-        one shape passes with new tensors, e.g. ``launch.launch_with(x2, y2, n)`` after ``bind(k, (4,), x, y, n)``.
-        """
-        if self._compiled is None:  # the interpreter
-            self._kernel[self._grid](*args, **self._constexprs)
-            return
-        self._launch(_addresses(args) + self._tail)
+    def launch_values(self, values: tuple) -> None:
+        """This compiled launch with other argument values of the same specialization, as the launcher takes them
+        (tensors as addresses): tensors of the same dtypes whose addresses agree with the first ones' modulo 16,
+        the same integers (Triton compiles those in). What a repeated call of one shape passes with new tensors,
+        e.g. ``launch.launch_values((x2.data_ptr(), y2.data_ptr(), n))`` after ``bind(k, (4,), x, y, n)``."""
+        self._launch(values + self._tail)
 
     def _launch(self, values: tuple) -> None:
         compiled = self._compiled
