@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import inspect
 
 import torch
 import triton
@@ -275,10 +276,23 @@ def fitted(prune, split: bool = False):
     return within
 
 
+#: Where Triton can (its autotune's ``cache_results``), the autotuners' timings are kept on disk in Triton's cache,
+#: keyed by the shape, the dtypes, the tiles tried and the GPU's architecture: each rank of a job and each later run
+#: on the machine takes the tile timed first without compiling and timing every candidate again
+_TIMINGS_ON_DISK = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
+
+
+def _autotuner(configs: list, prune):
+    """matmul's autotuner over ``configs``: keyed by M, N and K, the candidates left by ``prune`` timed replayed
+    from a CUDA graph (:func:`_replayed_ms`), the timings kept on disk (``_TIMINGS_ON_DISK``).
+    Example: ``_autotuner(_hopper_configs(), _fitting)(_gemm_kernel)``."""
+    return triton.autotune(configs=configs, key=["M", "N", "K"], do_bench=_replayed_ms,
+                           prune_configs_by={"early_config_prune": prune}, **_TIMINGS_ON_DISK)
+
+
 # IRIS_GEMM_FIT_TILES is read once, here
-_tuned_gemm_kernel = triton.autotune(configs=_hopper_configs(), key=["M", "N", "K"], do_bench=_replayed_ms,
-                                     prune_configs_by={"early_config_prune": fitted(_fitting)
-                                                       if config.gemm_fit_tiles() else _fitting})(_gemm_kernel)
+_tuned_gemm_kernel = _autotuner(_hopper_configs(), fitted(_fitting) if config.gemm_fit_tiles() else _fitting)(
+    _gemm_kernel)
 
 
 #: Rows up to which matmul's tuned kernel takes the decode tiles: narrow in M, K split in parts where the tiles
@@ -307,10 +321,9 @@ def _by_rows(configs, named_args, **kwargs):
 
 
 # a shape in both lists (64 x 128 x 64, no split) is tried once
-_tuned_split_kernel = triton.autotune(configs=_DECODE_CONFIGS + [c for c in _LARGE_CONFIGS if c not in _DECODE_CONFIGS],
-                                      key=["M", "N", "K"], do_bench=_replayed_ms,
-                                      prune_configs_by={"early_config_prune": fitted(_by_rows, split=True)
-                                                        if config.gemm_fit_tiles() else _by_rows})(_split_gemm_kernel)
+_tuned_split_kernel = _autotuner(_DECODE_CONFIGS + [c for c in _LARGE_CONFIGS if c not in _DECODE_CONFIGS],
+                                 fitted(_by_rows, split=True) if config.gemm_fit_tiles() else _by_rows)(
+    _split_gemm_kernel)
 _WORKSPACES: dict = {}  # device -> (parts, ready) of the split kernel, grown as needed
 _DECODE_TILES = tuple((m, n, split) for m, n, _, _, _, split in _DECODE_SHAPES)
 
