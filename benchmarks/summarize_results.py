@@ -31,8 +31,10 @@ _NAME = re.compile(rf"^({'|'.join(BENCHMARKS)})_([a-z0-9]+(?:-[a-z0-9]+)*)_([1-9
 
 
 def gpu_slug(gpu_name: str) -> str:
-    """The GPU kind in a file name: ``NVIDIA H200`` -> ``nvidia-h200``."""
-    return re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
+    """The GPU kind in a file name, without the memory size and type some boards add to their name:
+    ``NVIDIA H200`` -> ``nvidia-h200``, ``NVIDIA H100 80GB HBM3`` -> ``nvidia-h100``."""
+    kind = re.sub(r"[\s-]*\d+\s*GB\b.*$", "", gpu_name, flags=re.IGNORECASE)
+    return re.sub(r"[^a-z0-9]+", "-", kind.lower()).strip("-")
 
 
 def canonical_name(benchmark: str, gpu_name: str, world: int, suffix: str = ".csv") -> str:

@@ -96,6 +96,11 @@ VARIABLES: tuple[Variable, ...] = (
              "program and, where none does (an MI300X's 64 KiB of LDS), smaller tiles or fewer stages, and so do the "
              "fused ops (a hand-set tile that does not fit is refused); matmul reads it when iris.ops is imported, "
              "the fused ops at each call; off until the GPU gate has run with it", "switch"),
+    Variable("IRIS_GEMM_TIMINGS_ON_DISK", "0",
+             "``iris.ops.matmul``'s autotuners keep their timings in Triton's cache on disk (Triton's "
+             "``cache_results``), so each rank of a job and each later run on the machine takes the tile timed "
+             "first instead of compiling and timing every candidate; read when iris.ops is imported; off until "
+             "the GPU gate has run with it", "switch"),
     Variable("IRIS_CPU_BIND", "0", "``iris run`` gives each rank cores of its own, as ``--cpu-bind``", "switch"),
     Variable("IRIS_QUIET_AMD_OPTIONS", "0",
              "no warning when an AMD-only launch option (``waves_per_eu``, ``matrix_instr_nonkdim``, ``kpack``, "
@@ -241,6 +246,11 @@ def record_on_host() -> bool:
 def gemm_tuned() -> bool:
     """IRIS_GEMM_TUNED: iris.ops.matmul takes its split-K and TMA kernel."""
     return switch("IRIS_GEMM_TUNED")
+
+
+def gemm_timings_on_disk() -> bool:
+    """IRIS_GEMM_TIMINGS_ON_DISK: iris.ops.matmul's autotuners keep their timings on disk."""
+    return switch("IRIS_GEMM_TIMINGS_ON_DISK")
 
 
 def gemm_fit_tiles() -> bool:

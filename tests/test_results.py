@@ -29,7 +29,11 @@ def test_every_benchmark_named_is_a_script_that_writes_canonical_names():
     for benchmark in summary.BENCHMARKS:
         assert (ROOT / "benchmarks" / f"{benchmark}.py").exists(), benchmark
     path = import_benchmark("_results").default_csv("ccl", "NVIDIA H100 80GB HBM3", 4)
-    assert path.parent == RESULTS and summary.parse_name(path.name) == ("ccl", "nvidia-h100-80gb-hbm3", 4, ".csv")
+    assert path.parent == RESULTS and summary.parse_name(path.name) == ("ccl", "nvidia-h100", 4, ".csv")
+    # the kind, not the memory: the name an H100 SXM reports and the name an H200 reports
+    assert [summary.gpu_slug(name) for name in ("NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA H100 NVL",
+                                                  "AMD Instinct MI300X", "NVIDIA A100-SXM4-80GB")] == [
+        "nvidia-h100", "nvidia-h200", "nvidia-h100-nvl", "amd-instinct-mi300x", "nvidia-a100-sxm4"]
 
 
 def test_the_committed_summary_is_what_the_command_writes_now():

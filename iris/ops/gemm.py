@@ -276,10 +276,12 @@ def fitted(prune, split: bool = False):
     return within
 
 
-#: Where Triton can (its autotune's ``cache_results``), the autotuners' timings are kept on disk in Triton's cache,
-#: keyed by the shape, the dtypes, the tiles tried and the GPU's architecture: each rank of a job and each later run
-#: on the machine takes the tile timed first without compiling and timing every candidate again
-_TIMINGS_ON_DISK = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
+#: With IRIS_GEMM_TIMINGS_ON_DISK (read once, here) and where Triton can (its autotune's ``cache_results``), the
+#: autotuners' timings are kept on disk in Triton's cache, keyed by the shape, the dtypes, the tiles tried and the
+#: GPU's architecture: each rank of a job and each later run on the machine takes the tile timed first without
+#: compiling and timing every candidate again
+_TIMINGS_ON_DISK = ({"cache_results": True} if config.gemm_timings_on_disk()
+                    and "cache_results" in inspect.signature(triton.autotune).parameters else {})
 
 
 def _autotuner(configs: list, prune):
