@@ -126,3 +126,22 @@ def test_split_k_kernel_matches_float64(split, tma, shape):
         assert not out.isnan().any(), "elements left unwritten"
         assert ((out.double() - ref).norm() / ref.norm()).item() <= _FLOAT32_DOT_TOLERANCE
         assert int(ready.sum()) == 0
+
+
+@pytest.mark.parametrize("m, n, k", [(1, 64, 64), (16, 256, 128), (64, 96, 1000), (100, 4096, 512),
+                                     (16, 8192, 8192), (128, 14336, 8192), (4096, 8192, 8192)])
+def test_the_tuned_kernel_times_no_tile_larger_than_the_problem(m, n, k):
+    """The tuned kernel's autotuner (IRIS_GEMM_TUNED) compiles and times only tiles the shape can use: none wider
+    than N needs (past 64 columns) and no K split into more parts than the K range has blocks (a part with nothing
+    to sum); at the decode shapes of a model every narrow tile stays a candidate."""
+    from triton import cdiv, next_power_of_2
+
+    from iris.ops import gemm
+
+    kept = gemm._by_rows(gemm._tuned_split_kernel.configs, dict(M=m, N=n, K=k))
+    assert kept
+    for tile in (c.kwargs for c in kept):
+        assert tile["BLOCK_N"] <= max(64, next_power_of_2(n)), tile
+        assert tile["SPLIT"] <= cdiv(k, tile["BLOCK_K"]), tile
+    if (m, n, k) == (16, 8192, 8192):  # a model's shape: the six 16-row tiles, split in 1, 2 and 4 parts
+        assert sum(c.kwargs["BLOCK_M"] == 16 for c in kept) == 6

@@ -319,7 +319,16 @@ def _by_rows(configs, named_args, **kwargs):
     if m > DECODE_ROWS:
         return large
     decode = [c for c in configs if c in _DECODE_CONFIGS and c.kwargs["BLOCK_M"] <= _rows_needed(m)]
-    return decode + ([c for c in large if c not in decode] if m >= 64 else [])
+    usable = [c for c in decode if _uses_every_part(c.kwargs, named_args)]
+    return (usable or decode[:1]) + ([c for c in large if c not in decode] if m >= 64 else [])
+
+
+def _uses_every_part(tile: dict, named_args) -> bool:
+    """Whether a decode tile is one the shape can use: no wider than N needs (past 64 columns) and its K range in
+    no more parts than it has BLOCK_K blocks (a part with nothing to sum only costs a hand-over)."""
+    n, k = named_args["N"], named_args["K"]
+    return (tile["BLOCK_N"] <= max(64, triton.next_power_of_2(n))
+            and tile["SPLIT"] <= triton.cdiv(k, tile["BLOCK_K"]))
 
 
 # a shape in both lists (64 x 128 x 64, no split) is tried once
