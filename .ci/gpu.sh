@@ -8,6 +8,8 @@
 #     run in the first part, the 4 simulated ranks' in the last; a part's line reads "gate part K/N")
 #     every public device op, collective and fused op against torch (tests/), the conformance suite at
 #     profile ci on the node's GPUs, and the same at 4 ranks on one GPU with IRIS_SIMULATION=1, side by side.
+# A test still running past IRIS_TEST_TIMEOUT has its process's stacks in its step's log (faulthandler), and a
+# gate stopped by a time limit names the tests each step had started and not finished (a hang is one of them).
 # Logs go to one archive, $OUT/gpu-logs.tgz (the device tool's output folder; written even when a time limit
 # stops the gate), or to ./gpu-logs. Where .git is stale (a copied tree), pass the commit for the benchmark
 # CSVs: IRIS_COMMIT=<git rev-parse --short HEAD> bash .ci/gpu.sh
@@ -22,13 +24,20 @@ if [ -n "${OUT:-}" ]; then
   # written on exit, also when a time limit stops the gate (timeout's TERM).
   logs=$(mktemp -d)
   trap 'tar czf "$OUT/gpu-logs.tgz" -C "$logs" . 2>/dev/null' EXIT
-  trap 'echo "[gpu.sh] stopped: the logs so far are in $OUT/gpu-logs.tgz"; exit 143' TERM INT
+  trap 'still_running; echo "[gpu.sh] stopped: the logs so far are in $OUT/gpu-logs.tgz"; exit 143' TERM INT
 fi
 mkdir -p "$logs"
 tag=$([ "${IRIS_SIMULATION:-0}" = 1 ] && echo sim || echo gpu)
 gpus=$(python -c 'import torch; print(torch.cuda.device_count())')
 ranks=$([ "$tag" = sim ] && echo 4 || echo "$gpus")
 status=0
+still_running() {  # the tests each pytest step had started and not finished (a hang is one of them)
+  local f
+  for f in "$logs"/*-failures.txt.running; do
+    [ -s "$f" ] && sed "s/^/[gpu.sh] $(basename "$f" -failures.txt.running): still running: /" "$f"
+  done
+  return 0
+}
 step() {  # step NAME COMMAND...: run, log, remember failure, print one summary line
   local name=$1; shift
   local failures="$logs/$tag-$name-failures.txt"  # a pytest step names each failure there as it happens
@@ -73,7 +82,7 @@ if [ "${1:-}" = --quick ]; then
   # shellcheck disable=SC2086  # the file list splits on purpose
   env "$node_env" IRIS_FAILURE_LOG="$logs/quick-tests-failures.txt" \
     python -m pytest $test_files -q -p no:cacheprovider -n "$test_workers" --dist loadfile --durations=25 \
-    --junitxml="$logs/quick-tests.xml" >"$logs/quick-tests.log" 2>&1 &
+    -o faulthandler_timeout="$IRIS_TEST_TIMEOUT" --junitxml="$logs/quick-tests.xml" >"$logs/quick-tests.log" 2>&1 &
   jobs_run="tests:$!"
   if [ "$part" = 1 ]; then
     env "$node_env" IRIS_FAILURE_LOG="$logs/quick-conformance-failures.txt" \
@@ -122,7 +131,8 @@ if [ "${1:-}" = --quick ]; then
     "($gpus GPU(s), $node_ranks ranks on the node, 4 simulated ranks on GPU 0)"
   exit $status
 fi
-step tests env IRIS_TEST_WORLDS="${IRIS_TEST_WORLDS:-2,4}" python -m pytest tests -q -p no:cacheprovider -m ""
+step tests env IRIS_TEST_WORLDS="${IRIS_TEST_WORLDS:-2,4}" python -m pytest tests -q -p no:cacheprovider -m "" \
+  -o faulthandler_timeout="$IRIS_TEST_TIMEOUT"
 if [ "$tag" = sim ]; then
   step conformance4 python -m pytest conformance -q -p no:cacheprovider --ranks 4 --hypothesis-profile thorough
   step conformance8 python -m pytest conformance -q -p no:cacheprovider --ranks 8 --hypothesis-profile thorough
