@@ -31,6 +31,7 @@ tag=$([ "${IRIS_SIMULATION:-0}" = 1 ] && echo sim || echo gpu)
 gpus=$(python -c 'import torch; print(torch.cuda.device_count())')
 ranks=$([ "$tag" = sim ] && echo 4 || echo "$gpus")
 status=0
+# shellcheck disable=SC2329  # called from the TERM trap above
 still_running() {  # the tests each pytest step had started and not finished (a hang is one of them)
   local f
   for f in "$logs"/*-failures.txt.running; do
