@@ -145,3 +145,28 @@ def test_the_tuned_kernel_times_no_tile_larger_than_the_problem(m, n, k):
         assert tile["SPLIT"] <= cdiv(k, tile["BLOCK_K"]), tile
     if (m, n, k) == (16, 8192, 8192):  # a model's shape: the six 16-row tiles, split in 1, 2 and 4 parts
         assert sum(c.kwargs["BLOCK_M"] == 16 for c in kept) == 6
+
+
+@pytest.mark.parametrize("programs", [1, 2, 3, 5])
+def test_split_k_kernel_needs_no_program_to_wait_for_another(programs):
+    """The tuned kernel's K split with fewer programs than work units, each program taking every programs-th unit:
+    a tile's parts are summed by whichever program hands over the last of them, so no program waits for one that
+    has not started (on a GPU: programs need not all be resident; here the interpreter runs them one after
+    another). Three parts of one tile at two programs: the first program holds parts 0 and 2, the second part 1."""
+    from iris.ops.gemm import _split_gemm_kernel, split_workspace
+
+    m, n, k = 16, 16, 48
+    g = torch.Generator().manual_seed(programs)
+    a = torch.randn(m, k, generator=g).to(_device())
+    b = torch.randn(k, n, generator=g).to(_device())
+    out = torch.full((m, n), float("nan"), device=_device())
+    tile = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, SPLIT=3)
+    parts, ready = split_workspace(a.device, m, n, [tile])
+    for _ in range(2):  # the counts the first call leaves serve the second
+        out.fill_(float("nan"))
+        _split_gemm_kernel[(programs,)](a, b, out, None, parts, ready, m, n, k, a.stride(0), a.stride(1), b.stride(0),
+                                        b.stride(1), out.stride(0), out.stride(1), HAS_BIAS=False, UPCAST=False,
+                                        TMA=False, **tile)
+        ref = a.double() @ b.double()
+        assert ((out.double() - ref).norm() / ref.norm()).item() <= _FLOAT32_DOT_TOLERANCE
+        assert int(ready.sum()) == 0

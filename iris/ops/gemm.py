@@ -127,7 +127,9 @@ def add_bias(acc, bias, cols, N, HAS_BIAS: tl.constexpr):
 
 @triton.jit
 def hand_over(acc, parts, ready, slot, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """A K part of a tile, for the program that finishes the tile: into workspace slot ``slot``, then its flag."""
+    """A K part of a tile, for the program that finishes the tile: into workspace slot ``slot``, then its flag.
+    (The fused ops' K split; it needs every program resident. matmul's split kernel counts parts in instead:
+    :func:`counted_in`.)"""
     place = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     tl.store(parts + tl.cast(slot, tl.int64) * (BLOCK_M * BLOCK_N) + place, acc)
     tl.debug_barrier()  # every thread's stores of the part before its flag
@@ -144,6 +146,31 @@ def take_over(acc, parts, ready, tile, tiles, SPLIT: tl.constexpr, BLOCK_M: tl.c
         tl.debug_barrier()  # the acquire before any thread reads the part
         acc += tl.load(parts + tl.cast(slot, tl.int64) * (BLOCK_M * BLOCK_N) + place)
         tl.atomic_xchg(ready + slot, 0, sem="relaxed", scope="gpu")  # the next writer is the next call's kernel
+    return acc
+
+
+@triton.jit
+def counted_in(acc, parts, arrived, tile, tiles, part, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr):
+    """K part ``part`` of a tile into its workspace slot, then counted in at the tile; whether this program's part
+    was the tile's last to arrive (then this program sums the tile: :func:`summed_parts`). No program waits."""
+    place = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    tl.store(parts + tl.cast(part * tiles + tile, tl.int64) * (BLOCK_M * BLOCK_N) + place, acc)
+    tl.debug_barrier()  # every thread's stores of the part before the count
+    before = tl.atomic_add(arrived + tile, 1, sem="acq_rel", scope="gpu")
+    tl.debug_barrier()  # the acquire before any thread reads the other parts
+    return before == SPLIT - 1
+
+
+@triton.jit
+def summed_parts(parts, arrived, tile, tiles, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A tile's K parts summed in part order (the same sum whichever program arrived last); its count cleared for
+    the next call (whose kernel runs after this one)."""
+    place = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for part in range(0, SPLIT):
+        acc += tl.load(parts + tl.cast(part * tiles + tile, tl.int64) * (BLOCK_M * BLOCK_N) + place)
+    tl.atomic_xchg(arrived + tile, 0, sem="relaxed", scope="gpu")
     return acc
 
 
@@ -175,9 +202,10 @@ def _split_gemm_kernel(a, b, out, bias, parts, ready, M, N, K, stride_am, stride
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                        SPLIT: tl.constexpr):
     """The persistent GEMM with each tile's K range in ``SPLIT`` parts (more work units than tiles where the tiles
-    are fewer than the SMs: decode shapes). Unit u is part u // tiles of tile u % tiles; a tile's last part waits
-    for the others (:func:`take_over`), which have lower unit numbers: a program hands over every earlier part
-    before it waits, so a grid no larger than the SMs cannot deadlock. ``TMA``: ``a`` and ``b`` are descriptors."""
+    are fewer than the SMs: decode shapes). Unit u is part u // tiles of tile u % tiles; every part goes to the
+    workspace and is counted in at its tile (``ready``: one count per tile), and the program whose part arrives
+    last sums the tile's parts in order and stores it. No program waits for another, so a grid of any size is
+    safe, whether or not its programs are all resident. ``TMA``: ``a`` and ``b`` are descriptors."""
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     tiles = tiles_m * tiles_n
@@ -200,10 +228,8 @@ def _split_gemm_kernel(a, b, out, bias, parts, ready, M, N, K, stride_am, stride
             acc = accumulate(acc, a + tl.cast(first, tl.int64) * stride_ak, b + tl.cast(first, tl.int64) * stride_bk,
                              M, N, length, stride_am, stride_ak, stride_bk, stride_bn, rows, cols, UPCAST, BLOCK_K)
         if SPLIT > 1:
-            if part < SPLIT - 1:
-                hand_over(acc, parts, ready, part * tiles + tile, BLOCK_M, BLOCK_N)
-            else:
-                acc = take_over(acc, parts, ready, tile, tiles, SPLIT, BLOCK_M, BLOCK_N)
+            if counted_in(acc, parts, ready, tile, tiles, part, SPLIT, BLOCK_M, BLOCK_N):
+                acc = summed_parts(parts, ready, tile, tiles, SPLIT, BLOCK_M, BLOCK_N)
                 store_tile(acc, out, bias, rows, cols, M, N, stride_om, stride_on, HAS_BIAS)
         else:
             store_tile(acc, out, bias, rows, cols, M, N, stride_om, stride_on, HAS_BIAS)
@@ -341,15 +367,16 @@ _DECODE_TILES = tuple((m, n, split) for m, n, _, _, _, split in _DECODE_SHAPES)
 
 @functools.lru_cache(maxsize=256)
 def _split_need(m: int, n: int, tiles: tuple) -> tuple[int, int]:
-    """(float32 part elements, flags) the worst of ``tiles`` ((BLOCK_M, BLOCK_N, SPLIT) each) hands over on an
-    (m, n) output: worked out once per shape, not on every call."""
-    counts = [((split - 1) * triton.cdiv(m, bm) * triton.cdiv(n, bn), bm * bn) for bm, bn, split in tiles]
-    return max([1] + [count * area for count, area in counts]), max([1] + [count for count, _ in counts])
+    """(float32 part elements, tile counts) the worst of ``tiles`` ((BLOCK_M, BLOCK_N, SPLIT) each) needs on an
+    (m, n) output, where it splits K: worked out once per shape, not on every call."""
+    counts = [(triton.cdiv(m, bm) * triton.cdiv(n, bn), split, bm * bn) for bm, bn, split in tiles if split > 1]
+    return (max([1] + [count * split * area for count, split, area in counts]),
+            max([1] + [count for count, _, _ in counts]))
 
 
 def split_workspace(device: torch.device, m: int, n: int, tiles=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(parts, ready) for :func:`_split_gemm_kernel` on an (m, n) output under any of ``tiles`` (dicts of BLOCK_M,
-    BLOCK_N and SPLIT; default: the decode tiles): float32 slots for every part but a tile's last, and their flags,
+    BLOCK_N and SPLIT; default: the decode tiles): float32 slots for every part of every tile, and a count per tile,
     zero (the kernel leaves them zero)."""
     parts, slots = _split_need(m, n, _DECODE_TILES if tiles is None else tuple(
         (t["BLOCK_M"], t["BLOCK_N"], t["SPLIT"]) for t in tiles))
