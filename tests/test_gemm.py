@@ -99,12 +99,16 @@ def test_matmul_refuses_bad_arguments_before_any_launch(call, message):
     assert message in str(info.value)
 
 
+@pytest.mark.parametrize("programs", [None, 1, 2])
 @pytest.mark.parametrize("split", [1, 2, 3])
 @pytest.mark.parametrize("tma", [False, True])
-@pytest.mark.parametrize("shape", [(16, 40, 100), (5, 64, 64), (33, 24, 132)])  # rows 16-byte aligned (TMA)
-def test_split_k_kernel_matches_float64(split, tma, shape):
-    """matmul's tuned kernel (IRIS_GEMM_TUNED) with each tile's K range in ``split`` parts, the last part of a tile
-    summing the others (run here with one work unit per program, as the interpreter runs programs in turn)."""
+@pytest.mark.parametrize("shape", [(16, 40, 100), (5, 64, 64), (33, 24, 132), (16, 16, 48)])  # rows 16-byte aligned
+def test_split_k_kernel_matches_float64(split, tma, shape, programs):
+    """matmul's tuned kernel (IRIS_GEMM_TUNED) with each tile's K range in ``split`` parts, summed by the program
+    whose part arrives last, on one program per work unit (``programs`` None) or fewer, each taking every
+    programs-th unit: no program waits for one that has not started (on a GPU: programs need not all be resident;
+    the interpreter runs them one after another). At (16, 16, 48) in three parts on two programs, the first
+    program holds the tile's parts 0 and 2, the second part 1."""
     from iris.ops.gemm import _split_gemm_kernel, split_workspace, tile_count, tma_ready
 
     m, n, k = shape
@@ -117,9 +121,9 @@ def test_split_k_kernel_matches_float64(split, tma, shape):
         pytest.skip("no tensor descriptors on this backend")
     tile = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, SPLIT=split)
     parts, ready = split_workspace(a.device, m, n, [tile])
-    for _ in range(2):  # the flags the first call leaves serve the second
+    for _ in range(2):  # the counts the first call leaves serve the second
         out.fill_(float("nan"))
-        _split_gemm_kernel[(tile_count(m, n, tile) * split,)](
+        _split_gemm_kernel[(programs or tile_count(m, n, tile) * split,)](
             a, b, out, bias, parts, ready, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
             out.stride(1), HAS_BIAS=True, UPCAST=False, TMA=tma, **tile)
         ref = a.double() @ b.double() + bias.double()
@@ -146,27 +150,3 @@ def test_the_tuned_kernel_times_no_tile_larger_than_the_problem(m, n, k):
     if (m, n, k) == (16, 8192, 8192):  # a model's shape: the six 16-row tiles, split in 1, 2 and 4 parts
         assert sum(c.kwargs["BLOCK_M"] == 16 for c in kept) == 6
 
-
-@pytest.mark.parametrize("programs", [1, 2, 3, 5])
-def test_split_k_kernel_needs_no_program_to_wait_for_another(programs):
-    """The tuned kernel's K split with fewer programs than work units, each program taking every programs-th unit:
-    a tile's parts are summed by whichever program hands over the last of them, so no program waits for one that
-    has not started (on a GPU: programs need not all be resident; here the interpreter runs them one after
-    another). Three parts of one tile at two programs: the first program holds parts 0 and 2, the second part 1."""
-    from iris.ops.gemm import _split_gemm_kernel, split_workspace
-
-    m, n, k = 16, 16, 48
-    g = torch.Generator().manual_seed(programs)
-    a = torch.randn(m, k, generator=g).to(_device())
-    b = torch.randn(k, n, generator=g).to(_device())
-    out = torch.full((m, n), float("nan"), device=_device())
-    tile = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, SPLIT=3)
-    parts, ready = split_workspace(a.device, m, n, [tile])
-    for _ in range(2):  # the counts the first call leaves serve the second
-        out.fill_(float("nan"))
-        _split_gemm_kernel[(programs,)](a, b, out, None, parts, ready, m, n, k, a.stride(0), a.stride(1), b.stride(0),
-                                        b.stride(1), out.stride(0), out.stride(1), HAS_BIAS=False, UPCAST=False,
-                                        TMA=False, **tile)
-        ref = a.double() @ b.double()
-        assert ((out.double() - ref).norm() / ref.norm()).item() <= _FLOAT32_DOT_TOLERANCE
-        assert int(ready.sum()) == 0

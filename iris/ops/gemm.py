@@ -14,7 +14,6 @@ Example:
 from __future__ import annotations
 
 import functools
-import inspect
 
 import torch
 import triton
@@ -150,12 +149,18 @@ def take_over(acc, parts, ready, tile, tiles, SPLIT: tl.constexpr, BLOCK_M: tl.c
 
 
 @triton.jit
+def _slot(parts, slot, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The float32 (BLOCK_M, BLOCK_N) block of workspace slot ``slot`` in ``parts``: its pointers."""
+    place = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    return parts + tl.cast(slot, tl.int64) * (BLOCK_M * BLOCK_N) + place
+
+
+@triton.jit
 def counted_in(acc, parts, arrived, tile, tiles, part, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr):
     """K part ``part`` of a tile into its workspace slot, then counted in at the tile; whether this program's part
     was the tile's last to arrive (then this program sums the tile: :func:`summed_parts`). No program waits."""
-    place = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    tl.store(parts + tl.cast(part * tiles + tile, tl.int64) * (BLOCK_M * BLOCK_N) + place, acc)
+    tl.store(_slot(parts, part * tiles + tile, BLOCK_M, BLOCK_N), acc)
     tl.debug_barrier()  # every thread's stores of the part before the count
     before = tl.atomic_add(arrived + tile, 1, sem="acq_rel", scope="gpu")
     tl.debug_barrier()  # the acquire before any thread reads the other parts
@@ -166,10 +171,9 @@ def counted_in(acc, parts, arrived, tile, tiles, part, SPLIT: tl.constexpr, BLOC
 def summed_parts(parts, arrived, tile, tiles, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """A tile's K parts summed in part order (the same sum whichever program arrived last); its count cleared for
     the next call (whose kernel runs after this one)."""
-    place = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for part in range(0, SPLIT):
-        acc += tl.load(parts + tl.cast(part * tiles + tile, tl.int64) * (BLOCK_M * BLOCK_N) + place)
+        acc += tl.load(_slot(parts, part * tiles + tile, BLOCK_M, BLOCK_N))
     tl.atomic_xchg(arrived + tile, 0, sem="relaxed", scope="gpu")
     return acc
 
@@ -243,11 +247,15 @@ def _hopper_configs() -> list[triton.Config]:
             for m, n, k, w, s in shapes]
 
 
+def _span_needed(size: int) -> int:
+    """The widest (or tallest) tile a dimension of ``size`` needs: rounded up to a power of two, at least 64."""
+    return max(64, triton.next_power_of_2(size))
+
+
 def _fitting(configs, named_args, **_):
     """The tile shapes no larger than the problem needs (all of them for big problems): fewer compiles."""
     m, n = named_args["M"], named_args["N"]
-    fit = [c for c in configs if c.kwargs["BLOCK_M"] <= max(64, triton.next_power_of_2(m))
-           and c.kwargs["BLOCK_N"] <= max(64, triton.next_power_of_2(n))]
+    fit = [c for c in configs if c.kwargs["BLOCK_M"] <= _span_needed(m) and c.kwargs["BLOCK_N"] <= _span_needed(n)]
     return fit or [min(configs, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
 
 
@@ -302,12 +310,11 @@ def fitted(prune, split: bool = False):
     return within
 
 
-#: With IRIS_GEMM_TIMINGS_ON_DISK (read once, here) and where Triton can (its autotune's ``cache_results``), the
-#: autotuners' timings are kept on disk in Triton's cache, keyed by the shape, the dtypes, the tiles tried and the
-#: GPU's architecture: each rank of a job and each later run on the machine takes the tile timed first without
-#: compiling and timing every candidate again
-_TIMINGS_ON_DISK = ({"cache_results": True} if config.gemm_timings_on_disk()
-                    and "cache_results" in inspect.signature(triton.autotune).parameters else {})
+#: With IRIS_GEMM_TIMINGS_ON_DISK (read once, here) the autotuners' timings are kept on disk in Triton's cache
+#: (autotune's ``cache_results``), keyed by the shape, the dtypes, the tiles tried and the GPU's architecture: each
+#: rank of a job and each later run on the machine takes the tile timed first without compiling and timing every
+#: candidate again
+_TIMINGS_ON_DISK = config.gemm_timings_on_disk()
 
 
 def _autotuner(configs: list, prune):
@@ -315,7 +322,7 @@ def _autotuner(configs: list, prune):
     from a CUDA graph (:func:`_replayed_ms`), the timings kept on disk (``_TIMINGS_ON_DISK``).
     Example: ``_autotuner(_hopper_configs(), _fitting)(_gemm_kernel)``."""
     return triton.autotune(configs=configs, key=["M", "N", "K"], do_bench=_replayed_ms,
-                           prune_configs_by={"early_config_prune": prune}, **_TIMINGS_ON_DISK)
+                           prune_configs_by={"early_config_prune": prune}, cache_results=_TIMINGS_ON_DISK)
 
 
 # IRIS_GEMM_FIT_TILES is read once, here
@@ -353,8 +360,7 @@ def _uses_every_part(tile: dict, named_args) -> bool:
     """Whether a decode tile is one the shape can use: no wider than N needs (past 64 columns) and its K range in
     no more parts than it has BLOCK_K blocks (a part with nothing to sum only costs a hand-over)."""
     n, k = named_args["N"], named_args["K"]
-    return (tile["BLOCK_N"] <= max(64, triton.next_power_of_2(n))
-            and tile["SPLIT"] <= triton.cdiv(k, tile["BLOCK_K"]))
+    return tile["BLOCK_N"] <= _span_needed(n) and tile["SPLIT"] <= triton.cdiv(k, tile["BLOCK_K"])
 
 
 # a shape in both lists (64 x 128 x 64, no split) is tried once
